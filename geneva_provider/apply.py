@@ -1,0 +1,246 @@
+"""Apply stage: run the UDF over planned ranges on Spark executors, one batch checkpoint per range.
+
+Each task opens the table itself inside the Python worker (Lance data never crosses the
+JVM or the driver) and returns a small dict.  Before computing, a task lists the
+checkpoints already present for its fragment, so a retried task or a rerun job only
+computes what is missing.  UDF failures come back as data, not exceptions, so a
+deterministic bug is reported once with its row instead of being retried by Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from functools import partial
+from typing import Any
+
+import pyarrow as pa
+
+from geneva_provider.checkpoint import CheckpointStore, batch_key, open_store, parse_batch_key
+from geneva_provider.errors import UDFExecutionError
+from geneva_provider.plan import load_plan, missing_ranges
+from geneva_provider.spark import run_tasks
+from geneva_provider.udf import UDF, UDFCallError, load_udf, udf_column_info
+
+log = logging.getLogger(__name__)
+
+ROWADDR = "_rowaddr"
+VALUE = "value"
+TARGET_CHECKPOINT_SECONDS = 10.0
+READ_BATCH_ROWS = 8192
+
+# Per-worker caches: a Python worker serves many tasks, so open datasets and unpickled
+# (possibly stateful) UDFs once per process.
+_DATASETS: dict[tuple[str, int], Any] = {}
+_UDFS: dict[tuple[str, int, str], UDF] = {}
+
+
+def dataset_at(uri: str, version: int, storage_options: dict[str, str] | None) -> Any:
+    """The dataset at ``version``, cached for the life of this worker process."""
+    import lance
+
+    key = (uri, version)
+    if key not in _DATASETS:
+        _DATASETS[key] = lance.dataset(uri, version=version, storage_options=storage_options)
+    return _DATASETS[key]
+
+
+def udf_for(ds: Any, uri: str, column: str) -> UDF:
+    """The column's UDF, unpickled from the field metadata at the dataset's version."""
+    key = (uri, ds.version, column)
+    if key not in _UDFS:
+        info = udf_column_info(ds.schema.field(column).metadata)
+        _UDFS[key] = load_udf(info["pickle"])
+    return _UDFS[key]
+
+
+def covered_ranges(store: CheckpointStore, prefix: str, frag_id: int) -> list[tuple[int, int]]:
+    """Ranges of ``frag_id`` already held by batch checkpoints under ``prefix``."""
+    out = []
+    for key in store.list_keys(f"{prefix}_frag-{frag_id}_range-"):
+        bk = parse_batch_key(key)
+        if bk is not None and bk.prefix == prefix and bk.frag_id == frag_id:
+            out.append((bk.start, bk.end))
+    return out
+
+
+def uncovered(task: dict[str, Any], covered: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of a task's ``[start, end)`` that no checkpoint covers."""
+    start, end = task["start"], task["end"]
+    return [(max(s, start), e) for s, e in missing_ranges(end, covered) if e > start]
+
+
+# ---------------------------------------------------------------------- executor side
+def apply_task(ctx: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
+    """Computes one planned range, skipping what checkpoints already hold."""
+    frag_id, prefix = task["frag"], task["prefix"]
+    store = open_store(ctx["store_uri"], ctx["storage_options"])
+    todo = uncovered(task, covered_ranges(store, prefix, frag_id))
+    result = {"frag": frag_id, "start": task["start"], "end": task["end"], "rows_computed": 0,
+              "rows_skipped": (task["end"] - task["start"]) - sum(e - s for s, e in todo),
+              "checkpoints": 0, "udf_seconds": 0.0, "error": None}
+    if not todo:
+        return result
+    ds = dataset_at(ctx["table_uri"], ctx["read_version"], ctx["storage_options"])
+    fn = udf_for(ds, ctx["table_uri"], ctx["column"])
+    frag = ds.get_fragment(frag_id)
+    size = ctx["checkpoint_size"]
+    for start, end in todo:
+        reader = frag.to_batches(columns=ctx["input_columns"], filter=ctx["where"], offset=start,
+                                 limit=end - start, with_row_address=True, batch_size=READ_BATCH_ROWS)
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        pos = start
+        for rb in reader:
+            pending.append(rb)
+            pending_rows += rb.num_rows
+            while pending_rows >= size and pos + size <= end:
+                chunk, pending = _take_rows(pending, size)
+                pending_rows -= size
+                error, seconds = _checkpoint(ctx, store, fn, frag_id, prefix, pos, pos + size, chunk)
+                if error:
+                    result["error"] = error
+                    return result
+                result["rows_computed"] += size
+                result["checkpoints"] += 1
+                result["udf_seconds"] += seconds
+                pos += size
+                size = _adapt(size, seconds, ctx)
+        if pos == end:
+            continue
+        chunk = pa.Table.from_batches(pending) if pending else None
+        error, seconds = _checkpoint(ctx, store, fn, frag_id, prefix, pos, end, chunk)
+        if error:
+            result["error"] = error
+            return result
+        result["rows_computed"] += end - pos
+        result["checkpoints"] += 1
+        result["udf_seconds"] += seconds
+    return result
+
+
+def _take_rows(batches: list[pa.RecordBatch], n: int) -> tuple[pa.Table, list[pa.RecordBatch]]:
+    table = pa.Table.from_batches(batches)
+    rest = table.slice(n)
+    return table.slice(0, n), rest.combine_chunks().to_batches() if rest.num_rows else []
+
+
+def _adapt(size: int, seconds: float, ctx: dict[str, Any]) -> int:
+    """Grows checkpoints while they are quick, shrinks them when the UDF is slow."""
+    target = ctx.get("target_checkpoint_seconds", TARGET_CHECKPOINT_SECONDS)
+    if seconds < target / 2:
+        size *= 2
+    elif seconds > target * 2:
+        size //= 2
+    return max(ctx["min_checkpoint_size"], min(ctx["max_checkpoint_size"], size))
+
+
+def _checkpoint(
+    ctx: dict[str, Any],
+    store: CheckpointStore,
+    fn: UDF,
+    frag_id: int,
+    prefix: str,
+    start: int,
+    end: int,
+    chunk: pa.Table | None,
+) -> tuple[dict[str, Any] | None, float]:
+    """Runs the UDF on ``chunk`` and stores ``[start, end)``; returns (error, UDF seconds)."""
+    t0 = time.perf_counter()
+    if chunk is None or chunk.num_rows == 0:
+        addrs = pa.array([], pa.uint64())
+        values = pa.array([], fn.data_type)
+    else:
+        if chunk.num_rows != end - start:
+            raise RuntimeError(f"fragment {frag_id} range [{start}, {end}) read {chunk.num_rows} rows; "
+                               "the table changed under a pinned version")
+        addrs = chunk.column(ROWADDR).combine_chunks()
+        try:
+            values = fn.evaluate(chunk, ctx["input_columns"])
+        except UDFCallError as exc:
+            return _error(ctx, fn, frag_id, addrs, exc), 0.0
+    seconds = time.perf_counter() - t0
+    store[batch_key(prefix, frag_id, start, end)] = pa.table({ROWADDR: addrs, VALUE: values})
+    return None, seconds
+
+
+def _error(ctx: dict[str, Any], fn: UDF, frag_id: int, addrs: pa.Array, exc: UDFCallError) -> dict[str, Any]:
+    if exc.index is not None:
+        addr = addrs[exc.index].as_py()
+        where = f"row address {addr} (fragment {addr >> 32}, offset {addr & 0xFFFFFFFF})"
+    else:
+        first, last = addrs[0].as_py(), addrs[len(addrs) - 1].as_py()
+        where = f"rows with addresses {first}..{last} (fragment {frag_id})"
+    original = exc.original
+    return {
+        "message": f"UDF '{fn.name}' failed computing column '{ctx['column']}' of table '{ctx['table']}' "
+                   f"at fragment {frag_id}, {where}: {exc}",
+        "exception": type(original).__name__ if original is not None else "UDFCallError",
+        "frag": frag_id,
+    }
+
+
+def _apply_partition(ctx: dict[str, Any], tasks: Any) -> Any:
+    for task in tasks:
+        yield apply_task(ctx, task)
+
+
+# ---------------------------------------------------------------------- driver side
+def apply_context(plan: dict[str, Any], storage_options: dict[str, str] | None) -> dict[str, Any]:
+    """What every apply task needs, taken from the plan (small; pickled into the closure)."""
+    opts = plan["options"]
+    return {
+        "table": plan["table"],
+        "table_uri": plan["table_uri"],
+        "read_version": plan["read_version"],
+        "column": plan["column"],
+        "input_columns": plan["input_columns"],
+        "where": plan["where"],
+        "store_uri": plan["store_uri"],
+        "storage_options": storage_options,
+        "checkpoint_size": opts["checkpoint_size"],
+        "min_checkpoint_size": opts["min_checkpoint_size"],
+        "max_checkpoint_size": opts["max_checkpoint_size"],
+    }
+
+
+def remaining_tasks(plan: dict[str, Any], store: CheckpointStore) -> list[dict[str, Any]]:
+    """The plan's tasks minus those whose ranges checkpoints now cover (a retried apply)."""
+    covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    out = []
+    for task in plan["tasks"]:
+        key = (task["prefix"], task["frag"])
+        if key not in covered:
+            covered[key] = covered_ranges(store, *key)
+        if uncovered(task, covered[key]):
+            out.append(task)
+    return out
+
+
+def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> dict[str, Any]:
+    """Apply stage: computes every missing planned range on Spark; returns counts."""
+    plan, store = load_plan(plan_uri, storage_options)
+    tasks = remaining_tasks(plan, store)
+    planned = plan["rows_to_compute"]
+    log.info("apply %s: %d of %d planned tasks still to run (%d rows planned)",
+             plan["job_id"], len(tasks), len(plan["tasks"]), planned)
+    t0 = time.perf_counter()
+    results = run_tasks(spark, tasks, partial(_apply_partition, apply_context(plan, storage_options)),
+                        description=f"geneva apply {plan['table']}.{plan['column']}",
+                        concurrency=plan["options"]["concurrency"]) if tasks else []
+    errors = [r["error"] for r in results if r["error"]]
+    computed = sum(r["rows_computed"] for r in results)
+    counts = {
+        "job_id": plan["job_id"],
+        "tasks_run": len(tasks),
+        "rows_computed": computed,
+        "rows_reused": plan["rows_reused"] + (planned - computed if not errors else 0),
+        "checkpoints_written": sum(r["checkpoints"] for r in results),
+        "errors": len(errors),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    log.info("apply %s: %d rows checkpointed in %d checkpoints, %.1fs", plan["job_id"], computed,
+             counts["checkpoints_written"], counts["seconds"])
+    if errors:
+        raise UDFExecutionError(errors[0]["message"] + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else ""))
+    return counts

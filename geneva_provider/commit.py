@@ -1,0 +1,113 @@
+"""Committing staged column files with ``DataReplacement``, surviving concurrent writers.
+
+Lance rebases a stale DataReplacement over compatible commits by itself (appends, deletes,
+other columns).  What remains are retryable conflicts (the same fragment rewritten by an
+update, a compaction, or the same column): re-read the latest version and commit the same
+files again, dropping fragments that no longer exist and reporting them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from geneva_provider.errors import CommitError
+from geneva_provider.fragments import column_file, leaf_field_ids
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_RETRIES = 8
+DEFAULT_BACKOFF_SECONDS = 0.2
+MAX_BACKOFF_SECONDS = 10.0
+
+
+@dataclass
+class CommitOutcome:
+    """What one DataReplacement commit did."""
+
+    version: int
+    committed: list[int] = field(default_factory=list)
+    vanished: list[int] = field(default_factory=list)
+    changed: list[int] = field(default_factory=list)
+    retries: int = 0
+
+
+def is_retryable_conflict(exc: BaseException) -> bool:
+    """True for Lance's retryable commit conflicts (raised as CommitConflictError or plain OSError)."""
+    retryable = getattr(exc, "retryable", None)
+    if retryable is not None:
+        return bool(retryable)
+    return isinstance(exc, OSError) and str(exc).startswith("Retryable commit conflict")
+
+
+def commit_column_files(
+    table_uri: str,
+    column: str,
+    files: dict[int, Any],
+    read_version: int,
+    *,
+    output_field_ids: list[int],
+    base_files: dict[int, str | None] | None = None,
+    storage_options: dict[str, str] | None = None,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+) -> CommitOutcome:
+    """Commits ``{fragment id: DataFile}`` for ``column`` as one DataReplacement.
+
+    ``base_files`` (filtered backfills) names the column file each staged file was merged
+    from; a fragment whose column file changed since then is not overwritten but reported
+    in ``changed``, because committing it would erase the other writer's values.
+    """
+    import lance
+
+    op_cls = lance.LanceOperation
+    pending = dict(files)
+    outcome = CommitOutcome(version=read_version)
+    version = read_version
+    for attempt in range(max_retries + 1):
+        if not pending:
+            return outcome
+        try:
+            op = op_cls.DataReplacement([op_cls.DataReplacementGroup(fid, df) for fid, df in sorted(pending.items())])
+            ds = lance.LanceDataset.commit(table_uri, op, read_version=version, storage_options=storage_options)
+            outcome.version = ds.version
+            outcome.committed.extend(sorted(pending))
+            return outcome
+        except Exception as exc:
+            if not is_retryable_conflict(exc):
+                raise CommitError(f"commit of column '{column}' to {table_uri} failed: "
+                                  f"{_reason(exc)}") from exc
+            if attempt == max_retries:
+                raise CommitError(f"commit of column '{column}' to {table_uri} still conflicted after "
+                                  f"{max_retries} retries: {_reason(exc)}") from exc
+            delay = min(backoff_seconds * 2**attempt, MAX_BACKOFF_SECONDS)
+            log.warning("commit of column '%s' conflicted (%s); retrying at the latest version in %.1fs",
+                        column, _reason(exc), delay)
+            time.sleep(delay)
+            latest = lance.dataset(table_uri, storage_options=storage_options)
+            _check_column(latest, column, output_field_ids, table_uri)
+            live = {f.fragment_id: f.metadata for f in latest.get_fragments()}
+            for fid in sorted(pending):
+                if fid not in live:
+                    outcome.vanished.append(fid)
+                    del pending[fid]
+                elif base_files is not None and column_file(live[fid], output_field_ids) != base_files.get(fid):
+                    outcome.changed.append(fid)
+                    del pending[fid]
+            version = latest.version
+            outcome.version = version
+            outcome.retries += 1
+    return outcome
+
+
+def _check_column(ds: Any, column: str, output_field_ids: list[int], uri: str) -> None:
+    if column not in ds.schema.names or leaf_field_ids(ds.lance_schema.field(column)) != output_field_ids:
+        raise CommitError(f"column '{column}' of {uri} was dropped or replaced while its backfill ran; "
+                          "rerun the backfill")
+
+
+def _reason(exc: BaseException) -> str:
+    # Lance appends the Rust source location after ", /"; it says nothing to a user.
+    return str(exc).split(", /")[0]

@@ -1,0 +1,43 @@
+"""Exceptions raised by the pipeline.
+
+Every error names the table, column or argument at fault so that a failed DAG task
+says what to fix without a trip through the Spark logs.
+"""
+
+from __future__ import annotations
+
+
+class GenevaError(Exception):
+    """Base class of every error raised by geneva_provider."""
+
+
+class InvalidArgumentError(GenevaError, ValueError):
+    """A caller passed a value that cannot work (bad size, bad filter, unknown column...)."""
+
+
+class TableNotFoundError(GenevaError, LookupError):
+    """The named table does not exist in the database."""
+
+
+class ColumnError(GenevaError, ValueError):
+    """A column is unknown, already exists, or is not a UDF column."""
+
+
+class UDFDefinitionError(GenevaError, TypeError):
+    """A UDF cannot be used as declared (no data type, bad signature...)."""
+
+
+class UDFExecutionError(GenevaError):
+    """A UDF raised or returned something unusable while computing a column."""
+
+
+class CheckpointMissingError(GenevaError):
+    """A stage needs checkpoints that an earlier stage should have written."""
+
+
+class CommitError(GenevaError):
+    """A commit could not be applied (non-retryable conflict or retries exhausted)."""
+
+
+class VerificationError(GenevaError):
+    """Planned rows did not end up committed in the table."""

@@ -1,0 +1,107 @@
+"""Running pipeline tasks on Spark: the local session and the RDD-of-tasks pattern.
+
+Tasks are plain dicts spread with ``parallelize(tasks, n).mapPartitions(fn)``; every task
+opens Lance itself inside the Python worker and returns a small dict, so no table data
+passes through the JVM or the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from geneva_provider.errors import GenevaError
+
+log = logging.getLogger(__name__)
+
+PROGRESS_SECONDS = 5.0
+
+
+def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession on this machine, bound to 127.0.0.1, whose workers run this interpreter."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.python.worker.reuse", "true")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    check_versions(spark)
+    return spark
+
+
+def check_versions(spark: Any) -> None:
+    """Fails fast when pyspark's Python files and the JVM disagree (the pyspark-client overwrite)."""
+    import pyspark
+
+    if pyspark.__version__ != spark.version:
+        raise GenevaError(
+            f"pyspark Python package is {pyspark.__version__} but the Spark JVM is {spark.version}; "
+            "install matching versions (pyspark==4.2.0 alongside pyspark-client 4.2.0)"
+        )
+
+
+def default_parallelism(spark: Any) -> int:
+    """How many tasks the session runs at once."""
+    return max(int(spark.sparkContext.defaultParallelism), 1)
+
+
+def run_tasks(
+    spark: Any,
+    tasks: list[dict[str, Any]],
+    partition_fn: Callable[[Iterator[dict[str, Any]]], Iterable[dict[str, Any]]],
+    *,
+    description: str,
+    concurrency: int | None = None,
+) -> list[dict[str, Any]]:
+    """Runs ``partition_fn`` over ``tasks`` on the executors and returns its small results.
+
+    One task per partition, unless ``concurrency`` asks for fewer partitions; progress is
+    logged from Spark's status tracker while the job runs.
+    """
+    if not tasks:
+        return []
+    sc = spark.sparkContext
+    slices = min(len(tasks), concurrency) if concurrency else len(tasks)
+    group = f"geneva-{uuid.uuid4().hex[:12]}"
+    done = threading.Event()
+    reporter = threading.Thread(target=_report_progress, args=(sc, group, description, done), daemon=True)
+    sc.setJobGroup(group, description)
+    reporter.start()
+    try:
+        return sc.parallelize(tasks, slices).mapPartitions(partition_fn).collect()
+    finally:
+        done.set()
+        reporter.join()
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+
+
+def _report_progress(sc: Any, group: str, description: str, done: threading.Event) -> None:
+    tracker = sc.statusTracker()
+    while not done.wait(PROGRESS_SECONDS):
+        try:
+            for job_id in tracker.getJobIdsForGroup(group):
+                job = tracker.getJobInfo(job_id)
+                for stage_id in job.stageIds if job else []:
+                    stage = tracker.getStageInfo(stage_id)
+                    if stage:
+                        log.info("%s: %d/%d Spark tasks done, %d running", description,
+                                 stage.numCompletedTasks, stage.numTasks, stage.numActiveTasks)
+        except Exception:  # noqa: BLE001 - progress reporting must never fail a job
+            return

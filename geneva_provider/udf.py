@@ -1,0 +1,312 @@
+"""The ``@udf`` decorator and the UDF spec that travels in a column's field metadata.
+
+A UDF column carries everything an executor needs to compute it: the pickled function,
+its kind, its declared Arrow type and the columns it reads.  Storing that in the Lance
+schema (rather than in a side registry) keeps a table self-describing, so a Spark job
+started anywhere can backfill it from the table URI alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import inspect
+import json
+import sys
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import cloudpickle
+import pyarrow as pa
+
+from geneva_provider.errors import UDFDefinitionError
+
+META_PREFIX = "geneva::udf::"
+META_NAME = META_PREFIX + "name"
+META_VERSION = META_PREFIX + "version"
+META_KIND = META_PREFIX + "kind"
+META_INPUTS = META_PREFIX + "input_columns"
+META_PICKLE = META_PREFIX + "pickle"
+META_PICKLER = META_PREFIX + "pickler"
+
+_PY_TYPES: dict[Any, pa.DataType] = {
+    int: pa.int64(),
+    float: pa.float64(),
+    str: pa.string(),
+    bool: pa.bool_(),
+    bytes: pa.binary(),
+}
+
+
+class UDFKind(str, Enum):
+    """How a UDF is called: per row, per column array, or per record batch."""
+
+    SCALAR = "scalar"
+    ARRAY = "array"
+    BATCH = "batch"
+
+
+class UDFCallError(Exception):
+    """Raised inside :meth:`UDF.evaluate`; ``index`` is the failing row within the batch."""
+
+    def __init__(self, message: str, index: int | None = None, original: BaseException | None = None):
+        super().__init__(message)
+        self.index = index
+        self.original = original
+
+
+@dataclass
+class UDF:
+    """A user function that computes one column, plus what is needed to run it anywhere."""
+
+    func: Callable[..., Any] | type
+    data_type: pa.DataType
+    kind: UDFKind
+    input_columns: list[str] | None
+    name: str
+    version: str
+    stateful: bool = False
+    _instance: Any = field(default=None, repr=False, compare=False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Calls the wrapped function directly, so a decorated function stays usable."""
+        return self._callable()(*args, **kwargs)
+
+    def _callable(self) -> Callable[..., Any]:
+        # A stateful UDF is instantiated once per process (per worker) and then reused.
+        if not self.stateful:
+            return self.func
+        if self._instance is None:
+            self._instance = self.func()
+        return self._instance
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str]) -> pa.Array:
+        """Computes the column for every row of ``batch``; returns an array of ``data_type``."""
+        fn = self._callable()
+        n = batch.num_rows
+        if self.kind is UDFKind.SCALAR:
+            columns = [batch.column(c).to_pylist() for c in input_columns]
+            values = []
+            for i, row in enumerate(zip(*columns)) if columns else enumerate([()] * n):
+                try:
+                    values.append(fn(*row))
+                except Exception as exc:  # noqa: BLE001 - reported with the row that failed
+                    raise UDFCallError(f"{type(exc).__name__}: {exc}", index=i, original=exc) from exc
+            out: Any = values
+        else:
+            try:
+                if self.kind is UDFKind.ARRAY:
+                    out = fn(*[_as_array(batch.column(c)) for c in input_columns])
+                else:
+                    selected = batch.select(list(input_columns))
+                    if isinstance(selected, pa.Table):
+                        selected = selected.combine_chunks().to_batches()[0] if n else pa.RecordBatch.from_pylist(
+                            [], schema=selected.schema
+                        )
+                    out = fn(selected)
+            except Exception as exc:  # noqa: BLE001
+                raise UDFCallError(f"{type(exc).__name__}: {exc}", index=None, original=exc) from exc
+        return self._to_output_array(out, n)
+
+    def _to_output_array(self, out: Any, n: int) -> pa.Array:
+        if isinstance(out, pa.ChunkedArray):
+            out = out.combine_chunks()
+        if not isinstance(out, pa.Array):
+            try:
+                out = pa.array(out, type=self.data_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+                raise UDFCallError(
+                    f"returned values that do not convert to the declared type {self.data_type}: {exc}"
+                ) from exc
+        if out.type != self.data_type:
+            raise UDFCallError(f"returned an array of type {out.type}, expected the declared type {self.data_type}")
+        if len(out) != n:
+            raise UDFCallError(f"returned {len(out)} values for {n} input rows")
+        return out
+
+    # ------------------------------------------------------------------ metadata
+    def to_field_metadata(self, input_columns: Sequence[str] | None) -> dict[str, str]:
+        """The field metadata that makes a column a UDF column (str -> str, as Lance wants)."""
+        return {
+            META_NAME: self.name,
+            META_VERSION: self.version,
+            META_KIND: self.kind.value,
+            META_INPUTS: json.dumps(list(input_columns) if input_columns is not None else None),
+            META_PICKLE: base64.b64encode(dumps_by_value(self)).decode("ascii"),
+            META_PICKLER: "cloudpickle",
+        }
+
+    def field(self, column: str, input_columns: Sequence[str] | None) -> pa.Field:
+        """The nullable Arrow field for ``column`` computed by this UDF."""
+        return pa.field(column, self.data_type, nullable=True, metadata=self.to_field_metadata(input_columns))
+
+
+def dumps_by_value(obj: Any) -> bytes:
+    """Pickles ``obj`` with its defining module by value, so executors need not import it."""
+    target = obj.func if isinstance(obj, UDF) else obj
+    module_name = getattr(target, "__module__", None)
+    module = sys.modules.get(module_name) if module_name else None
+    registered = False
+    if (
+        module is not None
+        and module_name != "__main__"
+        and not module_name.startswith("geneva_provider")
+        and module_name not in cloudpickle.list_registry_pickled_by_value()
+    ):
+        cloudpickle.register_pickle_by_value(module)
+        registered = True
+    try:
+        return cloudpickle.dumps(obj)
+    finally:
+        if registered:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def udf_column_info(field_metadata: dict[Any, Any] | None) -> dict[str, Any] | None:
+    """The UDF name, version, kind and inputs recorded on a field, or None for plain columns."""
+    md = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+          for k, v in (field_metadata or {}).items()}
+    if META_PICKLE not in md:
+        return None
+    return {
+        "name": md[META_NAME],
+        "version": md[META_VERSION],
+        "kind": md[META_KIND],
+        "input_columns": json.loads(md[META_INPUTS]),
+        "pickle": md[META_PICKLE],
+    }
+
+
+def load_udf(pickle_b64: str) -> UDF:
+    """Rebuilds a UDF from the base64 pickle stored in field metadata."""
+    obj = cloudpickle.loads(base64.b64decode(pickle_b64))
+    if not isinstance(obj, UDF):
+        raise UDFDefinitionError(f"field metadata holds a {type(obj).__name__}, not a geneva UDF")
+    return obj
+
+
+# ---------------------------------------------------------------------- decorator
+def udf(
+    func: Callable[..., Any] | type | None = None,
+    *,
+    data_type: pa.DataType | None = None,
+    input_columns: Sequence[str] | None = None,
+    name: str | None = None,
+    version: str | None = None,
+) -> Any:
+    """Declares a UDF column function.
+
+    Use as ``@udf``, ``@udf(data_type=pa.int64())`` or ``udf(fn, data_type=...)``.  The kind
+    comes from the annotations: a ``pa.RecordBatch`` parameter makes a batch UDF, ``pa.Array``
+    parameters an array UDF, anything else a scalar (row by row) UDF.  A class is a stateful
+    UDF: it is instantiated once per worker and its ``__call__`` is the function.
+    """
+
+    def wrap(f: Callable[..., Any] | type) -> UDF:
+        return _make_udf(f, data_type=data_type, input_columns=input_columns, name=name, version=version)
+
+    if func is not None:
+        return wrap(func)
+    return wrap
+
+
+def _make_udf(
+    func: Callable[..., Any] | type,
+    *,
+    data_type: pa.DataType | None,
+    input_columns: Sequence[str] | None,
+    name: str | None,
+    version: str | None,
+) -> UDF:
+    stateful = inspect.isclass(func)
+    target = func.__call__ if stateful else func  # type: ignore[union-attr]
+    if not callable(target):
+        raise UDFDefinitionError(f"@udf needs a function or a class with __call__, got {func!r}")
+    udf_name = name or getattr(func, "__name__", None) or "udf"
+    params = [p for p in inspect.signature(target).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if stateful and params:
+        params = params[1:]  # drop self
+    hints = _type_hints(target)
+    param_types = [hints.get(p.name, p.annotation) for p in params]
+
+    if any(_is_subclass(t, pa.RecordBatch) for t in param_types):
+        if len(params) != 1:
+            raise UDFDefinitionError(f"UDF '{udf_name}': a RecordBatch UDF takes exactly one parameter")
+        kind = UDFKind.BATCH
+        inputs = list(input_columns) if input_columns is not None else None
+    else:
+        kind = UDFKind.ARRAY if any(_is_subclass(t, pa.Array) for t in param_types) else UDFKind.SCALAR
+        inputs = list(input_columns) if input_columns is not None else [p.name for p in params]
+        if len(inputs) != len(params):
+            raise UDFDefinitionError(
+                f"UDF '{udf_name}' takes {len(params)} parameters but input_columns names {len(inputs)}: {inputs}"
+            )
+
+    if data_type is None:
+        data_type = _infer_data_type(hints.get("return", inspect.Signature.empty), udf_name)
+    if not isinstance(data_type, pa.DataType):
+        raise UDFDefinitionError(f"UDF '{udf_name}': data_type must be a pyarrow DataType, got {data_type!r}")
+
+    return UDF(
+        func=func,
+        data_type=data_type,
+        kind=kind,
+        input_columns=inputs,
+        name=udf_name,
+        version=version or code_version(func, data_type, kind),
+        stateful=stateful,
+    )
+
+
+def _type_hints(fn: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolvable string annotations: fall back to raw ones
+        return dict(getattr(fn, "__annotations__", {}) or {})
+
+
+def _is_subclass(t: Any, cls: type) -> bool:
+    return inspect.isclass(t) and issubclass(t, cls)
+
+
+def _infer_data_type(annotation: Any, udf_name: str) -> pa.DataType:
+    if isinstance(annotation, pa.DataType):
+        return annotation
+    if annotation in _PY_TYPES:
+        return _PY_TYPES[annotation]
+    raise UDFDefinitionError(
+        f"UDF '{udf_name}': cannot infer the column type from the return annotation {annotation!r}; "
+        "pass data_type=pa.<type>()"
+    )
+
+
+def code_version(func: Any, data_type: pa.DataType, kind: UDFKind) -> str:
+    """A stable hash of the UDF's code: it changes when the code changes, not between runs."""
+    try:
+        code = inspect.getsource(func)
+    except (OSError, TypeError):
+        code = _bytecode_fingerprint(func)
+    h = hashlib.sha256()
+    for part in (code, str(data_type), kind.value):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _bytecode_fingerprint(func: Any) -> str:
+    fns = [func] if not inspect.isclass(func) else [v for _, v in sorted(vars(func).items()) if inspect.isfunction(v)]
+    parts = []
+    for f in fns:
+        code = getattr(f, "__code__", None)
+        if code is not None:
+            parts.append(code.co_code.hex() + repr(code.co_consts) + repr(code.co_names))
+    return "|".join(parts) or repr(func)
+
+
+def _as_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col

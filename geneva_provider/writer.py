@@ -1,0 +1,178 @@
+"""Write+commit stage: turn batch checkpoints into one column file per fragment and commit.
+
+A Lance data file must hold a value for every physical row of its fragment, so the writer
+restores the physical layout from the checkpointed row addresses: deleted rows become
+NULL, rows a ``where`` did not select keep their current value.  Each staged file is
+recorded in a fragment checkpoint before it is committed, so a rerun commits it again
+instead of recomputing it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from geneva_provider.apply import ROWADDR, VALUE, covered_ranges, dataset_at
+from geneva_provider.checkpoint import CheckpointStore, batch_key, fragment_key, open_store
+from geneva_provider.commit import commit_column_files
+from geneva_provider.errors import CheckpointMissingError, CommitError
+from geneva_provider.fragments import datafile_from_json, datafile_to_json
+from geneva_provider.plan import COMPUTE, REUSE, load_plan, missing_ranges
+from geneva_provider.spark import run_tasks
+
+log = logging.getLogger(__name__)
+
+_OFFSET_MASK = pa.scalar(0xFFFFFFFF, pa.uint64())
+
+
+# ---------------------------------------------------------------------- executor side
+def write_fragment(ctx: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """Writes the column file of one fragment from its checkpoints; records a fragment checkpoint."""
+    from lance.file import LanceFileWriter
+    from lance.fragment import DataFile
+
+    fid, rows, prefix = entry["id"], entry["rows"], entry["prefix"]
+    store = open_store(ctx["store_uri"], ctx["storage_options"])
+    ranges = sorted(covered_ranges(store, prefix, fid))
+    gaps = missing_ranges(rows, ranges)
+    if gaps:
+        raise CheckpointMissingError(
+            f"column '{ctx['column']}' of table '{ctx['table']}': fragment {fid} has no checkpoints for rows "
+            f"{gaps} of {rows}; run the apply stage first")
+    parts = [store[batch_key(prefix, fid, s, e)] for s, e in ranges]
+    ds = dataset_at(ctx["table_uri"], ctx["read_version"], ctx["storage_options"])
+    field = ds.schema.field(ctx["column"])
+    physical_rows = entry["physical_rows"]
+    new = pa.concat_tables(parts) if parts else pa.table({ROWADDR: pa.array([], pa.uint64()),
+                                                           VALUE: pa.array([], field.type)})
+    addrs = new.column(ROWADDR).combine_chunks()
+    values = new.column(VALUE).combine_chunks()
+    if ctx["where"]:
+        frag = ds.get_fragment(fid)
+        current = frag.to_table(columns=[ctx["column"]], with_row_address=True)
+        addrs = pa.concat_arrays([current.column(ROWADDR).combine_chunks(), addrs])
+        values = pa.concat_arrays([current.column(ctx["column"]).combine_chunks().cast(field.type), values])
+    full = scatter_to_physical(physical_rows, addrs, values)
+
+    rel = f"{uuid.uuid4().hex}.lance"
+    schema = pa.schema([field.remove_metadata()])
+    with LanceFileWriter(os.path.join(ctx["table_uri"], "data", rel), schema,
+                         version=ctx["data_storage_version"], storage_options=ctx["storage_options"]) as w:
+        w.write_batch(pa.record_batch([full], schema=schema))
+    major, minor = (int(p) for p in ctx["data_storage_version"].split("."))
+    leaves = ctx["output_field_ids"]
+    datafile = DataFile(rel, fields=leaves, column_indices=list(range(len(leaves))),
+                        file_major_version=major, file_minor_version=minor, file_size_bytes=w.size_bytes)
+    doc = {"file": datafile_to_json(datafile), "src_data_files": entry["src_files"],
+           "output_field_ids": leaves, "base_file": entry["base_file"], "rows": rows}
+    store.put_json(fragment_key(ctx["job_prefix"], fid), doc)
+    return {"frag": fid, "file": doc["file"], "rows": rows}
+
+
+def scatter_to_physical(physical_rows: int, addrs: pa.Array, values: pa.Array) -> pa.Array:
+    """Places ``values`` at the physical offsets of ``addrs``; NULL elsewhere.  Later wins on repeats."""
+    offsets = pc.bit_wise_and(addrs, _OFFSET_MASK).to_numpy(zero_copy_only=False).astype(np.int64)
+    if len(offsets) and offsets.max() >= physical_rows:
+        raise ValueError(f"row offset {offsets.max()} beyond the fragment's {physical_rows} physical rows")
+    idx = np.full(physical_rows, -1, dtype=np.int64)
+    # The last occurrence of an offset wins (explicitly: numpy does not order repeated assignments).
+    uniq, first_in_reversed = np.unique(offsets[::-1], return_index=True)
+    idx[uniq] = len(offsets) - 1 - first_in_reversed
+    return values.take(pa.array(idx, mask=idx < 0))
+
+
+def _write_partition(ctx: dict[str, Any], entries: Any) -> Any:
+    for entry in entries:
+        yield write_fragment(ctx, entry)
+
+
+# ---------------------------------------------------------------------- driver side
+def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> dict[str, Any]:
+    """Write+commit stage: one Spark task per computed fragment, a commit every ``commit_granularity``."""
+    plan, store = load_plan(plan_uri, storage_options)
+    t0 = time.perf_counter()
+    to_write = [f for f in plan["fragments"] if f["action"] == COMPUTE]
+    to_commit_now = {f["id"]: f["file"] for f in plan["fragments"] if f["action"] == REUSE}
+    granularity = plan["options"]["commit_granularity"] or max(len(to_write) + len(to_commit_now), 1)
+    ctx = {
+        "table": plan["table"], "table_uri": plan["table_uri"], "read_version": plan["read_version"],
+        "column": plan["column"], "where": plan["where"], "store_uri": plan["store_uri"],
+        "storage_options": storage_options, "job_prefix": plan["job_prefix"],
+        "output_field_ids": plan["output_field_ids"], "data_storage_version": plan["data_storage_version"],
+    }
+    committer = _Committer(plan, storage_options)
+    groups = [to_write[i:i + granularity] for i in range(0, len(to_write), granularity)]
+    log.info("write %s: %d fragments to write in %d groups, %d reused fragments to commit",
+             plan["job_id"], len(to_write), len(groups), len(to_commit_now))
+    if to_commit_now:
+        committer.commit(to_commit_now)
+    if groups:
+        description = f"geneva write {plan['table']}.{plan['column']}"
+        workers = max(1, min(len(groups), plan["options"]["concurrency"]))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="geneva-writer") as pool:
+            futures = {pool.submit(run_tasks, spark, g, partial(_write_partition, ctx), description=description)
+                       for g in groups}
+            while futures:
+                finished, futures = wait(futures, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    results = fut.result()
+                    committer.commit({r["frag"]: r["file"] for r in results})
+    outcome = committer.summary(round(time.perf_counter() - t0, 3))
+    if committer.changed:
+        raise CommitError(
+            f"column '{plan['column']}' of table '{plan['table']}': fragments {sorted(committer.changed)} were "
+            "changed by a concurrent backfill of the same column and were not overwritten; rerun the backfill "
+            "(its checkpoints make the rerun cheap)")
+    return outcome
+
+
+class _Committer:
+    """Commits groups in order on the driver, chaining each commit's version into the next."""
+
+    def __init__(self, plan: dict[str, Any], storage_options: dict[str, str] | None) -> None:
+        self.plan = plan
+        self.storage_options = storage_options
+        self.version = plan["read_version"]
+        self.committed: list[int] = []
+        self.vanished: list[int] = []
+        self.changed: list[int] = []
+        self.rows = {f["id"]: f["rows"] for f in plan["fragments"]}
+        self.retries = 0
+
+    def commit(self, files: dict[int, dict[str, Any]]) -> None:
+        plan = self.plan
+        base = {f["id"]: f["base_file"] for f in plan["fragments"]} if plan["where"] else None
+        outcome = commit_column_files(
+            plan["table_uri"], plan["column"], {fid: datafile_from_json(d) for fid, d in files.items()},
+            self.version, output_field_ids=plan["output_field_ids"], base_files=base,
+            storage_options=self.storage_options)
+        self.version = outcome.version
+        self.committed += outcome.committed
+        self.vanished += outcome.vanished
+        self.changed += outcome.changed
+        self.retries += outcome.retries
+        if outcome.vanished:
+            log.warning("write %s: fragments %s no longer exist (compacted or deleted); their rows were not "
+                        "committed", plan["job_id"], outcome.vanished)
+        log.info("commit %s: version %d, %d fragments (%d rows) committed so far", plan["job_id"], self.version,
+                 len(self.committed), sum(self.rows[f] for f in self.committed))
+
+    def summary(self, seconds: float) -> dict[str, Any]:
+        return {
+            "job_id": self.plan["job_id"],
+            "version": self.version,
+            "fragments_committed": len(self.committed),
+            "rows_committed": sum(self.rows[f] for f in self.committed),
+            "fragments_vanished": sorted(self.vanished),
+            "commit_retries": self.retries,
+            "seconds": seconds,
+        }
