@@ -155,7 +155,7 @@ def dumps_by_value(obj: Any) -> bytes:
         module is not None
         and module_name != "__main__"
         and not module_name.startswith("geneva_provider")
-        and module_name not in cloudpickle.list_registry_pickled_by_value()
+        and module_name not in getattr(cloudpickle.cloudpickle, "_PICKLE_BY_VALUE_MODULES", set())
     ):
         cloudpickle.register_pickle_by_value(module)
         registered = True

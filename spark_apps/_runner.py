@@ -1,0 +1,52 @@
+"""The shared main() of the spark-submit programs: arguments, session, result file, exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+STORAGE_OPTIONS_ENV = "GENEVA_STORAGE_OPTIONS"
+
+
+def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], dict[str, Any]],
+              argv: list[str] | None = None) -> int:
+    """Runs ``stage(plan_uri, spark, storage_options)`` and writes its JSON result.
+
+    Storage options come from the ``GENEVA_STORAGE_OPTIONS`` environment variable (JSON) so
+    that secrets never appear on a command line.  Exit code 0 on success; on failure the
+    reason goes to stderr (and to the result file) and the exit code is 1.
+    """
+    parser = argparse.ArgumentParser(prog=f"geneva-{name}", description=f"Run the geneva {name} stage of a plan")
+    parser.add_argument("--plan-uri", required=True, help="the plan reference returned by the plan stage")
+    parser.add_argument("--result-file", help="where to write the stage's JSON result")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from pyspark.sql import SparkSession
+
+    from geneva_provider.spark import check_versions
+
+    spark = None
+    try:
+        options = json.loads(os.environ.get(STORAGE_OPTIONS_ENV) or "null")
+        spark = SparkSession.builder.appName(f"geneva-{name}").getOrCreate()
+        check_versions(spark)
+        result = {"status": "success", **stage(args.plan_uri, spark, options)}
+        code = 0
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a clear exit code and message
+        traceback.print_exc(file=sys.stderr)
+        result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+        print(f"geneva {name} failed: {result['error']}", file=sys.stderr)
+        code = 1
+    finally:
+        if spark is not None:
+            spark.stop()
+    if args.result_file:
+        with open(args.result_file, "w") as f:
+            json.dump(result, f)
+    return code

@@ -1,0 +1,9 @@
+"""spark-submit program for the apply stage: ``apply.py --plan-uri URI [--result-file PATH]``."""
+
+import sys
+
+from geneva_provider.apply import run_apply
+from geneva_provider.spark_apps._runner import run_stage
+
+if __name__ == "__main__":
+    sys.exit(run_stage("apply", run_apply))

@@ -1,0 +1,94 @@
+"""UDFs and helpers shared by the tests.
+
+Call counting works across Spark's Python workers: each UDF call appends the row's ``x``
+to a per-process file in a directory captured by the UDF's closure.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import geneva_provider as gp
+
+
+def _log_calls(log_dir: str, xs: list[int]) -> None:
+    with open(os.path.join(log_dir, f"{os.getpid()}.log"), "a") as f:
+        f.write("".join(f"{x}\n" for x in xs))
+
+
+def read_calls(log_dir: str | Path) -> list[int]:
+    """Every x value a counting UDF was called on, across all worker processes."""
+    out: list[int] = []
+    for p in Path(log_dir).glob("*.log"):
+        out.extend(int(line) for line in p.read_text().split())
+    return out
+
+
+def clear_calls(log_dir: str | Path) -> None:
+    for p in Path(log_dir).glob("*.log"):
+        p.unlink()
+
+
+def counting_double(log_dir: str, fail_flag: str | None = None, fail_at: int | None = None,
+                    sleep: float = 0.0) -> gp.UDF:
+    """Scalar x*2 that logs each call; raises at x == fail_at while the file fail_flag exists."""
+
+    @gp.udf(data_type=pa.int64(), name="double")
+    def double(x: int) -> int:
+        if fail_flag is not None and x == fail_at and os.path.exists(fail_flag):
+            raise ZeroDivisionError(f"injected failure at x={x}")
+        if sleep:
+            time.sleep(sleep)
+        _log_calls(log_dir, [x])
+        return x * 2
+
+    return double
+
+
+def counting_array_triple(log_dir: str) -> gp.UDF:
+    """Array UDF x*3 that logs the rows it was given."""
+
+    @gp.udf(data_type=pa.int64(), input_columns=["x"])
+    def triple(x: pa.Array) -> pa.Array:
+        _log_calls(log_dir, x.to_pylist())
+        return pc.multiply(x, 3)
+
+    return triple
+
+
+def counting_batch_sum(log_dir: str) -> gp.UDF:
+    """RecordBatch UDF x + id (as float64) that logs the rows it was given."""
+
+    @gp.udf(data_type=pa.float64(), input_columns=["x", "id"])
+    def add_id(batch: pa.RecordBatch) -> pa.Array:
+        _log_calls(log_dir, batch.column("x").to_pylist())
+        return pc.cast(pc.add(batch.column("x"), batch.column("id")), pa.float64())
+
+    return add_id
+
+
+def stateful_offset(log_dir: str) -> gp.UDF:
+    """Stateful UDF: __init__ runs once per worker (logged as -1), then x + 1000 per row."""
+
+    @gp.udf(data_type=pa.int64())
+    class PlusOffset:
+        def __init__(self) -> None:
+            self.offset = 1000
+            with open(os.path.join(log_dir, f"init-{os.getpid()}-{time.time_ns()}.init"), "w"):
+                pass
+
+        def __call__(self, x: int) -> int:
+            return x + self.offset
+
+    return PlusOffset
+
+
+def events_table(n: int, start: int = 0) -> pa.Table:
+    """Rows with id = x = start..start+n-1."""
+    xs = pa.array(range(start, start + n), pa.int64())
+    return pa.table({"id": xs, "x": xs})

@@ -1,0 +1,82 @@
+"""Checkpoint key formats and the two stores."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pyarrow as pa
+import pytest
+
+from geneva_provider.checkpoint import (
+    InMemoryCheckpointStore,
+    LanceCheckpointStore,
+    batch_key,
+    batch_prefix,
+    fragment_key,
+    job_prefix,
+    md5_hex,
+    parse_batch_key,
+    parse_fragment_key,
+    split_key_uri,
+)
+from geneva_provider.plan import missing_ranges, split_range
+
+
+def test_key_format_is_the_documented_one_and_hashes_user_strings():
+    job = job_prefix("my udf/name_x", "0123456789abcdef", "col_with_underscores", "x > 1 AND s = 'a_b'",
+                     "/data/t.lance")
+    prefix = batch_prefix(job, ["a.lance", "b.lance"])
+    key = batch_key(prefix, 12, 0, 5000)
+    assert re.fullmatch(
+        r"udf-[0-9a-f]{16}_ver-0123456789abcdef_col-[0-9a-f]{16}_where-[0-9a-f]{32}_uri-[0-9a-f]{32}"
+        r"_srcfiles-[0-9a-f]{32}_frag-12_range-0-5000", key)
+    assert f"_where-{md5_hex('x > 1 AND s = ' + repr('a_b'))}_" in key
+    for raw in ("my udf", "/", "col_with", "x > 1"):
+        assert raw not in key
+    assert len(key) < 250
+
+
+def test_keys_parse_from_the_right():
+    prefix = "udf-a_ver-b_col-c_where-d_uri-e_srcfiles-f_frag-9_range-1-2"  # a prefix that looks like a key
+    parsed = parse_batch_key(batch_key(prefix, 3, 100, 200))
+    assert (parsed.prefix, parsed.frag_id, parsed.start, parsed.end) == (prefix, 3, 100, 200)
+    assert parse_fragment_key(fragment_key("job_x", 7)) == ("job_x", 7)
+    assert parse_batch_key(fragment_key("job_x", 7)) is None
+
+
+@pytest.mark.parametrize("kind", ["memory", "lance"])
+def test_store_set_get_list_delete(kind, tmp_path):
+    store = InMemoryCheckpointStore() if kind == "memory" else LanceCheckpointStore(str(tmp_path / "ck"))
+    batch = pa.record_batch({"_rowaddr": pa.array([1, 2], pa.uint64()), "value": [10, 20]})
+    store["a_frag-1_range-0-2"] = batch
+    store["a_frag-2_range-0-2"] = batch
+    store["b_frag-1_range-0-2"] = batch
+    assert "a_frag-1_range-0-2" in store and "zzz" not in store
+    assert store["a_frag-1_range-0-2"].to_pydict() == batch.to_pydict()
+    assert store.list_keys("a_") == ["a_frag-1_range-0-2", "a_frag-2_range-0-2"]
+    store.put_json("doc", {"file": "x.lance", "n": [1, 2]})
+    assert store.get_json("doc") == {"file": "x.lance", "n": [1, 2]}
+    store.delete("a_frag-1_range-0-2")
+    assert store.list_keys("a_") == ["a_frag-2_range-0-2"]
+    with pytest.raises(KeyError):
+        store["missing"]
+    with pytest.raises(ValueError, match="invalid checkpoint key"):
+        store["a/b"] = batch
+
+
+def test_lance_store_files_are_one_per_key_with_no_leftovers(tmp_path):
+    store = LanceCheckpointStore(str(tmp_path / "ck"))
+    store["k1"] = pa.table({"value": [1]})
+    store["k1"] = pa.table({"value": [2]})  # overwrite
+    assert sorted(os.listdir(tmp_path / "ck")) == ["k1.lance"]
+    assert store["k1"].column("value").to_pylist() == [2]
+    root, key = split_key_uri(store.key_uri("k1"))
+    assert (root, key) == (str(tmp_path / "ck"), "k1")
+
+
+def test_range_arithmetic():
+    assert missing_ranges(100, []) == [(0, 100)]
+    assert missing_ranges(100, [(0, 10), (20, 30), (25, 40)]) == [(10, 20), (40, 100)]
+    assert missing_ranges(100, [(0, 100)]) == []
+    assert split_range(10, 35, 10) == [(10, 20), (20, 30), (30, 35)]

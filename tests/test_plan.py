@@ -1,0 +1,125 @@
+"""Planning and bad input: errors name the table, column or argument, before Spark starts."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.checkpoint import batch_key
+from geneva_provider.plan import BackfillOptions, load_plan, plan_backfill
+from tests.helpers import events_table
+
+
+@gp.udf(data_type=pa.int64())
+def double(x: int) -> int:
+    return x * 2
+
+
+@pytest.fixture
+def tbl(db):
+    t = db.create_table("events", events_table(10_000), max_rows_per_file=3_000)
+    t.add_columns({"y": double})
+    return t
+
+
+def test_plan_tasks_are_fragment_local_and_bounded(tbl):
+    summary = plan_backfill(tbl, "y", BackfillOptions(task_size=1_000, checkpoint_size=500))
+    plan, _ = load_plan(summary["plan_uri"])
+    assert summary["rows_to_compute"] == 10_000 and summary["tasks"] == 10
+    physical = {f["id"]: f["physical_rows"] for f in plan["fragments"]}
+    assert physical == {0: 3000, 1: 3000, 2: 3000, 3: 1000}
+    for t in plan["tasks"]:
+        assert 0 <= t["start"] < t["end"] <= physical[t["frag"]] and t["end"] - t["start"] <= 1_000
+    covered = sorted((t["frag"], t["start"], t["end"]) for t in plan["tasks"])
+    assert sum(e - s for _, s, e in covered) == 10_000
+    assert set(summary) >= {"job_id", "plan_uri", "rows_to_compute", "tasks", "fragments_reused"}
+
+
+def test_plan_skips_ranges_already_checkpointed(tbl):
+    first, _ = load_plan(plan_backfill(tbl, "y", BackfillOptions(task_size=1_000))["plan_uri"])
+    prefix = next(f["prefix"] for f in first["fragments"] if f["id"] == 1)
+    store = tbl.checkpoint_store
+    store[batch_key(prefix, 1, 0, 1_500)] = pa.table({"_rowaddr": pa.array([], pa.uint64()),
+                                                      "value": pa.array([], pa.int64())})
+    summary = plan_backfill(tbl, "y", BackfillOptions(task_size=1_000))
+    plan, _ = load_plan(summary["plan_uri"])
+    assert summary["rows_to_compute"] == 10_000 - 1_500
+    assert all(t["start"] >= 1_500 for t in plan["tasks"] if t["frag"] == 1)
+    assert summary["rows_reused"] == 1_500
+
+
+def test_plan_counts_filtered_rows(tbl):
+    summary = plan_backfill(tbl, "y", BackfillOptions(where="x < 2500"))
+    assert summary["rows_to_compute"] == 2_500 and summary["fragments_to_compute"] == 1
+
+
+def _unchanged(tbl, version, fn, exc_type, *needles):
+    with pytest.raises(exc_type) as exc:
+        fn()
+    for needle in needles:
+        assert needle in str(exc.value), (needle, str(exc.value))
+    assert tbl.version == version
+    return exc.value
+
+
+def test_bad_backfill_arguments_fail_before_spark(tbl):
+    v = tbl.version
+    _unchanged(tbl, v, lambda: tbl.backfill("nope"), gp.ColumnError, "'nope'", "'events'")
+    _unchanged(tbl, v, lambda: tbl.backfill("x"), gp.ColumnError, "'x'", "not a UDF column")
+    _unchanged(tbl, v, lambda: tbl.backfill("y", where="nosuch > 3"), gp.InvalidArgumentError,
+               "nosuch > 3", "'events'")
+    _unchanged(tbl, v, lambda: tbl.backfill("y", where="x >>> 3"), gp.InvalidArgumentError, "invalid where")
+    for arg in ("checkpoint_size", "min_checkpoint_size", "max_checkpoint_size", "task_size",
+                "commit_granularity", "concurrency"):
+        for bad in (0, -5):
+            _unchanged(tbl, v, lambda arg=arg, bad=bad: tbl.backfill("y", **{arg: bad}), gp.InvalidArgumentError,
+                       arg, "positive")
+    _unchanged(tbl, v, lambda: tbl.backfill("y", min_checkpoint_size=10, max_checkpoint_size=5),
+               gp.InvalidArgumentError, "min_checkpoint_size 10 > max_checkpoint_size 5")
+    assert tbl.checkpoint_store.list_keys("udf-") == []
+
+
+def test_bad_add_columns_fail_and_leave_table_unchanged(tbl):
+    v = tbl.version
+
+    @gp.udf(data_type=pa.int64())
+    def needs_z(z: int) -> int:
+        return z
+
+    _unchanged(tbl, v, lambda: tbl.add_columns({"y": double}), gp.ColumnError, "'y'", "already exists", "'events'")
+    _unchanged(tbl, v, lambda: tbl.add_columns({"w": needs_z}), gp.ColumnError, "'w'", "['z']", "'events'")
+    _unchanged(tbl, v, lambda: tbl.add_columns({"w": (double, ["x", "id"])}), gp.InvalidArgumentError, "'w'")
+    _unchanged(tbl, v, lambda: tbl.add_columns({"w": lambda x: x}), gp.InvalidArgumentError, "'w'", "@udf")
+
+
+def test_missing_udf_input_column_is_reported(tbl):
+    tbl.add_columns({"w": (double, ["id"])})
+    tbl.drop_columns(["id"])
+    v = tbl.version
+    _unchanged(tbl, v, lambda: tbl.backfill("w"), gp.ColumnError, "'w'", "['id']", "'events'")
+
+
+def test_add_columns_is_metadata_only_and_maps_inputs(tbl):
+    files_before = [[f.path for f in fr.metadata.files] for fr in tbl.dataset().get_fragments()]
+    tbl.add_columns({"z": (double, ["id"])})
+    assert [[f.path for f in fr.metadata.files] for fr in tbl.dataset().get_fragments()] == files_before
+    assert tbl.udf_columns()["z"]["input_columns"] == ["id"]
+    assert tbl.to_arrow(["z"]).column("z").null_count == 10_000
+
+
+def test_tables_in_a_database(db):
+    db.create_table("a", events_table(5))
+    db.create_table("b", events_table(5))
+    assert db.table_names() == ["a", "b"]
+    with pytest.raises(gp.InvalidArgumentError, match="'a' already exists"):
+        db.create_table("a", events_table(5))
+    assert db.create_table("a", events_table(7), mode="overwrite").count_rows() == 7
+    db.drop_table("a")
+    assert db.table_names() == ["b"]
+    with pytest.raises(gp.TableNotFoundError, match="'a'"):
+        db.open_table("a")
+    t = db.open_table("b")
+    t.add(events_table(3, start=5))
+    t.delete("x = 0")
+    assert t.count_rows() == 7 and t.to_arrow(["x"]).column("x").to_pylist() == [1, 2, 3, 4, 5, 6, 7]

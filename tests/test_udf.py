@@ -1,0 +1,139 @@
+"""The @udf decorator: kinds, type inference, versions, metadata round trips, output checks."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.udf import UDFCallError, UDFKind, load_udf, udf_column_info
+
+
+def test_scalar_udf_infers_type_and_inputs_from_signature():
+    @gp.udf
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert add.kind is UDFKind.SCALAR
+    assert add.data_type == pa.int64()
+    assert add.input_columns == ["a", "b"]
+    assert add(2, 3) == 5
+    batch = pa.record_batch({"a": [1, 2], "b": [10, 20]})
+    assert add.evaluate(batch, ["a", "b"]).to_pylist() == [11, 22]
+
+
+@pytest.mark.parametrize(("annotation", "expected"), [(float, pa.float64()), (str, pa.string()),
+                                                      (bool, pa.bool_()), (bytes, pa.binary())])
+def test_return_annotation_maps_to_arrow_type(annotation, expected):
+    def f(x: int):
+        return x
+
+    f.__annotations__["return"] = annotation
+    assert gp.udf(f).data_type == expected
+
+
+def test_array_udf_and_batch_udf_kinds():
+    @gp.udf(data_type=pa.int64(), input_columns=["x"])
+    def twice(x: pa.Array) -> pa.Array:
+        return pc.multiply(x, 2)
+
+    @gp.udf(data_type=pa.int64(), input_columns=["x", "y"])
+    def total(batch: pa.RecordBatch) -> pa.Array:
+        return pc.add(batch["x"], batch["y"])
+
+    batch = pa.record_batch({"x": [1, 2, 3], "y": [10, 20, 30]})
+    assert twice.kind is UDFKind.ARRAY
+    assert twice.evaluate(batch, ["x"]).to_pylist() == [2, 4, 6]
+    assert total.kind is UDFKind.BATCH
+    assert total.evaluate(batch, ["x", "y"]).to_pylist() == [11, 22, 33]
+
+
+def test_stateful_class_is_instantiated_once():
+    inits = []
+
+    @gp.udf(data_type=pa.int64())
+    class Offset:
+        def __init__(self):
+            inits.append(1)
+            self.k = 100
+
+        def __call__(self, x: int) -> int:
+            return x + self.k
+
+    assert Offset.stateful and Offset.input_columns == ["x"]
+    batch = pa.record_batch({"x": [1, 2]})
+    assert Offset.evaluate(batch, ["x"]).to_pylist() == [101, 102]
+    assert Offset.evaluate(batch, ["x"]).to_pylist() == [101, 102]
+    assert len(inits) == 1
+
+
+def test_ambiguous_return_type_needs_data_type():
+    with pytest.raises(gp.UDFDefinitionError, match="pass data_type"):
+        @gp.udf
+        def f(x: pa.Array) -> pa.Array:
+            return x
+
+
+def test_input_columns_must_match_parameters():
+    with pytest.raises(gp.UDFDefinitionError, match="takes 1 parameters"):
+        @gp.udf(data_type=pa.int64(), input_columns=["a", "b"])
+        def f(x: int) -> int:
+            return x
+
+
+def test_version_is_stable_and_changes_with_code():
+    def make(body_factor):
+        if body_factor == 2:
+            def f(x: int) -> int:
+                return x * 2
+        else:
+            def f(x: int) -> int:
+                return x * 3
+        return gp.udf(f)
+
+    assert make(2).version == make(2).version
+    assert make(2).version != make(3).version
+    assert len(make(2).version) == 16
+
+
+def test_field_metadata_round_trip_runs_the_function():
+    @gp.udf(data_type=pa.int64())
+    def plus_one(x: int) -> int:
+        return x + 1
+
+    field = plus_one.field("y", ["a"])
+    info = udf_column_info(field.metadata)
+    assert info["name"] == "plus_one" and info["input_columns"] == ["a"] and info["kind"] == "scalar"
+    loaded = load_udf(info["pickle"])
+    assert loaded.version == plus_one.version
+    assert loaded.evaluate(pa.record_batch({"a": [1, 5]}), ["a"]).to_pylist() == [2, 6]
+
+
+def test_output_errors_name_the_problem():
+    @gp.udf(data_type=pa.int64(), input_columns=["x"])
+    def wrong_type(x: pa.Array) -> pa.Array:
+        return pc.cast(x, pa.string())
+
+    @gp.udf(data_type=pa.int64(), input_columns=["x"])
+    def wrong_length(x: pa.Array) -> pa.Array:
+        return x.slice(1)
+
+    @gp.udf(data_type=pa.int64())
+    def not_an_int(x: int) -> int:
+        return "seven"
+
+    @gp.udf(data_type=pa.int64())
+    def raises(x: int) -> int:
+        return 1 // (x - 2)
+
+    batch = pa.record_batch({"x": pa.array([1, 2, 3], pa.int64())})
+    with pytest.raises(UDFCallError, match="type string, expected the declared type int64"):
+        wrong_type.evaluate(batch, ["x"])
+    with pytest.raises(UDFCallError, match="returned 2 values for 3 input rows"):
+        wrong_length.evaluate(batch, ["x"])
+    with pytest.raises(UDFCallError, match="do not convert to the declared type int64"):
+        not_an_int.evaluate(batch, ["x"])
+    with pytest.raises(UDFCallError) as exc:
+        raises.evaluate(batch, ["x"])
+    assert exc.value.index == 1 and isinstance(exc.value.original, ZeroDivisionError)
