@@ -142,7 +142,8 @@ def plan_backfill(
         out_file = column_file(meta, out_leaves)
         entry: dict[str, Any] = {"id": fid, "physical_rows": frag.physical_rows, "src_files": src_files,
                                  "base_file": out_file}
-        decision = _fragment_checkpoint_decision(store, job, fid, src_files, out_leaves, out_file, where)
+        decision = _fragment_checkpoint_decision(store, job, fid, src_files, out_leaves, info["column_uid"],
+                                                 out_file, where)
         if decision is not None:
             entry.update(decision)
             rows_reused += entry["rows"]
@@ -187,6 +188,7 @@ def plan_backfill(
         "where": where,
         "read_version": ds.version,
         "output_field_ids": out_leaves,
+        "column_uid": info["column_uid"],
         "data_storage_version": str(ds.data_storage_version),
         "store_uri": store.uri,
         "job_prefix": job,
@@ -289,6 +291,7 @@ def _fragment_checkpoint_decision(
     fid: int,
     src_files: list[str],
     out_leaves: list[int],
+    column_uid: str,
     out_file: str | None,
     where: str | None,
 ) -> dict[str, Any] | None:
@@ -297,7 +300,8 @@ def _fragment_checkpoint_decision(
     if key not in store:
         return None
     doc = store.get_json(key)
-    if doc["output_field_ids"] != out_leaves or doc["src_data_files"] != src_files:
+    if (doc["output_field_ids"] != out_leaves or doc.get("column_uid") != column_uid
+            or doc["src_data_files"] != src_files):
         return None
     staged = doc["file"]["path"]
     if out_file == staged:

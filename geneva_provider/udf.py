@@ -14,6 +14,7 @@ import inspect
 import json
 import sys
 import typing
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -31,6 +32,7 @@ META_KIND = META_PREFIX + "kind"
 META_INPUTS = META_PREFIX + "input_columns"
 META_PICKLE = META_PREFIX + "pickle"
 META_PICKLER = META_PREFIX + "pickler"
+META_COLUMN_UID = META_PREFIX + "column_uid"
 
 _PY_TYPES: dict[Any, pa.DataType] = {
     int: pa.int64(),
@@ -130,8 +132,13 @@ class UDF:
 
     # ------------------------------------------------------------------ metadata
     def to_field_metadata(self, input_columns: Sequence[str] | None) -> dict[str, str]:
-        """The field metadata that makes a column a UDF column (str -> str, as Lance wants)."""
+        """The field metadata that makes a column a UDF column (str -> str, as Lance wants).
+
+        ``column_uid`` names this incarnation of the column: Lance may give a dropped and
+        re-added column the same field id, and its old staged files must not be reused.
+        """
         return {
+            META_COLUMN_UID: uuid.uuid4().hex,
             META_NAME: self.name,
             META_VERSION: self.version,
             META_KIND: self.kind.value,
@@ -178,6 +185,7 @@ def udf_column_info(field_metadata: dict[Any, Any] | None) -> dict[str, Any] | N
         "kind": md[META_KIND],
         "input_columns": json.loads(md[META_INPUTS]),
         "pickle": md[META_PICKLE],
+        "column_uid": md.get(META_COLUMN_UID, ""),
     }
 
 

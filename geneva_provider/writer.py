@@ -73,7 +73,7 @@ def write_fragment(ctx: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]
     datafile = DataFile(rel, fields=leaves, column_indices=list(range(len(leaves))),
                         file_major_version=major, file_minor_version=minor, file_size_bytes=w.size_bytes)
     doc = {"file": datafile_to_json(datafile), "src_data_files": entry["src_files"],
-           "output_field_ids": leaves, "base_file": entry["base_file"], "rows": rows}
+           "output_field_ids": leaves, "column_uid": ctx["column_uid"], "base_file": entry["base_file"], "rows": rows}
     store.put_json(fragment_key(ctx["job_prefix"], fid), doc)
     return {"frag": fid, "file": doc["file"], "rows": rows}
 
@@ -107,7 +107,8 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
         "table": plan["table"], "table_uri": plan["table_uri"], "read_version": plan["read_version"],
         "column": plan["column"], "where": plan["where"], "store_uri": plan["store_uri"],
         "storage_options": storage_options, "job_prefix": plan["job_prefix"],
-        "output_field_ids": plan["output_field_ids"], "data_storage_version": plan["data_storage_version"],
+        "output_field_ids": plan["output_field_ids"], "column_uid": plan["column_uid"],
+        "data_storage_version": plan["data_storage_version"],
     }
     committer = _Committer(plan, storage_options)
     groups = [to_write[i:i + granularity] for i in range(0, len(to_write), granularity)]

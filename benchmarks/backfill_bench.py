@@ -1,0 +1,437 @@
+"""Backfill benchmark: what a Spark backfill costs next to doing the same work in one process.
+
+Why this exists: ``Table.backfill`` pays for Spark (task scheduling, Python workers) and for
+checkpointing every range before it writes and commits.  These figures answer three questions,
+on one machine in one run:
+
+1. Overhead on cheap work: a vectorised x*2 over 10M rows (20 fragments) through ``tbl.backfill``
+   on a warm ``local[2]`` session, against pylance's single-process ``add_columns`` with a
+   ``batch_udf``.  Target: backfill at most 5x slower.
+2. Parallel gain on expensive work: a pure-Python scalar UDF costing ~200 us per row over 100k
+   rows, against a plain Python loop in one process.  Target: speedup of at least 1.8x on 2 cores.
+3. Driver memory stays flat: the Python driver's peak RSS for a 10M-row backfill is within 20% of
+   a 1M-row one (no table data passes through the driver).  Each run is a fresh subprocess so
+   ``ru_maxrss`` is per run; it counts the Python driver only, not the JVM or the Python workers.
+
+Run ``python benchmarks/backfill_bench.py`` (``--quick`` for a smoke run with 10x smaller sizes).
+This prints figures; it is not a test and asserts nothing beyond the correctness of the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import geneva_provider as gp
+from geneva_provider.spark import local_session
+
+MASTER = "local[2]"
+SPARK_CONF = {"spark.ui.showConsoleProgress": "false"}
+TARGET_UDF_SECONDS = 200e-6
+VEC_RATIO_TARGET = 5.0
+SCALAR_SPEEDUP_TARGET = 1.8
+MEMORY_GROWTH_TARGET = 0.20
+OTHER_LOAD_WARNING = 0.25  # cores used by other processes during a timed phase
+RESULT_MARK = "DRIVER_MEMORY_RESULT "
+
+log = logging.getLogger("backfill_bench")
+
+
+# ---------------------------------------------------------------------- UDFs
+@gp.udf(data_type=pa.int64(), input_columns=["x"])
+def double_vec(x: pa.Array) -> pa.Array:
+    """The cheap, vectorised (array) UDF."""
+    return pc.multiply(x, 2)
+
+
+def burn(x: int, iters: int) -> int:
+    """Pure-Python busy work: ``iters`` rounds of integer arithmetic, deterministic in ``x``."""
+    acc = x
+    for i in range(iters):
+        acc = (acc * 31 + i) % 1_000_003
+    return acc
+
+
+def make_burn_udf(iters: int) -> gp.UDF:
+    """A scalar UDF calling :func:`burn` with a calibrated ``iters`` (captured by value when pickled)."""
+
+    def burn_row(x: int) -> int:
+        return burn(x, iters)
+
+    return gp.udf(burn_row, data_type=pa.int64(), input_columns=["x"])
+
+
+def calibrate(target_seconds: float) -> tuple[int, float]:
+    """Iterations of :func:`burn` that take ``target_seconds`` per call, and the measured per-call cost."""
+
+    def per_call(iters: int, calls: int) -> float:
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            for x in range(calls):
+                burn(x, iters)
+            best = min(best, (time.perf_counter() - t) / calls)
+        return best
+
+    probe = 2_000
+    iters = max(1, round(probe * target_seconds / per_call(probe, 100)))
+    return iters, per_call(iters, 500)
+
+
+# ---------------------------------------------------------------------- measuring
+@dataclass
+class Timing:
+    """One timed call, with how busy the rest of the machine was meanwhile (Linux /proc; else None)."""
+
+    wall: float
+    cpu: float  # this Python process
+    tree_cpu: float | None = None  # this process and its descendants: the JVM and the Python workers
+    other_cores: float | None = None  # average cores used by every other process on the machine
+    steal_pct: float | None = None  # share of the machine's CPU time the hypervisor gave to other guests
+
+    def load_text(self) -> str:
+        if self.other_cores is None:
+            return "n/a"
+        return f"others {self.other_cores:.2f} cores, steal {self.steal_pct:.0f}%"
+
+
+def _machine_jiffies() -> tuple[int, int, int]:
+    """(busy, steal, total) CPU jiffies of the whole machine since boot."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+    busy = user + nice + system + irq + softirq  # guest time is already inside user
+    return busy, steal, busy + idle + iowait + steal
+
+
+def _tree_jiffies(root: int) -> int:
+    """CPU jiffies of ``root`` and its live descendants, including their reaped children."""
+    stats: dict[int, tuple[int, int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15), 0-based here.
+        stats[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0))[1]
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, Timing]:
+    """Runs ``fn``; returns its result and a :class:`Timing`."""
+    try:
+        m0, t0 = _machine_jiffies(), _tree_jiffies(os.getpid())
+    except (OSError, ValueError):
+        m0 = t0 = None
+    c, t = time.process_time(), time.perf_counter()
+    out = fn()
+    timing = Timing(wall=time.perf_counter() - t, cpu=time.process_time() - c)
+    if m0 is not None and t0 is not None:
+        m1, t1 = _machine_jiffies(), _tree_jiffies(os.getpid())
+        hz = os.sysconf("SC_CLK_TCK")
+        tree = (t1 - t0) / hz
+        timing.tree_cpu = tree
+        timing.other_cores = max(0.0, ((m1[0] - m0[0]) / hz - tree) / timing.wall)
+        timing.steal_pct = 100.0 * (m1[1] - m0[1]) / max(1, m1[2] - m0[2])
+    return out, timing
+
+
+# ---------------------------------------------------------------------- report
+@dataclass
+class Report:
+    """Figures (name, value, unit) and target checks, printed as tables at the end."""
+
+    figures: list[tuple[str, str, str]] = field(default_factory=list)
+    checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    busiest: tuple[float, str] | None = None  # the most other-process load seen during a timing
+
+    def add(self, name: str, value: float | int | str, unit: str = "", fmt: str = ".3f") -> None:
+        text = format(value, fmt) if isinstance(value, float) else (f"{value:,}" if isinstance(value, int) else value)
+        self.figures.append((name, text, unit))
+        print(f"  {name}: {text} {unit}".rstrip(), flush=True)
+
+    def add_timing(self, name: str, timing: Timing) -> None:
+        """The wall time, plus the load other processes put on the machine meanwhile."""
+        self.add(f"{name} wall", timing.wall, "s")
+        self.add(f"{name} machine load", timing.load_text())
+        if timing.other_cores is not None and (self.busiest is None or timing.other_cores > self.busiest[0]):
+            self.busiest = (timing.other_cores, name)
+
+    def check(self, name: str, ok: bool, detail: str) -> None:
+        self.checks.append((name, ok, detail))
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def print(self) -> None:
+        if self.busiest is not None and self.busiest[0] >= OTHER_LOAD_WARNING:
+            self.note(f"LOAD: other processes used up to {self.busiest[0]:.2f} of {os.cpu_count()} cores during a "
+                      f"timed phase ({self.busiest[1]}); timings under such load are distorted.")
+        w_name = max(len(n) for n, _, _ in self.figures)
+        w_val = max(len(v) for _, v, _ in self.figures)
+        print("\n" + "=" * 100)
+        print("FIGURES")
+        print("-" * 100)
+        for name, value, unit in self.figures:
+            print(f"{name:<{w_name}}  {value:>{w_val}}  {unit}".rstrip())
+        print("-" * 100)
+        print("TARGETS")
+        for name, ok, detail in self.checks:
+            print(f"{'PASS' if ok else 'MISS'}  {name}: {detail}")
+        if self.notes:
+            print("-" * 100)
+            print("NOTES")
+            for text in self.notes:
+                print(f"- {text}")
+        print("=" * 100, flush=True)
+
+
+def int_table(rows: int) -> pa.Table:
+    return pa.table({"x": np.arange(rows, dtype=np.int64)})
+
+
+def new_session() -> Any:
+    spark = local_session(MASTER, app_name="geneva-bench", conf=SPARK_CONF)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def fmt_stages(seconds: dict[str, float]) -> str:
+    return "s (" + ", ".join(f"{k} {v:.2f}" for k, v in seconds.items() if k != "total") + ")"
+
+
+def loadavg() -> str:
+    return " / ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+# ---------------------------------------------------------------------- benchmark parts
+def warm_up(db: gp.Connection, spark: Any, report: Report) -> None:
+    """A tiny backfill over 2 fragments, so the JVM, both Python workers and their imports are warm."""
+    tbl = db.create_table("warmup", int_table(2_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": double_vec})
+    _, t = timed(lambda: tbl.backfill("y", spark=spark))
+    report.add_timing("warm-up backfill (2k rows, 2 fragments)", t)
+
+
+def vectorised(db: gp.Connection, spark: Any, rows: int, frag_rows: int, report: Report) -> None:
+    """Part 1: cheap array UDF, tbl.backfill vs pylance add_columns(batch_udf) in one process."""
+    data = int_table(rows)
+    fragments = -(-rows // frag_rows)
+    print(f"\n[vectorised x*2] {rows:,} rows in {fragments} fragments", flush=True)
+    tbl = db.create_table("vec", data, max_rows_per_file=frag_rows)
+    copy = db.create_table("vec_lance", data, max_rows_per_file=frag_rows)
+    del data
+    tbl.add_columns({"y": double_vec})
+
+    @lance.batch_udf(output_schema=pa.schema([pa.field("y2", pa.int64())]))
+    def lance_double(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.record_batch([pc.multiply(batch.column("x"), 2)], names=["y2"])
+
+    ds = lance.dataset(copy.uri)
+    _, lt = timed(lambda: ds.add_columns(lance_double, read_columns=["x"]))
+    res, bt = timed(lambda: tbl.backfill("y", spark=spark))
+
+    got = tbl.to_arrow(columns=["x", "y"])
+    ok = (got.num_rows == rows and res.rows_computed == rows and got.column("y").null_count == 0
+          and pc.all(pc.equal(got.column("y"), pc.multiply(got.column("x"), 2))).as_py())
+    del got
+    ref = lance.dataset(copy.uri).to_table(columns=["x", "y2"])
+    lance_ok = ref.num_rows == rows and pc.all(pc.equal(ref.column("y2"), pc.multiply(ref.column("x"), 2))).as_py()
+    del ref
+    if not (ok and lance_ok):
+        raise SystemExit(f"vectorised backfill gave wrong results (geneva ok={ok}, lance ok={lance_ok})")
+
+    ratio = bt.wall / lt.wall
+    label = f"vec {rows:,} rows"
+    report.add_timing(f"{label}: pylance add_columns", lt)
+    report.add(f"{label}: pylance add_columns CPU (one process)", lt.cpu, "s")
+    report.add_timing(f"{label}: tbl.backfill ({MASTER}, warm)", bt)
+    report.add(f"{label}: tbl.backfill stage seconds", res.seconds.get("total", 0.0), fmt_stages(res.seconds))
+    if bt.tree_cpu is not None:
+        report.add(f"{label}: tbl.backfill CPU (driver + JVM + workers)", bt.tree_cpu, "s")
+    report.add(f"{label}: pylance throughput", rows / lt.wall / 1e6, "M rows/s", ".2f")
+    report.add(f"{label}: backfill throughput", rows / bt.wall / 1e6, "M rows/s", ".2f")
+    report.add(f"{label}: result check (y == 2*x, all rows, no NULLs)", "OK")
+    report.add(f"{label}: ratio backfill / pylance", ratio, "x", ".2f")
+    report.check(f"vectorised {rows:,} rows: backfill / pylance add_columns <= {VEC_RATIO_TARGET:g}",
+                 ratio <= VEC_RATIO_TARGET, f"{ratio:.2f}x ({bt.wall:.2f} s vs {lt.wall:.2f} s)")
+
+
+def scalar(db: gp.Connection, spark: Any, rows: int, fragments: int, report: Report) -> None:
+    """Part 2: ~200 us/row pure-Python scalar UDF, tbl.backfill vs a single-process loop."""
+    iters, per_call = calibrate(TARGET_UDF_SECONDS)
+    report.add("scalar UDF: busy-loop iterations per call", iters)
+    report.add("scalar UDF: measured cost per call (driver process)", per_call * 1e6, "us", ".1f")
+    frag_rows = -(-rows // fragments)
+    # ~4 tasks per core: balances the 2 slots even when a task lands on a busier core, while
+    # each task still runs for seconds.  Checkpoints of ~1 s of UDF work keep their I/O negligible.
+    task_size = max(1, -(-rows // 8))
+    checkpoint_size = min(5_000, task_size)
+    print(f"\n[scalar ~{per_call * 1e6:.0f} us/row] {rows:,} rows in {fragments} fragments, "
+          f"task_size={task_size:,}, checkpoint_size={checkpoint_size:,}", flush=True)
+    tbl = db.create_table("scalar", int_table(rows), max_rows_per_file=frag_rows)
+    fn = make_burn_udf(iters)
+    tbl.add_columns({"y": fn})
+
+    def single_process() -> pa.Array:
+        xs = lance.dataset(tbl.uri).to_table(columns=["x"]).column("x").to_pylist()
+        return pa.array([fn.func(x) for x in xs], pa.int64())
+
+    expected, st = timed(single_process)
+    res, bt = timed(lambda: tbl.backfill("y", spark=spark, task_size=task_size, checkpoint_size=checkpoint_size))
+    got = tbl.to_arrow(columns=["y"]).column("y").combine_chunks()
+    if res.rows_computed != rows or not got.equals(expected):
+        raise SystemExit("scalar backfill gave wrong results (differs from the single-process loop)")
+
+    speedup = st.wall / bt.wall
+    label = f"scalar {rows:,} rows"
+    report.add(f"{label}: task_size / checkpoint_size", f"{task_size:,} / {checkpoint_size:,}", "rows")
+    report.add_timing(f"{label}: single-process loop", st)
+    report.add(f"{label}: single-process loop CPU", st.cpu, "s")
+    report.add_timing(f"{label}: tbl.backfill ({MASTER}, warm)", bt)
+    report.add(f"{label}: tbl.backfill stage seconds", res.seconds.get("total", 0.0), fmt_stages(res.seconds))
+    if bt.tree_cpu is not None:
+        report.add(f"{label}: tbl.backfill CPU (driver + JVM + workers)", bt.tree_cpu, "s")
+    report.add(f"{label}: ideal backfill wall (loop wall / 2 cores)", st.wall / 2, "s")
+    report.add(f"{label}: result check (equals single-process loop)", "OK")
+    report.add(f"{label}: speedup loop / backfill", speedup, "x", ".2f")
+    report.check(f"scalar {rows:,} rows: speedup >= {SCALAR_SPEEDUP_TARGET:g}x", speedup >= SCALAR_SPEEDUP_TARGET,
+                 f"{speedup:.2f}x ({st.wall:.2f} s vs {bt.wall:.2f} s)")
+
+
+def driver_memory(db: gp.Connection, small: int, large: int, frag_rows: int, report: Report) -> None:
+    """Part 3: peak RSS of the Python driver, each backfill in a fresh subprocess with its own session."""
+    print(f"\n[driver memory] {small:,} vs {large:,} rows, fresh driver process each", flush=True)
+    runs = {}
+    for rows in (small, large):
+        name = f"mem_{rows}"
+        tbl = db.create_table(name, int_table(rows), max_rows_per_file=frag_rows)
+        tbl.add_columns({"y": double_vec})
+        cmd = [sys.executable, os.path.abspath(__file__), "--driver-memory-run", name, "--db", db.uri]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_MARK)]
+        if proc.returncode != 0 or not lines:
+            sys.stderr.write(proc.stdout + proc.stderr)
+            raise SystemExit(f"driver-memory run for {rows:,} rows failed (exit code {proc.returncode})")
+        run = json.loads(lines[-1][len(RESULT_MARK):])
+        got = tbl.to_arrow(columns=["x", "y"])
+        if run["rows_computed"] != rows or got.column("y").null_count or not pc.all(
+                pc.equal(got.column("y"), pc.multiply(got.column("x"), 2))).as_py():
+            raise SystemExit(f"driver-memory run for {rows:,} rows gave wrong results")
+        del got
+        runs[rows] = run
+        label = f"mem {rows:,} rows ({-(-rows // frag_rows)} fragments)"
+        report.add(f"{label}: Python driver RSS before backfill (session up)", run["rss_before_kib"] / 1024,
+                   "MiB", ".1f")
+        report.add(f"{label}: Python driver peak RSS (ru_maxrss)", run["rss_peak_kib"] / 1024, "MiB", ".1f")
+        if run["jvm_peak_kib"] is not None:
+            report.add(f"{label}: JVM peak RSS (VmHWM, info only)", run["jvm_peak_kib"] / 1024, "MiB", ".1f")
+        report.add_timing(f"{label}: backfill (fresh session)", Timing(**run["timing"]))
+    growth = runs[large]["rss_peak_kib"] / runs[small]["rss_peak_kib"] - 1
+    report.add("mem: driver peak RSS growth, large vs small", growth * 100, "%", "+.1f")
+    report.note("Driver memory: ru_maxrss counts the Python driver process only; the Spark JVM and the Python "
+                "workers are separate processes (the JVM's VmHWM is shown for information).")
+    report.check(f"driver peak RSS {large:,} rows within {MEMORY_GROWTH_TARGET:.0%} of {small:,} rows",
+                 abs(growth) <= MEMORY_GROWTH_TARGET,
+                 f"{growth * 100:+.1f}% ({runs[large]['rss_peak_kib'] / 1024:.1f} MiB vs "
+                 f"{runs[small]['rss_peak_kib'] / 1024:.1f} MiB, Python driver process only)")
+
+
+def driver_memory_run(db_uri: str, name: str) -> None:
+    """Child mode: backfill one prepared table on a new session; print the peak RSS figures as JSON."""
+    spark = new_session()
+    try:
+        tbl = gp.connect(db_uri).open_table(name)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        res, t = timed(lambda: tbl.backfill("y", spark=spark))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out = {"rows_computed": res.rows_computed, "timing": asdict(t), "rss_before_kib": before,
+               "rss_peak_kib": peak, "jvm_peak_kib": jvm_peak_kib(spark)}
+    finally:
+        spark.stop()
+    print(RESULT_MARK + json.dumps(out), flush=True)
+
+
+def jvm_peak_kib(spark: Any) -> int | None:
+    """The Spark JVM's peak RSS (VmHWM) from /proc, or None where that is unavailable."""
+    try:
+        pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except Exception:  # an informational figure only: never fail the run for it
+        return None
+    return None
+
+
+# ---------------------------------------------------------------------- main
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1M / 10k rows instead of 10M / 100k")
+    parser.add_argument("--driver-memory-run", metavar="TABLE", help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    if args.driver_memory_run:
+        driver_memory_run(args.db, args.driver_memory_run)
+        return
+
+    vec_rows = 1_000_000 if args.quick else 10_000_000
+    vec_frag_rows = vec_rows // 20
+    scalar_rows = 10_000 if args.quick else 100_000
+    report = Report()
+    print(f"backfill benchmark{' (--quick)' if args.quick else ''}: {os.cpu_count()} CPUs, master {MASTER}, "
+          f"pyspark {__import__('pyspark').__version__}, pylance {lance.__version__}", flush=True)
+    report.add("load average (1/5/15 min) at start", loadavg())
+    tmp = tempfile.mkdtemp(prefix="geneva-bench-")
+    spark = None
+    try:
+        db = gp.connect(tmp)
+        spark, t = timed(new_session)
+        report.add_timing(f"session start: local_session('{MASTER}')", t)
+        warm_up(db, spark, report)
+        vectorised(db, spark, vec_rows, vec_frag_rows, report)
+        scalar(db, spark, scalar_rows, 4, report)
+        spark.stop()
+        spark = None
+        driver_memory(db, vec_rows // 10, vec_rows, vec_frag_rows, report)
+    finally:
+        if spark is not None:
+            spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    report.add("load average (1/5/15 min) at end", loadavg())
+    report.print()
+
+
+if __name__ == "__main__":
+    main()

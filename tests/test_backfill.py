@@ -1,0 +1,277 @@
+"""Backfills on real Lance tables with a real local[2] Spark session."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.apply import ROWADDR, run_apply
+from geneva_provider.backfill import verify_backfill
+from geneva_provider.plan import BackfillOptions, load_plan, plan_backfill
+from geneva_provider.writer import run_write_commit
+from tests.helpers import (
+    clear_calls,
+    counting_array_triple,
+    counting_batch_sum,
+    counting_double,
+    events_table,
+    read_calls,
+    stateful_offset,
+)
+
+
+def data_files(tbl) -> dict[int, list[str]]:
+    return {f.fragment_id: sorted(df.path for df in f.metadata.files) for f in tbl.dataset().get_fragments()}
+
+
+def column(tbl, name, filter=None) -> dict[int, object]:
+    t = tbl.to_arrow(["x", name], filter=filter)
+    return dict(zip(t.column("x").to_pylist(), t.column(name).to_pylist(), strict=True))
+
+
+@pytest.fixture
+def big(db):
+    """100k rows in 7 fragments, with deletes in fragments 1 and 4."""
+    tbl = db.create_table("events", events_table(100_000), max_rows_per_file=15_000)
+    tbl.delete("(x >= 15000 AND x < 15500) OR (x >= 60000 AND x < 61000 AND x % 3 = 0)")
+    return tbl
+
+
+def test_backfill_every_udf_kind_on_a_table_with_deletes(big, spark, tmp_path):
+    assert len(big.dataset().get_fragments()) >= 6
+    deleted = set(range(15000, 15500)) | {x for x in range(60000, 61000) if x % 3 == 0}
+    live = [x for x in range(100_000) if x not in deleted]
+    dirs = {k: tmp_path / k for k in ("scalar", "array", "batch", "stateful")}
+    for d in dirs.values():
+        d.mkdir()
+    big.add_columns({
+        "y": counting_double(str(dirs["scalar"])),
+        "t": counting_array_triple(str(dirs["array"])),
+        "s": counting_batch_sum(str(dirs["batch"])),
+        "o": stateful_offset(str(dirs["stateful"])),
+    })
+    results = {c: big.backfill(c, spark=spark, checkpoint_size=4_000) for c in ("y", "t", "s", "o")}
+
+    ds = big.dataset()
+    ds.validate()
+    assert ds.count_rows() == len(live)
+    got = big.to_arrow(["x", "y", "t", "s", "o"]).to_pydict()
+    assert got["x"] == live
+    assert got["y"] == [2 * x for x in live]
+    assert got["t"] == [3 * x for x in live]
+    assert got["s"] == [float(2 * x) for x in live]
+    assert got["o"] == [x + 1000 for x in live]
+    # The UDFs ran on live rows only, each exactly once.
+    for kind in ("scalar", "array", "batch"):
+        assert sorted(read_calls(dirs[kind])) == live, kind
+    # A stateful UDF is built once per worker process, not per batch (2 slots -> at most a few).
+    assert 1 <= len(list(dirs["stateful"].glob("*.init"))) <= 4
+    for res in results.values():
+        assert res.rows_computed == len(live) and res.rows_reused == 0
+        assert res.fragments_committed == len(ds.get_fragments())
+    assert ds.count_rows(filter="x >= 15000 AND x < 15500") == 0
+
+
+def test_incremental_backfill_computes_only_appended_rows(db, spark, call_dir):
+    tbl = db.create_table("events", events_table(30_000), max_rows_per_file=10_000)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    first = tbl.backfill("y", spark=spark)
+    assert first.rows_computed == 30_000
+    old_files = data_files(tbl)
+    clear_calls(call_dir)
+
+    tbl.add(events_table(10_000, start=30_000))
+    tbl.add(events_table(5_000, start=40_000))
+    assert len(tbl.dataset().get_fragments()) == 5
+    second = tbl.backfill("y", spark=spark)
+
+    new_calls = read_calls(call_dir)
+    assert sorted(new_calls) == list(range(30_000, 45_000))
+    assert second.rows_computed == 15_000 and second.rows_reused == 30_000
+    files_after = data_files(tbl)
+    for fid, files in old_files.items():
+        assert files_after[fid] == files, f"fragment {fid} was rewritten"
+    assert column(tbl, "y") == {x: 2 * x for x in range(45_000)}
+    tbl.dataset().validate()
+
+    third = tbl.backfill("y", spark=spark)
+    assert third.rows_computed == 0 and data_files(tbl) == files_after
+
+
+def test_where_backfills_keep_earlier_values_and_skip_unselected_rows(db, spark, call_dir, tmp_path):
+    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=6_000)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    res = tbl.backfill("y", where="x % 2 = 0", spark=spark)
+    assert res.rows_computed == 10_000
+    assert sorted(read_calls(call_dir)) == list(range(0, 20_000, 2))
+    assert column(tbl, "y") == {x: (2 * x if x % 2 == 0 else None) for x in range(20_000)}
+
+    clear_calls(call_dir)
+    res = tbl.backfill("y", where="x % 2 = 1", spark=spark)
+    assert res.rows_computed == 10_000
+    assert sorted(read_calls(call_dir)) == list(range(1, 20_000, 2))
+    assert column(tbl, "y") == {x: 2 * x for x in range(20_000)}
+    tbl.dataset().validate()
+
+
+def test_rerun_after_udf_failure_computes_only_missing_ranges(db, spark, call_dir, tmp_path):
+    flag = tmp_path / "fail"
+    flag.touch()
+    tbl = db.create_table("events", events_table(24_000), max_rows_per_file=12_000)
+    tbl.add_columns({"y": counting_double(call_dir, fail_flag=str(flag), fail_at=7_500)})
+    v = tbl.version
+    with pytest.raises(gp.UDFExecutionError) as exc:
+        tbl.backfill("y", spark=spark, checkpoint_size=1_000, task_size=12_000)
+    msg = str(exc.value)
+    for needle in ("UDF 'double'", "column 'y'", "table 'events'", "fragment 0", "row address 7500",
+                   "ZeroDivisionError", "injected failure at x=7500"):
+        assert needle in msg
+    assert tbl.version == v and tbl.to_arrow(["y"]).column("y").null_count == 24_000
+
+    store = tbl.checkpoint_store
+    checkpointed = set()
+    for key in store.list_keys("udf-"):
+        if "_range-" in key:
+            checkpointed.update((a & 0xFFFFFFFF) + (a >> 32) * 12_000 for a in store[key].column(ROWADDR).to_pylist())
+    assert set(range(7_000)) <= checkpointed and 7_500 not in checkpointed
+    clear_calls(call_dir)
+    flag.unlink()
+    res = tbl.backfill("y", spark=spark, checkpoint_size=1_000, task_size=12_000)
+    rerun = read_calls(call_dir)
+    assert not set(rerun) & checkpointed
+    assert sorted(rerun) == sorted(set(range(24_000)) - checkpointed)
+    assert res.rows_computed == len(rerun) and res.rows_reused == len(checkpointed)
+    assert column(tbl, "y") == {x: 2 * x for x in range(24_000)}
+    tbl.dataset().validate()
+
+
+def test_dropped_and_readded_column_does_not_reuse_old_fragment_files(db, spark, call_dir):
+    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=10_000)
+    double = counting_double(call_dir)
+    tbl.add_columns({"y": double})
+    tbl.backfill("y", spark=spark)
+    old_id = tbl.dataset().lance_schema.field("y").id()
+    tbl.drop_columns(["y"])
+    tbl.add_columns({"y": double})
+    # Lance hands the highest field id out again once its column is dropped: the column uid,
+    # not the field id, is what tells the old staged files apart.
+    assert tbl.dataset().lance_schema.field("y").id() == old_id
+
+    summary = plan_backfill(tbl, "y")
+    assert summary["fragments_reused"] == 0 and summary["fragments_done"] == 0
+    res = tbl.backfill("y", spark=spark)
+    assert res.fragments_committed == 2 and res.fragments_reused == 0
+    # Batch checkpoints are keyed by the inputs, so they may be (and are) reused.
+    assert res.rows_computed == 0 and len(read_calls(call_dir)) == 20_000
+    assert column(tbl, "y") == {x: 2 * x for x in range(20_000)}
+    tbl.dataset().validate()
+
+
+def test_two_columns_planned_together_with_interleaved_commits(db, spark, call_dir):
+    tbl = db.create_table("events", events_table(30_000), max_rows_per_file=5_000)
+
+    @gp.udf(data_type=pa.int64(), input_columns=["x"])
+    def negate(x: pa.Array) -> pa.Array:
+        return pc.negate(x)
+
+    tbl.add_columns({"y": counting_double(call_dir), "z": negate})
+    opts = BackfillOptions(commit_granularity=1)
+    plans = [plan_backfill(tbl, c, opts)["plan_uri"] for c in ("y", "z")]
+    assert len({load_plan(p)[0]["read_version"] for p in plans}) == 1
+    for p in plans:
+        run_apply(p, spark)
+    results, errors = {}, []
+
+    def write(p):
+        try:
+            results[p] = run_write_commit(p, spark)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(p,)) for p in plans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(r["fragments_committed"] == 6 for r in results.values())
+    for p in plans:
+        verify_backfill(p)
+    got = tbl.to_arrow(["x", "y", "z"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and got["z"] == [-x for x in got["x"]]
+    assert tbl.version == load_plan(plans[0])[0]["read_version"] + 12
+    tbl.dataset().validate()
+
+
+def test_concurrent_commits_between_plan_and_commit_are_retried(db, spark, call_dir):
+    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=5_000)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    plan_uri = plan_backfill(tbl, "y")["plan_uri"]
+    run_apply(plan_uri, spark)
+    # Compatible concurrent writes: an append and a delete in another fragment ...
+    tbl.add(events_table(1_000, start=20_000))
+    tbl.delete("x >= 15000 AND x < 15010")
+    # ... and one Lance reports as a retryable conflict for a stale DataReplacement.
+    tbl.dataset().add_columns(pa.field("note", pa.string()))
+
+    written = run_write_commit(plan_uri, spark)
+    assert written["commit_retries"] >= 1 and written["fragments_committed"] == 4
+    verify_backfill(plan_uri)
+    values = column(tbl, "y")
+    assert values == {**{x: 2 * x for x in range(20_000) if not 15000 <= x < 15010},
+                      **{x: None for x in range(20_000, 21_000)}}
+    assert "note" in tbl.schema.names
+    tbl.dataset().validate()
+    # The appended rows are picked up by the next, incremental backfill.
+    assert tbl.backfill("y", spark=spark).rows_computed == 1_000
+
+
+def test_fragments_compacted_away_before_commit_are_reported(db, spark, call_dir):
+    tbl = db.create_table("events", events_table(8_000), max_rows_per_file=2_000)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    plan_uri = plan_backfill(tbl, "y")["plan_uri"]
+    run_apply(plan_uri, spark)
+    tbl.dataset().optimize.compact_files(target_rows_per_fragment=8_000)
+    written = run_write_commit(plan_uri, spark)
+    assert written["fragments_vanished"] == [0, 1, 2, 3] and written["fragments_committed"] == 0
+    with pytest.raises(gp.VerificationError, match=r"fragment 0 \(2000 rows\) no longer exists"):
+        verify_backfill(plan_uri)
+    tbl.dataset().validate()
+    res = tbl.backfill("y", spark=spark)
+    assert res.rows_computed == 8_000
+    assert column(tbl, "y") == {x: 2 * x for x in range(8_000)}
+
+
+@pytest.mark.parametrize(("body", "needles"), [
+    ("raise", ["UDF 'bad'", "column 'w'", "table 'events'", "fragment 0", "row address 3 ", "KeyError"]),
+    ("type", ["column 'w'", "type string, expected the declared type int64"]),
+    ("length", ["column 'w'", "returned 1 values for 10 input rows"]),
+])
+def test_udf_errors_are_clear_and_leave_the_table_unchanged(db, spark, body, needles):
+    tbl = db.create_table("events", events_table(10))
+
+    if body == "raise":
+        @gp.udf(data_type=pa.int64())
+        def bad(x: int) -> int:
+            return {}[x] if x == 3 else x
+    elif body == "type":
+        @gp.udf(data_type=pa.int64(), input_columns=["x"])
+        def bad(x: pa.Array) -> pa.Array:
+            return pc.cast(x, pa.string())
+    else:
+        @gp.udf(data_type=pa.int64(), input_columns=["x"])
+        def bad(x: pa.Array) -> pa.Array:
+            return x.slice(0, 1)
+
+    tbl.add_columns({"w": bad})
+    v = tbl.version
+    with pytest.raises(gp.UDFExecutionError) as exc:
+        tbl.backfill("w", spark=spark)
+    for needle in needles:
+        assert needle in str(exc.value) + " ", (needle, str(exc.value))
+    assert tbl.version == v and tbl.to_arrow(["w"]).column("w").null_count == 10
+    tbl.dataset().validate()
