@@ -73,19 +73,22 @@ class BackfillOptions:
                      "commit_granularity", "concurrency"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise InvalidArgumentError(f"backfill of table '{table}': {name} must be a positive integer, got {value!r}")
+                raise InvalidArgumentError(
+                    f"backfill of table '{table}': {name} must be a positive integer, got {value!r}")
         if self.read_version is not None and (not isinstance(self.read_version, int) or self.read_version <= 0):
             raise InvalidArgumentError(f"backfill of table '{table}': read_version must be a positive integer, "
                                        f"got {self.read_version!r}")
         lo, hi = self.checkpoint_bounds()
         if lo > hi:
-            raise InvalidArgumentError(f"backfill of table '{table}': min_checkpoint_size {lo} > max_checkpoint_size {hi}")
+            raise InvalidArgumentError(
+                f"backfill of table '{table}': min_checkpoint_size {lo} > max_checkpoint_size {hi}")
 
     def checkpoint_bounds(self) -> tuple[int, int]:
         """``(min, max)`` checkpoint rows; a lone ``checkpoint_size`` fixes the size."""
         if self.min_checkpoint_size is None and self.max_checkpoint_size is None and self.checkpoint_size:
             return self.checkpoint_size, self.checkpoint_size
-        lo = self.min_checkpoint_size or min(DEFAULT_MIN_CHECKPOINT_SIZE, self.max_checkpoint_size or DEFAULT_MIN_CHECKPOINT_SIZE)
+        lo = self.min_checkpoint_size or min(DEFAULT_MIN_CHECKPOINT_SIZE,
+                                             self.max_checkpoint_size or DEFAULT_MIN_CHECKPOINT_SIZE)
         hi = self.max_checkpoint_size or max(DEFAULT_MAX_CHECKPOINT_SIZE, lo)
         return lo, hi
 
@@ -173,13 +176,13 @@ def plan_backfill(
     ]
     tasks.sort(key=lambda t: t["end"] - t["start"], reverse=True)  # longest first balances the slots
 
-    job_id = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    job_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     lo, hi = options.checkpoint_bounds()
     plan = {
         "format": PLAN_FORMAT,
         "kind": "backfill",
         "job_id": job_id,
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "created_at": dt.datetime.now(dt.UTC).isoformat(),
         "table": table.name,
         "table_uri": table.uri,
         "column": column,
@@ -280,7 +283,7 @@ def _check_where(ds: Any, table: str, where: str | None) -> None:
         return
     try:
         ds.scanner(filter=where, columns=[], with_row_address=True, limit=1).to_table()
-    except Exception as exc:  # noqa: BLE001 - Lance raises several types for a bad filter
+    except Exception as exc:
         reason = str(exc).split(", /")[0]
         raise InvalidArgumentError(f"invalid where filter {where!r} for table '{table}': {reason}") from exc
 

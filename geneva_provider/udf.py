@@ -17,7 +17,7 @@ import typing
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import cloudpickle
@@ -43,7 +43,7 @@ _PY_TYPES: dict[Any, pa.DataType] = {
 }
 
 
-class UDFKind(str, Enum):
+class UDFKind(StrEnum):
     """How a UDF is called: per row, per column array, or per record batch."""
 
     SCALAR = "scalar"
@@ -93,10 +93,10 @@ class UDF:
         if self.kind is UDFKind.SCALAR:
             columns = [batch.column(c).to_pylist() for c in input_columns]
             values = []
-            for i, row in enumerate(zip(*columns)) if columns else enumerate([()] * n):
+            for i, row in enumerate(zip(*columns, strict=True)) if columns else enumerate([()] * n):
                 try:
                     values.append(fn(*row))
-                except Exception as exc:  # noqa: BLE001 - reported with the row that failed
+                except Exception as exc:
                     raise UDFCallError(f"{type(exc).__name__}: {exc}", index=i, original=exc) from exc
             out: Any = values
         else:
@@ -110,7 +110,7 @@ class UDF:
                             [], schema=selected.schema
                         )
                     out = fn(selected)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise UDFCallError(f"{type(exc).__name__}: {exc}", index=None, original=exc) from exc
         return self._to_output_array(out, n)
 
@@ -274,7 +274,7 @@ def _make_udf(
 def _type_hints(fn: Any) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn)
-    except Exception:  # noqa: BLE001 - unresolvable string annotations: fall back to raw ones
+    except Exception:
         return dict(getattr(fn, "__annotations__", {}) or {})
 
 

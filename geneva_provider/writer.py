@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from geneva_provider.apply import ROWADDR, VALUE, covered_ranges, dataset_at
-from geneva_provider.checkpoint import CheckpointStore, batch_key, fragment_key, open_store
+from geneva_provider.checkpoint import batch_key, fragment_key, open_store
 from geneva_provider.commit import commit_column_files
 from geneva_provider.errors import CheckpointMissingError, CommitError
 from geneva_provider.fragments import datafile_from_json, datafile_to_json
@@ -98,7 +98,7 @@ def _write_partition(ctx: dict[str, Any], entries: Any) -> Any:
 # ---------------------------------------------------------------------- driver side
 def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> dict[str, Any]:
     """Write+commit stage: one Spark task per computed fragment, a commit every ``commit_granularity``."""
-    plan, store = load_plan(plan_uri, storage_options)
+    plan, _ = load_plan(plan_uri, storage_options)
     t0 = time.perf_counter()
     to_write = [f for f in plan["fragments"] if f["action"] == COMPUTE]
     to_commit_now = {f["id"]: f["file"] for f in plan["fragments"] if f["action"] == REUSE}

@@ -38,7 +38,7 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], dict
         check_versions(spark)
         result = {"status": "success", **stage(args.plan_uri, spark, options)}
         code = 0
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a clear exit code and message
+    except Exception as exc:
         traceback.print_exc(file=sys.stderr)
         result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
         print(f"geneva {name} failed: {result['error']}", file=sys.stderr)
