@@ -169,8 +169,6 @@ class LanceCheckpointStore(CheckpointStore):
         self._local = _local_path(root)
         self._root = self._local if self._local is not None else root.rstrip("/")
         self._storage_options = storage_options
-        if self._local is not None:
-            os.makedirs(self._local, exist_ok=True)
         self._session = LanceFileSession(self._root, storage_options=storage_options)
 
     @property
@@ -186,6 +184,7 @@ class LanceCheckpointStore(CheckpointStore):
         if self._local is not None:
             final = os.path.join(self._local, name)
             tmp = os.path.join(self._local, f".tmp-{uuid.uuid4().hex}-{name}")
+            os.makedirs(self._local, exist_ok=True)
             with LanceFileWriter(tmp, value.schema) as w:
                 for b in batches:
                     w.write_batch(b)

@@ -3,7 +3,6 @@
 import sys
 
 from geneva_provider.spark_apps._runner import run_stage
-
 from geneva_provider.writer import run_write_commit
 
 if __name__ == "__main__":

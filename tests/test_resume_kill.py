@@ -1,0 +1,67 @@
+"""A backfill whose process is killed mid-apply resumes from its batch checkpoints."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from geneva_provider.apply import ROWADDR
+from tests.helpers import clear_calls, counting_double, events_table, read_calls
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS_PER_FRAGMENT = 10_000
+
+
+def _checkpointed_rows(store) -> set[int]:
+    rows: set[int] = set()
+    for key in store.list_keys("udf-"):
+        if "_range-" in key:
+            rows.update((a & 0xFFFFFFFF) + (a >> 32) * ROWS_PER_FRAGMENT
+                        for a in store[key].column(ROWADDR).to_pylist())
+    return rows
+
+
+def test_killed_backfill_resumes_without_recomputing_checkpoints(db, spark, call_dir):
+    tbl = db.create_table("events", events_table(2 * ROWS_PER_FRAGMENT), max_rows_per_file=ROWS_PER_FRAGMENT)
+    tbl.add_columns({"y": counting_double(call_dir, sleep=0.0005)})
+    v = tbl.version
+    script = textwrap.dedent(f"""
+        import geneva_provider as gp
+        from geneva_provider.spark import local_session
+        spark = local_session("local[2]", conf={{"spark.ui.showConsoleProgress": "false"}})
+        gp.connect({db.uri!r}).open_table("events").backfill("y", spark=spark, checkpoint_size=500)
+        print("FINISHED")
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    store = tbl.checkpoint_store
+    try:
+        deadline = time.monotonic() + 180
+        while len([k for k in store.list_keys("udf-") if "_range-" in k]) < 6:
+            assert proc.poll() is None, "the backfill ended before it could be killed"
+            assert time.monotonic() < deadline, "no checkpoints appeared"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert "FINISHED" not in proc.stdout.read()
+
+    # Killed before commit: the table is as it was, and checkpoints cover only part of it.
+    assert tbl.version == v and tbl.to_arrow(["y"]).column("y").null_count == 2 * ROWS_PER_FRAGMENT
+    checkpointed = _checkpointed_rows(store)
+    assert 3_000 <= len(checkpointed) < 2 * ROWS_PER_FRAGMENT
+    clear_calls(call_dir)
+
+    res = tbl.backfill("y", spark=spark, checkpoint_size=500)
+    rerun = read_calls(call_dir)
+    assert not set(rerun) & checkpointed
+    assert sorted(rerun) == sorted(set(range(2 * ROWS_PER_FRAGMENT)) - checkpointed)
+    assert res.rows_computed == len(rerun)
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == 2 * ROWS_PER_FRAGMENT
+    tbl.dataset().validate()
