@@ -207,14 +207,11 @@ def apply_context(plan: dict[str, Any], storage_options: dict[str, str] | None) 
 def remaining_tasks(plan: dict[str, Any], store: CheckpointStore) -> list[dict[str, Any]]:
     """The plan's tasks minus those whose ranges checkpoints now cover (a retried apply)."""
     covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    out = []
-    for task in plan["tasks"]:
-        key = (task["prefix"], task["frag"])
-        if key not in covered:
-            covered[key] = covered_ranges(store, *key)
-        if uncovered(task, covered[key]):
-            out.append(task)
-    return out
+    for key in store.list_keys(plan["job_prefix"]):
+        bk = parse_batch_key(key)
+        if bk is not None:
+            covered.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end))
+    return [t for t in plan["tasks"] if uncovered(t, covered.get((t["prefix"], t["frag"]), []))]
 
 
 def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> dict[str, Any]:

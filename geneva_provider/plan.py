@@ -197,7 +197,7 @@ def plan_backfill(
         "job_prefix": job,
         "options": {**asdict(options), "task_size": task_size, "min_checkpoint_size": lo,
                     "max_checkpoint_size": hi, "checkpoint_size": options.initial_checkpoint_size(),
-                    "concurrency": options.concurrency or parallelism},
+                    "parallelism": parallelism},
         "fragments": fragments,
         "tasks": tasks,
         "rows_to_compute": rows_to_compute,

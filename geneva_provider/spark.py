@@ -7,6 +7,7 @@ passes through the JVM or the driver.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sys
@@ -78,13 +79,16 @@ def run_tasks(
         return []
     sc = spark.sparkContext
     slices = min(len(tasks), concurrency) if concurrency else len(tasks)
+    # One list of tasks per partition, dealt round-robin so (size-sorted) tasks balance out.
+    per_slice = [tasks[i::slices] for i in range(slices)]
     group = f"geneva-{uuid.uuid4().hex[:12]}"
     done = threading.Event()
     reporter = threading.Thread(target=_report_progress, args=(sc, group, description, done), daemon=True)
     sc.setJobGroup(group, description)
     reporter.start()
     try:
-        return sc.parallelize(tasks, slices).mapPartitions(partition_fn).collect()
+        rdd = sc.parallelize(per_slice, slices)
+        return rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect()
     finally:
         done.set()
         reporter.join()

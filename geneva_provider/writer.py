@@ -118,7 +118,8 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
         committer.commit(to_commit_now)
     if groups:
         description = f"geneva write {plan['table']}.{plan['column']}"
-        workers = max(1, min(len(groups), plan["options"]["concurrency"]))
+        opts = plan["options"]
+        workers = max(1, min(len(groups), opts["concurrency"] or opts["parallelism"]))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="geneva-writer") as pool:
             futures = {pool.submit(run_tasks, spark, g, partial(_write_partition, ctx), description=description)
                        for g in groups}

@@ -275,3 +275,17 @@ def test_udf_errors_are_clear_and_leave_the_table_unchanged(db, spark, body, nee
         assert needle in str(exc.value) + " ", (needle, str(exc.value))
     assert tbl.version == v and tbl.to_arrow(["w"]).column("w").null_count == 10
     tbl.dataset().validate()
+
+
+def test_partial_commits_make_progress_visible(db, spark, call_dir):
+    tbl = db.create_table("events", events_table(12_000), max_rows_per_file=2_000)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    v = tbl.version
+    res = tbl.backfill("y", spark=spark, commit_granularity=2, concurrency=1, task_size=1_000)
+    assert res.fragments_committed == 6 and res.version == v + 3
+    # Every intermediate version is a consistent table with two more fragments filled.
+    for i, version in enumerate((v + 1, v + 2, v + 3), start=1):
+        ds = tbl.dataset(version)
+        ds.validate()
+        assert ds.count_rows(filter="y IS NOT NULL") == 4_000 * i
+    assert column(tbl, "y") == {x: 2 * x for x in range(12_000)}
