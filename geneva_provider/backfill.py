@@ -100,6 +100,10 @@ def backfill(
         verify_backfill(plan_uri, so)
         return BackfillResult(summary["job_id"], column, 0, summary["rows_reused"], 0, 0, table.version,
                               seconds=seconds)
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()  # a notebook's session is used, never stopped
     owns_session = spark is None
     if owns_session:
         t = time.perf_counter()
