@@ -283,7 +283,7 @@ def _check_where(ds: Any, table: str, where: str | None) -> None:
         return
     try:
         ds.scanner(filter=where, columns=[], with_row_address=True, limit=1).to_table()
-    except Exception as exc:
+    except Exception as exc:  # Lance raises several types for a bad filter
         reason = str(exc).split(", /")[0]
         raise InvalidArgumentError(f"invalid where filter {where!r} for table '{table}': {reason}") from exc
 

@@ -107,5 +107,5 @@ def _report_progress(sc: Any, group: str, description: str, done: threading.Even
                     if stage:
                         log.info("%s: %d/%d Spark tasks done, %d running", description,
                                  stage.numCompletedTasks, stage.numTasks, stage.numActiveTasks)
-        except Exception:
+        except Exception:  # noqa: BLE001 - progress reporting must never fail a job
             return

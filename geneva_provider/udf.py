@@ -96,7 +96,7 @@ class UDF:
             for i, row in enumerate(zip(*columns, strict=True)) if columns else enumerate([()] * n):
                 try:
                     values.append(fn(*row))
-                except Exception as exc:
+                except Exception as exc:  # reported with the row that failed
                     raise UDFCallError(f"{type(exc).__name__}: {exc}", index=i, original=exc) from exc
             out: Any = values
         else:
@@ -110,7 +110,7 @@ class UDF:
                             [], schema=selected.schema
                         )
                     out = fn(selected)
-            except Exception as exc:
+            except Exception as exc:  # reported with the batch that failed
                 raise UDFCallError(f"{type(exc).__name__}: {exc}", index=None, original=exc) from exc
         return self._to_output_array(out, n)
 
@@ -274,7 +274,7 @@ def _make_udf(
 def _type_hints(fn: Any) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn)
-    except Exception:
+    except Exception:  # noqa: BLE001 - unresolvable annotations: use the raw ones
         return dict(getattr(fn, "__annotations__", {}) or {})
 
 

@@ -24,7 +24,8 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], dict
     """
     parser = argparse.ArgumentParser(prog=f"geneva-{name}", description=f"Run the geneva {name} stage of a plan")
     parser.add_argument("--plan-uri", required=True, help="the plan reference returned by the plan stage")
-    parser.add_argument("--result-file", help="where to write the stage's JSON result")
+    parser.add_argument("--result-file", help="a local file to write the stage's JSON result to")
+    parser.add_argument("--result-key", help="a key to store the JSON result under, beside the plan")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from pyspark.sql import SparkSession
@@ -32,13 +33,14 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], dict
     from geneva_provider.spark import check_versions
 
     spark = None
+    options = None
     try:
         options = json.loads(os.environ.get(STORAGE_OPTIONS_ENV) or "null")
         spark = SparkSession.builder.appName(f"geneva-{name}").getOrCreate()
         check_versions(spark)
         result = {"status": "success", **stage(args.plan_uri, spark, options)}
         code = 0
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - every failure becomes an exit code and a message
         traceback.print_exc(file=sys.stderr)
         result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
         print(f"geneva {name} failed: {result['error']}", file=sys.stderr)
@@ -49,4 +51,16 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], dict
     if args.result_file:
         with open(args.result_file, "w") as f:
             json.dump(result, f)
+    if args.result_key:
+        _store_result(args.plan_uri, args.result_key, result, options)
     return code
+
+
+def _store_result(plan_uri: str, key: str, result: dict[str, Any], options: dict[str, str] | None) -> None:
+    """Stores the result beside the plan, where a cluster-mode driver can write and Airflow can read it."""
+    from geneva_provider.checkpoint import open_store, split_key_uri
+
+    try:
+        open_store(split_key_uri(plan_uri)[0], options).put_json(key, result)
+    except Exception as exc:  # noqa: BLE001 - the exit code still tells success from failure
+        print(f"could not store the result under {key!r}: {exc}", file=sys.stderr)

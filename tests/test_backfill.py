@@ -189,7 +189,7 @@ def test_two_columns_planned_together_with_interleaved_commits(db, spark, call_d
     def write(p):
         try:
             results[p] = run_write_commit(p, spark)
-        except Exception as exc:  # pragma: no cover - reported below
+        except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=write, args=(p,)) for p in plans]
