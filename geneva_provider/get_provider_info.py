@@ -1,0 +1,41 @@
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    from geneva_provider import __version__
+
+    return {
+        "package-name": "airflow-provider-geneva",
+        "name": "Geneva (Lance UDF columns on Spark)",
+        "description": "Backfill UDF columns and refresh materialized views over Lance tables with Apache Spark.",
+        "versions": [__version__],
+        "integrations": [{"integration-name": "Geneva", "external-doc-url": "https://lancedb.github.io/lance/",
+                          "tags": ["software"]}],
+        "hooks": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.hooks.lance"]}],
+        "operators": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.operators.backfill",
+                                                                       "geneva_provider.operators.spark"]}],
+        "sensors": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.sensors.table"]}],
+        "triggers": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.triggers.table"]}],
+        "connection-types": [{
+            "hook-class-name": "geneva_provider.hooks.lance.LanceHook",
+            "connection-type": "lance",
+            "hook-name": "Lance",
+            "ui-field-behaviour": {
+                "hidden-fields": ["schema", "login", "password", "port"],
+                "relabeling": {"host": "Database URI"},
+                "placeholders": {"host": "s3://bucket/lake or /data/lake"},
+            },
+            "conn-fields": {
+                "storage_options": {
+                    "label": "Storage options",
+                    "description": "Object-store options for Lance (credentials, region...), a JSON object",
+                    "schema": {"type": ["object", "null"]},
+                },
+            },
+        }],
+        "extra-links": [],
+    }

@@ -1,0 +1,129 @@
+"""Operators that launch the Spark stages of a plan through ``SparkSubmitHook``.
+
+The Spark connection decides where the job runs (``local[*]``, a standalone master, YARN,
+Kubernetes); the operator adds what every Geneva job needs: the program shipped in the
+package, the interpreter for the Python workers, the plan reference, and the storage options
+in the environment (never on the command line).  The job's JSON result becomes the XCom.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+
+from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.operators.backfill import plan_summary_of
+from geneva_provider.spark_apps import app_path
+from geneva_provider.spark_apps._runner import STORAGE_OPTIONS_ENV
+
+
+class _GenevaSparkStageOperator(BaseOperator):
+    """Runs one Spark stage of a plan with spark-submit and returns the stage's JSON result."""
+
+    stage: str = ""
+    template_fields: Sequence[str] = ("plan", "conf", "py_files", "env_vars")
+    ui_color = "#fcefe3"
+
+    def __init__(
+        self,
+        *,
+        plan: Any,
+        spark_conn_id: str = "spark_default",
+        lance_conn_id: str = LanceHook.default_conn_name,
+        conf: dict[str, Any] | None = None,
+        py_files: str | None = None,
+        env_vars: dict[str, str] | None = None,
+        spark_binary: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.plan = plan
+        self.spark_conn_id = spark_conn_id
+        self.lance_conn_id = lance_conn_id
+        self.conf = conf or {}
+        self.py_files = py_files
+        self.env_vars = env_vars or {}
+        self.spark_binary = spark_binary
+        self._hook: Any = None
+
+    def nothing_to_do(self, plan: dict[str, Any]) -> bool:
+        return bool(plan.get("nothing_to_do"))
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        from geneva_provider.checkpoint import open_store, split_key_uri
+
+        plan = plan_summary_of(self.plan)
+        if self.nothing_to_do(plan):
+            raise AirflowSkipException(f"plan {plan['job_id']} has nothing for the {self.stage} stage to do")
+        storage_options = LanceHook(self.lance_conn_id).storage_options
+        store_uri, plan_key = split_key_uri(plan["plan_uri"])
+        store = open_store(store_uri, storage_options)
+        result_key = f"{plan_key}-{self.stage}-result"
+        store.delete(result_key)  # a retry must not read an earlier attempt's result
+
+        env = {**self.env_vars}
+        if storage_options:
+            env[STORAGE_OPTIONS_ENV] = json.dumps(storage_options)
+        conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
+                **self.conf}
+        binary = self.spark_binary or _spark_submit_binary(env)
+        hook_kwargs = dict(
+            conn_id=self.spark_conn_id, conf=conf, py_files=self.py_files, env_vars=env,
+            spark_binary=binary, name=f"geneva-{self.stage}-{plan['table']}-{plan['column']}",
+            application_args=["--plan-uri", plan["plan_uri"], "--result-key", result_key],
+        )
+        self._hook = SparkSubmitHook(**hook_kwargs)
+        if str(self._hook._connection.get("master", "")).startswith("local") and "SPARK_LOCAL_IP" not in env:
+            env["SPARK_LOCAL_IP"] = "127.0.0.1"  # local Spark listens on loopback only
+            self._hook = SparkSubmitHook(**hook_kwargs)
+        self.log.info("Submitting the %s stage of plan %s (%d rows to compute)", self.stage, plan["job_id"],
+                      plan.get("rows_to_compute", 0))
+        self._hook.submit(app_path(self.stage))
+        if result_key not in store:
+            raise AirflowException(f"the {self.stage} job of plan {plan['job_id']} wrote no result")
+        result = store.get_json(result_key)
+        if result.get("status") != "success":
+            raise AirflowException(f"the {self.stage} job of plan {plan['job_id']} failed: {result.get('error')}")
+        return result
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
+
+
+class GenevaSparkApplyOperator(_GenevaSparkStageOperator):
+    """Apply stage on Spark: computes every planned range not yet checkpointed (a retry resumes)."""
+
+    stage = "apply"
+
+    def nothing_to_do(self, plan: dict[str, Any]) -> bool:
+        return bool(plan.get("nothing_to_do")) or not plan.get("tasks")
+
+
+class GenevaSparkWriteCommitOperator(_GenevaSparkStageOperator):
+    """Write+commit stage on Spark: one column file per fragment, DataReplacement commits."""
+
+    stage = "write_commit"
+
+
+def _spark_submit_binary(env: dict[str, str]) -> str:
+    """``spark-submit`` from PATH, else the one beside this interpreter (pip's pyspark)."""
+    if shutil.which("spark-submit"):
+        return "spark-submit"
+    local = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    if os.path.exists(local):
+        import pyspark
+
+        env.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
+        env.setdefault("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}")
+        return local
+    return "spark-submit"

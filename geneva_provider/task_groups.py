@@ -1,0 +1,52 @@
+"""Task-group factories wiring a job's stages, reusable inside any team DAG."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import TaskGroup
+
+from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
+from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
+
+PLAN_OPTIONS = ("where", "read_version", "checkpoint_size", "min_checkpoint_size", "max_checkpoint_size",
+                "task_size", "commit_granularity", "concurrency", "parallelism")
+SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary")
+
+
+def backfill_task_group(
+    group_id: str,
+    table: str,
+    column: str,
+    *,
+    lance_conn_id: str = LanceHook.default_conn_name,
+    spark_conn_id: str = "spark_default",
+    retries: int = 2,
+    retry_delay: timedelta = timedelta(seconds=30),
+    **options: Any,
+) -> TaskGroup:
+    """plan -> Spark apply -> Spark write+commit -> verify, each task retried on its own.
+
+    ``options`` takes the plan options (``where``, ``read_version``, sizes, ``parallelism``) and
+    the Spark options (``conf``, ``py_files``, ``env_vars``, ``spark_binary``).  When the plan has
+    nothing to compute, both Spark tasks are skipped and verify still runs (and emits the Asset).
+    """
+    unknown = set(options) - set(PLAN_OPTIONS) - set(SPARK_OPTIONS)
+    if unknown:
+        raise TypeError(f"backfill_task_group got unknown options {sorted(unknown)}")
+    plan_kwargs = {k: v for k, v in options.items() if k in PLAN_OPTIONS}
+    spark_kwargs = {k: v for k, v in options.items() if k in SPARK_OPTIONS}
+    common = {"lance_conn_id": lance_conn_id, "retries": retries, "retry_delay": retry_delay}
+    with TaskGroup(group_id=group_id, tooltip=f"backfill {table}.{column}") as group:
+        plan = GenevaPlanBackfillOperator(task_id="plan", table=table, column=column, **plan_kwargs, **common)
+        apply = GenevaSparkApplyOperator(task_id="apply", plan=plan.output, spark_conn_id=spark_conn_id,
+                                         **spark_kwargs, **common)
+        write = GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan.output,
+                                               spark_conn_id=spark_conn_id, trigger_rule="none_failed",
+                                               **spark_kwargs, **common)
+        verify = GenevaVerifyOperator(task_id="verify", plan=plan.output, table=table, trigger_rule="none_failed",
+                                      **common)
+        plan >> apply >> write >> verify
+    return group

@@ -1,0 +1,93 @@
+"""Triggers that wait, in the triggerer, for a Lance table to change or a column to be filled.
+
+They carry the table name and connection id, never the storage location's credentials: the
+triggerer looks the connection up itself.  Lance calls are blocking, so they run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.table_status import column_backlog, table_status
+
+
+def table_changed(status: dict[str, int], min_version: int | None, min_rows: int | None) -> bool:
+    """True once the table moved past the watermark (a version above ``min_version`` or more rows)."""
+    return ((min_version is not None and status["version"] > min_version)
+            or (min_rows is not None and status["rows"] > min_rows))
+
+
+class _PollingTrigger(BaseTrigger):
+    def __init__(self, table: str, lance_conn_id: str, poll_interval: float, timeout: float | None) -> None:
+        super().__init__()
+        self.table = table
+        self.lance_conn_id = lance_conn_id
+        self.poll_interval = float(poll_interval)
+        self.timeout = float(timeout) if timeout is not None else None
+
+    def check(self) -> dict[str, Any] | None:
+        """Returns the event payload when done, else None (runs in a thread)."""
+        raise NotImplementedError
+
+    def _dataset(self) -> Any:
+        return LanceHook(self.lance_conn_id).open_table(self.table).dataset()
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = time.monotonic()
+        while True:
+            try:
+                payload = await asyncio.to_thread(self.check)
+            except Exception as exc:  # noqa: BLE001 - delivered to execute_complete as an error event
+                yield TriggerEvent({"status": "error", "table": self.table, "message": str(exc)})
+                return
+            if payload is not None:
+                yield TriggerEvent({"status": "success", "table": self.table, **payload})
+                return
+            if self.timeout is not None and time.monotonic() - started >= self.timeout:
+                yield TriggerEvent({"status": "timeout", "table": self.table,
+                                    "message": f"table '{self.table}' did not change within {self.timeout}s"})
+                return
+            await asyncio.sleep(self.poll_interval)
+
+
+class GenevaTableChangedTrigger(_PollingTrigger):
+    """Fires when the table's version passes ``min_version`` or its row count passes ``min_rows``."""
+
+    def __init__(self, table: str, lance_conn_id: str = LanceHook.default_conn_name, min_version: int | None = None,
+                 min_rows: int | None = None, poll_interval: float = 60.0, timeout: float | None = None) -> None:
+        super().__init__(table, lance_conn_id, poll_interval, timeout)
+        self.min_version = min_version
+        self.min_rows = min_rows
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"table": self.table, "lance_conn_id": self.lance_conn_id, "min_version": self.min_version,
+                 "min_rows": self.min_rows, "poll_interval": self.poll_interval, "timeout": self.timeout})
+
+    def check(self) -> dict[str, Any] | None:
+        status = table_status(self._dataset())
+        return status if table_changed(status, self.min_version, self.min_rows) else None
+
+
+class GenevaColumnBackfilledTrigger(_PollingTrigger):
+    """Fires when no fragment of the table still lacks ``column``."""
+
+    def __init__(self, table: str, column: str, lance_conn_id: str = LanceHook.default_conn_name,
+                 poll_interval: float = 60.0, timeout: float | None = None) -> None:
+        super().__init__(table, lance_conn_id, poll_interval, timeout)
+        self.column = column
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"table": self.table, "column": self.column, "lance_conn_id": self.lance_conn_id,
+                 "poll_interval": self.poll_interval, "timeout": self.timeout})
+
+    def check(self) -> dict[str, Any] | None:
+        backlog = column_backlog(self._dataset(), self.column)
+        return {"column": self.column, **backlog} if backlog["fragments_pending"] == 0 else None
