@@ -1,4 +1,4 @@
-"""Airflow Assets naming Lance tables, so backfills can be scheduled on ingest and on each other."""
+"""Airflow Assets naming Lance tables and columns, so jobs can be scheduled on ingest and on each other."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ from airflow.sdk import Asset
 from geneva_provider.hooks.lance import LanceHook
 
 
-def table_asset(table: str, lance_conn_id: str = LanceHook.default_conn_name) -> Asset:
-    """The Asset of ``table`` in the database of ``lance_conn_id``: ``lance://<conn id>/<table>``.
+def table_asset(table: str, column: str | None = None, lance_conn_id: str = LanceHook.default_conn_name) -> Asset:
+    """``lance://<conn id>/<table>`` (what ingest jobs emit) or ``.../<table>/<column>`` (what a backfill emits).
 
     The URI names the connection rather than the storage location, so it is known when the DAG
-    is parsed (no connection lookup) and holds no secret; events carry the column and version
-    in their extra.
+    is parsed and holds no secret.  A backfill emits the column's Asset rather than the table's,
+    so a DAG scheduled on the table (backfill after ingest) is not re-triggered by its own result;
+    the event's extra carries the table, column and committed version.
     """
-    return Asset(name=f"lance.{lance_conn_id}.{table}", uri=f"lance://{lance_conn_id}/{table}")
+    suffix = f"/{column}" if column else ""
+    name = f"lance.{lance_conn_id}.{table}" + (f".{column}" if column else "")
+    return Asset(name=name, uri=f"lance://{lance_conn_id}/{table}{suffix}")

@@ -31,7 +31,8 @@ def backfill_task_group(
 
     ``options`` takes the plan options (``where``, ``read_version``, sizes, ``parallelism``) and
     the Spark options (``conf``, ``py_files``, ``env_vars``, ``spark_binary``).  When the plan has
-    nothing to compute, both Spark tasks are skipped and verify still runs (and emits the Asset).
+    nothing to compute, both Spark tasks are skipped and verify still runs (and emits the Asset);
+    when the group's upstream is skipped, the whole group is skipped.
     """
     unknown = set(options) - set(PLAN_OPTIONS) - set(SPARK_OPTIONS)
     if unknown:
@@ -44,9 +45,14 @@ def backfill_task_group(
         apply = GenevaSparkApplyOperator(task_id="apply", plan=plan.output, spark_conn_id=spark_conn_id,
                                          **spark_kwargs, **common)
         write = GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan.output,
-                                               spark_conn_id=spark_conn_id, trigger_rule="none_failed",
+                                               spark_conn_id=spark_conn_id,
+                                               trigger_rule="none_failed_min_one_success",
                                                **spark_kwargs, **common)
-        verify = GenevaVerifyOperator(task_id="verify", plan=plan.output, table=table, trigger_rule="none_failed",
+        verify = GenevaVerifyOperator(task_id="verify", plan=plan.output, table=table, column=column,
+                                      trigger_rule="none_failed_min_one_success",
                                       **common)
+        # write and verify also hang off plan: they run when apply is skipped for lack of work,
+        # and are skipped with everything else when plan itself is skipped (e.g. by a sensor).
         plan >> apply >> write >> verify
+        plan >> [write, verify]
     return group

@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+# Airflow reads its configuration when first imported: set it up before any test imports it.
+# DAGS_FOLDER holds the shipped example DAGs plus the test-only DAGs of tests/dags.
+_ROOT = Path(__file__).resolve().parents[1]
+_AIRFLOW_TMP = Path(tempfile.mkdtemp(prefix="geneva-airflow-"))
+_DAGS = _AIRFLOW_TMP / "dags"
+_DAGS.mkdir()
+(_AIRFLOW_TMP / "home").mkdir()
+for _src in [*(_ROOT / "dags_examples").glob("*.py"), *(_ROOT / "tests" / "dags").glob("*.py")]:
+    shutil.copy(_src, _DAGS / _src.name)
+LANCE_DB = _AIRFLOW_TMP / "lake"
+FAKE_SECRET = "FAKE-SECRET-9f3b2c7e"  # must never show up in XCom or task logs
+os.environ.update({
+    "AIRFLOW_HOME": str(_AIRFLOW_TMP / "home"),
+    "AIRFLOW__CORE__DAGS_FOLDER": str(_DAGS),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+    "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(_AIRFLOW_TMP / "logs"),
+    "AIRFLOW_CONN_LANCE_DEFAULT": json.dumps({"conn_type": "lance", "host": str(LANCE_DB),
+                                              "extra": {"storage_options": {"aws_secret_access_key": FAKE_SECRET}}}),
+    "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+    "GENEVA_HOURLY_WAIT_SECONDS": "3",
+})
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +64,30 @@ def call_dir(tmp_path):
 @pytest.fixture(autouse=True)
 def _quiet_logs(caplog):
     caplog.set_level(logging.INFO, logger="geneva_provider")
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """A migrated Airflow metadata DB (SQLite in the temp AIRFLOW_HOME), for dag.test()."""
+    from airflow.utils import db as airflow_db_utils
+
+    airflow_db_utils.resetdb()
+    yield
+
+
+@pytest.fixture(scope="session")
+def dagbag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    assert not bag.import_errors, bag.import_errors
+    return bag
+
+
+@pytest.fixture
+def lance_db():
+    """The database behind the lance_default connection, emptied for each test."""
+    import geneva_provider as gp
+
+    shutil.rmtree(LANCE_DB, ignore_errors=True)
+    return gp.connect(str(LANCE_DB))

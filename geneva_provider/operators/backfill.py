@@ -151,18 +151,18 @@ class GenevaVerifyOperator(BaseOperator):
     """Fails loudly if any planned row lacks its value; on success emits the table's Asset event.
 
     :param plan: the plan summary returned by :class:`GenevaPlanBackfillOperator`.
-    :param table: the table name, used for the default outlet (``lance://<conn id>/<table>``).
+    :param table: with ``column``, names the default outlet ``lance://<conn id>/<table>/<column>``.
     """
 
     template_fields: Sequence[str] = ("plan",)
     ui_color = "#e8f8ec"
 
-    def __init__(self, *, plan: Any, table: str | None = None, lance_conn_id: str = LanceHook.default_conn_name,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, plan: Any, table: str | None = None, column: str | None = None,
+                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
         if table is not None and "outlets" not in kwargs:
             from geneva_provider.assets import table_asset
 
-            kwargs["outlets"] = [table_asset(table, lance_conn_id)]
+            kwargs["outlets"] = [table_asset(table, column, lance_conn_id)]
         super().__init__(**kwargs)
         self.plan = plan
         self.table = table

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.table_status import column_backlog, table_status
+from geneva_provider.table_status import column_backlog
 from geneva_provider.triggers.table import GenevaColumnBackfilledTrigger, GenevaTableChangedTrigger, table_changed
 
 
@@ -37,40 +37,49 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
         self.defer(trigger=self._trigger(), method_name="execute_complete")
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        if event.get("status") != "success":
-            raise AirflowException(f"{type(self).__name__} on table '{self.table}': "
-                                   f"{event.get('message', event.get('status'))}")
-        return {k: v for k, v in event.items() if k != "status"}
+        status = event.get("status")
+        if status == "success":
+            return {k: v for k, v in event.items() if k != "status"}
+        message = f"{type(self).__name__} on table '{self.table}': {event.get('message', status)}"
+        if status == "timeout":
+            if self.soft_fail:
+                raise AirflowSkipException(message)
+            raise AirflowSensorTimeout(message)
+        raise AirflowException(message)
 
 
 class GenevaTableChangedSensor(_GenevaDeferrableSensor):
-    """Waits until a table moves past a watermark: a version above ``min_version`` or more than ``min_rows`` rows.
+    """Waits until a table moves past a watermark.
 
-    Returns (XCom) the table's ``version``, ``rows`` and ``fragments``.
+    The watermark is a version above ``min_version``, more than ``min_rows`` rows, or -- with
+    ``column`` -- rows whose column was never computed (new fragments since the last backfill).
+    Returns (XCom) the table's ``version``, ``rows`` and ``fragments`` (and the column's backlog).
     """
 
-    template_fields: Sequence[str] = ("table", "min_version", "min_rows")
+    template_fields: Sequence[str] = ("table", "min_version", "min_rows", "column")
 
-    def __init__(self, *, min_version: int | None = None, min_rows: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, min_version: int | None = None, min_rows: int | None = None, column: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if min_version is None and min_rows is None:
-            raise ValueError(f"{type(self).__name__} '{self.task_id}': set min_version or min_rows")
+        if min_version is None and min_rows is None and column is None:
+            raise ValueError(f"{type(self).__name__} '{self.task_id}': set min_version, min_rows or column")
         self.min_version = min_version
         self.min_rows = min_rows
+        self.column = column
 
     def _watermarks(self) -> tuple[int | None, int | None]:
         as_int = lambda v: int(v) if v not in (None, "", "None") else None  # noqa: E731 - templated values
         return as_int(self.min_version), as_int(self.min_rows)
 
     def poke(self, context: Any) -> PokeReturnValue:
-        status = table_status(self._dataset())
-        return PokeReturnValue(is_done=table_changed(status, *self._watermarks()), xcom_value={"table": self.table,
-                                                                                             **status})
+        status = table_changed(self._dataset(), *self._watermarks(), self.column)
+        return PokeReturnValue(is_done=status is not None, xcom_value={"table": self.table, **(status or {})})
 
     def _trigger(self) -> GenevaTableChangedTrigger:
         min_version, min_rows = self._watermarks()
         return GenevaTableChangedTrigger(table=self.table, lance_conn_id=self.lance_conn_id, min_version=min_version,
-                                         min_rows=min_rows, poll_interval=self.poke_interval, timeout=self.timeout)
+                                         min_rows=min_rows, column=self.column, poll_interval=self.poke_interval,
+                                         timeout=self.timeout)
 
 
 class GenevaColumnBackfilledSensor(_GenevaDeferrableSensor):

@@ -17,10 +17,21 @@ from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.table_status import column_backlog, table_status
 
 
-def table_changed(status: dict[str, int], min_version: int | None, min_rows: int | None) -> bool:
-    """True once the table moved past the watermark (a version above ``min_version`` or more rows)."""
-    return ((min_version is not None and status["version"] > min_version)
-            or (min_rows is not None and status["rows"] > min_rows))
+def table_changed(ds: Any, min_version: int | None, min_rows: int | None, column: str | None) -> dict[str, Any] | None:
+    """The table's status once it moved past the watermark, else None.
+
+    Watermarks: a version above ``min_version``, more than ``min_rows`` rows, or rows whose
+    ``column`` was never computed (new data since the last backfill).
+    """
+    status: dict[str, Any] = table_status(ds)
+    changed = ((min_version is not None and status["version"] > min_version)
+               or (min_rows is not None and status["rows"] > min_rows))
+    if column is not None:
+        backlog = column_backlog(ds, column)
+        status.update(column=column, rows_pending=backlog["rows_pending"],
+                      fragments_pending=backlog["fragments_pending"])
+        changed = changed or backlog["fragments_pending"] > 0
+    return status if changed else None
 
 
 class _PollingTrigger(BaseTrigger):
@@ -49,30 +60,34 @@ class _PollingTrigger(BaseTrigger):
             if payload is not None:
                 yield TriggerEvent({"status": "success", "table": self.table, **payload})
                 return
-            if self.timeout is not None and time.monotonic() - started >= self.timeout:
+            waited = time.monotonic() - started
+            if self.timeout is not None and waited >= self.timeout:
                 yield TriggerEvent({"status": "timeout", "table": self.table,
-                                    "message": f"table '{self.table}' did not change within {self.timeout}s"})
+                                    "message": f"condition not met within {self.timeout:g}s"})
                 return
-            await asyncio.sleep(self.poll_interval)
+            remaining = self.timeout - waited if self.timeout is not None else self.poll_interval
+            await asyncio.sleep(min(self.poll_interval, remaining))
 
 
 class GenevaTableChangedTrigger(_PollingTrigger):
-    """Fires when the table's version passes ``min_version`` or its row count passes ``min_rows``."""
+    """Fires when the table passes a watermark (see :func:`table_changed`)."""
 
     def __init__(self, table: str, lance_conn_id: str = LanceHook.default_conn_name, min_version: int | None = None,
-                 min_rows: int | None = None, poll_interval: float = 60.0, timeout: float | None = None) -> None:
+                 min_rows: int | None = None, column: str | None = None, poll_interval: float = 60.0,
+                 timeout: float | None = None) -> None:
         super().__init__(table, lance_conn_id, poll_interval, timeout)
         self.min_version = min_version
         self.min_rows = min_rows
+        self.column = column
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"table": self.table, "lance_conn_id": self.lance_conn_id, "min_version": self.min_version,
-                 "min_rows": self.min_rows, "poll_interval": self.poll_interval, "timeout": self.timeout})
+                 "min_rows": self.min_rows, "column": self.column, "poll_interval": self.poll_interval,
+                 "timeout": self.timeout})
 
     def check(self) -> dict[str, Any] | None:
-        status = table_status(self._dataset())
-        return status if table_changed(status, self.min_version, self.min_rows) else None
+        return table_changed(self._dataset(), self.min_version, self.min_rows, self.column)
 
 
 class GenevaColumnBackfilledTrigger(_PollingTrigger):
