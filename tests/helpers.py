@@ -92,3 +92,17 @@ def events_table(n: int, start: int = 0) -> pa.Table:
     """Rows with id = x = start..start+n-1."""
     xs = pa.array(range(start, start + n), pa.int64())
     return pa.table({"id": xs, "x": xs})
+
+
+@gp.udf(data_type=pa.int64(), name="flaky_double")
+def flaky_double(x: int) -> int:
+    """x*2, logging calls to $GENEVA_TEST_CALL_DIR; fails once at x == 3500 if $GENEVA_TEST_FAIL_FLAG exists.
+
+    The flag is removed by the failing call, so the retry succeeds (a fault injected once).
+    """
+    flag = os.environ.get("GENEVA_TEST_FAIL_FLAG", "")
+    if x == 3500 and flag and os.path.exists(flag):
+        os.remove(flag)
+        raise RuntimeError("injected failure")
+    _log_calls(os.environ["GENEVA_TEST_CALL_DIR"], [x])
+    return x * 2
