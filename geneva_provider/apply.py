@@ -29,27 +29,24 @@ VALUE = "value"
 TARGET_CHECKPOINT_SECONDS = 10.0
 READ_BATCH_ROWS = 8192
 
-# Per-worker caches: a Python worker serves many tasks, so open datasets and unpickled
-# (possibly stateful) UDFs once per process.
-_DATASETS: dict[tuple[str, int], Any] = {}
-_UDFS: dict[tuple[str, int, str], UDF] = {}
+# A Python worker serves many tasks: unpickle each UDF (and build a stateful one) once per
+# process.  The key names the column incarnation, so a dropped and re-created table or column
+# never hits a stale entry; datasets are reopened per task for the same reason (it is cheap).
+_UDFS: dict[tuple[str, str, str], UDF] = {}
 
 
 def dataset_at(uri: str, version: int, storage_options: dict[str, str] | None) -> Any:
-    """The dataset at ``version``, cached for the life of this worker process."""
+    """The dataset at ``version``."""
     import lance
 
-    key = (uri, version)
-    if key not in _DATASETS:
-        _DATASETS[key] = lance.dataset(uri, version=version, storage_options=storage_options)
-    return _DATASETS[key]
+    return lance.dataset(uri, version=version, storage_options=storage_options)
 
 
-def udf_for(ds: Any, uri: str, column: str) -> UDF:
+def udf_for(ds: Any, column: str) -> UDF:
     """The column's UDF, unpickled from the field metadata at the dataset's version."""
-    key = (uri, ds.version, column)
+    info = udf_column_info(ds.schema.field(column).metadata)
+    key = (info["column_uid"], info["version"], column)
     if key not in _UDFS:
-        info = udf_column_info(ds.schema.field(column).metadata)
         _UDFS[key] = load_udf(info["pickle"])
     return _UDFS[key]
 
@@ -82,7 +79,7 @@ def apply_task(ctx: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     if not todo:
         return result
     ds = dataset_at(ctx["table_uri"], ctx["read_version"], ctx["storage_options"])
-    fn = udf_for(ds, ctx["table_uri"], ctx["column"])
+    fn = udf_for(ds, ctx["column"])
     frag = ds.get_fragment(frag_id)
     size = ctx["checkpoint_size"]
     for start, end in todo:

@@ -289,3 +289,14 @@ def test_partial_commits_make_progress_visible(db, spark, call_dir):
         ds.validate()
         assert ds.count_rows(filter="y IS NOT NULL") == 4_000 * i
     assert column(tbl, "y") == {x: 2 * x for x in range(12_000)}
+
+
+def test_recreated_table_with_the_same_name_is_not_served_from_worker_caches(db, spark, call_dir):
+    tbl = db.create_table("events", events_table(3_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    tbl.backfill("y", spark=spark)
+    db.drop_table("events")
+    tbl = db.create_table("events", events_table(3_000, start=10_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": counting_array_triple(call_dir)})  # same name, same version numbers
+    tbl.backfill("y", spark=spark)
+    assert column(tbl, "y") == {x: 3 * x for x in range(10_000, 13_000)}

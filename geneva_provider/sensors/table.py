@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
 from geneva_provider.hooks.lance import LanceHook
@@ -14,8 +14,10 @@ from geneva_provider.triggers.table import GenevaColumnBackfilledTrigger, Geneva
 
 
 class _GenevaDeferrableSensor(BaseSensorOperator):
+    """Deferrable unless ``deferrable=False``: waiting for new data is what these sensors do most."""
+
     def __init__(self, *, table: str, lance_conn_id: str = LanceHook.default_conn_name,
-                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+                 deferrable: bool = True,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.table = table

@@ -1,0 +1,201 @@
+"""Operators, sensors, triggers and the hook, driven directly (no Airflow DB needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from importlib import resources
+from types import SimpleNamespace
+
+import jsonschema
+import pyarrow as pa
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException, TaskDeferred
+
+import geneva_provider as gp
+from geneva_provider.get_provider_info import get_provider_info
+from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.operators.backfill import (
+    GenevaAddColumnsOperator,
+    GenevaPlanBackfillOperator,
+    GenevaVerifyOperator,
+)
+from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
+from geneva_provider.sensors.table import GenevaColumnBackfilledSensor, GenevaTableChangedSensor
+from geneva_provider.triggers.table import GenevaColumnBackfilledTrigger, GenevaTableChangedTrigger
+from tests.conftest import FAKE_SECRET
+from tests.helpers import events_table
+
+
+async def first_event(trigger):
+    async for event in trigger.run():
+        return event
+    return None
+
+
+def context():
+    return {"outlet_events": defaultdict(lambda: SimpleNamespace(extra=None))}
+
+
+@pytest.fixture
+def events(lance_db):
+    return lance_db.create_table("events", events_table(6_000), max_rows_per_file=2_000)
+
+
+def test_provider_info_matches_airflow_schema():
+    schema = json.loads((resources.files("airflow") / "provider_info.schema.json").read_text())
+    info = get_provider_info()
+    jsonschema.validate(info, schema)
+    assert info["connection-types"][0]["hook-class-name"] == "geneva_provider.hooks.lance.LanceHook"
+    for section in ("hooks", "operators", "sensors", "triggers"):
+        for module in info[section][0]["python-modules"]:
+            __import__(module)
+
+
+def test_hook_opens_the_database_and_masks_its_secrets(events):
+    from airflow.sdk.log import _secrets_masker
+
+    hook = LanceHook()
+    assert hook.open_table("events").count_rows() == 6_000
+    assert hook.storage_options == {"aws_secret_access_key": FAKE_SECRET}
+    assert FAKE_SECRET not in repr(hook.get_conn())
+    assert FAKE_SECRET not in str(_secrets_masker().redact(f"key={FAKE_SECRET}"))
+    assert hook.test_connection() == (True, "1 tables")
+
+
+def test_hook_without_uri_says_what_to_set(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_EMPTY_LANCE", json.dumps({"conn_type": "lance"}))
+    with pytest.raises(ValueError, match="connection 'empty_lance' has no database URI"):
+        LanceHook("empty_lance").get_conn()
+
+
+def test_add_columns_operator_is_idempotent_and_refuses_redefinitions(events):
+    columns = {"w": "tests.helpers:flaky_double", "e": ("geneva_provider.examples:embed", ["id"])}
+    op = GenevaAddColumnsOperator(task_id="add", table="events", columns=columns)
+    first = op.execute(context())
+    assert first["added"] == ["e", "w"] and first["existing"] == []
+    version = events.version
+    again = op.execute(context())
+    assert again["added"] == [] and again["existing"] == ["e", "w"] and events.version == version
+    assert events.udf_columns()["e"]["input_columns"] == ["id"]
+    other = GenevaAddColumnsOperator(task_id="x", table="events", columns={"w": "geneva_provider.examples:embed"})
+    with pytest.raises(gp.ColumnError, match="column 'w' of table 'events' is computed by UDF 'flaky_double'"):
+        other.execute(context())
+    with pytest.raises(TypeError, match="not a @udf function"):
+        GenevaAddColumnsOperator(task_id="y", table="events", columns={"z": "geneva_provider.examples:sample"}
+                                 ).execute(context())
+    with pytest.raises(ImportError, match=r"cannot import UDF 'nope\.nope:f'"):
+        GenevaAddColumnsOperator(task_id="z", table="events", columns={"z": "nope.nope:f"}).execute(context())
+
+
+def test_plan_and_verify_operators(events, spark):
+    from geneva_provider.apply import run_apply
+    from geneva_provider.writer import run_write_commit
+
+    GenevaAddColumnsOperator(task_id="add", table="events",
+                             columns={"w": "geneva_provider.examples:embed"}).execute(context())
+    plan_op = GenevaPlanBackfillOperator(task_id="plan", table="events", column="w", where="x < 5000",
+                                         task_size=1_000)
+    assert set(plan_op.template_fields) >= {"table", "column", "where", "read_version"}
+    summary = plan_op.execute(context())
+    assert json.loads(json.dumps(summary)) == summary
+    assert summary["rows_to_compute"] == 5_000 and summary["tasks"] == 5 and summary["fragments_to_compute"] == 3
+
+    verify = GenevaVerifyOperator(task_id="verify", plan=summary, table="events", column="w")
+    assert verify.outlets[0].uri == "lance://lance_default/events/w"
+    with pytest.raises(gp.VerificationError, match=r"fragment 0: 2000 rows lack their computed value"):
+        verify.execute(context())
+
+    run_apply(summary["plan_uri"], spark)
+    run_write_commit(summary["plan_uri"], spark)
+    ctx = context()
+    result = verify.execute(ctx)
+    assert result["rows_verified"] == 5_000 and result["fragments_verified"] == 3
+    extra = ctx["outlet_events"][verify.outlets[0]].extra
+    assert extra == {"table": "events", "column": "w", "version": events.version, "job_id": summary["job_id"],
+                     "rows_computed": 5_000}
+    lineage = plan_op.get_openlineage_facets_on_complete(None)
+    assert lineage.inputs[0].name == events.uri and lineage.outputs[0].name == f"{events.uri}#w"
+
+
+def test_spark_operators_skip_without_starting_spark_when_nothing_to_do():
+    plan = {"job_id": "j", "plan_uri": "/x/plan-j.lance", "table": "t", "column": "c", "tasks": 0,
+            "rows_to_compute": 0, "nothing_to_do": True}
+    for cls in (GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator):
+        with pytest.raises(AirflowSkipException, match="nothing"):
+            cls(task_id="s", plan=plan).execute(context())
+    # Reused fragments still need the commit stage, but no apply.
+    reuse_only = {**plan, "nothing_to_do": False}
+    with pytest.raises(AirflowSkipException):
+        GenevaSparkApplyOperator(task_id="s", plan=json.dumps(reuse_only)).execute(context())
+
+
+def test_table_changed_sensor_poke_defer_and_complete(events):
+    v = events.version
+    sensor = GenevaTableChangedSensor(task_id="s", table="events", min_version=v, poke_interval=5, timeout=60)
+    assert sensor.deferrable
+    assert not sensor.poke(context()).is_done
+    with pytest.raises(TaskDeferred) as exc:
+        sensor.execute(context())
+    assert exc.value.method_name == "execute_complete"
+    assert exc.value.trigger.serialize() == (
+        "geneva_provider.triggers.table.GenevaTableChangedTrigger",
+        {"table": "events", "lance_conn_id": "lance_default", "min_version": v, "min_rows": None, "column": None,
+         "poll_interval": 5.0, "timeout": 60.0})
+    events.add(events_table(10, start=6_000))
+    assert sensor.execute(context())["rows"] == 6_010  # condition holds: no deferral at all
+    poke_mode = GenevaTableChangedSensor(task_id="p", table="events", min_rows=6_010, deferrable=False,
+                                         poke_interval=0.01, timeout=0.05)
+    with pytest.raises(AirflowSensorTimeout):
+        poke_mode.execute(context())
+    assert sensor.execute_complete(context(), {"status": "success", "version": 3})["version"] == 3
+    with pytest.raises(AirflowException, match="boom"):
+        sensor.execute_complete(context(), {"status": "error", "message": "boom"})
+    with pytest.raises(AirflowSensorTimeout):
+        sensor.execute_complete(context(), {"status": "timeout", "message": "late"})
+    soft = GenevaTableChangedSensor(task_id="soft", table="events", column="x", soft_fail=True)
+    with pytest.raises(AirflowSkipException):
+        soft.execute_complete(context(), {"status": "timeout", "message": "late"})
+    with pytest.raises(ValueError, match="set min_version, min_rows or column"):
+        GenevaTableChangedSensor(task_id="bad", table="events")
+
+
+def test_table_changed_trigger_fires_on_new_rows_and_times_out(events):
+    v = events.version
+    trigger = GenevaTableChangedTrigger(table="events", min_version=v, poll_interval=0.05, timeout=0.3)
+    assert asyncio.run(first_event(trigger)).payload["status"] == "timeout"
+
+    async def append_then_wait():
+        waiter = asyncio.ensure_future(first_event(
+            GenevaTableChangedTrigger(table="events", min_version=v, poll_interval=0.05, timeout=30)))
+        await asyncio.sleep(0.2)
+        await asyncio.to_thread(events.add, events_table(5, start=6_000))
+        return await waiter
+
+    event = asyncio.run(append_then_wait())
+    assert event.payload == {"status": "success", "table": "events", "version": v + 1, "rows": 6_005,
+                             "fragments": 4}
+    missing = asyncio.run(first_event(GenevaTableChangedTrigger(table="nope", min_rows=0, poll_interval=0.05)))
+    assert missing.payload["status"] == "error" and "'nope'" in missing.payload["message"]
+
+
+def test_column_backfilled_sensor_and_trigger(events, spark):
+    @gp.udf(data_type=pa.int64())
+    def neg(x: int) -> int:
+        return -x
+
+    events.add_columns({"n": neg})
+    sensor = GenevaColumnBackfilledSensor(task_id="s", table="events", column="n", poke_interval=1, timeout=10)
+    pending = sensor.poke(context())
+    assert not pending.is_done and pending.xcom_value["rows_pending"] == 6_000
+    with pytest.raises(TaskDeferred) as exc:
+        sensor.execute(context())
+    trigger = exc.value.trigger
+    assert isinstance(trigger, GenevaColumnBackfilledTrigger)
+    events.backfill("n", spark=spark, where="x < 4000")
+    assert sensor.poke(context()).xcom_value["fragments_pending"] == 1
+    events.backfill("n", spark=spark)
+    event = asyncio.run(first_event(trigger))
+    assert event.payload["status"] == "success" and event.payload["rows_pending"] == 0
+    assert sensor.execute_complete(context(), event.payload)["column"] == "n"

@@ -1,0 +1,146 @@
+"""The Airflow Spark operators on a real (loopback) Spark standalone cluster: master + 2 workers.
+
+The Spark connection points at the standalone master, so ``spark-submit`` runs the driver in this
+machine's client mode and every Spark task runs in an executor JVM that a worker launched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.backfill import verify_backfill
+from geneva_provider.plan import plan_backfill
+from tests.helpers import counting_double, events_table, read_calls
+from tests.standalone_spark import EXECUTOR_CLASS, StandaloneSpark
+
+ROWS = 20_000
+FRAGMENTS = 4
+
+
+@pytest.fixture(scope="module")
+def standalone_spark(tmp_path_factory):
+    with StandaloneSpark(tmp_path_factory.mktemp("spark-standalone"), workers=2, cores=1, memory="1g") as cluster:
+        yield cluster
+
+
+def find_app_id(cluster: StandaloneSpark, stage: str) -> str:
+    """The id of the one application of ``stage``, from the master's log ("Registered app NAME with ID app-...").
+
+    The name is ``geneva-<stage>``: the spark app's ``builder.appName`` overrides the operator's
+    ``--name geneva-<stage>-<table>-<column>``; both forms are accepted.
+    """
+    text = cluster.master_log.read_text(errors="replace")
+    found = [i for name, i in re.findall(r"Registered app (\S+) with ID (app-\S+)", text)
+             if name == f"geneva-{stage}" or name.startswith(f"geneva-{stage}-")]
+    assert len(found) == 1, (stage, found, text[-3000:])
+    return found[0]
+
+
+def finished_tasks(cluster: StandaloneSpark, app_id: str) -> dict[str, int]:
+    """Worker -> number of tasks its executors of ``app_id`` finished, from the executors' stderr."""
+    out = {}
+    for i in range(1, cluster.n_workers + 1):
+        logs = list((cluster.worker_dir(i) / app_id).glob("*/stderr"))
+        out[f"worker{i}"] = sum(len(re.findall(r"Finished task \S+ in stage", p.read_text(errors="replace")))
+                                for p in logs)
+    return out
+
+
+@pytest.mark.slow
+def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tmp_path, monkeypatch):
+    from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
+
+    cluster = standalone_spark
+    db_dir = tmp_path / "db"
+    call_dir = tmp_path / "calls"
+    call_dir.mkdir()
+    tbl = gp.connect(str(db_dir)).create_table("events", events_table(ROWS), max_rows_per_file=ROWS // FRAGMENTS)
+    assert len(tbl.dataset().get_fragments()) == FRAGMENTS
+    tbl.add_columns({"y": counting_double(str(call_dir))})
+    summary = plan_backfill(tbl, "y")
+    assert summary["rows_to_compute"] == ROWS and summary["tasks"] >= 2
+
+    host, _, port = cluster.master_url.rpartition(":")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark", "host": host, "port": int(port), "extra": {"deploy-mode": "client"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_LANCE_DEFAULT", json.dumps({"conn_type": "lance", "host": str(db_dir)}))
+    conf = {
+        "spark.executor.cores": "1", "spark.executor.memory": "1g", "spark.cores.max": "2",
+        "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.ui.showConsoleProgress": "false",
+        # Start the job only once both executors have registered, so both take tasks (the default
+        # ratio 0 lets the first executor to come up run everything).
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
+    }
+    env_vars = {"SPARK_LOCAL_IP": "127.0.0.1"}
+
+    t0 = time.monotonic()
+    # The watcher samples (every 0.1 s) the process trees below the master, each worker and this
+    # process, with every TCP port they listen on, while both Spark applications run.
+    with cluster.watch(pytest=os.getpid()) as watcher:
+        applied = GenevaSparkApplyOperator(task_id="apply", plan=summary, conf=conf,
+                                           env_vars=env_vars).execute(context={})
+        written = GenevaSparkWriteCommitOperator(task_id="write", plan=summary, conf=conf,
+                                                 env_vars=env_vars).execute(context={})
+    seconds = time.monotonic() - t0
+
+    # -- the data -------------------------------------------------------------------------------
+    assert applied["status"] == "success" and applied["rows_computed"] == ROWS, applied
+    assert written["status"] == "success" and written["fragments_committed"] == FRAGMENTS, written
+    assert verify_backfill(summary["plan_uri"])["rows_verified"] == ROWS
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert len(got["x"]) == ROWS and got["y"] == [2 * x for x in got["x"]]
+    tbl.dataset().validate()
+    assert sorted(read_calls(call_dir)) == list(range(ROWS))  # every row computed exactly once
+
+    # -- the work ran on the cluster's executors ------------------------------------------------
+    # Proof 1 (from the processes themselves): the UDF appends to <pid>.log in call_dir, so the
+    # file names are the PIDs of the Python processes that ran it.  Every one of them was seen by
+    # the watcher below a worker JVM, with a CoarseGrainedExecutorBackend JVM (an executor the
+    # worker launched) among its ancestors -- and none below this process outside the cluster,
+    # i.e. none in the spark-submit driver.  Both workers' executors ran UDF calls.
+    labels = {f"worker{i}" for i in range(1, cluster.n_workers + 1)}
+    call_pids = {int(p.stem) for p in call_dir.glob("*.log")}
+    executors_used = {}
+    for pid in call_pids:
+        keys = [k for k in watcher.seen if k[0] == pid]
+        assert keys, f"UDF process {pid} was never seen below the cluster or this process"
+        assert all(watcher.under[k] in labels for k in keys), (pid, [watcher.under[k] for k in keys])
+        chain = watcher.ancestors(pid)
+        executor = next((p for p in chain if EXECUTOR_CLASS in p.cmdline), None)
+        assert executor is not None, f"UDF process {pid} has no executor JVM above it: {chain}"
+        assert executor.ppid in {cluster.pids[w] for w in labels}, executor
+        executors_used[executor.pid] = watcher.under[(executor.pid, executor.start)]
+    assert set(executors_used.values()) == labels, executors_used
+
+    # Proof 2 (from Spark's own logs, which outlive the processes): each application got an
+    # executor on every worker (SPARK_WORKER_DIR/<app id>/<executor id>/stderr), and the apply
+    # application's executors finished exactly one Spark task per planned task, on both workers.
+    apply_id, write_id = find_app_id(cluster, "apply"), find_app_id(cluster, "write_commit")
+    for app_id in (apply_id, write_id):
+        for i in range(1, cluster.n_workers + 1):
+            assert list((cluster.worker_dir(i) / app_id).glob("*/stderr")), (app_id, i)
+    per_worker = finished_tasks(cluster, apply_id)
+    assert sum(per_worker.values()) == summary["tasks"] and all(per_worker.values()), per_worker
+    assert sum(finished_tasks(cluster, write_id).values()) >= FRAGMENTS
+
+    # -- loopback only --------------------------------------------------------------------------
+    # Every port listened on by the master, the workers, the executors and their Python daemons,
+    # and the spark-submit driver during both runs was bound to 127.0.0.1 (and REST 6066 was off).
+    assert watcher.samples > 10
+    listeners = sorted(watcher.listeners)
+    assert any(EXECUTOR_CLASS in cmd for _, cmd, _, _ in listeners), listeners
+    assert any("SparkSubmit" in cmd for _, cmd, _, _ in listeners), listeners
+    assert [entry for entry in listeners if entry[2] != "127.0.0.1"] == [], listeners
+    assert 6066 not in {port for _, _, _, port in listeners}
+
+    print(f"\ncluster start {cluster.startup_seconds:.1f}s, apply + write_commit {seconds:.1f}s, "
+          f"{len(call_pids)} UDF processes in {len(executors_used)} executors, "
+          f"{len({(a, p) for _, _, a, p in listeners})} loopback listeners")
+
