@@ -8,8 +8,20 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint setup clean
 
+# The demo runs the example DAGs with `airflow dags test` on the embedded default:
+# Airflow on SQLite in .demo/airflow, tables in .demo/lake, Spark local[*].
+DEMO_ENV = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+	AIRFLOW_HOME="$(CURDIR)/.demo/airflow" \
+	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags_examples" \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False \
+	AIRFLOW_CONN_LANCE_DEFAULT='{"conn_type": "lance", "host": "$(CURDIR)/.demo/lake"}' \
+	AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}'
+
 demo: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m geneva_provider.demo
+	rm -rf .demo && mkdir -p .demo/airflow
+	$(DEMO_ENV) airflow db migrate > .demo/db-migrate.log 2>&1
+	$(DEMO_ENV) $(PY) -m geneva_provider.demo dags
 
 test: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest

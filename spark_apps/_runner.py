@@ -36,7 +36,7 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], dict
     options = None
     try:
         options = json.loads(os.environ.get(STORAGE_OPTIONS_ENV) or "null")
-        spark = SparkSession.builder.appName(f"geneva-{name}").getOrCreate()
+        spark = SparkSession.builder.getOrCreate()  # spark-submit --name (or the file name) names the app
         check_versions(spark)
         result = {"status": "success", **stage(args.plan_uri, spark, options)}
         code = 0
