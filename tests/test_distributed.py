@@ -29,16 +29,11 @@ def standalone_spark(tmp_path_factory):
         yield cluster
 
 
-def find_app_id(cluster: StandaloneSpark, stage: str) -> str:
-    """The id of the one application of ``stage``, from the master's log ("Registered app NAME with ID app-...").
-
-    The name is ``geneva-<stage>``: the spark app's ``builder.appName`` overrides the operator's
-    ``--name geneva-<stage>-<table>-<column>``; both forms are accepted.
-    """
+def find_app_id(cluster: StandaloneSpark, name: str) -> str:
+    """The id of the one application named ``name``, from the master's log ("Registered app NAME with ID ...")."""
     text = cluster.master_log.read_text(errors="replace")
-    found = [i for name, i in re.findall(r"Registered app (\S+) with ID (app-\S+)", text)
-             if name == f"geneva-{stage}" or name.startswith(f"geneva-{stage}-")]
-    assert len(found) == 1, (stage, found, text[-3000:])
+    found = [i for app, i in re.findall(r"Registered app (\S+) with ID (app-\S+)", text) if app == name]
+    assert len(found) == 1, (name, found, text[-3000:])
     return found[0]
 
 
@@ -122,7 +117,8 @@ def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tm
     # Proof 2 (from Spark's own logs, which outlive the processes): each application got an
     # executor on every worker (SPARK_WORKER_DIR/<app id>/<executor id>/stderr), and the apply
     # application's executors finished exactly one Spark task per planned task, on both workers.
-    apply_id, write_id = find_app_id(cluster, "apply"), find_app_id(cluster, "write_commit")
+    apply_id = find_app_id(cluster, "geneva-apply-events-y")
+    write_id = find_app_id(cluster, "geneva-write_commit-events-y")
     for app_id in (apply_id, write_id):
         for i in range(1, cluster.n_workers + 1):
             assert list((cluster.worker_dir(i) / app_id).glob("*/stderr")), (app_id, i)
@@ -144,3 +140,29 @@ def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tm
           f"{len(call_pids)} UDF processes in {len(executors_used)} executors, "
           f"{len({(a, p) for _, _, a, p in listeners})} loopback listeners")
 
+
+
+@pytest.mark.slow
+def test_example_dag_runs_on_the_cluster_by_changing_only_the_connection(standalone_spark, dagbag, lance_db,
+                                                                         monkeypatch):
+    from geneva_provider.examples import sample
+
+    cluster = standalone_spark
+    host, _, port = cluster.master_url.rpartition(":")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": host,
+                                                                 "port": int(port)}))
+    tbl = lance_db.create_table("events", sample(12_000), max_rows_per_file=3_000)
+    t0 = time.monotonic()
+    dr = dagbag.get_dag("geneva_backfill_after_ingest").test()
+    seconds = time.monotonic() - t0
+    states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
+    assert dr.state == "success", states
+    assert states["backfill_words.apply"] == states["backfill_words.write_commit"] == "success"
+    got = tbl.to_arrow(["text", "words"]).to_pydict()
+    assert len(got["words"]) == 12_000 and got["words"] == [len(t.split()) for t in got["text"]]
+    tbl.dataset().validate()
+    # Both Spark stages ran as applications of the standalone master, their tasks in its executors.
+    for stage in ("apply", "write_commit"):
+        app_id = find_app_id(cluster, f"geneva-{stage}-events-words")
+        assert sum(finished_tasks(cluster, app_id).values()) >= 1, (stage, app_id)
+    print(f"\nexample DAG on the standalone cluster: {seconds:.1f}s")
