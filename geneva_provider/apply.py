@@ -25,7 +25,6 @@ from geneva_provider.udf import UDF, UDFCallError, load_udf, udf_column_info
 log = logging.getLogger(__name__)
 
 ROWADDR = "_rowaddr"
-VALUE = "value"
 TARGET_CHECKPOINT_SECONDS = 10.0
 READ_BATCH_ROWS = 8192
 
@@ -68,6 +67,45 @@ def uncovered(task: dict[str, Any], covered: list[tuple[int, int]]) -> list[tupl
 
 
 # ---------------------------------------------------------------------- executor side
+class ComputeError(Exception):
+    """A UDF failed on a chunk: carries the column and UDF it was computing."""
+
+    def __init__(self, column: str, udf_name: str, error: UDFCallError) -> None:
+        super().__init__(str(error))
+        self.column, self.udf_name, self.error = column, udf_name, error
+
+
+class ScanWork:
+    """Backfill input: the fragment's rows that match ``where``, one UDF column out."""
+
+    def __init__(self, ctx: dict[str, Any], ds: Any, frag_id: int) -> None:
+        self.ctx = ctx
+        self.frag = ds.get_fragment(frag_id)
+        self.fn = udf_for(ds, ctx["column"])
+
+    def batches(self, start: int, end: int) -> Any:
+        return self.frag.to_batches(columns=self.ctx["input_columns"], filter=self.ctx["where"], offset=start,
+                                    limit=end - start, with_row_address=True, batch_size=READ_BATCH_ROWS)
+
+    def compute(self, chunk: pa.Table) -> dict[str, pa.Array]:
+        try:
+            return {self.ctx["column"]: self.fn.evaluate(chunk, self.ctx["input_columns"])}
+        except UDFCallError as exc:
+            raise ComputeError(self.ctx["column"], self.fn.name, exc) from exc
+
+    def empty(self) -> dict[str, pa.Array]:
+        return {self.ctx["column"]: pa.array([], self.fn.data_type)}
+
+
+def work_for(ctx: dict[str, Any], ds: Any, frag_id: int) -> Any:
+    """The input reader and output computation of a task, by job kind."""
+    if ctx["kind"] == "refresh":
+        from geneva_provider.views import CopyWork
+
+        return CopyWork(ctx, ds, frag_id)
+    return ScanWork(ctx, ds, frag_id)
+
+
 def apply_task(ctx: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     """Computes one planned range, skipping what checkpoints already hold."""
     frag_id, prefix = task["frag"], task["prefix"]
@@ -78,23 +116,19 @@ def apply_task(ctx: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
               "checkpoints": 0, "udf_seconds": 0.0, "error": None}
     if not todo:
         return result
-    ds = dataset_at(ctx["table_uri"], ctx["read_version"], ctx["storage_options"])
-    fn = udf_for(ds, ctx["column"])
-    frag = ds.get_fragment(frag_id)
+    work = work_for(ctx, dataset_at(ctx["table_uri"], ctx["read_version"], ctx["storage_options"]), frag_id)
     size = ctx["checkpoint_size"]
     for start, end in todo:
-        reader = frag.to_batches(columns=ctx["input_columns"], filter=ctx["where"], offset=start,
-                                 limit=end - start, with_row_address=True, batch_size=READ_BATCH_ROWS)
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
         pos = start
-        for rb in reader:
+        for rb in work.batches(start, end):
             pending.append(rb)
             pending_rows += rb.num_rows
             while pending_rows >= size and pos + size <= end:
                 chunk, pending = _take_rows(pending, size)
                 pending_rows -= size
-                error, seconds = _checkpoint(ctx, store, fn, frag_id, prefix, pos, pos + size, chunk)
+                error, seconds = _checkpoint(ctx, store, work, frag_id, prefix, pos, pos + size, chunk)
                 if error:
                     result["error"] = error
                     return result
@@ -106,7 +140,7 @@ def apply_task(ctx: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         if pos == end:
             continue
         chunk = pa.Table.from_batches(pending) if pending else None
-        error, seconds = _checkpoint(ctx, store, fn, frag_id, prefix, pos, end, chunk)
+        error, seconds = _checkpoint(ctx, store, work, frag_id, prefix, pos, end, chunk)
         if error:
             result["error"] = error
             return result
@@ -135,43 +169,43 @@ def _adapt(size: int, seconds: float, ctx: dict[str, Any]) -> int:
 def _checkpoint(
     ctx: dict[str, Any],
     store: CheckpointStore,
-    fn: UDF,
+    work: Any,
     frag_id: int,
     prefix: str,
     start: int,
     end: int,
     chunk: pa.Table | None,
 ) -> tuple[dict[str, Any] | None, float]:
-    """Runs the UDF on ``chunk`` and stores ``[start, end)``; returns (error, UDF seconds)."""
+    """Computes the outputs of ``chunk`` and stores ``[start, end)``; returns (error, seconds)."""
     t0 = time.perf_counter()
     if chunk is None or chunk.num_rows == 0:
         addrs = pa.array([], pa.uint64())
-        values = pa.array([], fn.data_type)
+        outputs = work.empty()
     else:
         if chunk.num_rows != end - start:
             raise RuntimeError(f"fragment {frag_id} range [{start}, {end}) read {chunk.num_rows} rows; "
                                "the table changed under a pinned version")
         addrs = chunk.column(ROWADDR).combine_chunks()
         try:
-            values = fn.evaluate(chunk, ctx["input_columns"])
-        except UDFCallError as exc:
-            return _error(ctx, fn, frag_id, addrs, exc), 0.0
+            outputs = work.compute(chunk)
+        except ComputeError as exc:
+            return _error(ctx, exc, frag_id, addrs), 0.0
     seconds = time.perf_counter() - t0
-    store[batch_key(prefix, frag_id, start, end)] = pa.table({ROWADDR: addrs, VALUE: values})
+    store[batch_key(prefix, frag_id, start, end)] = pa.table({ROWADDR: addrs, **outputs})
     return None, seconds
 
 
-def _error(ctx: dict[str, Any], fn: UDF, frag_id: int, addrs: pa.Array, exc: UDFCallError) -> dict[str, Any]:
-    if exc.index is not None:
-        addr = addrs[exc.index].as_py()
+def _error(ctx: dict[str, Any], exc: ComputeError, frag_id: int, addrs: pa.Array) -> dict[str, Any]:
+    if exc.error.index is not None:
+        addr = addrs[exc.error.index].as_py()
         where = f"row address {addr} (fragment {addr >> 32}, offset {addr & 0xFFFFFFFF})"
     else:
         first, last = addrs[0].as_py(), addrs[len(addrs) - 1].as_py()
         where = f"rows with addresses {first}..{last} (fragment {frag_id})"
-    original = exc.original
+    original = exc.error.original
     return {
-        "message": f"UDF '{fn.name}' failed computing column '{ctx['column']}' of table '{ctx['table']}' "
-                   f"at fragment {frag_id}, {where}: {exc}",
+        "message": f"UDF '{exc.udf_name}' failed computing column '{exc.column}' of table '{ctx['table']}' "
+                   f"at fragment {frag_id}, {where}: {exc.error}",
         "exception": type(original).__name__ if original is not None else "UDFCallError",
         "frag": frag_id,
     }
@@ -187,12 +221,14 @@ def apply_context(plan: dict[str, Any], storage_options: dict[str, str] | None) 
     """What every apply task needs, taken from the plan (small; pickled into the closure)."""
     opts = plan["options"]
     return {
+        "kind": plan["kind"],
         "table": plan["table"],
         "table_uri": plan["table_uri"],
         "read_version": plan["read_version"],
-        "column": plan["column"],
-        "input_columns": plan["input_columns"],
-        "where": plan["where"],
+        "column": plan.get("column"),
+        "input_columns": plan.get("input_columns"),
+        "where": plan.get("where"),
+        "source": plan.get("source"),
         "store_uri": plan["store_uri"],
         "storage_options": storage_options,
         "checkpoint_size": opts["checkpoint_size"],
@@ -220,7 +256,7 @@ def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None 
              plan["job_id"], len(tasks), len(plan["tasks"]), planned)
     t0 = time.perf_counter()
     results = run_tasks(spark, tasks, partial(_apply_partition, apply_context(plan, storage_options)),
-                        description=f"geneva apply {plan['table']}.{plan['column']}",
+                        description=f"geneva apply {plan['table']}.{','.join(plan['output_columns'])}",
                         concurrency=plan["options"]["concurrency"]) if tasks else []
     errors = [r["error"] for r in results if r["error"]]
     computed = sum(r["rows_computed"] for r in results)

@@ -44,7 +44,7 @@ def is_retryable_conflict(exc: BaseException) -> bool:
 
 def commit_column_files(
     table_uri: str,
-    column: str,
+    columns: list[str],
     files: dict[int, Any],
     read_version: int,
     *,
@@ -54,7 +54,7 @@ def commit_column_files(
     max_retries: int = DEFAULT_MAX_RETRIES,
     backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
 ) -> CommitOutcome:
-    """Commits ``{fragment id: DataFile}`` for ``column`` as one DataReplacement.
+    """Commits ``{fragment id: DataFile}`` holding ``columns`` as one DataReplacement.
 
     ``base_files`` (filtered backfills) names the column file each staged file was merged
     from; a fragment whose column file changed since then is not overwritten but reported
@@ -63,6 +63,7 @@ def commit_column_files(
     import lance
 
     op_cls = lance.LanceOperation
+    column = ", ".join(columns)
     pending = dict(files)
     outcome = CommitOutcome(version=read_version)
     version = read_version
@@ -77,17 +78,17 @@ def commit_column_files(
             return outcome
         except Exception as exc:
             if not is_retryable_conflict(exc):
-                raise CommitError(f"commit of column '{column}' to {table_uri} failed: "
+                raise CommitError(f"commit of column(s) '{column}' to {table_uri} failed: "
                                   f"{_reason(exc)}") from exc
             if attempt == max_retries:
-                raise CommitError(f"commit of column '{column}' to {table_uri} still conflicted after "
+                raise CommitError(f"commit of column(s) '{column}' to {table_uri} still conflicted after "
                                   f"{max_retries} retries: {_reason(exc)}") from exc
             delay = min(backoff_seconds * 2**attempt, MAX_BACKOFF_SECONDS)
-            log.warning("commit of column '%s' conflicted (%s); retrying at the latest version in %.1fs",
+            log.warning("commit of column(s) '%s' conflicted (%s); retrying at the latest version in %.1fs",
                         column, _reason(exc), delay)
             time.sleep(delay)
             latest = lance.dataset(table_uri, storage_options=storage_options)
-            _check_column(latest, column, output_field_ids, table_uri)
+            _check_columns(latest, columns, output_field_ids, table_uri)
             live = {f.fragment_id: f.metadata for f in latest.get_fragments()}
             for fid in sorted(pending):
                 if fid not in live:
@@ -102,10 +103,11 @@ def commit_column_files(
     return outcome
 
 
-def _check_column(ds: Any, column: str, output_field_ids: list[int], uri: str) -> None:
-    if column not in ds.schema.names or leaf_field_ids(ds.lance_schema.field(column)) != output_field_ids:
-        raise CommitError(f"column '{column}' of {uri} was dropped or replaced while its backfill ran; "
-                          "rerun the backfill")
+def _check_columns(ds: Any, columns: list[str], output_field_ids: list[int], uri: str) -> None:
+    names = ds.schema.names
+    if any(c not in names for c in columns) or [
+            i for c in columns for i in leaf_field_ids(ds.lance_schema.field(c))] != output_field_ids:
+        raise CommitError(f"column(s) {columns} of {uri} were dropped or replaced while the job ran; rerun it")
 
 
 def _reason(exc: BaseException) -> str:

@@ -186,6 +186,7 @@ def plan_backfill(
         "table": table.name,
         "table_uri": table.uri,
         "column": column,
+        "output_columns": [column],
         "udf": {k: info[k] for k in ("name", "version", "kind")},
         "input_columns": inputs,
         "where": where,

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.apply import ROWADDR, VALUE, covered_ranges, dataset_at
+from geneva_provider.apply import ROWADDR, covered_ranges, dataset_at
 from geneva_provider.checkpoint import batch_key, fragment_key, open_store
 from geneva_provider.commit import commit_column_files
 from geneva_provider.errors import CheckpointMissingError, CommitError
@@ -46,28 +46,26 @@ def write_fragment(ctx: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]
     gaps = missing_ranges(rows, ranges)
     if gaps:
         raise CheckpointMissingError(
-            f"column '{ctx['column']}' of table '{ctx['table']}': fragment {fid} has no checkpoints for rows "
-            f"{gaps} of {rows}; run the apply stage first")
+            f"columns {ctx['output_columns']} of table '{ctx['table']}': fragment {fid} has no checkpoints for "
+            f"rows {gaps} of {rows}; run the apply stage first")
     parts = [store[batch_key(prefix, fid, s, e)] for s, e in ranges]
     ds = dataset_at(ctx["table_uri"], ctx["read_version"], ctx["storage_options"])
-    field = ds.schema.field(ctx["column"])
-    physical_rows = entry["physical_rows"]
-    new = pa.concat_tables(parts) if parts else pa.table({ROWADDR: pa.array([], pa.uint64()),
-                                                           VALUE: pa.array([], field.type)})
-    addrs = new.column(ROWADDR).combine_chunks()
-    values = new.column(VALUE).combine_chunks()
+    fields = [ds.schema.field(c) for c in ctx["output_columns"]]
+    new = pa.concat_tables(parts) if parts else pa.table(
+        {ROWADDR: pa.array([], pa.uint64()), **{f.name: pa.array([], f.type) for f in fields}})
     if ctx["where"]:
-        frag = ds.get_fragment(fid)
-        current = frag.to_table(columns=[ctx["column"]], with_row_address=True)
-        addrs = pa.concat_arrays([current.column(ROWADDR).combine_chunks(), addrs])
-        values = pa.concat_arrays([current.column(ctx["column"]).combine_chunks().cast(field.type), values])
-    full = scatter_to_physical(physical_rows, addrs, values)
+        # Rows the filter did not select keep their current values: merge them in under the new ones.
+        current = ds.get_fragment(fid).to_table(columns=ctx["output_columns"], with_row_address=True)
+        new = pa.concat_tables([current.select(new.column_names).cast(new.schema), new])
+    addrs = new.column(ROWADDR).combine_chunks()
+    arrays = [scatter_to_physical(entry["physical_rows"], addrs, new.column(f.name).combine_chunks())
+              for f in fields]
 
     rel = f"{uuid.uuid4().hex}.lance"
-    schema = pa.schema([field.remove_metadata()])
+    schema = pa.schema([f.remove_metadata() for f in fields])
     with LanceFileWriter(os.path.join(ctx["table_uri"], "data", rel), schema,
                          version=ctx["data_storage_version"], storage_options=ctx["storage_options"]) as w:
-        w.write_batch(pa.record_batch([full], schema=schema))
+        w.write_batch(pa.record_batch(arrays, schema=schema))
     major, minor = (int(p) for p in ctx["data_storage_version"].split("."))
     leaves = ctx["output_field_ids"]
     datafile = DataFile(rel, fields=leaves, column_indices=list(range(len(leaves))),
@@ -105,7 +103,7 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
     granularity = plan["options"]["commit_granularity"] or max(len(to_write) + len(to_commit_now), 1)
     ctx = {
         "table": plan["table"], "table_uri": plan["table_uri"], "read_version": plan["read_version"],
-        "column": plan["column"], "where": plan["where"], "store_uri": plan["store_uri"],
+        "output_columns": plan["output_columns"], "where": plan.get("where"), "store_uri": plan["store_uri"],
         "storage_options": storage_options, "job_prefix": plan["job_prefix"],
         "output_field_ids": plan["output_field_ids"], "column_uid": plan["column_uid"],
         "data_storage_version": plan["data_storage_version"],
@@ -117,7 +115,7 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
     if to_commit_now:
         committer.commit(to_commit_now)
     if groups:
-        description = f"geneva write {plan['table']}.{plan['column']}"
+        description = f"geneva write {plan['table']}.{','.join(plan['output_columns'])}"
         opts = plan["options"]
         workers = max(1, min(len(groups), opts["concurrency"] or opts["parallelism"]))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="geneva-writer") as pool:
@@ -131,7 +129,7 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
     outcome = committer.summary(round(time.perf_counter() - t0, 3))
     if committer.changed:
         raise CommitError(
-            f"column '{plan['column']}' of table '{plan['table']}': fragments {sorted(committer.changed)} were "
+            f"columns {plan['output_columns']} of table '{plan['table']}': fragments {sorted(committer.changed)} were "
             "changed by a concurrent backfill of the same column and were not overwritten; rerun the backfill "
             "(its checkpoints make the rerun cheap)")
     return outcome
@@ -154,7 +152,7 @@ class _Committer:
         plan = self.plan
         base = {f["id"]: f["base_file"] for f in plan["fragments"]} if plan["where"] else None
         outcome = commit_column_files(
-            plan["table_uri"], plan["column"], {fid: datafile_from_json(d) for fid, d in files.items()},
+            plan["table_uri"], plan["output_columns"], {fid: datafile_from_json(d) for fid, d in files.items()},
             self.version, output_field_ids=plan["output_field_ids"], base_files=base,
             storage_options=self.storage_options)
         self.version = outcome.version
