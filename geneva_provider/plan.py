@@ -129,6 +129,42 @@ def plan_backfill(
     read_ids = sorted({i for c in list(dict.fromkeys(inputs + filter_cols)) for i in column_field_ids(ds, c)})
     job = job_prefix(info["name"], info["version"], column, where, table.uri)
 
+    fragments, ranges, rows_reused = plan_fragments(
+        ds, store, job, {f.fragment_id: files_holding(f.metadata, read_ids) for f in ds.get_fragments()},
+        out_leaves, info["column_uid"], where)
+    plan = {
+        "kind": "backfill",
+        "table": table.name,
+        "table_uri": table.uri,
+        "column": column,
+        "output_columns": [column],
+        "udf": {k: info[k] for k in ("name", "version", "kind")},
+        "input_columns": inputs,
+        "where": where,
+        "read_version": ds.version,
+        "output_field_ids": out_leaves,
+        "column_uid": info["column_uid"],
+        "data_storage_version": str(ds.data_storage_version),
+        "job_prefix": job,
+    }
+    return store_plan(plan, fragments, ranges, rows_reused, options, store, parallelism,
+                      f"table '{table.name}' column '{column}'")
+
+
+def plan_fragments(
+    ds: Any,
+    store: CheckpointStore,
+    job: str,
+    src_files_by_frag: dict[int, list[str]],
+    out_leaves: list[int],
+    column_uid: str,
+    where: str | None,
+) -> tuple[list[dict[str, Any]], list[tuple[int, int, int, str]], int]:
+    """Decides each fragment: done, reused, empty, or the ranges still to compute.
+
+    ``src_files_by_frag`` names the files each fragment's result depends on; a fragment
+    checkpoint is reused only while they (and the output field ids) are unchanged.
+    """
     existing_batches: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for key in store.list_keys(job):
         bk = parse_batch_key(key)
@@ -139,14 +175,12 @@ def plan_backfill(
     ranges: list[tuple[int, int, int, str]] = []
     rows_reused = 0
     for frag in ds.get_fragments():
-        meta = frag.metadata
         fid = frag.fragment_id
-        src_files = files_holding(meta, read_ids)
-        out_file = column_file(meta, out_leaves)
+        src_files = src_files_by_frag[fid]
+        out_file = column_file(frag.metadata, out_leaves)
         entry: dict[str, Any] = {"id": fid, "physical_rows": frag.physical_rows, "src_files": src_files,
                                  "base_file": out_file}
-        decision = _fragment_checkpoint_decision(store, job, fid, src_files, out_leaves, info["column_uid"],
-                                                 out_file, where)
+        decision = _fragment_checkpoint_decision(store, job, fid, src_files, out_leaves, column_uid, out_file, where)
         if decision is not None:
             entry.update(decision)
             rows_reused += entry["rows"]
@@ -166,7 +200,20 @@ def plan_backfill(
         entry.update(action=COMPUTE, prefix=prefix)
         fragments.append(entry)
         ranges.extend((fid, s, e, prefix) for s, e in todo)
+    return fragments, ranges, rows_reused
 
+
+def store_plan(
+    plan: dict[str, Any],
+    fragments: list[dict[str, Any]],
+    ranges: list[tuple[int, int, int, str]],
+    rows_reused: int,
+    options: BackfillOptions,
+    store: CheckpointStore,
+    parallelism: int,
+    label: str,
+) -> dict[str, Any]:
+    """Cuts the ranges into tasks, stores the plan document, and returns its summary."""
     rows_to_compute = sum(e - s for _, s, e, _ in ranges)
     task_size = options.task_size or default_task_size(rows_to_compute, parallelism, options)
     tasks = [
@@ -175,27 +222,14 @@ def plan_backfill(
         for s, e in split_range(start, end, task_size)
     ]
     tasks.sort(key=lambda t: t["end"] - t["start"], reverse=True)  # longest first balances the slots
-
     job_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     lo, hi = options.checkpoint_bounds()
     plan = {
         "format": PLAN_FORMAT,
-        "kind": "backfill",
         "job_id": job_id,
         "created_at": dt.datetime.now(dt.UTC).isoformat(),
-        "table": table.name,
-        "table_uri": table.uri,
-        "column": column,
-        "output_columns": [column],
-        "udf": {k: info[k] for k in ("name", "version", "kind")},
-        "input_columns": inputs,
-        "where": where,
-        "read_version": ds.version,
-        "output_field_ids": out_leaves,
-        "column_uid": info["column_uid"],
-        "data_storage_version": str(ds.data_storage_version),
+        **plan,
         "store_uri": store.uri,
-        "job_prefix": job,
         "options": {**asdict(options), "task_size": task_size, "min_checkpoint_size": lo,
                     "max_checkpoint_size": hi, "checkpoint_size": options.initial_checkpoint_size(),
                     "parallelism": parallelism},
@@ -206,9 +240,9 @@ def plan_backfill(
     }
     store.put_json(plan_key(job_id), plan)
     summary = plan_summary(plan, store.key_uri(plan_key(job_id)))
-    log.info("plan %s: table '%s' column '%s' at version %d: %d rows to compute in %d tasks over %d fragments; "
+    log.info("plan %s: %s at version %d: %d rows to compute in %d tasks over %d fragments; "
              "%d fragments reused, %d already committed, %d rows reused",
-             job_id, table.name, column, ds.version, rows_to_compute, len(tasks),
+             job_id, label, plan["read_version"], rows_to_compute, len(tasks),
              summary["fragments_to_compute"], summary["fragments_reused"], summary["fragments_done"], rows_reused)
     return summary
 
@@ -220,7 +254,7 @@ def plan_summary(plan: dict[str, Any], plan_uri: str) -> dict[str, Any]:
         "job_id": plan["job_id"],
         "plan_uri": plan_uri,
         "table": plan["table"],
-        "column": plan["column"],
+        "column": plan.get("column"),
         "read_version": plan["read_version"],
         "rows_to_compute": plan["rows_to_compute"],
         "rows_reused": plan["rows_reused"],
