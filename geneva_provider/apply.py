@@ -226,6 +226,7 @@ def apply_context(plan: dict[str, Any], storage_options: dict[str, str] | None) 
         "table_uri": plan["table_uri"],
         "read_version": plan["read_version"],
         "column": plan.get("column"),
+        "output_columns": plan["output_columns"],
         "input_columns": plan.get("input_columns"),
         "where": plan.get("where"),
         "source": plan.get("source"),

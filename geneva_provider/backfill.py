@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,12 +69,18 @@ def verify_backfill(plan_uri: str, storage_options: dict[str, str] | None = None
         frags_ok += 1
     if problems:
         raise VerificationError(
-            f"backfill {plan['job_id']} of column '{plan['column']}' in table '{plan['table']}' is incomplete at "
+            f"job {plan['job_id']} ({_label(plan)}) is incomplete at "
             f"version {ds.version}: " + "; ".join(problems) + ". Rerun the backfill to finish it.")
-    log.info("verify %s: %d fragments, %d rows of column '%s' committed at version %d",
-             plan["job_id"], frags_ok, rows_ok, plan["column"], ds.version)
-    return {"job_id": plan["job_id"], "table": plan["table"], "column": plan["column"], "version": ds.version,
+    log.info("verify %s: %d fragments, %d rows of %s committed at version %d",
+             plan["job_id"], frags_ok, rows_ok, _label(plan), ds.version)
+    return {"job_id": plan["job_id"], "table": plan["table"], "column": plan.get("column"), "version": ds.version,
             "fragments_verified": frags_ok, "rows_verified": rows_ok}
+
+
+def _label(plan: dict[str, Any]) -> str:
+    if plan["kind"] == "refresh":
+        return f"refresh of view '{plan['table']}'"
+    return f"backfill of column '{plan['column']}' in table '{plan['table']}'"
 
 
 def backfill(
@@ -87,16 +94,37 @@ def backfill(
     """Runs every stage of a backfill in this process, on ``spark`` or a local session."""
     options = options or BackfillOptions()
     options.validate(table.name)
+    return run_job(table, column, lambda parallelism: plan_backfill(table, column, options, store=store,
+                                                                    parallelism=parallelism), spark)
+
+
+def refresh(
+    view: Table,
+    src_version: int | None = None,
+    max_rows_per_fragment: int | None = None,
+    options: BackfillOptions | None = None,
+    *,
+    spark: Any = None,
+    store: CheckpointStore | None = None,
+) -> BackfillResult:
+    """Refreshes a materialized view in this process: new source rows, then every stale fragment."""
+    from geneva_provider.views import plan_refresh
+
+    return run_job(view, "*", lambda parallelism: plan_refresh(
+        view, src_version, max_rows_per_fragment, options, store=store, parallelism=parallelism), spark)
+
+
+def run_job(table: Table, column: str, plan: Callable[[int | None], dict[str, Any]], spark: Any) -> BackfillResult:
+    """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work)."""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     # Plan first: bad input fails before any JVM starts.
-    summary = plan_backfill(table, column, options, store=store,
-                            parallelism=default_parallelism(spark) if spark is not None else None)
+    summary = plan(default_parallelism(spark) if spark is not None else None)
     seconds["plan"] = time.perf_counter() - t0
     plan_uri = summary["plan_uri"]
     so = table.storage_options
     if summary["nothing_to_do"]:
-        log.info("backfill %s: column '%s' of table '%s' is up to date", summary["job_id"], column, table.name)
+        log.info("job %s on table '%s': up to date", summary["job_id"], table.name)
         verify_backfill(plan_uri, so)
         return BackfillResult(summary["job_id"], column, 0, summary["rows_reused"], 0, 0, table.version,
                               seconds=seconds)
@@ -107,7 +135,7 @@ def backfill(
     owns_session = spark is None
     if owns_session:
         t = time.perf_counter()
-        spark = local_session(app_name=f"geneva-backfill-{table.name}-{column}")
+        spark = local_session(app_name=f"geneva-{table.name}-{column}")
         seconds["session"] = time.perf_counter() - t
     try:
         t = time.perf_counter()
@@ -134,7 +162,7 @@ def backfill(
         fragments_vanished=written["fragments_vanished"],
         seconds={k: round(v, 3) for k, v in seconds.items()},
     )
-    log.info("backfill %s: column '%s' of table '%s': %d rows computed, %d reused, %d fragments committed, "
-             "version %d", result.job_id, column, table.name, result.rows_computed, result.rows_reused,
+    log.info("job %s on table '%s' (%s): %d rows computed, %d reused, %d fragments committed, version %d",
+             result.job_id, table.name, column, result.rows_computed, result.rows_reused,
              result.fragments_committed, result.version)
     return result

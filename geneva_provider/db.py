@@ -72,6 +72,12 @@ class Connection:
             raise TableNotFoundError(f"table '{name}' not found in {self.uri}")
         return Table(self, name)
 
+    def create_materialized_view(self, name: str, query: Any, *, max_rows_per_fragment: int | None = None) -> Table:
+        """Creates view ``name`` from ``table.search(None)...`` (placeholders only: call ``refresh()``)."""
+        from geneva_provider.views import create_materialized_view
+
+        return create_materialized_view(self, name, query, max_rows_per_fragment=max_rows_per_fragment)
+
     def drop_table(self, name: str) -> None:
         """Deletes the table and its checkpoints."""
         from pyarrow import fs

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from geneva_provider.backfill import BackfillResult
     from geneva_provider.db import Connection
+    from geneva_provider.query import Query
 
 CHECKPOINT_DIR = "_checkpoints"
 
@@ -125,6 +126,27 @@ class Table:
                 info.pop("pickle")
                 out[f.name] = info
         return out
+
+    # ------------------------------------------------------------------ views
+    def search(self, query: Any = None) -> Query:
+        """Starts a view query over this table (``query`` must be None: no vector search here)."""
+        from geneva_provider.query import Query
+
+        if query is not None:
+            raise InvalidArgumentError("search() builds view queries only; pass None")
+        return Query(self)
+
+    def refresh(
+        self,
+        src_version: int | None = None,
+        max_rows_per_fragment: int | None = None,
+        spark: SparkSession | None = None,
+        checkpoint_store: CheckpointStore | None = None,
+    ) -> BackfillResult:
+        """Refreshes this materialized view from its source (only new and stale rows are computed)."""
+        from geneva_provider.backfill import refresh
+
+        return refresh(self, src_version, max_rows_per_fragment, spark=spark, store=checkpoint_store)
 
     # ------------------------------------------------------------------ backfill
     @property

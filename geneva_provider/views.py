@@ -1,7 +1,7 @@
 """Materialized views: a query over a source table kept as its own Lance table.
 
-Creating a view writes one placeholder row (``__source_row_id``, ``__is_set = false``) per
-matching source row -- no UDF runs.  A refresh is the backfill pipeline driven by the
+Creating a view writes one placeholder row per matching source row (its ``__source_row_id``;
+``__is_set`` and the view columns stay NULL) -- no UDF runs.  A refresh is the backfill pipeline driven by the
 destination: copy tasks read a destination fragment's ``__source_row_id``s, take those rows from
 the source, compute the UDF columns, and the same writer and DataReplacement commit land every
 view column of the fragment at once.  New source rows are appended as new placeholder fragments
@@ -71,14 +71,14 @@ def create_materialized_view(db: Connection, name: str, query: Query, *,
         META_VERSION: "2" if stable else "1",
         META_SCANNED_ROW_ID: str(next_id),
     }
-    schema = pa.schema([pa.field(SOURCE_ROW_ID, pa.int64(), nullable=False), pa.field(IS_SET, pa.bool_())],
-                       metadata=metadata)
-    placeholders = pa.table({SOURCE_ROW_ID: pa.array(ids, pa.int64()),
-                             IS_SET: pa.array(np.zeros(len(ids), dtype=bool))}, schema=schema)
+    # Only __source_row_id is written; the view columns and __is_set start as all-NULL virtual
+    # columns (NULL __is_set: not refreshed yet), so a refresh lands them as one new file per fragment.
+    schema = pa.schema([pa.field(SOURCE_ROW_ID, pa.int64(), nullable=False)], metadata=metadata)
+    placeholders = pa.table({SOURCE_ROW_ID: pa.array(ids, pa.int64())}, schema=schema)
     view = db.create_table(name, placeholders, max_rows_per_file=max_rows_per_fragment)
     fields = [pa.field(out, src.schema.field(col).type, nullable=True) for out, col in spec.columns.items()]
     fields += [fn.field(out, inputs) for out, (fn, inputs) in spec.udf_columns.items()]
-    view.dataset().add_columns(fields)
+    view.dataset().add_columns([*fields, pa.field(IS_SET, pa.bool_(), nullable=True)])
     log.info("view '%s': %d placeholder rows from table '%s' version %d (format %s)", name, len(ids),
              spec.base_table, src.version, metadata[META_VERSION])
     return Table(db, name)
@@ -130,8 +130,7 @@ def append_new_source_rows(view: Table, src: Any, info: dict[str, Any], max_rows
         ids = ids[:max(q["limit"] - view.count_rows(), 0)]
     ds = view.dataset()
     if len(ids):
-        table = pa.table({SOURCE_ROW_ID: pa.array(ids, pa.int64()),
-                          IS_SET: pa.array(np.zeros(len(ids), dtype=bool))})
+        table = pa.table({SOURCE_ROW_ID: pa.array(ids, pa.int64())})
         kwargs = {"max_rows_per_file": max_rows_per_fragment} if max_rows_per_fragment else {}
         ds = lance.write_dataset(table, view.uri, mode="append", storage_options=view.storage_options, **kwargs)
     ds.update_schema_metadata({META_BASE_VERSION: str(src.version), META_SCANNED_ROW_ID: str(next_id)})
@@ -239,3 +238,48 @@ class CopyWork:
 
     def empty(self) -> dict[str, pa.Array]:
         return {c: pa.array([], t) for c, t in self.types.items()}
+
+
+def plan_refresh(view: Table, src_version: int | None = None, max_rows_per_fragment: int | None = None,
+                 options: Any = None, *, store: Any = None, parallelism: int | None = None) -> dict[str, Any]:
+    """Plans a refresh: appends placeholders for new source rows, then plans the view's fragments.
+
+    View fragments whose fragment checkpoint still matches the source files they read are reused
+    or left alone; everything else is computed by copy tasks.
+    """
+    import os
+
+    from geneva_provider.checkpoint import job_prefix
+    from geneva_provider.plan import BackfillOptions, plan_fragments, store_plan
+
+    if max_rows_per_fragment is not None and max_rows_per_fragment <= 0:
+        raise InvalidArgumentError(f"refresh of view '{view.name}': max_rows_per_fragment must be positive")
+    options = options or BackfillOptions()
+    options.validate(view.name)
+    store = store or view.checkpoint_store
+    job = refresh_job(view, src_version, max_rows_per_fragment)
+    ds = view.dataset()
+    src = job["src"]
+    src_files = source_files_by_dest_fragment(ds, src, job["src_read_field_ids"], stable=job["format"] == "2")
+    prefix = job_prefix("view", job["query_version"], view.name, None, view.uri)
+    uids = [udf_column_info(ds.schema.field(c).metadata)["column_uid"] for c in job["udf_columns"]]
+    column_uid = ":".join([job["query_version"], *uids])
+    fragments, ranges, rows_reused = plan_fragments(ds, store, prefix, src_files, job["output_field_ids"],
+                                                    column_uid, None)
+    plan = {
+        "kind": "refresh",
+        "table": view.name,
+        "table_uri": view.uri,
+        "output_columns": job["output_columns"],
+        "where": None,
+        "read_version": ds.version,
+        "output_field_ids": job["output_field_ids"],
+        "column_uid": column_uid,
+        "data_storage_version": str(ds.data_storage_version),
+        "job_prefix": prefix,
+        "rows_appended": job["appended"],
+        "source": {"uri": job["src_uri"], "version": src.version, "copied": job["copied"],
+                   "udf_columns": job["udf_columns"], "read_columns": job["src_read_columns"]},
+    }
+    return store_plan(plan, fragments, ranges, rows_reused, options, store, parallelism or os.cpu_count() or 1,
+                      f"view '{view.name}' from source version {src.version} ({job['appended']} rows appended)")
