@@ -42,17 +42,52 @@ def backfill_task_group(
     common = {"lance_conn_id": lance_conn_id, "retries": retries, "retry_delay": retry_delay}
     with TaskGroup(group_id=group_id, tooltip=f"backfill {table}.{column}") as group:
         plan = GenevaPlanBackfillOperator(task_id="plan", table=table, column=column, **plan_kwargs, **common)
-        apply = GenevaSparkApplyOperator(task_id="apply", plan=plan.output, spark_conn_id=spark_conn_id,
-                                         **spark_kwargs, **common)
-        write = GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan.output,
-                                               spark_conn_id=spark_conn_id,
-                                               trigger_rule="none_failed_min_one_success",
-                                               **spark_kwargs, **common)
-        verify = GenevaVerifyOperator(task_id="verify", plan=plan.output, table=table, column=column,
-                                      trigger_rule="none_failed_min_one_success",
-                                      **common)
-        # write and verify also hang off plan: they run when apply is skipped for lack of work,
-        # and are skipped with everything else when plan itself is skipped (e.g. by a sensor).
-        plan >> apply >> write >> verify
-        plan >> [write, verify]
+        _spark_and_verify(plan, table, column, spark_conn_id, spark_kwargs, common)
+    return group
+
+
+def _spark_and_verify(plan: Any, table: str, column: str | None, spark_conn_id: str, spark_kwargs: dict[str, Any],
+                      common: dict[str, Any]) -> None:
+    """The stages after any plan: Spark apply, Spark write+commit, verify (emitting the Asset)."""
+    apply = GenevaSparkApplyOperator(task_id="apply", plan=plan.output, spark_conn_id=spark_conn_id,
+                                     **spark_kwargs, **common)
+    write = GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan.output, spark_conn_id=spark_conn_id,
+                                           trigger_rule="none_failed_min_one_success", **spark_kwargs, **common)
+    verify = GenevaVerifyOperator(task_id="verify", plan=plan.output, table=table, column=column,
+                                  trigger_rule="none_failed_min_one_success", **common)
+    # write and verify also hang off plan: they run when apply is skipped for lack of work,
+    # and are skipped with everything else when plan itself is skipped (e.g. by a sensor).
+    plan >> apply >> write >> verify
+    plan >> [write, verify]
+
+
+def refresh_task_group(
+    group_id: str,
+    view: str,
+    *,
+    lance_conn_id: str = LanceHook.default_conn_name,
+    spark_conn_id: str = "spark_default",
+    retries: int = 2,
+    retry_delay: timedelta = timedelta(seconds=30),
+    **options: Any,
+) -> TaskGroup:
+    """plan refresh -> Spark apply -> Spark write+commit -> verify (emits the view's Asset).
+
+    ``options``: ``src_version``, ``max_rows_per_fragment``, ``checkpoint_size``, ``task_size``,
+    ``commit_granularity``, ``parallelism``, and the Spark options.  With no new or stale rows,
+    the Spark tasks are skipped.
+    """
+    from geneva_provider.operators.views import GenevaPlanRefreshOperator
+
+    plan_options = {"src_version", "max_rows_per_fragment", "checkpoint_size", "task_size", "commit_granularity",
+                    "parallelism"}
+    unknown = set(options) - plan_options - set(SPARK_OPTIONS)
+    if unknown:
+        raise TypeError(f"refresh_task_group got unknown options {sorted(unknown)}")
+    common = {"lance_conn_id": lance_conn_id, "retries": retries, "retry_delay": retry_delay}
+    with TaskGroup(group_id=group_id, tooltip=f"refresh view {view}") as group:
+        plan = GenevaPlanRefreshOperator(task_id="plan", view=view,
+                                         **{k: v for k, v in options.items() if k in plan_options}, **common)
+        _spark_and_verify(plan, view, None, spark_conn_id, {k: v for k, v in options.items() if k in SPARK_OPTIONS},
+                          common)
     return group

@@ -125,6 +125,10 @@ def append_new_source_rows(view: Table, src: Any, info: dict[str, Any], max_rows
     cond = f"_rowid >= {info['next_row_id']}"
     where = f"({q['where']}) AND {cond}" if q.get("where") else cond
     ids, next_id = _matching_row_ids(src, where, True)
+    if len(ids):
+        # A plan that crashed after appending but before recording next_row_id must not append twice.
+        present = view.dataset().to_table(columns=[SOURCE_ROW_ID], filter=f"{SOURCE_ROW_ID} >= {int(ids.min())}")
+        ids = ids[~np.isin(ids, present.column(SOURCE_ROW_ID).to_numpy())]
     ids = _shuffle(ids, q["shuffle"], q["seed"])
     if q.get("limit") is not None:
         ids = ids[:max(q["limit"] - view.count_rows(), 0)]

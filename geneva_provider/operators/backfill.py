@@ -129,14 +129,14 @@ class GenevaPlanBackfillOperator(BaseOperator):
         return _lineage(self._table_uri, self.table, self.column)
 
 
-def _lineage(table_uri: str | None, table: str, column: str) -> Any:
+def _lineage(table_uri: str | None, table: str, column: str | None) -> Any:
     """Input table and output column as OpenLineage datasets (the OpenLineage provider is optional)."""
     from airflow.providers.common.compat.openlineage.facet import Dataset
     from airflow.providers.openlineage.extractors import OperatorLineage
 
     namespace, name = _dataset_name(table_uri or table)
     return OperatorLineage(inputs=[Dataset(namespace=namespace, name=name)],
-                           outputs=[Dataset(namespace=namespace, name=f"{name}#{column}")])
+                           outputs=[Dataset(namespace=namespace, name=f"{name}#{column}" if column else name)])
 
 
 def _dataset_name(uri: str) -> tuple[str, str]:
@@ -168,7 +168,7 @@ class GenevaVerifyOperator(BaseOperator):
         self.table = table
         self.lance_conn_id = lance_conn_id
         self._table_uri: str | None = None
-        self._column = ""
+        self._column: str | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.backfill import verify_backfill
