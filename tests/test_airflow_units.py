@@ -199,3 +199,18 @@ def test_column_backfilled_sensor_and_trigger(events, spark):
     event = asyncio.run(first_event(trigger))
     assert event.payload["status"] == "success" and event.payload["rows_pending"] == 0
     assert sensor.execute_complete(context(), event.payload)["column"] == "n"
+
+
+def test_create_view_operator_is_idempotent_and_refuses_a_different_definition(events):
+    from geneva_provider.operators.views import GenevaCreateMaterializedViewOperator, GenevaPlanRefreshOperator
+
+    kwargs = {"task_id": "create", "view": "evens", "source_table": "events", "where": "x % 2 = 0",
+              "columns": {"x": "x", "e": "geneva_provider.examples:embed"}, "shuffle": True, "seed": 3}
+    first = GenevaCreateMaterializedViewOperator(**kwargs).execute(context())
+    assert first["created"] and first["rows"] == 3_000
+    again = GenevaCreateMaterializedViewOperator(**kwargs).execute(context())
+    assert not again["created"] and again["version"] == first["version"]
+    with pytest.raises(gp.InvalidArgumentError, match="view 'evens' exists with a different definition"):
+        GenevaCreateMaterializedViewOperator(**{**kwargs, "seed": 4}).execute(context())
+    summary = GenevaPlanRefreshOperator(task_id="plan", view="evens").execute(context())
+    assert summary["rows_to_compute"] == 3_000 and summary["table"] == "evens"
