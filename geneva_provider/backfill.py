@@ -126,8 +126,9 @@ def run_job(table: Table, column: str, plan: Callable[[int | None], dict[str, An
     if summary["nothing_to_do"]:
         log.info("job %s on table '%s': up to date", summary["job_id"], table.name)
         verify_backfill(plan_uri, so)
+        seconds["total"] = time.perf_counter() - t0
         return BackfillResult(summary["job_id"], column, 0, summary["rows_reused"], 0, 0, table.version,
-                              seconds=seconds)
+                              seconds={k: round(v, 3) for k, v in seconds.items()})
     if spark is None:
         from pyspark.sql import SparkSession
 
