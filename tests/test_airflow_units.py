@@ -214,3 +214,18 @@ def test_create_view_operator_is_idempotent_and_refuses_a_different_definition(e
         GenevaCreateMaterializedViewOperator(**{**kwargs, "seed": 4}).execute(context())
     summary = GenevaPlanRefreshOperator(task_id="plan", view="evens").execute(context())
     assert summary["rows_to_compute"] == 3_000 and summary["table"] == "evens"
+
+
+def test_shipped_package_zip_is_importable_on_its_own(tmp_path):
+    import subprocess
+    import sys
+
+    from geneva_provider.operators.spark import package_zip
+
+    zip_path = package_zip()
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import geneva_provider.writer, geneva_provider.spark_apps"
+            "._runner as r; print(geneva_provider.writer.__file__); print(r.__file__)")
+    out = subprocess.run([sys.executable, "-c", code, zip_path], capture_output=True, text=True, cwd=tmp_path,
+                         check=True).stdout.split()
+    assert out[0] == f"{zip_path}/geneva_provider/writer.py"
+    assert out[1] == f"{zip_path}/geneva_provider/spark_apps/_runner.py"

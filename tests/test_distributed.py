@@ -79,8 +79,10 @@ def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tm
     # The watcher samples (every 0.1 s) the process trees below the master, each worker and this
     # process, with every TCP port they listen on, while both Spark applications run.
     with cluster.watch(pytest=os.getpid()) as watcher:
-        applied = GenevaSparkApplyOperator(task_id="apply", plan=summary, conf=conf,
-                                           env_vars=env_vars).execute(context={})
+        # ship_package: the package travels to the executors as a --py-files zip, as on a
+        # cluster whose Python lacks it.
+        applied = GenevaSparkApplyOperator(task_id="apply", plan=summary, conf=conf, env_vars=env_vars,
+                                           ship_package=True).execute(context={})
         written = GenevaSparkWriteCommitOperator(task_id="write", plan=summary, conf=conf,
                                                  env_vars=env_vars).execute(context={})
     seconds = time.monotonic() - t0

@@ -25,7 +25,11 @@ from geneva_provider.spark_apps._runner import STORAGE_OPTIONS_ENV
 
 
 class _GenevaSparkStageOperator(BaseOperator):
-    """Runs one Spark stage of a plan with spark-submit and returns the stage's JSON result."""
+    """Runs one Spark stage of a plan with spark-submit and returns the stage's JSON result.
+
+    ``ship_package=True`` adds a zip of this package to ``py_files``, for clusters whose Python
+    lacks it (pylance, pyarrow and cloudpickle must still be installed there).
+    """
 
     stage: str = ""
     template_fields: Sequence[str] = ("plan", "conf", "py_files", "env_vars")
@@ -41,9 +45,11 @@ class _GenevaSparkStageOperator(BaseOperator):
         py_files: str | None = None,
         env_vars: dict[str, str] | None = None,
         spark_binary: str | None = None,
+        ship_package: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.ship_package = ship_package
         self.plan = plan
         self.spark_conn_id = spark_conn_id
         self.lance_conn_id = lance_conn_id
@@ -76,8 +82,11 @@ class _GenevaSparkStageOperator(BaseOperator):
         conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
                 **self.conf}
         binary = self.spark_binary or _spark_submit_binary(env)
+        py_files = self.py_files
+        if self.ship_package:
+            py_files = ",".join(p for p in (py_files, package_zip()) if p)
         hook_kwargs = dict(
-            conn_id=self.spark_conn_id, conf=conf, py_files=self.py_files, env_vars=env,
+            conn_id=self.spark_conn_id, conf=conf, py_files=py_files, env_vars=env,
             spark_binary=binary, name=f"geneva-{self.stage}-{plan['table']}-{plan['column']}",
             application_args=["--plan-uri", plan["plan_uri"], "--result-key", result_key],
         )
@@ -98,6 +107,29 @@ class _GenevaSparkStageOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
+
+
+def package_zip() -> str:
+    """A zip of the installed ``geneva_provider`` (pure Python) for ``--py-files``, built once per version."""
+    import tempfile
+    import zipfile
+    from pathlib import Path
+
+    import geneva_provider
+    from geneva_provider.spark_apps import app_path
+
+    target = Path(tempfile.gettempdir()) / f"geneva_provider-{geneva_provider.__version__}-{os.getuid()}.zip"
+    package = Path(geneva_provider.__file__).parent
+    apps = Path(app_path("apply")).parent  # packaged inside geneva_provider, or spark_apps/ in a source tree
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(package.rglob("*.py")):
+            if apps not in path.parents:
+                zf.write(path, f"geneva_provider/{path.relative_to(package)}")
+        for path in sorted(apps.glob("*.py")):
+            zf.write(path, f"geneva_provider/spark_apps/{path.name}")
+    os.replace(tmp, target)
+    return str(target)
 
 
 class GenevaSparkApplyOperator(_GenevaSparkStageOperator):
