@@ -229,3 +229,15 @@ def test_shipped_package_zip_is_importable_on_its_own(tmp_path):
                          check=True).stdout.split()
     assert out[0] == f"{zip_path}/geneva_provider/writer.py"
     assert out[1] == f"{zip_path}/geneva_provider/spark_apps/_runner.py"
+
+
+def test_airflow_lists_the_provider():
+    import os
+    import subprocess
+    import sys
+
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    out = subprocess.run([airflow, "providers", "list", "-o", "json"], capture_output=True, text=True, check=True,
+                         timeout=300).stdout
+    providers = {p["package_name"]: p for p in json.loads(out[out.index("["):])}
+    assert providers["airflow-provider-geneva"]["version"] == gp.__version__
