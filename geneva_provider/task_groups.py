@@ -13,7 +13,7 @@ from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSpar
 
 PLAN_OPTIONS = ("where", "read_version", "checkpoint_size", "min_checkpoint_size", "max_checkpoint_size",
                 "task_size", "commit_granularity", "concurrency", "parallelism")
-SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary")
+SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package")
 
 
 def backfill_task_group(
