@@ -52,6 +52,7 @@ from geneva_provider.spark import local_session
 MASTER = "local[2]"
 SPARK_CONF = {"spark.ui.showConsoleProgress": "false"}
 TARGET_UDF_SECONDS = 200e-6
+SCALAR_TASKS = 8
 VEC_RATIO_TARGET = 5.0
 SCALAR_SPEEDUP_TARGET = 1.8
 MEMORY_GROWTH_TARGET = 0.20
@@ -313,11 +314,10 @@ def scalar(db: gp.Connection, spark: Any, rows: int, fragments: int, report: Rep
     report.add("scalar UDF: busy-loop iterations per call", iters)
     report.add("scalar UDF: calibrated cost per call (median of 5 runs)", per_call * 1e6, "us", ".1f")
     frag_rows = -(-rows // fragments)
-    # 8 tasks (~4 per core), each its own Spark task (concurrency=8): Spark hands them out as
-    # slots free up, so a slot slowed by other load takes fewer; by default the plan packs the
-    # tasks into `parallelism` fixed partitions.  Each task still runs for seconds, and
+    # SCALAR_TASKS tasks, each its own Spark task: Spark hands them out as slots free up, so a
+    # slot slowed by other load takes fewer.  Each task still runs for a second or more, and
     # checkpoints of ~1 s of UDF work keep the checkpoint I/O negligible.
-    tasks = 8
+    tasks = SCALAR_TASKS
     task_size = max(1, -(-rows // tasks))
     checkpoint_size = min(5_000, task_size)
     print(f"\n[scalar ~{per_call * 1e6:.0f} us/row] {rows:,} rows in {fragments} fragments, "
