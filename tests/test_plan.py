@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 import pytest
 
@@ -34,6 +36,21 @@ def test_plan_tasks_are_fragment_local_and_bounded(tbl):
     covered = sorted((t["frag"], t["start"], t["end"]) for t in plan["tasks"])
     assert sum(e - s for _, s, e in covered) == 10_000
     assert set(summary) >= {"job_id", "plan_uri", "rows_to_compute", "tasks", "fragments_reused"}
+
+
+def test_default_tasks_shrink_towards_the_end_and_cover_every_row_once(db):
+    t = db.create_table("wide", events_table(100_000), max_rows_per_file=25_000)
+    t.add_columns({"y": double})
+    summary = plan_backfill(t, "y", parallelism=2)
+    plan, _ = load_plan(summary["plan_uri"])
+    sizes = [task["end"] - task["start"] for task in plan["tasks"]]
+    # Guided: the first task is 1/(2 x 2) of the rows, the rest shrink down to 1/(16 x 2) of them.
+    assert sizes[0] == 25_000 and sizes == sorted(sizes, reverse=True)
+    assert min(sizes) >= 100_000 // 32 and sizes[-1] <= 4_000 and len(sizes) <= 16
+    for frag in range(4):
+        ranges = sorted((task["start"], task["end"]) for task in plan["tasks"] if task["frag"] == frag)
+        assert ranges[0][0] == 0 and ranges[-1][1] == 25_000
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
 
 
 def test_plan_skips_ranges_already_checkpointed(tbl):
