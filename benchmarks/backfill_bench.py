@@ -18,7 +18,8 @@ on one machine in one run:
 Every timing also reports how many cores other processes used meanwhile (from /proc): on a shared
 machine that load, not the code, can decide whether a target is met.
 
-Run ``python benchmarks/backfill_bench.py`` (``--quick`` for a smoke run with 10x smaller sizes).
+Run ``python benchmarks/backfill_bench.py`` (``--quick`` for a smoke run with 10x smaller sizes, ``--only scalar``
+for one part).
 This prints figures; it is not a test and asserts nothing beyond the correctness of the results.
 """
 
@@ -52,7 +53,8 @@ from geneva_provider.spark import local_session
 MASTER = "local[2]"
 SPARK_CONF = {"spark.ui.showConsoleProgress": "false"}
 TARGET_UDF_SECONDS = 200e-6
-SCALAR_TASKS = 8
+SCALAR_ROUNDS = 3
+PARTS = ("memory", "vectorised", "scalar")
 VEC_RATIO_TARGET = 5.0
 SCALAR_SPEEDUP_TARGET = 1.8
 MEMORY_GROWTH_TARGET = 0.20
@@ -304,65 +306,77 @@ def vectorised(db: gp.Connection, spark: Any, rows: int, frag_rows: int, report:
                  ratio <= VEC_RATIO_TARGET, f"{ratio:.2f}x ({bt.wall:.2f} s vs {lt.wall:.2f} s)")
 
 
-def scalar(db: gp.Connection, spark: Any, rows: int, fragments: int, report: Report) -> None:
-    """Part 2: ~200 us/row pure-Python scalar UDF, tbl.backfill vs a single-process loop.
+def scalar(db: gp.Connection, spark: Any, rows: int, fragments: int, rounds: int, report: Report) -> None:
+    """Part 2: ~200 us/row pure-Python scalar UDF, tbl.backfill (default options) vs a single-process loop.
 
     Also runs the same loop split over 2 plain processes (no Spark): the speedup this machine
-    allows at all, since a shared VM's cores rarely give a clean 2x.
+    allows at all, since a shared VM's 2 cores rarely give a clean 2x.  The three runs alternate
+    over ``rounds`` rounds, in a rotated order, and the target is judged on the median of the
+    per-round speedups: the machine's speed drifts by more than the effect being measured.
     """
     iters, per_call = calibrate(TARGET_UDF_SECONDS)
     report.add("scalar UDF: busy-loop iterations per call", iters)
     report.add("scalar UDF: calibrated cost per call (median of 5 runs)", per_call * 1e6, "us", ".1f")
     frag_rows = -(-rows // fragments)
-    # SCALAR_TASKS tasks, each its own Spark task: Spark hands them out as slots free up, so a
-    # slot slowed by other load takes fewer.  Each task still runs for a second or more, and
-    # checkpoints of ~1 s of UDF work keep the checkpoint I/O negligible.
-    tasks = SCALAR_TASKS
-    task_size = max(1, -(-rows // tasks))
-    checkpoint_size = min(5_000, task_size)
-    print(f"\n[scalar ~{per_call * 1e6:.0f} us/row] {rows:,} rows in {fragments} fragments, "
-          f"task_size={task_size:,}, checkpoint_size={checkpoint_size:,}, concurrency={tasks}", flush=True)
-    tbl = db.create_table("scalar", int_table(rows), max_rows_per_file=frag_rows)
+    print(f"\n[scalar ~{per_call * 1e6:.0f} us/row] {rows:,} rows in {fragments} fragments, default backfill "
+          f"options, {rounds} rounds", flush=True)
     fn = make_burn_udf(iters)
-    tbl.add_columns({"y": fn})
+    data = int_table(rows)
+    xs = data.column("x").to_pylist()
+    halves = [xs[: rows // 2], xs[rows // 2:]]
+    expected = pa.array([fn.func(x) for x in xs[:1_000]], pa.int64())
 
     def single_process() -> pa.Array:
-        xs = lance.dataset(tbl.uri).to_table(columns=["x"]).column("x").to_pylist()
         return pa.array([fn.func(x) for x in xs], pa.int64())
 
-    expected, st = timed(single_process)
+    def backfill(table: gp.Table) -> Callable[[], gp.BackfillResult]:
+        return lambda: table.backfill("y", spark=spark)
 
-    xs = lance.dataset(tbl.uri).to_table(columns=["x"]).column("x").to_pylist()
-    halves = [xs[: rows // 2], xs[rows // 2:]]
+    label = f"scalar {rows:,} rows"
+    speedups, ceilings, rel = [], [], []
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(burn_all, [[0], [0]], [1, 1]))  # start both processes before timing
-        two, pt = timed(lambda: [v for part in pool.map(burn_all, halves, [iters, iters]) for v in part])
-    if two != expected.to_pylist():
-        raise SystemExit("the 2-process reference loop disagrees with the single-process loop")
-
-    res, bt = timed(lambda: tbl.backfill("y", spark=spark, task_size=task_size, checkpoint_size=checkpoint_size,
-                                        concurrency=tasks))
-    got = tbl.to_arrow(columns=["y"]).column("y").combine_chunks()
-    if res.rows_computed != rows or not got.equals(expected):
-        raise SystemExit("scalar backfill gave wrong results (differs from the single-process loop)")
-
-    speedup = st.wall / bt.wall
-    label = f"scalar {rows:,} rows"
-    report.add(f"{label}: task_size / checkpoint_size / concurrency", f"{task_size:,} / {checkpoint_size:,} / {tasks}")
-    report.add_timing(f"{label}: single-process loop", st)
-    report.add(f"{label}: single-process loop cost per row (CPU / rows)", st.cpu / rows * 1e6, "us", ".1f")
-    report.add_timing(f"{label}: reference, same loop in 2 plain processes (no Spark)", pt)
-    report.add(f"{label}: reference speedup (machine ceiling)", st.wall / pt.wall, "x", ".2f")
-    report.add_timing(f"{label}: tbl.backfill ({MASTER}, warm)", bt)
-    report.add(f"{label}: tbl.backfill stage seconds", res.seconds.get("total", 0.0), fmt_stages(res.seconds))
-    if bt.tree_cpu is not None:
-        report.add(f"{label}: tbl.backfill CPU (driver + JVM + workers)", bt.tree_cpu, "s")
-    report.add(f"{label}: result check (equals single-process loop)", "OK")
-    report.add(f"{label}: speedup loop / backfill", speedup, "x", ".2f")
-    report.add(f"{label}: backfill wall / 2-process reference wall", bt.wall / pt.wall, "x", ".2f")
+        for r in range(rounds):
+            tbl = db.create_table(f"scalar_{r}", data, max_rows_per_file=frag_rows)
+            tbl.add_columns({"y": fn})
+            runs: dict[str, Callable[[], Any]] = {
+                "single": single_process,
+                "two": lambda: [v for part in pool.map(burn_all, halves, [iters, iters]) for v in part],
+                "backfill": backfill(tbl),
+            }
+            order = list(runs)[r % 3:] + list(runs)[: r % 3]
+            out, t = {}, {}
+            for name in order:
+                out[name], t[name] = timed(runs[name])
+            got = tbl.to_arrow(columns=["y"]).column("y").combine_chunks()
+            if (out["backfill"].rows_computed != rows or not got.equals(out["single"])
+                    or out["two"] != out["single"].to_pylist() or not got.slice(0, 1_000).equals(expected)):
+                raise SystemExit(f"round {r + 1}: scalar results disagree (backfill, 1 and 2 processes)")
+            speedups.append(t["single"].wall / t["backfill"].wall)
+            ceilings.append(t["single"].wall / t["two"].wall)
+            rel.append(t["backfill"].wall / t["two"].wall)
+            res = out["backfill"]
+            name = f"{label} round {r + 1} ({', '.join(order)})"
+            report.add_timing(f"{name}: single-process loop", t["single"])
+            report.add_timing(f"{name}: same loop in 2 plain processes (no Spark)", t["two"])
+            report.add_timing(f"{name}: tbl.backfill ({MASTER}, warm)", t["backfill"])
+            report.add(f"{name}: tbl.backfill stage seconds", res.seconds.get("total", 0.0), fmt_stages(res.seconds))
+            if t["backfill"].tree_cpu is not None:
+                report.add(f"{name}: CPU single loop / backfill (driver + JVM + workers)",
+                           f"{t['single'].cpu:.2f} / {t['backfill'].tree_cpu:.2f}", "s")
+            report.add(f"{name}: speedup loop / backfill (2-process ceiling)",
+                       f"{speedups[-1]:.2f} ({ceilings[-1]:.2f})", "x")
+    speedup, ceiling = statistics.median(speedups), statistics.median(ceilings)
+    report.add(f"{label}: result check (equals the loop in 1 and 2 processes, every round)", "OK")
+    report.add(f"{label}: median speedup loop / backfill", speedup, "x", ".2f")
+    report.add(f"{label}: median 2-process ceiling (machine)", ceiling, "x", ".2f")
+    report.add(f"{label}: median backfill wall / 2-process wall", statistics.median(rel), "x", ".2f")
     report.check(f"scalar {rows:,} rows: speedup >= {SCALAR_SPEEDUP_TARGET:g}x", speedup >= SCALAR_SPEEDUP_TARGET,
-                 f"{speedup:.2f}x ({st.wall:.2f} s vs {bt.wall:.2f} s; plain 2-process ceiling "
-                 f"{st.wall / pt.wall:.2f}x)")
+                 f"median {speedup:.2f}x over {rounds} rounds ({', '.join(f'{v:.2f}' for v in speedups)}); "
+                 f"plain 2-process ceiling {ceiling:.2f}x")
+    if ceiling < SCALAR_SPEEDUP_TARGET:
+        report.note(f"Scalar: 2 plain processes were only {ceiling:.2f}x faster than one, below the "
+                    f"{SCALAR_SPEEDUP_TARGET:g}x target: this machine did not offer 2 full cores during the run.")
 
 
 def _run_self(*args: str) -> str:
@@ -479,6 +493,8 @@ def jvm_peak_kib(spark: Any) -> int | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 1M / 10k rows instead of 10M / 100k")
+    parser.add_argument("--only", choices=PARTS, action="append", help="run only this part (repeatable)")
+    parser.add_argument("--rounds", type=int, default=SCALAR_ROUNDS, help="alternating rounds of the scalar part")
     # Internal modes, run in fresh processes by the driver-memory part.
     parser.add_argument("--driver-memory-run", metavar="TABLE", help=argparse.SUPPRESS)
     parser.add_argument("--make-table", metavar="TABLE", help=argparse.SUPPRESS)
@@ -498,6 +514,7 @@ def main() -> None:
     vec_rows = 1_000_000 if args.quick else 10_000_000
     vec_frag_rows = vec_rows // 20
     scalar_rows = 10_000 if args.quick else 100_000
+    parts = args.only or PARTS
     report = Report()
     print(f"backfill benchmark{' (--quick)' if args.quick else ''}: {os.cpu_count()} CPUs, master {MASTER}, "
           f"pyspark {__import__('pyspark').__version__}, pylance {lance.__version__}", flush=True)
@@ -507,15 +524,20 @@ def main() -> None:
     try:
         db = gp.connect(tmp)
         # First, while this process holds no data and no JVM (see measure_driver_memory).
-        mem_runs = measure_driver_memory(db.uri, (vec_rows // 10, vec_rows), vec_frag_rows)
-        spark, t = timed(new_session)
-        report.add_timing(f"session start: local_session('{MASTER}')", t)
-        warm_up(db, spark, report)
-        vectorised(db, spark, vec_rows, vec_frag_rows, report)
-        scalar(db, spark, scalar_rows, 4, report)
-        spark.stop()
-        spark = None
-        report_driver_memory(db, mem_runs, vec_frag_rows, report)
+        if "memory" in parts:
+            mem_runs = measure_driver_memory(db.uri, (vec_rows // 10, vec_rows), vec_frag_rows)
+        if {"vectorised", "scalar"} & set(parts):
+            spark, t = timed(new_session)
+            report.add_timing(f"session start: local_session('{MASTER}')", t)
+            warm_up(db, spark, report)
+            if "vectorised" in parts:
+                vectorised(db, spark, vec_rows, vec_frag_rows, report)
+            if "scalar" in parts:
+                scalar(db, spark, scalar_rows, 4, args.rounds, report)
+            spark.stop()
+            spark = None
+        if "memory" in parts:
+            report_driver_memory(db, mem_runs, vec_frag_rows, report)
     finally:
         if spark is not None:
             spark.stop()
