@@ -305,7 +305,7 @@ def guided_split(
 ) -> list[tuple[int, int, int, str]]:
     """Cuts ranges into tasks that shrink as the work runs out (guided self-scheduling).
 
-    Each task takes ``1 / (2 * parallelism)`` of the rows still unplanned, but never fewer than
+    Each task takes ``1 / parallelism`` of the rows still unplanned, but never fewer than
     ``1 / (16 * parallelism)`` of all rows (nor ``min_rows``) and never past its range.  Equal
     tasks make a slot that runs a little slower finish a whole task late; shrinking tasks let the
     slots finish together while keeping the number of Spark task launches (~70 ms each) low.
@@ -317,7 +317,7 @@ def guided_split(
     for fid, start, end, prefix in ranges:
         pos = start
         while pos < end:
-            size = max(math.ceil(left / (2 * slots)), floor)
+            size = max(math.ceil(left / slots), floor)
             if end - (pos + size) < floor:  # no sliver at the end of a range
                 size = end - pos
             pieces.append((fid, pos, pos + size, prefix))

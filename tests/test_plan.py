@@ -44,9 +44,8 @@ def test_default_tasks_shrink_towards_the_end_and_cover_every_row_once(db):
     summary = plan_backfill(t, "y", parallelism=2)
     plan, _ = load_plan(summary["plan_uri"])
     sizes = [task["end"] - task["start"] for task in plan["tasks"]]
-    # Guided: the first task is 1/(2 x 2) of the rows, the rest shrink down to 1/(16 x 2) of them.
-    assert sizes[0] == 25_000 and sizes == sorted(sizes, reverse=True)
-    assert min(sizes) >= 100_000 // 32 and sizes[-1] <= 4_000 and len(sizes) <= 16
+    # Guided: each task takes half of what is left (at most a fragment), down to 1/(16 x 2) of all rows.
+    assert sizes == [25_000, 25_000, 25_000, 12_500, 6_250, 3_125, 3_125]
     for frag in range(4):
         ranges = sorted((task["start"], task["end"]) for task in plan["tasks"] if task["frag"] == frag)
         assert ranges[0][0] == 0 and ranges[-1][1] == 25_000
