@@ -215,17 +215,17 @@ def store_plan(
 ) -> dict[str, Any]:
     """Cuts the ranges into tasks, stores the plan document, and returns its summary."""
     rows_to_compute = sum(e - s for _, s, e, _ in ranges)
+    lo, hi = options.checkpoint_bounds()
     if options.task_size:
         pieces = [(fid, s, e, prefix) for fid, start, end, prefix in ranges
                   for s, e in split_range(start, end, options.task_size)]
     else:
-        pieces = guided_split(ranges, parallelism, options.checkpoint_bounds()[0])
+        pieces = guided_split(ranges, parallelism, lo)
     tasks = [{"frag": fid, "start": s, "end": e, "prefix": prefix} for fid, s, e, prefix in pieces]
     # Longest first: Spark launches tasks in partition order, so the big ones start early and
     # the small ones fill the gaps at the end.
     tasks.sort(key=lambda t: t["end"] - t["start"], reverse=True)
     job_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    lo, hi = options.checkpoint_bounds()
     plan = {
         "format": PLAN_FORMAT,
         "job_id": job_id,
