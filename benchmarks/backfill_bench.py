@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import geneva_provider as gp
-from geneva_provider.spark import local_session
+from geneva_provider.stages import local_session
 
 MASTER = "local[2]"
 SPARK_CONF = {"spark.ui.showConsoleProgress": "false"}

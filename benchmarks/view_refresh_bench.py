@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import geneva_provider as gp
-from geneva_provider.spark import local_session
+from geneva_provider.stages import local_session
 
 
 def make_udf(call_dir: str) -> gp.UDF:

@@ -1,7 +1,14 @@
 """airflow-provider-geneva: UDF columns over Lance tables, computed with Spark, scheduled by Airflow.
 
-The pipeline core (this package minus ``hooks``, ``operators``, ``sensors`` and ``triggers``)
-never imports Airflow, so it works from a notebook::
+Layers, dependencies pointing down only (see the README's "Layout")::
+
+    hooks/ operators/ sensors/ triggers/ task_groups assets get_provider_info   the Airflow surface
+    facade/ (connect, Connection, Table, Query) and stages                      the notebook API
+    pipeline/ (plan, apply, write, commit, verify, runner)                      the stages
+    core/ (refs, catalog, udf, checkpoint, ranges, options, models, view_meta)  plain data
+
+Airflow imports this package in every process (scheduler, dag-processor, triggerer), so it
+imports nothing heavy: the public names below are loaded on first use (PEP 562)::
 
     import geneva_provider as gp
     db = gp.connect("/data/lake")
@@ -10,46 +17,70 @@ never imports Airflow, so it works from a notebook::
     tbl.backfill("y")
 """
 
-from geneva_provider.backfill import BackfillResult
-from geneva_provider.checkpoint import CheckpointStore, InMemoryCheckpointStore, LanceCheckpointStore
-from geneva_provider.db import Connection, connect
-from geneva_provider.errors import (
-    CheckpointMissingError,
-    ColumnError,
-    CommitError,
-    GenevaError,
-    InvalidArgumentError,
-    TableNotFoundError,
-    UDFDefinitionError,
-    UDFExecutionError,
-    VerificationError,
-)
-from geneva_provider.plan import BackfillOptions
-from geneva_provider.table import Table
-from geneva_provider.udf import UDF, UDFKind, udf
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "connect": "geneva_provider.facade.connection",
+    "Connection": "geneva_provider.facade.connection",
+    "Table": "geneva_provider.facade.table",
+    "Query": "geneva_provider.facade.query",
+    "UDF": "geneva_provider.core.udf",
+    "UDFKind": "geneva_provider.core.udf",
+    "udf": "geneva_provider.core.udf",
+    "BackfillOptions": "geneva_provider.core.options",
+    "RefreshOptions": "geneva_provider.core.options",
+    "BackfillResult": "geneva_provider.core.models",
+    "CheckpointStore": "geneva_provider.core.checkpoint",
+    "InMemoryCheckpointStore": "geneva_provider.core.checkpoint",
+    "LanceCheckpointStore": "geneva_provider.core.checkpoint",
+    **{name: "geneva_provider.core.errors" for name in (
+        "GenevaError", "InvalidArgumentError", "TableNotFoundError", "ColumnError", "UDFDefinitionError",
+        "UDFExecutionError", "PlanFormatError", "CheckpointMissingError", "CommitError", "VerificationError")},
+}
+
 __all__ = [
-    "UDF",
-    "BackfillOptions",
-    "BackfillResult",
-    "CheckpointMissingError",
-    "CheckpointStore",
-    "ColumnError",
-    "CommitError",
-    "Connection",
-    "GenevaError",
-    "InMemoryCheckpointStore",
-    "InvalidArgumentError",
-    "LanceCheckpointStore",
-    "Table",
-    "TableNotFoundError",
-    "UDFDefinitionError",
-    "UDFExecutionError",
-    "UDFKind",
-    "VerificationError",
-    "__version__",
-    "connect",
-    "udf",
+    "UDF", "BackfillOptions", "BackfillResult", "CheckpointMissingError", "CheckpointStore", "ColumnError",
+    "CommitError", "Connection", "GenevaError", "InMemoryCheckpointStore", "InvalidArgumentError",
+    "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "Table", "TableNotFoundError",
+    "UDFDefinitionError", "UDFExecutionError", "UDFKind", "VerificationError", "__version__", "connect", "udf",
 ]
+
+if TYPE_CHECKING:
+    from geneva_provider.core.checkpoint import CheckpointStore, InMemoryCheckpointStore, LanceCheckpointStore
+    from geneva_provider.core.errors import (
+        CheckpointMissingError,
+        ColumnError,
+        CommitError,
+        GenevaError,
+        InvalidArgumentError,
+        PlanFormatError,
+        TableNotFoundError,
+        UDFDefinitionError,
+        UDFExecutionError,
+        VerificationError,
+    )
+    from geneva_provider.core.models import BackfillResult
+    from geneva_provider.core.options import BackfillOptions, RefreshOptions
+    from geneva_provider.core.udf import UDF, UDFKind, udf
+    from geneva_provider.facade.connection import Connection, connect
+    from geneva_provider.facade.query import Query
+    from geneva_provider.facade.table import Table
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'geneva_provider' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import geneva_provider as gp
 from geneva_provider.examples import embed, sample, word_count
-from geneva_provider.spark import local_session
+from geneva_provider.stages import local_session
 
 
 def run_notebook(args: argparse.Namespace) -> None:

@@ -1,4 +1,10 @@
-"""Task-group factories wiring a job's stages, reusable inside any team DAG."""
+"""Task-group factories wiring a job's stages, reusable inside any team DAG.
+
+Both factories take the same arguments in the same way: the job's options (declared once in
+:mod:`geneva_provider.core.options`) go to the plan task, the Spark options to the two Spark
+tasks, and everything else (``pool``, ``queue``, ``execution_timeout``, ``priority_weight``,
+``retries`` ...) to every task of the group, as any ``BaseOperator`` argument.
+"""
 
 from __future__ import annotations
 
@@ -7,87 +13,53 @@ from typing import Any
 
 from airflow.sdk import TaskGroup
 
+from geneva_provider.core.options import BackfillOptions, JobOptions, RefreshOptions
 from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.operators._common import SPARK_OPTIONS
 from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
 from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
+from geneva_provider.operators.views import GenevaPlanRefreshOperator
 
-PLAN_OPTIONS = ("where", "read_version", "checkpoint_size", "min_checkpoint_size", "max_checkpoint_size",
-                "task_size", "commit_granularity", "concurrency", "parallelism")
-SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package")
+PLAN_ARGUMENTS = ("parallelism",)
 
 
-def backfill_task_group(
-    group_id: str,
-    table: str,
-    column: str,
-    *,
-    lance_conn_id: str = LanceHook.default_conn_name,
-    spark_conn_id: str = "spark_default",
-    retries: int = 2,
-    retry_delay: timedelta = timedelta(seconds=30),
-    **options: Any,
-) -> TaskGroup:
-    """plan -> Spark apply -> Spark write+commit -> verify, each task retried on its own.
+def backfill_task_group(group_id: str, table: str, column: str, **kwargs: Any) -> TaskGroup:
+    """plan -> Spark apply -> Spark write+commit -> verify of ``column``, each task retried on its own.
 
-    ``options`` takes the plan options (``where``, ``read_version``, sizes, ``parallelism``) and
-    the Spark options (``conf``, ``py_files``, ``env_vars``, ``spark_binary``).  When the plan has
-    nothing to compute, both Spark tasks are skipped and verify still runs (and emits the Asset);
-    when the group's upstream is skipped, the whole group is skipped.
+    When the plan has nothing to compute, both Spark tasks are skipped and verify still runs (and
+    emits the column's Asset); when the group's upstream is skipped, the whole group is skipped.
     """
-    unknown = set(options) - set(PLAN_OPTIONS) - set(SPARK_OPTIONS)
-    if unknown:
-        raise TypeError(f"backfill_task_group got unknown options {sorted(unknown)}")
-    plan_kwargs = {k: v for k, v in options.items() if k in PLAN_OPTIONS}
-    spark_kwargs = {k: v for k, v in options.items() if k in SPARK_OPTIONS}
-    common = {"lance_conn_id": lance_conn_id, "retries": retries, "retry_delay": retry_delay}
     with TaskGroup(group_id=group_id, tooltip=f"backfill {table}.{column}") as group:
-        plan = GenevaPlanBackfillOperator(task_id="plan", table=table, column=column, **plan_kwargs, **common)
-        _spark_and_verify(plan, table, column, spark_conn_id, spark_kwargs, common)
+        _wire(GenevaPlanBackfillOperator, BackfillOptions, {"table": table, "column": column}, table, column, kwargs)
     return group
 
 
-def _spark_and_verify(plan: Any, table: str, column: str | None, spark_conn_id: str, spark_kwargs: dict[str, Any],
-                      common: dict[str, Any]) -> None:
-    """The stages after any plan: Spark apply, Spark write+commit, verify (emitting the Asset)."""
+def refresh_task_group(group_id: str, view: str, **kwargs: Any) -> TaskGroup:
+    """plan refresh -> Spark apply -> Spark write+commit -> verify (emits the view's Asset).
+
+    With no new or stale rows, the Spark tasks are skipped.
+    """
+    with TaskGroup(group_id=group_id, tooltip=f"refresh view {view}") as group:
+        _wire(GenevaPlanRefreshOperator, RefreshOptions, {"view": view}, view, None, kwargs)
+    return group
+
+
+def _wire(plan_cls: type, options: type[JobOptions], target: dict[str, str], table: str, column: str | None,
+          kwargs: dict[str, Any]) -> None:
+    """The plan task and the stages after it: Spark apply, Spark write+commit, verify (emitting the Asset)."""
+    kwargs = {"retries": 2, "retry_delay": timedelta(seconds=30), **kwargs}
+    spark_conn_id = kwargs.pop("spark_conn_id", "spark_default")
+    kwargs.setdefault("lance_conn_id", LanceHook.default_conn_name)
+    plan_kwargs = {k: kwargs.pop(k) for k in (*options.names(), *PLAN_ARGUMENTS) if k in kwargs}
+    spark_kwargs = {k: kwargs.pop(k) for k in SPARK_OPTIONS if k in kwargs}
+    plan = plan_cls(task_id="plan", **target, **plan_kwargs, **kwargs)
     apply = GenevaSparkApplyOperator(task_id="apply", plan=plan.output, spark_conn_id=spark_conn_id,
-                                     **spark_kwargs, **common)
+                                     **spark_kwargs, **kwargs)
     write = GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan.output, spark_conn_id=spark_conn_id,
-                                           trigger_rule="none_failed_min_one_success", **spark_kwargs, **common)
+                                           trigger_rule="none_failed_min_one_success", **spark_kwargs, **kwargs)
     verify = GenevaVerifyOperator(task_id="verify", plan=plan.output, table=table, column=column,
-                                  trigger_rule="none_failed_min_one_success", **common)
+                                  trigger_rule="none_failed_min_one_success", **kwargs)
     # write and verify also hang off plan: they run when apply is skipped for lack of work,
     # and are skipped with everything else when plan itself is skipped (e.g. by a sensor).
     plan >> apply >> write >> verify
     plan >> [write, verify]
-
-
-def refresh_task_group(
-    group_id: str,
-    view: str,
-    *,
-    lance_conn_id: str = LanceHook.default_conn_name,
-    spark_conn_id: str = "spark_default",
-    retries: int = 2,
-    retry_delay: timedelta = timedelta(seconds=30),
-    **options: Any,
-) -> TaskGroup:
-    """plan refresh -> Spark apply -> Spark write+commit -> verify (emits the view's Asset).
-
-    ``options``: ``src_version``, ``max_rows_per_fragment``, ``checkpoint_size``, ``task_size``,
-    ``commit_granularity``, ``parallelism``, and the Spark options.  With no new or stale rows,
-    the Spark tasks are skipped.
-    """
-    from geneva_provider.operators.views import GenevaPlanRefreshOperator
-
-    plan_options = {"src_version", "max_rows_per_fragment", "checkpoint_size", "task_size", "commit_granularity",
-                    "parallelism"}
-    unknown = set(options) - plan_options - set(SPARK_OPTIONS)
-    if unknown:
-        raise TypeError(f"refresh_task_group got unknown options {sorted(unknown)}")
-    common = {"lance_conn_id": lance_conn_id, "retries": retries, "retry_delay": retry_delay}
-    with TaskGroup(group_id=group_id, tooltip=f"refresh view {view}") as group:
-        plan = GenevaPlanRefreshOperator(task_id="plan", view=view,
-                                         **{k: v for k, v in options.items() if k in plan_options}, **common)
-        _spark_and_verify(plan, view, None, spark_conn_id, {k: v for k, v in options.items() if k in SPARK_OPTIONS},
-                          common)
-    return group

@@ -1,8 +1,8 @@
-"""spark-submit program for the apply stage: ``apply.py --plan-uri URI [--result-file PATH]``."""
+"""spark-submit program for the apply stage: ``apply.py --plan-uri URI --result-file PATH | --result-key KEY``."""
 
 import sys
 
-from geneva_provider.apply import run_apply
+from geneva_provider.pipeline.apply import run_apply
 from geneva_provider.spark_apps._runner import run_stage
 
 if __name__ == "__main__":

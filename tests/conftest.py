@@ -39,7 +39,7 @@ os.environ.update({
 
 @pytest.fixture(scope="session")
 def spark():
-    from geneva_provider.spark import local_session
+    from geneva_provider.stages import local_session
 
     session = local_session("local[2]", app_name="geneva-tests", conf={"spark.ui.showConsoleProgress": "false"})
     session.sparkContext.setLogLevel("ERROR")

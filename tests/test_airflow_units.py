@@ -90,8 +90,7 @@ def test_add_columns_operator_is_idempotent_and_refuses_redefinitions(events):
 
 
 def test_plan_and_verify_operators(events, spark):
-    from geneva_provider.apply import run_apply
-    from geneva_provider.writer import run_write_commit
+    from geneva_provider.stages import run_apply, run_write_commit
 
     GenevaAddColumnsOperator(task_id="add", table="events",
                              columns={"w": "geneva_provider.examples:embed"}).execute(context())
@@ -121,7 +120,8 @@ def test_plan_and_verify_operators(events, spark):
 
 def test_spark_operators_skip_without_starting_spark_when_nothing_to_do():
     plan = {"job_id": "j", "plan_uri": "/x/plan-j.lance", "table": "t", "column": "c", "tasks": 0,
-            "rows_to_compute": 0, "nothing_to_do": True}
+            "rows_to_compute": 0, "rows_reused": 10, "read_version": 3, "fragments_to_compute": 0,
+            "fragments_reused": 0, "fragments_done": 2, "nothing_to_do": True}
     for cls in (GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator):
         with pytest.raises(AirflowSkipException, match="nothing"):
             cls(task_id="s", plan=plan).execute(context())
@@ -223,11 +223,11 @@ def test_shipped_package_zip_is_importable_on_its_own(tmp_path):
     from geneva_provider.operators.spark import package_zip
 
     zip_path = package_zip()
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import geneva_provider.writer, geneva_provider.spark_apps"
-            "._runner as r; print(geneva_provider.writer.__file__); print(r.__file__)")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import geneva_provider.pipeline.write as w, "
+            "geneva_provider.spark_apps._runner as r; print(w.__file__); print(r.__file__)")
     out = subprocess.run([sys.executable, "-c", code, zip_path], capture_output=True, text=True, cwd=tmp_path,
                          check=True).stdout.split()
-    assert out[0] == f"{zip_path}/geneva_provider/writer.py"
+    assert out[0] == f"{zip_path}/geneva_provider/pipeline/write.py"
     assert out[1] == f"{zip_path}/geneva_provider/spark_apps/_runner.py"
 
 

@@ -9,10 +9,8 @@ import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.apply import ROWADDR, run_apply
-from geneva_provider.backfill import verify_backfill
-from geneva_provider.plan import BackfillOptions, load_plan, plan_backfill
-from geneva_provider.writer import run_write_commit
+from geneva_provider.core.checkpoint import ROWADDR
+from geneva_provider.stages import BackfillOptions, load_plan, plan_backfill, run_apply, run_write_commit, verify
 from tests.helpers import (
     clear_calls,
     counting_array_triple,
@@ -161,8 +159,8 @@ def test_dropped_and_readded_column_does_not_reuse_old_fragment_files(db, spark,
     # not the field id, is what tells the old staged files apart.
     assert tbl.dataset().lance_schema.field("y").id() == old_id
 
-    summary = plan_backfill(tbl, "y")
-    assert summary["fragments_reused"] == 0 and summary["fragments_done"] == 0
+    summary = plan_backfill(tbl.ref, "y")
+    assert summary.fragments_reused == 0 and summary.fragments_done == 0
     res = tbl.backfill("y", spark=spark)
     assert res.fragments_committed == 2 and res.fragments_reused == 0
     # Batch checkpoints are keyed by the inputs, so they may be (and are) reused.
@@ -180,8 +178,8 @@ def test_two_columns_planned_together_with_interleaved_commits(db, spark, call_d
 
     tbl.add_columns({"y": counting_double(call_dir), "z": negate})
     opts = BackfillOptions(commit_granularity=1)
-    plans = [plan_backfill(tbl, c, opts)["plan_uri"] for c in ("y", "z")]
-    assert len({load_plan(p)[0]["read_version"] for p in plans}) == 1
+    plans = [plan_backfill(tbl.ref, c, opts).plan_uri for c in ("y", "z")]
+    assert len({load_plan(p)[0].read_version for p in plans}) == 1
     for p in plans:
         run_apply(p, spark)
     results, errors = {}, []
@@ -198,19 +196,19 @@ def test_two_columns_planned_together_with_interleaved_commits(db, spark, call_d
     for t in threads:
         t.join()
     assert not errors
-    assert all(r["fragments_committed"] == 6 for r in results.values())
+    assert all(r.fragments_committed == 6 for r in results.values())
     for p in plans:
-        verify_backfill(p)
+        verify(p)
     got = tbl.to_arrow(["x", "y", "z"]).to_pydict()
     assert got["y"] == [2 * x for x in got["x"]] and got["z"] == [-x for x in got["x"]]
-    assert tbl.version == load_plan(plans[0])[0]["read_version"] + 12
+    assert tbl.version == load_plan(plans[0])[0].read_version + 12
     tbl.dataset().validate()
 
 
 def test_concurrent_commits_between_plan_and_commit_are_retried(db, spark, call_dir):
     tbl = db.create_table("events", events_table(20_000), max_rows_per_file=5_000)
     tbl.add_columns({"y": counting_double(call_dir)})
-    plan_uri = plan_backfill(tbl, "y")["plan_uri"]
+    plan_uri = plan_backfill(tbl.ref, "y").plan_uri
     run_apply(plan_uri, spark)
     # Compatible concurrent writes: an append and a delete in another fragment ...
     tbl.add(events_table(1_000, start=20_000))
@@ -219,8 +217,8 @@ def test_concurrent_commits_between_plan_and_commit_are_retried(db, spark, call_
     tbl.dataset().add_columns(pa.field("note", pa.string()))
 
     written = run_write_commit(plan_uri, spark)
-    assert written["commit_retries"] >= 1 and written["fragments_committed"] == 4
-    verify_backfill(plan_uri)
+    assert written.commit_retries >= 1 and written.fragments_committed == 4
+    verify(plan_uri)
     values = column(tbl, "y")
     assert values == {**{x: 2 * x for x in range(20_000) if not 15000 <= x < 15010},
                       **{x: None for x in range(20_000, 21_000)}}
@@ -233,13 +231,13 @@ def test_concurrent_commits_between_plan_and_commit_are_retried(db, spark, call_
 def test_fragments_compacted_away_before_commit_are_reported(db, spark, call_dir):
     tbl = db.create_table("events", events_table(8_000), max_rows_per_file=2_000)
     tbl.add_columns({"y": counting_double(call_dir)})
-    plan_uri = plan_backfill(tbl, "y")["plan_uri"]
+    plan_uri = plan_backfill(tbl.ref, "y").plan_uri
     run_apply(plan_uri, spark)
     tbl.dataset().optimize.compact_files(target_rows_per_fragment=8_000)
     written = run_write_commit(plan_uri, spark)
-    assert written["fragments_vanished"] == [0, 1, 2, 3] and written["fragments_committed"] == 0
+    assert written.fragments_vanished == [0, 1, 2, 3] and written.fragments_committed == 0
     with pytest.raises(gp.VerificationError, match=r"fragment 0 \(2000 rows\) no longer exists"):
-        verify_backfill(plan_uri)
+        verify(plan_uri)
     tbl.dataset().validate()
     res = tbl.backfill("y", spark=spark)
     assert res.rows_computed == 8_000

@@ -8,7 +8,7 @@ import re
 import pyarrow as pa
 import pytest
 
-from geneva_provider.checkpoint import (
+from geneva_provider.core.checkpoint import (
     InMemoryCheckpointStore,
     LanceCheckpointStore,
     batch_key,
@@ -20,7 +20,7 @@ from geneva_provider.checkpoint import (
     parse_fragment_key,
     split_key_uri,
 )
-from geneva_provider.plan import missing_ranges, split_range
+from geneva_provider.core.ranges import missing_ranges, split_range
 
 
 def test_key_format_is_the_documented_one_and_hashes_user_strings():
@@ -55,8 +55,8 @@ def test_store_set_get_list_delete(kind, tmp_path):
     assert "a_frag-1_range-0-2" in store and "zzz" not in store
     assert store["a_frag-1_range-0-2"].to_pydict() == batch.to_pydict()
     assert store.list_keys("a_") == ["a_frag-1_range-0-2", "a_frag-2_range-0-2"]
-    store.put_json("doc", {"file": "x.lance", "n": [1, 2]})
-    assert store.get_json("doc") == {"file": "x.lance", "n": [1, 2]}
+    store.put_text("doc", '{"file": "x.lance", "n": [1, 2]}')
+    assert store.get_text("doc") == '{"file": "x.lance", "n": [1, 2]}'
     store.delete("a_frag-1_range-0-2")
     assert store.list_keys("a_") == ["a_frag-2_range-0-2"]
     with pytest.raises(KeyError):

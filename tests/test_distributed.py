@@ -14,8 +14,7 @@ import time
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.backfill import verify_backfill
-from geneva_provider.plan import plan_backfill
+from geneva_provider.stages import plan_backfill, verify
 from tests.helpers import counting_double, events_table, read_calls
 from tests.standalone_spark import EXECUTOR_CLASS, StandaloneSpark
 
@@ -58,8 +57,8 @@ def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tm
     tbl = gp.connect(str(db_dir)).create_table("events", events_table(ROWS), max_rows_per_file=ROWS // FRAGMENTS)
     assert len(tbl.dataset().get_fragments()) == FRAGMENTS
     tbl.add_columns({"y": counting_double(str(call_dir))})
-    summary = plan_backfill(tbl, "y")
-    assert summary["rows_to_compute"] == ROWS and summary["tasks"] >= 2
+    summary = plan_backfill(tbl.ref, "y")
+    assert summary.rows_to_compute == ROWS and summary.tasks >= 2
 
     host, _, port = cluster.master_url.rpartition(":")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
@@ -90,7 +89,7 @@ def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tm
     # -- the data -------------------------------------------------------------------------------
     assert applied["status"] == "success" and applied["rows_computed"] == ROWS, applied
     assert written["status"] == "success" and written["fragments_committed"] == FRAGMENTS, written
-    assert verify_backfill(summary["plan_uri"])["rows_verified"] == ROWS
+    assert verify(summary.plan_uri).rows_verified == ROWS
     got = tbl.to_arrow(["x", "y"]).to_pydict()
     assert len(got["x"]) == ROWS and got["y"] == [2 * x for x in got["x"]]
     tbl.dataset().validate()
@@ -125,7 +124,7 @@ def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tm
         for i in range(1, cluster.n_workers + 1):
             assert list((cluster.worker_dir(i) / app_id).glob("*/stderr")), (app_id, i)
     per_worker = finished_tasks(cluster, apply_id)
-    assert sum(per_worker.values()) == summary["tasks"] and all(per_worker.values()), per_worker
+    assert sum(per_worker.values()) == summary.tasks and all(per_worker.values()), per_worker
     assert sum(finished_tasks(cluster, write_id).values()) >= FRAGMENTS
 
     # -- loopback only --------------------------------------------------------------------------

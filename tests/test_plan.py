@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.checkpoint import batch_key
-from geneva_provider.plan import BackfillOptions, load_plan, plan_backfill
+from geneva_provider.core.checkpoint import batch_key
+from geneva_provider.stages import BackfillOptions, load_plan, plan_backfill
 from tests.helpers import events_table
 
 
@@ -26,48 +26,59 @@ def tbl(db):
 
 
 def test_plan_tasks_are_fragment_local_and_bounded(tbl):
-    summary = plan_backfill(tbl, "y", BackfillOptions(task_size=1_000, checkpoint_size=500))
-    plan, _ = load_plan(summary["plan_uri"])
-    assert summary["rows_to_compute"] == 10_000 and summary["tasks"] == 10
-    physical = {f["id"]: f["physical_rows"] for f in plan["fragments"]}
+    summary = plan_backfill(tbl.ref, "y", BackfillOptions(task_size=1_000, checkpoint_size=500))
+    plan, _ = load_plan(summary.plan_uri)
+    assert summary.rows_to_compute == 10_000 and summary.tasks == 10
+    physical = {f.id: f.physical_rows for f in plan.fragments}
     assert physical == {0: 3000, 1: 3000, 2: 3000, 3: 1000}
-    for t in plan["tasks"]:
-        assert 0 <= t["start"] < t["end"] <= physical[t["frag"]] and t["end"] - t["start"] <= 1_000
-    covered = sorted((t["frag"], t["start"], t["end"]) for t in plan["tasks"])
+    for t in plan.tasks:
+        assert 0 <= t.start < t.end <= physical[t.frag] and t.end - t.start <= 1_000
+    covered = sorted((t.frag, t.start, t.end) for t in plan.tasks)
     assert sum(e - s for _, s, e in covered) == 10_000
-    assert set(summary) >= {"job_id", "plan_uri", "rows_to_compute", "tasks", "fragments_reused"}
+    assert set(summary.to_xcom()) >= {"job_id", "plan_uri", "rows_to_compute", "tasks", "fragments_reused"}
 
 
-def test_default_tasks_shrink_towards_the_end_and_cover_every_row_once(db):
-    t = db.create_table("wide", events_table(100_000), max_rows_per_file=25_000)
+@pytest.mark.parametrize(("rows", "per_fragment", "parallelism"), [
+    (100_000, 25_000, 2), (100_000, 7_000, 2), (250_000, 40_000, 8), (30_000, 30_000, 3)])
+def test_default_tasks_shrink_towards_the_end_and_cover_every_row_once(db, rows, per_fragment, parallelism):
+    t = db.create_table("wide", events_table(rows), max_rows_per_file=per_fragment)
     t.add_columns({"y": double})
-    summary = plan_backfill(t, "y", parallelism=2)
-    plan, _ = load_plan(summary["plan_uri"])
-    sizes = [task["end"] - task["start"] for task in plan["tasks"]]
-    # Guided: each task takes half of what is left (at most a fragment), down to 1/(16 x 2) of all rows.
-    assert sizes == [25_000, 25_000, 25_000, 12_500, 6_250, 3_125, 3_125]
-    for frag in range(4):
-        ranges = sorted((task["start"], task["end"]) for task in plan["tasks"] if task["frag"] == frag)
-        assert ranges[0][0] == 0 and ranges[-1][1] == 25_000
+    plan, _ = load_plan(plan_backfill(t.ref, "y", parallelism=parallelism).plan_uri)
+    sizes = [task.end - task.start for task in plan.tasks]
+    # Every row of every fragment exactly once: each fragment's tasks tile [0, rows) contiguously.
+    for frag in plan.fragments:
+        ranges = sorted((task.start, task.end) for task in plan.tasks if task.frag == frag.id)
+        assert ranges[0][0] == 0 and ranges[-1][1] == frag.rows
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    assert sum(sizes) == rows
+    # Run largest first, and (guided) sizes never grow: the tail is made of small tasks.
+    assert sizes == sorted(sizes, reverse=True)
+    # No task is bigger than 1/parallelism of the rows, nor (but for a fragment's last piece) below the
+    # floor of 1/(16 x parallelism) of all rows.
+    assert max(sizes) <= -(-rows // parallelism)
+    floor = -(-rows // (16 * parallelism))
+    pieces_below_floor = [s for s in sizes if s < floor]
+    assert len(pieces_below_floor) <= len(plan.fragments)
+    # Fewer tasks than equal floor-sized ones, and enough to keep every slot busy.
+    assert parallelism <= len(sizes) < rows / floor
 
 
 def test_plan_skips_ranges_already_checkpointed(tbl):
-    first, _ = load_plan(plan_backfill(tbl, "y", BackfillOptions(task_size=1_000))["plan_uri"])
-    prefix = next(f["prefix"] for f in first["fragments"] if f["id"] == 1)
+    first, _ = load_plan(plan_backfill(tbl.ref, "y", BackfillOptions(task_size=1_000)).plan_uri)
+    prefix = next(f.prefix for f in first.fragments if f.id == 1)
     store = tbl.checkpoint_store
     store[batch_key(prefix, 1, 0, 1_500)] = pa.table({"_rowaddr": pa.array([], pa.uint64()),
                                                       "value": pa.array([], pa.int64())})
-    summary = plan_backfill(tbl, "y", BackfillOptions(task_size=1_000))
-    plan, _ = load_plan(summary["plan_uri"])
-    assert summary["rows_to_compute"] == 10_000 - 1_500
-    assert all(t["start"] >= 1_500 for t in plan["tasks"] if t["frag"] == 1)
-    assert summary["rows_reused"] == 1_500
+    summary = plan_backfill(tbl.ref, "y", BackfillOptions(task_size=1_000))
+    plan, _ = load_plan(summary.plan_uri)
+    assert summary.rows_to_compute == 10_000 - 1_500
+    assert all(t.start >= 1_500 for t in plan.tasks if t.frag == 1)
+    assert summary.rows_reused == 1_500
 
 
 def test_plan_counts_filtered_rows(tbl):
-    summary = plan_backfill(tbl, "y", BackfillOptions(where="x < 2500"))
-    assert summary["rows_to_compute"] == 2_500 and summary["fragments_to_compute"] == 1
+    summary = plan_backfill(tbl.ref, "y", BackfillOptions(where="x < 2500"))
+    assert summary.rows_to_compute == 2_500 and summary.fragments_to_compute == 1
 
 
 def _unchanged(tbl, version, fn, exc_type, *needles):

@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from geneva_provider.apply import ROWADDR
+from geneva_provider.core.checkpoint import ROWADDR
 from tests.helpers import clear_calls, counting_double, events_table, read_calls
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ def test_killed_backfill_resumes_without_recomputing_checkpoints(db, spark, call
     v = tbl.version
     script = textwrap.dedent(f"""
         import geneva_provider as gp
-        from geneva_provider.spark import local_session
+        from geneva_provider.stages import local_session
         spark = local_session("local[2]", conf={{"spark.ui.showConsoleProgress": "false"}})
         gp.connect({db.uri!r}).open_table("events").backfill("y", spark=spark, checkpoint_size=500)
         print("FINISHED")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pyspark
 
-from geneva_provider.backfill import verify_backfill
-from geneva_provider.plan import plan_backfill
+from geneva_provider.core.models import StageReport
 from geneva_provider.spark_apps import app_path
+from geneva_provider.stages import plan_backfill, verify
 from tests.helpers import counting_double, events_table, read_calls
 
 BIN = Path(sys.executable).parent
@@ -30,23 +30,23 @@ def spark_submit(app: str, *args: str) -> subprocess.CompletedProcess:
 def test_spark_submit_apply_then_write_commit(db, call_dir, tmp_path):
     tbl = db.create_table("events", events_table(5_000), max_rows_per_file=2_000)
     tbl.add_columns({"y": counting_double(call_dir)})
-    summary = plan_backfill(tbl, "y")
+    summary = plan_backfill(tbl.ref, "y")
 
     apply_result = tmp_path / "apply.json"
-    proc = spark_submit("apply", "--plan-uri", summary["plan_uri"], "--result-file", str(apply_result))
+    proc = spark_submit("apply", "--plan-uri", summary.plan_uri, "--result-file", str(apply_result))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(apply_result.read_text())
-    assert result["status"] == "success" and result["rows_computed"] == 5_000
+    report = StageReport.model_validate_json(apply_result.read_text())
+    assert report.status == "success" and report.result.stage == "apply" and report.result.rows_computed == 5_000
     assert sorted(read_calls(call_dir)) == list(range(5_000))
 
     write_result = tmp_path / "write.json"
-    proc = spark_submit("write_commit", "--plan-uri", summary["plan_uri"], "--result-file", str(write_result))
+    proc = spark_submit("write_commit", "--plan-uri", summary.plan_uri, "--result-file", str(write_result))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(write_result.read_text())
-    assert result["status"] == "success" and result["fragments_committed"] == 3
-    assert result["version"] == tbl.version
+    report = StageReport.model_validate_json(write_result.read_text())
+    assert report.status == "success" and report.result.fragments_committed == 3
+    assert report.result.version == tbl.version
 
-    assert verify_backfill(summary["plan_uri"])["rows_verified"] == 5_000
+    assert verify(summary.plan_uri).rows_verified == 5_000
     got = tbl.to_arrow(["x", "y"]).to_pydict()
     assert got["y"] == [2 * x for x in got["x"]]
     tbl.dataset().validate()
@@ -60,3 +60,9 @@ def test_spark_submit_failure_exits_non_zero_with_the_reason(db, tmp_path):
     # spark-submit's PythonRunner merges the Python driver's stderr into its own stdout.
     assert f"geneva write_commit failed: InvalidArgumentError: plan not found: {missing}" in proc.stdout + proc.stderr
     assert json.loads(result_file.read_text())["status"] == "failed"
+
+
+def test_spark_submit_programs_require_a_result_argument(db):
+    proc = spark_submit("apply", "--plan-uri", f"{db.uri}/x.lance/_checkpoints/plan-x.lance")
+    assert proc.returncode == 2
+    assert "one of --result-file or --result-key is required" in proc.stdout + proc.stderr

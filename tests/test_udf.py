@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.udf import UDFCallError, UDFKind, load_udf, udf_column_info
+from geneva_provider.core.udf import UDFCallError, UDFKind, load_udf, udf_column_info
 
 
 def test_scalar_udf_infers_type_and_inputs_from_signature():
@@ -104,8 +104,8 @@ def test_field_metadata_round_trip_runs_the_function():
 
     field = plus_one.field("y", ["a"])
     info = udf_column_info(field.metadata)
-    assert info["name"] == "plus_one" and info["input_columns"] == ["a"] and info["kind"] == "scalar"
-    loaded = load_udf(info["pickle"])
+    assert info.name == "plus_one" and info.input_columns == ["a"] and info.kind == "scalar"
+    loaded = load_udf(info.pickle)
     assert loaded.version == plus_one.version
     assert loaded.evaluate(pa.record_batch({"a": [1, 5]}), ["a"]).to_pylist() == [2, 6]
 

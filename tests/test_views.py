@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.views import IS_SET, SOURCE_ROW_ID, view_info
+from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID, view_info
 from tests.helpers import clear_calls, counting_double, events_table, read_calls
 
 
@@ -43,7 +43,7 @@ def test_create_is_fast_and_writes_placeholders_and_metadata(db, source, call_di
     assert md["geneva::view::base_table"] == "events" and md["geneva::view::version"] == "2"
     assert md["geneva::view::base_table_version"] == str(source.version)
     assert md["geneva::view::base_table_db_uri"] == db.uri
-    assert view_info(view.dataset(), "evens")["query"]["where"] == "x % 2 = 0"
+    assert view_info(view.schema.metadata, "evens").query.where == "x % 2 = 0"
     assert db.open_table("evens").count_rows() == 10_000
 
 
@@ -135,7 +135,7 @@ def test_format_1_view_without_stable_row_ids(db, spark, call_dir):
     with pytest.warns(UserWarning, match="no stable row ids"):
         view = db.create_materialized_view("v1", src.search(None).where("x < 1500").select(
             {"x": "x", "y": counting_double(call_dir)}))
-    assert view_info(view.dataset(), "v1")["format"] == "1"
+    assert view_info(view.schema.metadata, "v1").format == "1"
     res = view.refresh(spark=spark)
     assert res.rows_computed == 1_500
     got = view.to_arrow(["x", "y", SOURCE_ROW_ID]).to_pydict()

@@ -1,22 +1,30 @@
-"""LanceHook: a Lance database (URI + storage options) from an Airflow connection."""
+"""LanceHook: a Lance database (URI, storage options, namespace) from an Airflow connection.
+
+Imported by Airflow in every process: nothing heavy at module load (the core is loaded lazily).
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-import geneva_provider as gp
+if TYPE_CHECKING:
+    from geneva_provider.facade.connection import Connection
+    from geneva_provider.facade.table import Table
 
 
 class LanceHook(BaseHook):
     """Opens the geneva database named by a ``lance`` connection.
 
-    The connection's ``host`` is the database URI (a directory or an object-store prefix such
-    as ``s3://bucket/lake``); its extra ``storage_options`` (a JSON object) holds credentials and
-    settings for the object store.  Option values are registered as secrets, so they are
-    masked in task logs, and they are never returned in XCom.
+    The connection's ``host`` (or extra ``uri``) is the database URI: a directory or an
+    object-store prefix such as ``s3://bucket/lake``.  Extras: ``storage_options`` (a JSON object
+    of credentials and settings for the object store), and optionally ``namespace_impl`` ("dir" by
+    default, "rest", or a ``lance_namespace`` implementation's class path) with
+    ``namespace_properties``.  Option values are registered as secrets, so they are masked in task
+    logs, and they are never returned in XCom.
     """
 
     conn_name_attr = "lance_conn_id"
@@ -27,47 +35,57 @@ class LanceHook(BaseHook):
     def __init__(self, lance_conn_id: str = default_conn_name) -> None:
         super().__init__()
         self.lance_conn_id = lance_conn_id
-        self._db: gp.Connection | None = None
 
-    def get_conn(self) -> gp.Connection:
+    @cached_property
+    def database(self) -> Connection:
         """The core database connection (opened once per hook)."""
-        if self._db is None:
-            conn = self.get_connection(self.lance_conn_id)
-            extra = conn.extra_dejson or {}
-            uri = extra.get("uri") or conn.host
-            if not uri:
-                raise ValueError(f"connection '{self.lance_conn_id}' has no database URI: set its host "
-                                 "(or extra 'uri') to a directory or object-store prefix")
-            options = _storage_options(extra.get("storage_options"), self.lance_conn_id)
-            _mask(options)
-            self._db = gp.connect(uri, storage_options=options)
-        return self._db
+        import geneva_provider as gp
+
+        conn = self.get_connection(self.lance_conn_id)
+        extra = conn.extra_dejson or {}
+        uri = extra.get("uri") or conn.host
+        if not uri:
+            raise ValueError(f"connection '{self.lance_conn_id}' has no database URI: set its host "
+                             "(or extra 'uri') to a directory or object-store prefix")
+        options = _string_map(extra.get("storage_options"), "storage_options", self.lance_conn_id)
+        properties = _string_map(extra.get("namespace_properties"), "namespace_properties", self.lance_conn_id)
+        _mask(options)
+        _mask(properties)
+        return gp.connect(uri, storage_options=options, namespace_impl=extra.get("namespace_impl") or "dir",
+                          namespace_properties=properties)
+
+    def get_conn(self) -> Connection:
+        return self.database
 
     @property
     def storage_options(self) -> dict[str, str] | None:
-        return self.get_conn().storage_options
+        return self.database.storage_options
 
-    def open_table(self, name: str) -> gp.Table:
-        return self.get_conn().open_table(name)
+    def open_table(self, name: str) -> Table:
+        return self.database.open_table(name)
+
+    def dataset(self, table: str) -> Any:
+        """The latest version of ``table`` as a ``lance.LanceDataset``."""
+        return self.open_table(table).dataset()
 
     def test_connection(self) -> tuple[bool, str]:
         try:
-            names = self.get_conn().table_names()
+            names = self.database.table_names()
         except Exception as exc:  # noqa: BLE001 - reported to the UI, not raised
             return False, str(exc)
         return True, f"{len(names)} tables"
 
 
-def _storage_options(raw: Any, conn_id: str) -> dict[str, str] | None:
+def _string_map(raw: Any, key: str, conn_id: str) -> dict[str, str] | None:
     if raw in (None, "", {}):
         return None
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError:
-            raise ValueError(f"connection '{conn_id}': extra 'storage_options' is not a JSON object") from None
+            raise ValueError(f"connection '{conn_id}': extra '{key}' is not a JSON object") from None
     if not isinstance(raw, dict):
-        raise ValueError(f"connection '{conn_id}': extra 'storage_options' must be a JSON object")
+        raise ValueError(f"connection '{conn_id}': extra '{key}' must be a JSON object")
     return {str(k): str(v) for k, v in raw.items()}
 
 

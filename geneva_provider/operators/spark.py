@@ -13,15 +13,17 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators.backfill import plan_summary_of
 from geneva_provider.spark_apps import app_path
 from geneva_provider.spark_apps._runner import STORAGE_OPTIONS_ENV
+
+if TYPE_CHECKING:
+    from geneva_provider.core.models import PlanSummary
 
 
 class _GenevaSparkStageOperator(BaseOperator):
@@ -59,19 +61,20 @@ class _GenevaSparkStageOperator(BaseOperator):
         self.spark_binary = spark_binary
         self._hook: Any = None
 
-    def nothing_to_do(self, plan: dict[str, Any]) -> bool:
-        return bool(plan.get("nothing_to_do"))
+    def nothing_to_do(self, plan: PlanSummary) -> bool:
+        return plan.nothing_to_do
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-        from geneva_provider.checkpoint import open_store, split_key_uri
+        from geneva_provider.core.checkpoint import open_store, split_key_uri
+        from geneva_provider.core.models import PlanSummary, StageReport
 
-        plan = plan_summary_of(self.plan)
+        plan = PlanSummary.from_xcom(self.plan)
         if self.nothing_to_do(plan):
-            raise AirflowSkipException(f"plan {plan['job_id']} has nothing for the {self.stage} stage to do")
+            raise AirflowSkipException(f"plan {plan.job_id} has nothing for the {self.stage} stage to do")
         storage_options = LanceHook(self.lance_conn_id).storage_options
-        store_uri, plan_key = split_key_uri(plan["plan_uri"])
+        store_uri, plan_key = split_key_uri(plan.plan_uri)
         store = open_store(store_uri, storage_options)
         result_key = f"{plan_key}-{self.stage}-result"
         store.delete(result_key)  # a retry must not read an earlier attempt's result
@@ -87,22 +90,22 @@ class _GenevaSparkStageOperator(BaseOperator):
             py_files = ",".join(p for p in (py_files, package_zip()) if p)
         hook_kwargs = dict(
             conn_id=self.spark_conn_id, conf=conf, py_files=py_files, env_vars=env,
-            spark_binary=binary, name=f"geneva-{self.stage}-{plan['table']}-{plan['column']}",
-            application_args=["--plan-uri", plan["plan_uri"], "--result-key", result_key],
+            spark_binary=binary, name=f"geneva-{self.stage}-{plan.table}-{plan.column or 'view'}",
+            application_args=["--plan-uri", plan.plan_uri, "--result-key", result_key],
         )
         self._hook = SparkSubmitHook(**hook_kwargs)
         if str(self._hook._connection.get("master", "")).startswith("local") and "SPARK_LOCAL_IP" not in env:
             env["SPARK_LOCAL_IP"] = "127.0.0.1"  # local Spark listens on loopback only
             self._hook = SparkSubmitHook(**hook_kwargs)
-        self.log.info("Submitting the %s stage of plan %s (%d rows to compute)", self.stage, plan["job_id"],
-                      plan.get("rows_to_compute", 0))
+        self.log.info("Submitting the %s stage of plan %s (%d rows to compute)", self.stage, plan.job_id,
+                      plan.rows_to_compute)
         self._hook.submit(app_path(self.stage))
         if result_key not in store:
-            raise AirflowException(f"the {self.stage} job of plan {plan['job_id']} wrote no result")
-        result = store.get_json(result_key)
-        if result.get("status") != "success":
-            raise AirflowException(f"the {self.stage} job of plan {plan['job_id']} failed: {result.get('error')}")
-        return result
+            raise AirflowException(f"the {self.stage} job of plan {plan.job_id} wrote no result")
+        report = store.get_model(result_key, StageReport)
+        if report.status != "success":
+            raise AirflowException(f"the {self.stage} job of plan {plan.job_id} failed: {report.error}")
+        return report.to_xcom()
 
     def on_kill(self) -> None:
         if self._hook is not None:
@@ -116,7 +119,6 @@ def package_zip() -> str:
     from pathlib import Path
 
     import geneva_provider
-    from geneva_provider.spark_apps import app_path
 
     target = Path(tempfile.gettempdir()) / f"geneva_provider-{geneva_provider.__version__}-{os.getuid()}.zip"
     package = Path(geneva_provider.__file__).parent
@@ -137,8 +139,8 @@ class GenevaSparkApplyOperator(_GenevaSparkStageOperator):
 
     stage = "apply"
 
-    def nothing_to_do(self, plan: dict[str, Any]) -> bool:
-        return bool(plan.get("nothing_to_do")) or not plan.get("tasks")
+    def nothing_to_do(self, plan: PlanSummary) -> bool:
+        return plan.nothing_to_do or not plan.tasks
 
 
 class GenevaSparkWriteCommitOperator(_GenevaSparkStageOperator):

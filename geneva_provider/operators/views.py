@@ -5,16 +5,14 @@ The Spark stages and verify are the backfill operators: a refresh plan is a plan
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from geneva_provider.errors import InvalidArgumentError
+from geneva_provider.core.options import RefreshOptions
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators.backfill import import_udf
-from geneva_provider.plan import BackfillOptions
+from geneva_provider.operators._common import import_udf, parse_options, take_options
 
 
 class GenevaCreateMaterializedViewOperator(BaseOperator):
@@ -47,21 +45,22 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
         self.lance_conn_id = lance_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.views import view_info
+        from geneva_provider.core.errors import InvalidArgumentError
+        from geneva_provider.core.view_meta import view_info
 
-        db = LanceHook(self.lance_conn_id).get_conn()
-        query = db.open_table(self.source_table).search(None).where(self.where).select(
+        db = LanceHook(self.lance_conn_id).database
+        query = db.open_table(self.source_table).search(None).where(self.where or None).select(
             {out: import_udf(ref) if ":" in ref else ref for out, ref in self.columns.items()})
         if self.shuffle:
             query = query.shuffle(seed=self.seed)
         query = query.offset(self.offset).limit(self.limit)
-        wanted = json.loads(query.spec.to_json())
-        if self.view in db.table_names():
+        wanted = query.spec.stored()
+        if db.catalog.exists(self.view):
             view = db.open_table(self.view)
-            existing = view_info(view.dataset(), self.view)["query"]
+            existing = view_info(view.schema.metadata, self.view).query
             if existing != wanted:
                 raise InvalidArgumentError(
-                    f"view '{self.view}' exists with a different definition: {json.dumps(existing, sort_keys=True)}; "
+                    f"view '{self.view}' exists with a different definition: {existing.to_json()}; "
                     "drop it to redefine it")
             self.log.info("View '%s' exists with the same definition: left as it is", self.view)
             return {"view": self.view, "created": False, "rows": view.count_rows(), "version": view.version}
@@ -71,31 +70,32 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
 
 
 class GenevaPlanRefreshOperator(BaseOperator):
-    """Plans a view refresh: appends placeholders for new source rows, stores the plan, returns its summary."""
+    """Plans a view refresh: appends placeholders for new source rows, stores the plan, returns its summary.
 
-    template_fields: Sequence[str] = ("view", "src_version")
+    Takes every refresh option (``src_version``, ``max_rows_per_fragment`` and the tuning options
+    shared with backfills), each templated, and ``parallelism`` like the backfill plan operator.
+    """
+
+    template_fields: Sequence[str] = ("view", *RefreshOptions.names())
     ui_color = "#e8f4f8"
 
-    def __init__(self, *, view: str, src_version: int | None = None, max_rows_per_fragment: int | None = None,
-                 checkpoint_size: int | None = None, task_size: int | None = None,
-                 commit_granularity: int | None = None, parallelism: int | None = None,
-                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
+    def __init__(self, *, view: str, parallelism: int | None = None, lance_conn_id: str = LanceHook.default_conn_name,
+                 **kwargs: Any) -> None:
+        options = take_options(RefreshOptions, kwargs)
         super().__init__(**kwargs)
         self.view = view
-        self.src_version = src_version
-        self.max_rows_per_fragment = max_rows_per_fragment
-        self.options = {"checkpoint_size": checkpoint_size, "task_size": task_size,
-                        "commit_granularity": commit_granularity}
+        for name, value in options.items():
+            setattr(self, name, value)
         self.parallelism = parallelism
         self.lance_conn_id = lance_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.views import plan_refresh
+        from geneva_provider.pipeline.plan_refresh import plan_refresh
 
-        view = LanceHook(self.lance_conn_id).open_table(self.view)
-        src_version = int(self.src_version) if self.src_version not in (None, "", "None") else None
-        summary = plan_refresh(view, src_version, self.max_rows_per_fragment, BackfillOptions(**self.options),
+        db = LanceHook(self.lance_conn_id).database
+        options = parse_options(RefreshOptions, self, f"refresh of view '{self.view}'")
+        summary = plan_refresh(db.catalog.ref(self.view), options, resolve=db.catalog.resolve,
                                parallelism=self.parallelism)
-        self.log.info("Refresh plan %s for view '%s': %d rows to compute", summary["job_id"], self.view,
-                      summary["rows_to_compute"])
-        return summary
+        self.log.info("Refresh plan %s for view '%s': %d rows to compute (%d source rows appended)",
+                      summary.job_id, self.view, summary.rows_to_compute, summary.rows_appended)
+        return summary.to_xcom()

@@ -1,4 +1,7 @@
-"""Sensors on Lance tables: deferrable by default, so waiting holds no worker slot."""
+"""Sensors on Lance tables: deferrable by default, so waiting holds no worker slot.
+
+Imported by the scheduler and dag-processor: the table facts are imported inside ``poke``.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.table_status import column_backlog
-from geneva_provider.triggers.table import GenevaColumnBackfilledTrigger, GenevaTableChangedTrigger, table_changed
+from geneva_provider.triggers.table import GenevaColumnBackfilledTrigger, GenevaTableChangedTrigger
 
 
 class _GenevaDeferrableSensor(BaseSensorOperator):
@@ -25,7 +27,7 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _dataset(self) -> Any:
-        return LanceHook(self.lance_conn_id).open_table(self.table).dataset()
+        return LanceHook(self.lance_conn_id).dataset(self.table)
 
     def _trigger(self) -> Any:
         raise NotImplementedError
@@ -74,7 +76,9 @@ class GenevaTableChangedSensor(_GenevaDeferrableSensor):
         return as_int(self.min_version), as_int(self.min_rows)
 
     def poke(self, context: Any) -> PokeReturnValue:
-        status = table_changed(self._dataset(), *self._watermarks(), self.column)
+        from geneva_provider.core.table_status import table_changed
+
+        status = table_changed(self._dataset(), *self._watermarks(), self.column, self.table)
         return PokeReturnValue(is_done=status is not None, xcom_value={"table": self.table, **(status or {})})
 
     def _trigger(self) -> GenevaTableChangedTrigger:
@@ -94,7 +98,9 @@ class GenevaColumnBackfilledSensor(_GenevaDeferrableSensor):
         self.column = column
 
     def poke(self, context: Any) -> PokeReturnValue:
-        backlog = column_backlog(self._dataset(), self.column)
+        from geneva_provider.core.table_status import column_backlog
+
+        backlog = column_backlog(self._dataset(), self.column, self.table)
         self.log.info("Column '%s' of table '%s': %d fragments (%d rows) not backfilled yet", self.column,
                       self.table, backlog["fragments_pending"], backlog["rows_pending"])
         return PokeReturnValue(is_done=backlog["fragments_pending"] == 0,

@@ -14,24 +14,6 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.table_status import column_backlog, table_status
-
-
-def table_changed(ds: Any, min_version: int | None, min_rows: int | None, column: str | None) -> dict[str, Any] | None:
-    """The table's status once it moved past the watermark, else None.
-
-    Watermarks: a version above ``min_version``, more than ``min_rows`` rows, or rows whose
-    ``column`` was never computed (new data since the last backfill).
-    """
-    status: dict[str, Any] = table_status(ds)
-    changed = ((min_version is not None and status["version"] > min_version)
-               or (min_rows is not None and status["rows"] > min_rows))
-    if column is not None:
-        backlog = column_backlog(ds, column)
-        status.update(column=column, rows_pending=backlog["rows_pending"],
-                      fragments_pending=backlog["fragments_pending"])
-        changed = changed or backlog["fragments_pending"] > 0
-    return status if changed else None
 
 
 class _PollingTrigger(BaseTrigger):
@@ -47,7 +29,7 @@ class _PollingTrigger(BaseTrigger):
         raise NotImplementedError
 
     def _dataset(self) -> Any:
-        return LanceHook(self.lance_conn_id).open_table(self.table).dataset()
+        return LanceHook(self.lance_conn_id).dataset(self.table)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         started = time.monotonic()
@@ -87,7 +69,9 @@ class GenevaTableChangedTrigger(_PollingTrigger):
                  "timeout": self.timeout})
 
     def check(self) -> dict[str, Any] | None:
-        return table_changed(self._dataset(), self.min_version, self.min_rows, self.column)
+        from geneva_provider.core.table_status import table_changed
+
+        return table_changed(self._dataset(), self.min_version, self.min_rows, self.column, self.table)
 
 
 class GenevaColumnBackfilledTrigger(_PollingTrigger):
@@ -104,5 +88,7 @@ class GenevaColumnBackfilledTrigger(_PollingTrigger):
                  "poll_interval": self.poll_interval, "timeout": self.timeout})
 
     def check(self) -> dict[str, Any] | None:
-        backlog = column_backlog(self._dataset(), self.column)
+        from geneva_provider.core.table_status import column_backlog
+
+        backlog = column_backlog(self._dataset(), self.column, self.table)
         return {"column": self.column, **backlog} if backlog["fragments_pending"] == 0 else None

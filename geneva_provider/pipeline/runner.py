@@ -1,7 +1,7 @@
-"""Running pipeline tasks on Spark: the local session and the RDD-of-tasks pattern.
+"""Running pipeline tasks on Spark: the local session and the RDD-of-tasks pattern (pipeline).
 
-Tasks are plain dicts spread with ``parallelize(tasks, n).mapPartitions(fn)``; every task
-opens Lance itself inside the Python worker and returns a small dict, so no table data
+Tasks are small typed models spread with ``parallelize(tasks, n).mapPartitions(fn)``; every task
+opens Lance itself inside the Python worker and returns a small result, so no table data
 passes through the JVM or the driver.
 """
 
@@ -13,12 +13,15 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
-from geneva_provider.errors import GenevaError
+from geneva_provider.core.errors import GenevaError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 PROGRESS_SECONDS = 5.0
 LOCAL_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
@@ -69,12 +72,12 @@ def default_parallelism(spark: Any) -> int:
 
 def run_tasks(
     spark: Any,
-    tasks: list[dict[str, Any]],
-    partition_fn: Callable[[Iterator[dict[str, Any]]], Iterable[dict[str, Any]]],
+    tasks: Sequence[T],
+    partition_fn: Callable[[Iterator[T]], Iterable[R]],
     *,
     description: str,
     concurrency: int | None = None,
-) -> list[dict[str, Any]]:
+) -> list[R]:
     """Runs ``partition_fn`` over ``tasks`` on the executors and returns its small results.
 
     One task per partition, unless ``concurrency`` asks for fewer partitions; progress is

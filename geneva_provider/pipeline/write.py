@@ -1,4 +1,4 @@
-"""Write+commit stage: turn batch checkpoints into one column file per fragment and commit.
+"""Write+commit stage: turn batch checkpoints into one column file per fragment, and commit them.
 
 A Lance data file must hold a value for every physical row of its fragment, so the writer
 restores the physical layout from the checkpointed row addresses: deleted rows become
@@ -13,6 +13,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from functools import partial
 from typing import Any
@@ -21,13 +22,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.apply import ROWADDR, covered_ranges, dataset_at
-from geneva_provider.checkpoint import batch_key, fragment_key, open_store
-from geneva_provider.commit import commit_column_files
-from geneva_provider.errors import CheckpointMissingError, CommitError
-from geneva_provider.fragments import datafile_from_json, datafile_to_json
-from geneva_provider.plan import COMPUTE, REUSE, load_plan, missing_ranges
-from geneva_provider.spark import run_tasks
+from geneva_provider.core.checkpoint import ROWADDR, batch_key, covered_ranges, fragment_key
+from geneva_provider.core.errors import CheckpointMissingError, CommitError
+from geneva_provider.core.models import (
+    Action,
+    DataFileRef,
+    FragmentCheckpoint,
+    FragmentPlan,
+    Plan,
+    WriteResult,
+    WrittenFragment,
+)
+from geneva_provider.core.ranges import missing_ranges
+from geneva_provider.pipeline.commit import commit_column_files
+from geneva_provider.pipeline.context import StageContext
+from geneva_provider.pipeline.planning import load_plan
+from geneva_provider.pipeline.runner import run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -35,45 +45,46 @@ _OFFSET_MASK = pa.scalar(0xFFFFFFFF, pa.uint64())
 
 
 # ---------------------------------------------------------------------- executor side
-def write_fragment(ctx: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+def write_fragment(ctx: StageContext, entry: FragmentPlan) -> WrittenFragment:
     """Writes the column file of one fragment from its checkpoints; records a fragment checkpoint."""
     from lance.file import LanceFileWriter
     from lance.fragment import DataFile
 
-    fid, rows, prefix = entry["id"], entry["rows"], entry["prefix"]
-    store = open_store(ctx["store_uri"], ctx["storage_options"])
+    job = ctx.job
+    fid, rows, prefix = entry.id, entry.rows, entry.prefix or ""
+    store = ctx.store()
     ranges = sorted(covered_ranges(store, prefix, fid))
     gaps = missing_ranges(rows, ranges)
     if gaps:
         raise CheckpointMissingError(
-            f"columns {ctx['output_columns']} of table '{ctx['table']}': fragment {fid} has no checkpoints for "
+            f"columns {job.output_columns} of table '{job.table}': fragment {fid} has no checkpoints for "
             f"rows {gaps} of {rows}; run the apply stage first")
     parts = [store[batch_key(prefix, fid, s, e)] for s, e in ranges]
-    ds = dataset_at(ctx["table_uri"], ctx["read_version"], ctx["storage_options"])
-    fields = [ds.schema.field(c) for c in ctx["output_columns"]]
+    ds = ctx.dataset()
+    fields = [ds.schema.field(c) for c in job.output_columns]
     new = pa.concat_tables(parts) if parts else pa.table(
         {ROWADDR: pa.array([], pa.uint64()), **{f.name: pa.array([], f.type) for f in fields}})
-    if ctx["where"]:
+    if job.where:
         # Rows the filter did not select keep their current values: merge them in under the new ones.
-        current = ds.get_fragment(fid).to_table(columns=ctx["output_columns"], with_row_address=True)
+        current = ds.get_fragment(fid).to_table(columns=job.output_columns, with_row_address=True)
         new = pa.concat_tables([current.select(new.column_names).cast(new.schema), new])
     addrs = new.column(ROWADDR).combine_chunks()
-    arrays = [scatter_to_physical(entry["physical_rows"], addrs, new.column(f.name).combine_chunks())
-              for f in fields]
+    arrays = [scatter_to_physical(entry.physical_rows, addrs, new.column(f.name).combine_chunks()) for f in fields]
 
     rel = f"{uuid.uuid4().hex}.lance"
     schema = pa.schema([f.remove_metadata() for f in fields])
-    with LanceFileWriter(os.path.join(ctx["table_uri"], "data", rel), schema,
-                         version=ctx["data_storage_version"], storage_options=ctx["storage_options"]) as w:
+    with LanceFileWriter(os.path.join(job.table_uri, "data", rel), schema,
+                         version=job.data_storage_version, storage_options=ctx.storage_options) as w:
         w.write_batch(pa.record_batch(arrays, schema=schema))
-    major, minor = (int(p) for p in ctx["data_storage_version"].split("."))
-    leaves = ctx["output_field_ids"]
-    datafile = DataFile(rel, fields=leaves, column_indices=list(range(len(leaves))),
-                        file_major_version=major, file_minor_version=minor, file_size_bytes=w.size_bytes)
-    doc = {"file": datafile_to_json(datafile), "src_data_files": entry["src_files"],
-           "output_field_ids": leaves, "column_uid": ctx["column_uid"], "base_file": entry["base_file"], "rows": rows}
-    store.put_json(fragment_key(ctx["job_prefix"], fid), doc)
-    return {"frag": fid, "file": doc["file"], "rows": rows}
+    major, minor = (int(p) for p in job.data_storage_version.split("."))
+    leaves = job.output_field_ids
+    datafile = DataFileRef.from_lance(DataFile(
+        rel, fields=leaves, column_indices=list(range(len(leaves))), file_major_version=major,
+        file_minor_version=minor, file_size_bytes=w.size_bytes))
+    store.put_model(fragment_key(job.job_prefix, fid), FragmentCheckpoint(
+        file=datafile, src_data_files=entry.src_files, output_field_ids=leaves, column_uid=job.column_uid,
+        base_file=entry.base_file, rows=rows))
+    return WrittenFragment(frag=fid, file=datafile, rows=rows)
 
 
 def scatter_to_physical(physical_rows: int, addrs: pa.Array, values: pa.Array) -> pa.Array:
@@ -88,48 +99,40 @@ def scatter_to_physical(physical_rows: int, addrs: pa.Array, values: pa.Array) -
     return values.take(pa.array(idx, mask=idx < 0))
 
 
-def _write_partition(ctx: dict[str, Any], entries: Any) -> Any:
+def _write_partition(ctx: StageContext, entries: Iterable[FragmentPlan]) -> Iterator[WrittenFragment]:
     for entry in entries:
         yield write_fragment(ctx, entry)
 
 
 # ---------------------------------------------------------------------- driver side
-def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> dict[str, Any]:
+def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> WriteResult:
     """Write+commit stage: one Spark task per computed fragment, a commit every ``commit_granularity``."""
     plan, _ = load_plan(plan_uri, storage_options)
     t0 = time.perf_counter()
-    to_write = [f for f in plan["fragments"] if f["action"] == COMPUTE]
-    to_commit_now = {f["id"]: f["file"] for f in plan["fragments"] if f["action"] == REUSE}
-    granularity = plan["options"]["commit_granularity"] or max(len(to_write) + len(to_commit_now), 1)
-    ctx = {
-        "table": plan["table"], "table_uri": plan["table_uri"], "read_version": plan["read_version"],
-        "output_columns": plan["output_columns"], "where": plan.get("where"), "store_uri": plan["store_uri"],
-        "storage_options": storage_options, "job_prefix": plan["job_prefix"],
-        "output_field_ids": plan["output_field_ids"], "column_uid": plan["column_uid"],
-        "data_storage_version": plan["data_storage_version"],
-    }
+    to_write = [f for f in plan.fragments if f.action is Action.COMPUTE]
+    to_commit_now = {f.id: f.file for f in plan.fragments if f.action is Action.REUSE and f.file is not None}
+    granularity = plan.settings.commit_granularity or max(len(to_write) + len(to_commit_now), 1)
+    ctx = StageContext.of(plan, storage_options)
     committer = _Committer(plan, storage_options)
     groups = [to_write[i:i + granularity] for i in range(0, len(to_write), granularity)]
     log.info("write %s: %d fragments to write in %d groups, %d reused fragments to commit",
-             plan["job_id"], len(to_write), len(groups), len(to_commit_now))
+             plan.job_id, len(to_write), len(groups), len(to_commit_now))
     if to_commit_now:
         committer.commit(to_commit_now)
     if groups:
-        description = f"geneva write {plan['table']}.{','.join(plan['output_columns'])}"
-        opts = plan["options"]
-        workers = max(1, min(len(groups), opts["concurrency"] or opts["parallelism"]))
+        description = f"geneva write {plan.table}.{','.join(plan.output_columns)}"
+        workers = max(1, min(len(groups), plan.settings.concurrency or plan.settings.parallelism))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="geneva-writer") as pool:
             futures = {pool.submit(run_tasks, spark, g, partial(_write_partition, ctx), description=description)
                        for g in groups}
             while futures:
                 finished, futures = wait(futures, return_when=FIRST_COMPLETED)
                 for fut in finished:
-                    results = fut.result()
-                    committer.commit({r["frag"]: r["file"] for r in results})
+                    committer.commit({r.frag: r.file for r in fut.result()})
     outcome = committer.summary(round(time.perf_counter() - t0, 3))
     if committer.changed:
         raise CommitError(
-            f"columns {plan['output_columns']} of table '{plan['table']}': fragments {sorted(committer.changed)} were "
+            f"columns {plan.output_columns} of table '{plan.table}': fragments {sorted(committer.changed)} were "
             "changed by a concurrent backfill of the same column and were not overwritten; rerun the backfill "
             "(its checkpoints make the rerun cheap)")
     return outcome
@@ -138,22 +141,22 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
 class _Committer:
     """Commits groups in order on the driver, chaining each commit's version into the next."""
 
-    def __init__(self, plan: dict[str, Any], storage_options: dict[str, str] | None) -> None:
+    def __init__(self, plan: Plan, storage_options: dict[str, str] | None) -> None:
         self.plan = plan
         self.storage_options = storage_options
-        self.version = plan["read_version"]
+        self.version = plan.read_version
         self.committed: list[int] = []
         self.vanished: list[int] = []
         self.changed: list[int] = []
-        self.rows = {f["id"]: f["rows"] for f in plan["fragments"]}
+        self.rows = {f.id: f.rows for f in plan.fragments}
+        self.base = {f.id: f.base_file for f in plan.fragments} if plan.where else None
         self.retries = 0
 
-    def commit(self, files: dict[int, dict[str, Any]]) -> None:
+    def commit(self, files: dict[int, DataFileRef]) -> None:
         plan = self.plan
-        base = {f["id"]: f["base_file"] for f in plan["fragments"]} if plan["where"] else None
         outcome = commit_column_files(
-            plan["table_uri"], plan["output_columns"], {fid: datafile_from_json(d) for fid, d in files.items()},
-            self.version, output_field_ids=plan["output_field_ids"], base_files=base,
+            plan.table_uri, plan.output_columns, {fid: ref.to_lance() for fid, ref in files.items()},
+            self.version, output_field_ids=plan.output_field_ids, base_files=self.base,
             storage_options=self.storage_options)
         self.version = outcome.version
         self.committed += outcome.committed
@@ -162,17 +165,11 @@ class _Committer:
         self.retries += outcome.retries
         if outcome.vanished:
             log.warning("write %s: fragments %s no longer exist (compacted or deleted); their rows were not "
-                        "committed", plan["job_id"], outcome.vanished)
-        log.info("commit %s: version %d, %d fragments (%d rows) committed so far", plan["job_id"], self.version,
+                        "committed", plan.job_id, outcome.vanished)
+        log.info("commit %s: version %d, %d fragments (%d rows) committed so far", plan.job_id, self.version,
                  len(self.committed), sum(self.rows[f] for f in self.committed))
 
-    def summary(self, seconds: float) -> dict[str, Any]:
-        return {
-            "job_id": self.plan["job_id"],
-            "version": self.version,
-            "fragments_committed": len(self.committed),
-            "rows_committed": sum(self.rows[f] for f in self.committed),
-            "fragments_vanished": sorted(self.vanished),
-            "commit_retries": self.retries,
-            "seconds": seconds,
-        }
+    def summary(self, seconds: float) -> WriteResult:
+        return WriteResult(job_id=self.plan.job_id, version=self.version, fragments_committed=len(self.committed),
+                           rows_committed=sum(self.rows[f] for f in self.committed),
+                           fragments_vanished=sorted(self.vanished), commit_retries=self.retries, seconds=seconds)

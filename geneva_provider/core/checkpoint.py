@@ -1,4 +1,4 @@
-"""Checkpoint stores and the key formats that name what they hold.
+"""Checkpoint stores and the key formats that name what they hold (core).
 
 Stages talk to each other only through the store: apply writes one batch checkpoint per
 computed range, the writer reads them back and records a fragment checkpoint, and plans
@@ -16,11 +16,16 @@ import threading
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 KEY_SUFFIX = ".lance"
+ROWADDR = "_rowaddr"  # the row-address column of every batch checkpoint
 _BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)$")
 _FRAGMENT_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_file$")
 
@@ -87,6 +92,16 @@ def parse_fragment_key(key: str) -> tuple[str, int] | None:
     return (m["prefix"], int(m["frag"])) if m else None
 
 
+def covered_ranges(store: CheckpointStore, prefix: str, frag_id: int) -> list[tuple[int, int]]:
+    """Ranges of ``frag_id`` already held by batch checkpoints under ``prefix``."""
+    out = []
+    for key in store.list_keys(f"{prefix}_frag-{frag_id}_range-"):
+        bk = parse_batch_key(key)
+        if bk is not None and bk.prefix == prefix and bk.frag_id == frag_id:
+            out.append((bk.start, bk.end))
+    return out
+
+
 # ------------------------------------------------------------------------- stores
 class CheckpointStore(ABC):
     """A key -> Arrow table store; values are small record batches or JSON documents."""
@@ -111,13 +126,23 @@ class CheckpointStore(ABC):
         """Where other processes can open this store, or None if it lives in this process only."""
         return None
 
-    def put_json(self, key: str, doc: dict[str, Any]) -> None:
-        """Stores a JSON document (plans, fragment checkpoints) as a one-row table."""
-        self[key] = pa.table({"json": [json.dumps(doc, sort_keys=True)]})
+    def put_text(self, key: str, text: str) -> None:
+        """Stores a document (plans, fragment checkpoints, stage reports) as a one-row table."""
+        import pyarrow as pa
 
-    def get_json(self, key: str) -> dict[str, Any]:
-        """Reads back a document written by :meth:`put_json`."""
-        return json.loads(self[key].column("json")[0].as_py())
+        self[key] = pa.table({"json": [text]})
+
+    def get_text(self, key: str) -> str:
+        """Reads back a document written by :meth:`put_text`."""
+        return self[key].column("json")[0].as_py()
+
+    def put_model(self, key: str, model: BaseModel) -> None:
+        """Stores a typed contract in its JSON encoding."""
+        self.put_text(key, model.model_dump_json())
+
+    def get_model(self, key: str, cls: type[M]) -> M:
+        """Reads back a typed contract stored with :meth:`put_model`."""
+        return cls.model_validate_json(self.get_text(key))
 
     def key_uri(self, key: str) -> str:
         """A URI naming ``key`` in this store (what plan references carry)."""
@@ -134,6 +159,8 @@ class InMemoryCheckpointStore(CheckpointStore):
         self._lock = threading.Lock()
 
     def __setitem__(self, key: str, value: pa.Table | pa.RecordBatch) -> None:
+        import pyarrow as pa
+
         _check_key(key)
         table = pa.Table.from_batches([value]) if isinstance(value, pa.RecordBatch) else value
         with self._lock:
@@ -176,6 +203,7 @@ class LanceCheckpointStore(CheckpointStore):
         return self._root
 
     def __setitem__(self, key: str, value: pa.Table | pa.RecordBatch) -> None:
+        import pyarrow as pa
         from lance.file import LanceFileWriter
 
         _check_key(key)

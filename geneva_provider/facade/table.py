@@ -5,28 +5,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from geneva_provider.checkpoint import CheckpointStore, LanceCheckpointStore
-from geneva_provider.errors import ColumnError, InvalidArgumentError
-from geneva_provider.udf import UDF, udf_column_info
+from geneva_provider.core.errors import ColumnError, InvalidArgumentError
+from geneva_provider.core.options import BackfillOptions, RefreshOptions
+from geneva_provider.core.refs import TableRef
+from geneva_provider.core.udf import UDF, udf_column_info
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from geneva_provider.backfill import BackfillResult
-    from geneva_provider.db import Connection
-    from geneva_provider.query import Query
-
-CHECKPOINT_DIR = "_checkpoints"
+    from geneva_provider.core.checkpoint import CheckpointStore
+    from geneva_provider.core.models import BackfillResult
+    from geneva_provider.facade.connection import Connection
+    from geneva_provider.facade.query import Query
 
 
 class Table:
     """One Lance table.  Every read opens the latest version, so a Table never goes stale."""
 
-    def __init__(self, conn: Connection, name: str) -> None:
+    def __init__(self, conn: Connection, ref: TableRef) -> None:
         self._conn = conn
-        self.name = name
+        self.ref = ref
         self._store: CheckpointStore | None = None
 
     def __repr__(self) -> str:
@@ -34,18 +33,24 @@ class Table:
 
     # ------------------------------------------------------------------ basics
     @property
+    def name(self) -> str:
+        return self.ref.name
+
+    @property
     def uri(self) -> str:
-        return self._conn.table_uri(self.name)
+        return self.ref.uri
 
     @property
     def storage_options(self) -> dict[str, str] | None:
-        return self._conn.storage_options
+        return self.ref.storage_options
+
+    @property
+    def connection(self) -> Connection:
+        return self._conn
 
     def dataset(self, version: int | None = None) -> Any:
         """The underlying ``lance.LanceDataset`` (latest, or at ``version``)."""
-        import lance
-
-        return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+        return self.ref.dataset(version)
 
     @property
     def version(self) -> int:
@@ -65,9 +70,7 @@ class Table:
         """Appends rows (UDF columns may be omitted: they stay NULL until a backfill). Returns the version."""
         import lance
 
-        from geneva_provider.db import _as_arrow
-
-        ds = lance.write_dataset(_as_arrow(data), self.uri, mode="append", storage_options=self.storage_options)
+        ds = lance.write_dataset(as_arrow(data), self.uri, mode="append", storage_options=self.storage_options)
         return ds.version
 
     def delete(self, where: str) -> None:
@@ -123,14 +126,13 @@ class Table:
         for f in self.schema:
             info = udf_column_info(f.metadata)
             if info is not None:
-                info.pop("pickle")
-                out[f.name] = info
+                out[f.name] = info.describe()
         return out
 
     # ------------------------------------------------------------------ views
     def search(self, query: Any = None) -> Query:
         """Starts a view query over this table (``query`` must be None: no vector search here)."""
-        from geneva_provider.query import Query
+        from geneva_provider.facade.query import Query
 
         if query is not None:
             raise InvalidArgumentError("search() builds view queries only; pass None")
@@ -140,50 +142,57 @@ class Table:
         self,
         src_version: int | None = None,
         max_rows_per_fragment: int | None = None,
+        *,
         spark: SparkSession | None = None,
         checkpoint_store: CheckpointStore | None = None,
+        **options: Any,
     ) -> BackfillResult:
-        """Refreshes this materialized view from its source (only new and stale rows are computed)."""
-        from geneva_provider.backfill import refresh
+        """Refreshes this materialized view from its source (only new and stale rows are computed).
 
-        return refresh(self, src_version, max_rows_per_fragment, spark=spark, store=checkpoint_store)
+        ``options`` are the tuning options of :class:`~geneva_provider.core.options.RefreshOptions`.
+        """
+        from geneva_provider.pipeline.jobs import refresh
+
+        parsed = RefreshOptions.parse(options, job=f"refresh of view '{self.name}'", src_version=src_version,
+                                      max_rows_per_fragment=max_rows_per_fragment)
+        return refresh(self.ref, parsed, resolve=self._conn.catalog.resolve, spark=spark,
+                       store=checkpoint_store or self.checkpoint_store)
 
     # ------------------------------------------------------------------ backfill
     @property
     def checkpoint_store(self) -> CheckpointStore:
         """The default checkpoint store: ``<table>.lance/_checkpoints``."""
         if self._store is None:
-            self._store = LanceCheckpointStore(f"{self.uri}/{CHECKPOINT_DIR}", self.storage_options)
+            self._store = self.ref.checkpoint_store()
         return self._store
 
     def backfill(
         self,
         column: str,
         where: str | None = None,
-        read_version: int | None = None,
-        checkpoint_size: int | None = None,
-        min_checkpoint_size: int | None = None,
-        max_checkpoint_size: int | None = None,
-        task_size: int | None = None,
-        commit_granularity: int | None = None,
-        concurrency: int | None = None,
+        *,
         spark: SparkSession | None = None,
         checkpoint_store: CheckpointStore | None = None,
+        **options: Any,
     ) -> BackfillResult:
         """Computes ``column`` for the rows that lack it (plan -> apply -> write -> commit -> verify).
 
-        Runs on ``spark`` or on a local ``local[*]`` session created for the call.
+        ``options`` are those of :class:`~geneva_provider.core.options.BackfillOptions`
+        (``read_version``, checkpoint and task sizes, ``commit_granularity``, ``concurrency``).
+        Runs on ``spark``, the active session, or a local ``local[*]`` session created for the call.
         """
-        from geneva_provider.backfill import BackfillOptions, backfill
+        from geneva_provider.pipeline.jobs import backfill
 
-        options = BackfillOptions(
-            where=where,
-            read_version=read_version,
-            checkpoint_size=checkpoint_size,
-            min_checkpoint_size=min_checkpoint_size,
-            max_checkpoint_size=max_checkpoint_size,
-            task_size=task_size,
-            commit_granularity=commit_granularity,
-            concurrency=concurrency,
-        )
-        return backfill(self, column, options, spark=spark, store=checkpoint_store)
+        parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
+        return backfill(self.ref, column, parsed, spark=spark, store=checkpoint_store or self.checkpoint_store)
+
+
+def as_arrow(data: Any) -> Any:
+    """Arrow data from a list of row dicts or a dict of columns; anything else is passed to Lance as is."""
+    import pyarrow as pa
+
+    if isinstance(data, list):
+        return pa.Table.from_pylist(data)
+    if isinstance(data, dict):
+        return pa.table(data)
+    return data

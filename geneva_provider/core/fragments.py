@@ -1,4 +1,4 @@
-"""Facts about Lance fragments that the planner and writer agree on.
+"""Facts about Lance fragments and field ids that the planner, writer and sensors agree on (core).
 
 Which data files hold which fields decides whether a checkpoint is still valid, so it
 lives in one place.
@@ -6,14 +6,8 @@ lives in one place.
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Iterable
 from typing import Any
-
-from lance.fragment import DataFile
-
-_IDENT = re.compile(r"`([^`]+)`|\"([^\"]+)\"|([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def leaf_field_ids(lance_field: Any) -> list[int]:
@@ -55,28 +49,3 @@ def column_file(fragment_meta: Any, leaf_ids: list[int]) -> str | None:
 def deletion_marker(fragment: Any) -> str:
     """Identifies the fragment's set of live rows (its deletion file), '' when nothing is deleted."""
     return fragment.deletion_file() or ""
-
-
-def referenced_columns(where: str | None, column_names: Iterable[str]) -> list[str]:
-    """Columns a SQL filter may read: a superset found by matching identifiers to the schema."""
-    if not where:
-        return []
-    names = set(column_names)
-    found = set()
-    for quoted_bt, quoted_dq, bare in _IDENT.findall(where):
-        name = quoted_bt or quoted_dq or bare
-        if name in names:
-            found.add(name)
-    return sorted(found)
-
-
-def datafile_to_json(df: DataFile) -> dict[str, Any]:
-    """A JSON-able form of a DataFile (for checkpoints and Spark results)."""
-    d = dataclasses.asdict(df)
-    d["path"] = d.pop("_path")
-    return d
-
-
-def datafile_from_json(d: dict[str, Any]) -> DataFile:
-    """Rebuilds a DataFile from :func:`datafile_to_json` output."""
-    return DataFile(**d)

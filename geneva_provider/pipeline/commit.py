@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from geneva_provider.errors import CommitError
-from geneva_provider.fragments import column_file, leaf_field_ids
+from geneva_provider.core.errors import CommitError
+from geneva_provider.core.filters import lance_reason
+from geneva_provider.core.fragments import column_file, leaf_field_ids
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +80,13 @@ def commit_column_files(
         except Exception as exc:
             if not is_retryable_conflict(exc):
                 raise CommitError(f"commit of column(s) '{column}' to {table_uri} failed: "
-                                  f"{_reason(exc)}") from exc
+                                  f"{lance_reason(exc)}") from exc
             if attempt == max_retries:
                 raise CommitError(f"commit of column(s) '{column}' to {table_uri} still conflicted after "
-                                  f"{max_retries} retries: {_reason(exc)}") from exc
+                                  f"{max_retries} retries: {lance_reason(exc)}") from exc
             delay = min(backoff_seconds * 2**attempt, MAX_BACKOFF_SECONDS)
             log.warning("commit of column(s) '%s' conflicted (%s); retrying at the latest version in %.1fs",
-                        column, _reason(exc), delay)
+                        column, lance_reason(exc), delay)
             time.sleep(delay)
             latest = lance.dataset(table_uri, storage_options=storage_options)
             _check_columns(latest, columns, output_field_ids, table_uri)
@@ -108,8 +109,3 @@ def _check_columns(ds: Any, columns: list[str], output_field_ids: list[int], uri
     if any(c not in names for c in columns) or [
             i for c in columns for i in leaf_field_ids(ds.lance_schema.field(c))] != output_field_ids:
         raise CommitError(f"column(s) {columns} of {uri} were dropped or replaced while the job ran; rerun it")
-
-
-def _reason(exc: BaseException) -> str:
-    # Lance appends the Rust source location after ", /"; it says nothing to a user.
-    return str(exc).split(", /")[0]

@@ -1,4 +1,4 @@
-"""Exceptions raised by the pipeline.
+"""The package's exception types (core: imported by every layer, imports nothing).
 
 Every error names the table, column or argument at fault so that a failed DAG task
 says what to fix without a trip through the Spark logs.
@@ -29,6 +29,10 @@ class UDFDefinitionError(GenevaError, TypeError):
 
 class UDFExecutionError(GenevaError):
     """A UDF raised or returned something unusable while computing a column."""
+
+
+class PlanFormatError(InvalidArgumentError):
+    """A stored plan was written by another version of the package (plan format N, expected M)."""
 
 
 class CheckpointMissingError(GenevaError):

@@ -1,64 +1,22 @@
 """The view query builder: ``tbl.search(None).where(...).select(...).shuffle(seed).limit(n).offset(k)``.
 
-A query is data: it round-trips through JSON (stored in the view's schema metadata), and its
-UDF columns carry their pickled UDFs in the view's field metadata, like any UDF column.
+It builds a :class:`~geneva_provider.core.view_meta.ViewQuery` (data: it round-trips through
+JSON in the view's schema metadata; its UDF columns carry their pickled UDFs in the view's field
+metadata, like any UDF column), checking names against the source table as it goes.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.errors import ColumnError, InvalidArgumentError
-from geneva_provider.udf import UDF
+from geneva_provider.core.errors import ColumnError, InvalidArgumentError
+from geneva_provider.core.udf import UDF
+from geneva_provider.core.view_meta import ViewQuery
 
 if TYPE_CHECKING:
-    from geneva_provider.db import Connection
-    from geneva_provider.table import Table
-
-
-@dataclass
-class ViewQuery:
-    """What a materialized view selects from its source table."""
-
-    base_table: str
-    base_table_db_uri: str
-    where: str | None = None
-    columns: dict[str, str] = field(default_factory=dict)   # output name -> source column
-    udf_columns: dict[str, tuple[UDF, list[str]]] = field(default_factory=dict)  # output name -> (UDF, inputs)
-    shuffle: bool = False
-    seed: int | None = None
-    limit: int | None = None
-    offset: int | None = None
-
-    def to_json(self) -> str:
-        """The JSON stored as ``geneva::view::query`` (UDFs by name; their code lives in field metadata)."""
-        return json.dumps({
-            "base_table": self.base_table,
-            "base_table_db_uri": self.base_table_db_uri,
-            "where": self.where,
-            "columns": self.columns,
-            "udf_columns": {name: {"udf": fn.name, "version": fn.version, "input_columns": inputs}
-                            for name, (fn, inputs) in self.udf_columns.items()},
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "limit": self.limit,
-            "offset": self.offset,
-        }, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> dict[str, Any]:
-        """The stored query as a dict (the UDFs themselves are read from the view's fields)."""
-        return json.loads(text)
-
-    def source_columns(self) -> list[str]:
-        """Every source column the view reads: copied columns and UDF inputs."""
-        cols = list(self.columns.values())
-        for _, inputs in self.udf_columns.values():
-            cols.extend(inputs)
-        return list(dict.fromkeys(cols))
+    from geneva_provider.facade.connection import Connection
+    from geneva_provider.facade.table import Table
 
 
 class Query:
@@ -66,7 +24,7 @@ class Query:
 
     def __init__(self, table: Table) -> None:
         self._table = table
-        self._q = ViewQuery(base_table=table.name, base_table_db_uri=table._conn.uri)
+        self._q = ViewQuery(base_table=table.name, base_table_db_uri=table.connection.uri)
 
     def _with(self, **changes: Any) -> Query:
         other = copy.copy(self)

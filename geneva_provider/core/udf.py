@@ -1,4 +1,4 @@
-"""The ``@udf`` decorator and the UDF spec that travels in a column's field metadata.
+"""The ``@udf`` decorator and the UDF spec and codec that travel in a column's field metadata (core).
 
 A UDF column carries everything an executor needs to compute it: the pickled function,
 its kind, its declared Arrow type and the columns it reads.  Storing that in the Lance
@@ -23,7 +23,7 @@ from typing import Any
 import cloudpickle
 import pyarrow as pa
 
-from geneva_provider.errors import UDFDefinitionError
+from geneva_provider.core.errors import UDFDefinitionError
 
 META_PREFIX = "geneva::udf::"
 META_NAME = META_PREFIX + "name"
@@ -173,20 +173,32 @@ def dumps_by_value(obj: Any) -> bytes:
             cloudpickle.unregister_pickle_by_value(module)
 
 
-def udf_column_info(field_metadata: dict[Any, Any] | None) -> dict[str, Any] | None:
-    """The UDF name, version, kind and inputs recorded on a field, or None for plain columns."""
+@dataclass(frozen=True)
+class UdfColumnInfo:
+    """What a UDF column's field metadata records: the UDF's name, version, kind, inputs and code."""
+
+    name: str
+    version: str
+    kind: str
+    input_columns: list[str] | None
+    pickle: str = field(repr=False)
+    column_uid: str = ""
+
+    def describe(self) -> dict[str, Any]:
+        """The user-facing facts (no pickle)."""
+        return {"name": self.name, "version": self.version, "kind": self.kind, "input_columns": self.input_columns,
+                "column_uid": self.column_uid}
+
+
+def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | None:
+    """The UDF recorded on a field, or None for plain columns."""
     md = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
           for k, v in (field_metadata or {}).items()}
     if META_PICKLE not in md:
         return None
-    return {
-        "name": md[META_NAME],
-        "version": md[META_VERSION],
-        "kind": md[META_KIND],
-        "input_columns": json.loads(md[META_INPUTS]),
-        "pickle": md[META_PICKLE],
-        "column_uid": md.get(META_COLUMN_UID, ""),
-    }
+    return UdfColumnInfo(name=md[META_NAME], version=md[META_VERSION], kind=md[META_KIND],
+                         input_columns=json.loads(md[META_INPUTS]), pickle=md[META_PICKLE],
+                         column_uid=md.get(META_COLUMN_UID, ""))
 
 
 def load_udf(pickle_b64: str) -> UDF:

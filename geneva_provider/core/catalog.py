@@ -1,0 +1,143 @@
+"""The tables of a database, through the Lance namespace API (core).
+
+By default a database is a directory (or object-store prefix) of ``<name>.lance`` tables, served
+by ``lance.namespace.DirectoryNamespace`` in pure directory mode: tables written by anything else
+(older versions of this package, plain ``lance.write_dataset``, Spark) are listed, opened and
+dropped like the ones created here.  Another implementation (``"rest"``, or a plug-in class path
+per the ``lance_namespace`` spec) can be named with its properties.  Storage options reach the
+namespace as ``storage.*`` properties *and* every dataset call, so listing an object store never
+falls back to ambient credentials.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
+from geneva_provider.core.filters import lance_reason
+from geneva_provider.core.refs import TableRef
+
+DIRECTORY = "dir"
+
+# How a stage finds a table it only knows by name, e.g. a view's source: (database URI, name) -> reference.
+TableResolver = Callable[[str, str], TableRef]
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+
+
+def check_table_name(name: Any) -> str:
+    """A table name usable as a file name and a namespace id, or InvalidArgumentError naming it."""
+    if not isinstance(name, str) or not _TABLE_NAME.match(name) or name.endswith(".lance"):
+        raise InvalidArgumentError(f"invalid table name {name!r}: use letters, digits, '_', '-' and '.'")
+    return name
+
+
+class Catalog:
+    """Lists, creates, resolves and drops the tables of one database."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None, *, impl: str = DIRECTORY,
+                 properties: dict[str, str] | None = None) -> None:
+        self.uri = absolute_uri(uri) if impl == DIRECTORY else uri
+        self.storage_options = {str(k): str(v) for k, v in storage_options.items()} if storage_options else None
+        self.impl = impl
+        self._properties = dict(properties or {})
+        self._ns: Any = None
+
+    def __repr__(self) -> str:  # storage options and properties may hold secrets: never shown
+        return f"Catalog(uri={self.uri!r}, impl={self.impl!r})"
+
+    @property
+    def namespace(self) -> Any:
+        """The ``lance_namespace`` client (built on first use: importing it costs about a second)."""
+        if self._ns is None:
+            import lance_namespace
+
+            props: dict[str, str] = {}
+            if self.impl == DIRECTORY:
+                # Pure directory mode: no __manifest, so every <name>.lance is a table whoever wrote it.
+                props = {"root": self.uri, "manifest_enabled": "false", "dir_listing_enabled": "true"}
+            props.update({f"storage.{k}": v for k, v in (self.storage_options or {}).items()})
+            props.update({k: str(v) for k, v in self._properties.items()})
+            try:
+                self._ns = lance_namespace.connect(self.impl, props)
+            except Exception as exc:  # noqa: BLE001 - any construction failure is a configuration error
+                raise InvalidArgumentError(f"cannot open the Lance namespace {self.impl!r} at {self.uri}: "
+                                           f"{lance_reason(exc)}") from None
+        return self._ns
+
+    def names(self) -> list[str]:
+        """Names of the tables, sorted."""
+        from lance_namespace import ListTablesRequest
+
+        out: list[str] = []
+        token = None
+        while True:
+            page = self.namespace.list_tables(ListTablesRequest(id=[], page_token=token))
+            out.extend(page.tables)
+            token = page.page_token
+            if not token:
+                return sorted(out)
+
+    def exists(self, name: str) -> bool:
+        from lance_namespace import TableExistsRequest
+        from lance_namespace.errors import TableNotFoundError as NamespaceTableNotFound
+
+        try:
+            self.namespace.table_exists(TableExistsRequest(id=[check_table_name(name)]))
+        except NamespaceTableNotFound:
+            return False
+        return True
+
+    def ref(self, name: str) -> TableRef:
+        """The reference to an existing table; TableNotFoundError naming it otherwise."""
+        from lance_namespace import DescribeTableRequest
+        from lance_namespace.errors import TableNotFoundError as NamespaceTableNotFound
+
+        try:
+            location = self.namespace.describe_table(DescribeTableRequest(id=[check_table_name(name)])).location
+        except NamespaceTableNotFound:
+            raise TableNotFoundError(f"table '{name}' not found in {self.uri}") from None
+        return TableRef(name, location, self.storage_options)
+
+    def create(self, name: str, data: Any, *, mode: str = "create", **write_options: Any) -> TableRef:
+        """Writes ``data`` as table ``name`` (``mode``: "create" or "overwrite")."""
+        import lance
+        from lance_namespace import DropTableRequest
+
+        if mode not in ("create", "overwrite"):
+            raise InvalidArgumentError(f"mode must be 'create' or 'overwrite', got {mode!r}")
+        exists = self.exists(name)
+        if mode == "create" and exists:
+            raise InvalidArgumentError(f"table '{name}' already exists in {self.uri}; use mode='overwrite'")
+        mode = mode if exists else "create"  # the namespace overwrites only existing tables
+        try:
+            lance.write_dataset(data, namespace_client=self.namespace, table_id=[name], mode=mode,
+                                storage_options=self.storage_options, **write_options)
+        except BaseException:
+            if not exists:  # a failed create leaves a reserved, unreadable table behind
+                self.namespace.drop_table(DropTableRequest(id=[name]))
+            raise
+        return self.ref(name)
+
+    def resolve(self, db_uri: str, name: str) -> TableRef:
+        """A :data:`TableResolver`: tables of this database here, others in a directory database at ``db_uri``."""
+        same = db_uri == self.uri or (self.impl == DIRECTORY and absolute_uri(db_uri) == self.uri)
+        return (self if same else Catalog(db_uri, self.storage_options)).ref(name)
+
+    def drop(self, name: str) -> None:
+        """Deletes the table (its data, versions and checkpoints)."""
+        from lance_namespace import DropTableRequest
+
+        if not self.exists(name):
+            raise TableNotFoundError(f"table '{name}' not found in {self.uri}")
+        self.namespace.drop_table(DropTableRequest(id=[name]))
+
+
+def absolute_uri(uri: str) -> str:
+    """An object-store URI as given (without a trailing '/'), or an absolute local path."""
+    if "://" in uri and not uri.startswith("file://"):
+        return uri.rstrip("/")
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    return os.path.abspath(os.path.expanduser(path))

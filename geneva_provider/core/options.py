@@ -1,0 +1,129 @@
+"""The one declaration of a job's options, and the one parser of their templated values.
+
+``Table.backfill``, ``View.refresh``, the plan operators and both task groups all take their
+options from these dataclasses, so a new option is added once.  Values that arrive through
+Airflow templates are strings ("None", "", "12"); :meth:`JobOptions.parse` turns them into
+the declared types, naming the argument when one cannot be.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Self
+
+from geneva_provider.core.errors import InvalidArgumentError
+
+DEFAULT_MIN_CHECKPOINT_SIZE = 1_000
+DEFAULT_MAX_CHECKPOINT_SIZE = 100_000
+DEFAULT_CHECKPOINT_SIZE = 10_000
+_POSITIVE = "positive"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Tuning shared by backfills and view refreshes; ``None`` means a default sized to the data."""
+
+    checkpoint_size: int | None = dataclasses.field(
+        default=None, metadata={"check": _POSITIVE, "doc": "rows per batch checkpoint; alone, it fixes the size"})
+    min_checkpoint_size: int | None = dataclasses.field(
+        default=None, metadata={"check": _POSITIVE, "doc": "lower bound of adaptive checkpoint sizing"})
+    max_checkpoint_size: int | None = dataclasses.field(
+        default=None, metadata={"check": _POSITIVE, "doc": "upper bound of adaptive checkpoint sizing"})
+    task_size: int | None = dataclasses.field(
+        default=None, metadata={"check": _POSITIVE, "doc": "rows per Spark task, all equal (default: guided)"})
+    commit_granularity: int | None = dataclasses.field(
+        default=None, metadata={"check": _POSITIVE, "doc": "fragments per DataReplacement commit"})
+    concurrency: int | None = dataclasses.field(
+        default=None, metadata={"check": _POSITIVE, "doc": "Spark partitions the tasks are dealt over"})
+
+    # ------------------------------------------------------------------ declaration
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """Every option this kind of job takes."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def parse(cls, values: dict[str, Any] | None = None, *, job: str = "job", **kwargs: Any) -> Self:
+        """Builds and validates the options from keyword values, templated strings included.
+
+        Unknown names and values of the wrong type raise :class:`InvalidArgumentError` naming
+        the argument; ``job`` ("backfill of table 'events'") says whose options they are.
+        """
+        given = {**(values or {}), **kwargs}
+        unknown = sorted(set(given) - set(cls.names()))
+        if unknown:
+            raise InvalidArgumentError(f"{job}: unknown option(s) {unknown}; valid options: {list(cls.names())}")
+        hints = typing.get_type_hints(cls)
+        parsed = {name: _coerce(value, hints[name], name, job) for name, value in given.items()}
+        options = cls(**parsed)
+        options.validate(job)
+        return options
+
+    def validate(self, job: str = "job") -> None:
+        """Rejects non-positive sizes and inverted bounds, naming the argument."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("check") == _POSITIVE and value is not None and (
+                    not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise InvalidArgumentError(f"{job}: {f.name} must be a positive integer, got {value!r}")
+        lo, hi = self.checkpoint_bounds()
+        if lo > hi:
+            raise InvalidArgumentError(f"{job}: min_checkpoint_size {lo} > max_checkpoint_size {hi}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The options that were set (for logs, and to pass them on)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    # ------------------------------------------------------------------ derived sizes
+    def checkpoint_bounds(self) -> tuple[int, int]:
+        """``(min, max)`` checkpoint rows; a lone ``checkpoint_size`` fixes the size."""
+        if self.min_checkpoint_size is None and self.max_checkpoint_size is None and self.checkpoint_size:
+            return self.checkpoint_size, self.checkpoint_size
+        lo = self.min_checkpoint_size or min(DEFAULT_MIN_CHECKPOINT_SIZE,
+                                             self.max_checkpoint_size or DEFAULT_MIN_CHECKPOINT_SIZE)
+        hi = self.max_checkpoint_size or max(DEFAULT_MAX_CHECKPOINT_SIZE, lo)
+        return lo, hi
+
+    def initial_checkpoint_size(self) -> int:
+        lo, hi = self.checkpoint_bounds()
+        return min(max(self.checkpoint_size or DEFAULT_CHECKPOINT_SIZE, lo), hi)
+
+
+@dataclass(frozen=True)
+class BackfillOptions(JobOptions):
+    """Options of a column backfill: which rows, at which version, and the tuning."""
+
+    where: str | None = dataclasses.field(default=None, metadata={"doc": "SQL filter of the rows to compute"})
+    read_version: int | None = dataclasses.field(
+        default=None, metadata={"check": _POSITIVE, "doc": "table version to read and commit against"})
+
+
+@dataclass(frozen=True)
+class RefreshOptions(JobOptions):
+    """Options of a materialized-view refresh: which source version, how new rows are split, and the tuning."""
+
+    src_version: int | None = dataclasses.field(
+        default=None, metadata={"check": _POSITIVE, "doc": "source table version to refresh to (default: latest)"})
+    max_rows_per_fragment: int | None = dataclasses.field(
+        default=None, metadata={"check": _POSITIVE, "doc": "rows per new view fragment"})
+
+
+def _coerce(value: Any, hint: Any, name: str, job: str) -> Any:
+    """A templated or typed value as the declared ``int | None`` / ``str | None``."""
+    if isinstance(value, str) and value.strip() in ("", "None", "none", "null"):
+        return None
+    if value is None:
+        return None
+    target = next(t for t in typing.get_args(hint) if t is not type(None)) if isinstance(
+        hint, types.UnionType) else hint
+    if target is int and isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise InvalidArgumentError(f"{job}: {name} must be an integer, got {value!r}") from None
+    if target is str and not isinstance(value, str):
+        raise InvalidArgumentError(f"{job}: {name} must be a string, got {value!r}")
+    return value

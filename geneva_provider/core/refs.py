@@ -1,0 +1,39 @@
+"""A table reference: what every stage needs to open a Lance table, and nothing more.
+
+Stages take a :class:`TableRef` (name, URI, storage options) rather than the ``Table``
+facade, so they run the same in a notebook, an Airflow worker and a Spark executor.
+Storage options may hold secrets: they are never part of the repr or of a stored plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+CHECKPOINT_DIR = "_checkpoints"
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """One Lance table: its name in the database, its URI, and the options to reach it."""
+
+    name: str
+    uri: str
+    storage_options: dict[str, str] | None = field(default=None, repr=False, compare=False)
+
+    def dataset(self, version: int | None = None) -> Any:
+        """The table's ``lance.LanceDataset`` (latest, or at ``version``)."""
+        import lance
+
+        return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+
+    @property
+    def checkpoint_uri(self) -> str:
+        """The default checkpoint store: ``<table>.lance/_checkpoints``."""
+        return f"{self.uri.rstrip('/')}/{CHECKPOINT_DIR}"
+
+    def checkpoint_store(self) -> Any:
+        """The table's default checkpoint store."""
+        from geneva_provider.core.checkpoint import LanceCheckpointStore
+
+        return LanceCheckpointStore(self.checkpoint_uri, self.storage_options)

@@ -1,0 +1,130 @@
+"""Materialized-view metadata: the stored query and the ``geneva::view::*`` schema keys (core).
+
+A view is a normal Lance table whose schema metadata records what it selects from which source
+table at which version; its UDF columns carry their pickled UDFs in field metadata like any UDF
+column.  The formats follow Geneva's, so they are kept stable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.udf import UDF
+
+SOURCE_ROW_ID = "__source_row_id"
+IS_SET = "__is_set"
+META = "geneva::view::"
+META_QUERY = META + "query"
+META_BASE_TABLE = META + "base_table"
+META_BASE_DB_URI = META + "base_table_db_uri"
+META_BASE_VERSION = META + "base_table_version"
+META_VERSION = META + "version"
+META_SCANNED_ROW_ID = META + "source_next_row_id"  # source rows below this id have been considered
+
+
+class UdfColumnSpec(BaseModel):
+    """A view's UDF column as stored in the query: the UDF by name and version, and its inputs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    udf: str
+    version: str
+    input_columns: list[str]
+
+
+class StoredViewQuery(BaseModel):
+    """The query as stored in ``geneva::view::query`` (UDFs by name; their code is in field metadata)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_table: str
+    base_table_db_uri: str
+    where: str | None = None
+    columns: dict[str, str] = {}
+    udf_columns: dict[str, UdfColumnSpec] = {}
+    shuffle: bool = False
+    seed: int | None = None
+    limit: int | None = None
+    offset: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+    def source_columns(self) -> list[str]:
+        """Every source column the view reads: copied columns and UDF inputs."""
+        cols = list(self.columns.values())
+        for spec in self.udf_columns.values():
+            cols.extend(spec.input_columns)
+        return list(dict.fromkeys(cols))
+
+
+@dataclass
+class ViewQuery:
+    """What a materialized view selects from its source table, with the UDF objects themselves."""
+
+    base_table: str
+    base_table_db_uri: str
+    where: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)   # output name -> source column
+    udf_columns: dict[str, tuple[UDF, list[str]]] = field(default_factory=dict)  # output name -> (UDF, inputs)
+    shuffle: bool = False
+    seed: int | None = None
+    limit: int | None = None
+    offset: int | None = None
+
+    def stored(self) -> StoredViewQuery:
+        return StoredViewQuery(
+            base_table=self.base_table, base_table_db_uri=self.base_table_db_uri, where=self.where,
+            columns=self.columns,
+            udf_columns={name: UdfColumnSpec(udf=fn.name, version=fn.version, input_columns=inputs)
+                         for name, (fn, inputs) in self.udf_columns.items()},
+            shuffle=self.shuffle, seed=self.seed, limit=self.limit, offset=self.offset)
+
+    def to_json(self) -> str:
+        """The JSON stored as ``geneva::view::query``."""
+        return self.stored().to_json()
+
+
+@dataclass(frozen=True)
+class ViewInfo:
+    """A view's schema metadata, parsed."""
+
+    query: StoredViewQuery
+    base_table: str
+    base_table_db_uri: str
+    base_table_version: int
+    format: str
+    next_row_id: int
+
+    @property
+    def stable(self) -> bool:
+        """Format "2": ``__source_row_id`` holds stable row ids (format "1": row addresses)."""
+        return self.format == "2"
+
+
+def view_metadata(query: ViewQuery, base_version: int, stable: bool, next_row_id: int) -> dict[str, str]:
+    """The schema metadata that makes a table a view of ``query``."""
+    return {
+        META_QUERY: query.to_json(),
+        META_BASE_TABLE: query.base_table,
+        META_BASE_DB_URI: query.base_table_db_uri,
+        META_BASE_VERSION: str(base_version),
+        META_VERSION: "2" if stable else "1",
+        META_SCANNED_ROW_ID: str(next_row_id),
+    }
+
+
+def view_info(schema_metadata: dict[Any, Any] | None, name: str) -> ViewInfo:
+    """The view's stored query and metadata; raises if the table is not a view."""
+    md = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+          for k, v in (schema_metadata or {}).items()}
+    if META_QUERY not in md:
+        raise InvalidArgumentError(f"table '{name}' is not a materialized view")
+    return ViewInfo(query=StoredViewQuery.model_validate_json(md[META_QUERY]), base_table=md[META_BASE_TABLE],
+                    base_table_db_uri=md[META_BASE_DB_URI], base_table_version=int(md[META_BASE_VERSION]),
+                    format=md[META_VERSION], next_row_id=int(md.get(META_SCANNED_ROW_ID, "0")))

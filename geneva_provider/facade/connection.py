@@ -1,0 +1,88 @@
+"""A database of Lance tables: a directory (or object-store prefix), or any Lance namespace."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from geneva_provider.core.catalog import DIRECTORY, Catalog
+from geneva_provider.core.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from geneva_provider.facade.query import Query
+    from geneva_provider.facade.table import Table
+
+
+class Connection:
+    """Opens, creates and drops the tables of one database, through its Lance namespace."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None, *,
+                 namespace_impl: str = DIRECTORY, namespace_properties: dict[str, str] | None = None) -> None:
+        self.catalog = Catalog(uri, storage_options, impl=namespace_impl, properties=namespace_properties)
+
+    def __repr__(self) -> str:  # storage options may hold secrets: never shown
+        return f"Connection(uri={self.uri!r})"
+
+    @property
+    def uri(self) -> str:
+        return self.catalog.uri
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        return self.catalog.storage_options
+
+    def table_uri(self, name: str) -> str:
+        """Where the existing table ``name`` lives."""
+        return self.catalog.ref(name).uri
+
+    def table_names(self) -> list[str]:
+        """Names of the tables in this database, sorted."""
+        return self.catalog.names()
+
+    def create_table(
+        self,
+        name: str,
+        data: Any,
+        *,
+        mode: str = "create",
+        stable_row_ids: bool = True,
+        max_rows_per_file: int | None = None,
+    ) -> Table:
+        """Writes ``data`` (Arrow table, record batches, a list of dicts or a dict of columns) as a new table."""
+        from geneva_provider.facade.table import Table, as_arrow
+
+        if max_rows_per_file is not None and max_rows_per_file <= 0:
+            raise InvalidArgumentError(f"max_rows_per_file must be positive, got {max_rows_per_file}")
+        options: dict[str, Any] = {"enable_stable_row_ids": stable_row_ids}
+        if max_rows_per_file is not None:
+            options["max_rows_per_file"] = max_rows_per_file
+        return Table(self, self.catalog.create(name, as_arrow(data), mode=mode, **options))
+
+    def open_table(self, name: str) -> Table:
+        """Opens an existing table; raises TableNotFoundError naming it otherwise."""
+        from geneva_provider.facade.table import Table
+
+        return Table(self, self.catalog.ref(name))
+
+    def create_materialized_view(self, name: str, query: Query, *, max_rows_per_fragment: int | None = None
+                                 ) -> Table:
+        """Creates view ``name`` from ``table.search(None)...`` (placeholders only: call ``refresh()``)."""
+        from geneva_provider.facade.table import Table
+        from geneva_provider.pipeline.view_create import create_view
+
+        ref = create_view(self.catalog, name, query.table.ref, query.spec,
+                          max_rows_per_fragment=max_rows_per_fragment)
+        return Table(self, ref)
+
+    def drop_table(self, name: str) -> None:
+        """Deletes the table and its checkpoints."""
+        self.catalog.drop(name)
+
+
+def connect(uri: str, storage_options: dict[str, str] | None = None, *, namespace_impl: str = DIRECTORY,
+            namespace_properties: dict[str, str] | None = None) -> Connection:
+    """Connects to a database of Lance tables at ``uri`` (local path or object-store URI).
+
+    ``namespace_impl`` names another Lance namespace implementation ("rest", or a class path)
+    and ``namespace_properties`` its properties; the default is a directory of ``<name>.lance``.
+    """
+    return Connection(uri, storage_options, namespace_impl=namespace_impl, namespace_properties=namespace_properties)

@@ -1,0 +1,37 @@
+"""The public stage API: the functions the Airflow operators call, one stage per task.
+
+``plan_backfill`` / ``plan_refresh`` take a table reference (``tbl.ref``) and return the
+:class:`PlanSummary` (what XCom carries); ``run_apply`` and ``run_write_commit`` take the plan
+URI and a SparkSession; ``verify`` checks the result.  ``local_session`` builds the local Spark
+session the embedded default runs on.
+"""
+
+from __future__ import annotations
+
+from geneva_provider.core.models import ApplyResult, PlanSummary, VerifyResult, WriteResult
+from geneva_provider.core.options import BackfillOptions, RefreshOptions
+from geneva_provider.core.refs import TableRef
+from geneva_provider.pipeline.apply import run_apply
+from geneva_provider.pipeline.plan_backfill import plan_backfill
+from geneva_provider.pipeline.plan_refresh import plan_refresh
+from geneva_provider.pipeline.planning import load_plan
+from geneva_provider.pipeline.runner import local_session
+from geneva_provider.pipeline.verify import verify
+from geneva_provider.pipeline.write import run_write_commit
+
+__all__ = [
+    "ApplyResult",
+    "BackfillOptions",
+    "PlanSummary",
+    "RefreshOptions",
+    "TableRef",
+    "VerifyResult",
+    "WriteResult",
+    "load_plan",
+    "local_session",
+    "plan_backfill",
+    "plan_refresh",
+    "run_apply",
+    "run_write_commit",
+    "verify",
+]
