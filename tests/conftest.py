@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Object-store tests talk to a loopback server only: never let a credential chain reach for cloud metadata.
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
 # Airflow reads its configuration when first imported: set it up before any test imports it.
 # DAGS_FOLDER holds the shipped example DAGs plus the test-only DAGs of tests/dags.

@@ -1,0 +1,68 @@
+"""Tables through the Lance namespace (directory implementation), on local disk and on an object store."""
+
+from __future__ import annotations
+
+import lance
+import pytest
+
+import geneva_provider as gp
+from tests.helpers import events_table
+from tests.s3_server import S3Server
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with S3Server() as server:
+        yield server
+
+
+def exercise(db: gp.Connection, storage_options: dict[str, str] | None) -> None:
+    """Create, list, open, overwrite and drop, next to a table written without the package."""
+    lance.write_dataset(events_table(5), f"{db.uri}/legacy.lance", storage_options=storage_options)
+    assert db.table_names() == ["legacy"]
+    t = db.create_table("events", events_table(10), max_rows_per_file=4)
+    assert t.uri == f"{db.uri}/events.lance"
+    assert len(t.dataset().get_fragments()) == 3 and t.dataset().has_stable_row_ids
+    assert db.table_names() == ["events", "legacy"]
+    with pytest.raises(gp.InvalidArgumentError, match="'events' already exists"):
+        db.create_table("events", events_table(3))
+    assert db.create_table("events", events_table(7), mode="overwrite").count_rows() == 7
+    assert db.open_table("legacy").count_rows() == 5
+    assert db.open_table("events").to_arrow(["x"]).column("x").to_pylist() == list(range(7))
+    db.drop_table("legacy")
+    assert db.table_names() == ["events"]
+    with pytest.raises(gp.TableNotFoundError, match="table 'legacy' not found"):
+        db.open_table("legacy")
+    with pytest.raises(gp.TableNotFoundError, match="table 'legacy' not found"):
+        db.drop_table("legacy")
+    with pytest.raises(gp.InvalidArgumentError, match="invalid table name 'a/b'"):
+        db.create_table("a/b", events_table(1))
+    db.drop_table("events")
+    assert db.table_names() == []
+
+
+def test_directory_namespace_on_local_disk(tmp_path):
+    exercise(gp.connect(str(tmp_path / "lake")), None)
+
+
+def test_directory_namespace_on_an_object_store_passes_the_storage_options(s3):
+    uri = f"s3://{s3.bucket}/db"
+    db = gp.connect(uri, storage_options=s3.storage_options)
+    assert repr(db) == f"Connection(uri='{uri}')" and "test-secret" not in repr(db.catalog)
+    exercise(db, s3.storage_options)
+
+
+def test_a_backfill_on_an_object_store_table(s3, spark):
+    db = gp.connect(f"s3://{s3.bucket}/backfill", storage_options=s3.storage_options)
+    tbl = db.create_table("events", events_table(3_000), max_rows_per_file=1_000)
+
+    @gp.udf
+    def double(x: int) -> int:
+        return 2 * x
+
+    tbl.add_columns({"y": double})
+    assert tbl.backfill("y", spark=spark).rows_computed == 3_000
+    got = db.open_table("events").to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]]
+    assert tbl.checkpoint_store.uri == f"s3://{s3.bucket}/backfill/events.lance/_checkpoints"
+    tbl.dataset().validate()

@@ -1,0 +1,113 @@
+"""The package's shape: layers pointing down, Airflow only in the Airflow surface, a light provider.
+
+These are contracts, checked on the real tree and proved to bite by breaking a copy of it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+HEAVY = ("lance", "lance_namespace", "pyarrow", "numpy", "pandas", "pyspark")
+
+
+def lint_imports(tree: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run([str(BIN / "lint-imports"), "--config", str(tree / "pyproject.toml"), "--no-cache"],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=300)
+
+
+def copy_tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "geneva_provider", tree / "geneva_provider", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    return tree
+
+
+def test_import_contracts_hold():
+    proc = lint_imports(ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Contracts: 2 kept, 0 broken." in proc.stdout
+
+
+@pytest.mark.parametrize(("module", "code", "broken"), [
+    # A lazy import of the facade from the core: the kind of circle the layers rule out.
+    ("core/refs.py", "def _table():\n    from geneva_provider.facade.table import Table\n    return Table\n",
+     "geneva_provider.core.refs -> geneva_provider.facade.table"),
+    # A stage reaching for Airflow.
+    ("pipeline/verify.py", "def _op():\n    from airflow.sdk import BaseOperator\n    return BaseOperator\n",
+     "geneva_provider.pipeline.verify -> airflow"),
+    # The pipeline importing the Airflow surface.
+    ("pipeline/apply.py", "def _hook():\n    from geneva_provider.hooks.lance import LanceHook\n    return LanceHook\n",
+     "geneva_provider.pipeline.apply -> geneva_provider.hooks.lance"),
+])
+def test_import_contracts_fail_when_an_arrow_points_up(tmp_path, module, code, broken):
+    tree = copy_tree(tmp_path)
+    with open(tree / "geneva_provider" / module, "a") as f:
+        f.write("\n\n" + code)
+    proc = lint_imports(tree)
+    assert proc.returncode != 0
+    assert broken in proc.stdout, proc.stdout[-3000:]
+
+
+def test_ruff_bans_airflow_below_the_surface_and_heavy_imports_in_it(tmp_path):
+    tree = copy_tree(tmp_path)
+    (tree / "geneva_provider" / "pipeline" / "leak.py").write_text(
+        '"""A stage that imports Airflow."""\n\nfrom airflow.sdk import BaseOperator\n\n__all__ = ["BaseOperator"]\n')
+    (tree / "geneva_provider" / "operators" / "heavy.py").write_text(
+        '"""An operator module that imports lance at module level."""\n\nimport lance\n\n__all__ = ["lance"]\n')
+    proc = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "--output-format", "concise", "."], cwd=tree,
+                          capture_output=True, text=True, timeout=120)
+    assert "geneva_provider/pipeline/leak.py:3:1: TID251" in proc.stdout, proc.stdout
+    assert "geneva_provider/operators/heavy.py:3:8: TID253" in proc.stdout, proc.stdout
+    assert proc.stdout.count("TID25") == 2, proc.stdout
+
+
+def test_airflow_loads_the_provider_and_example_dags_without_heavy_imports(tmp_path):
+    """What the scheduler, dag-processor and triggerer import: the entry point, hooks, operators,
+    sensors, triggers, task groups and the DAG files -- none of lance, pyarrow, numpy, pyspark."""
+    script = textwrap.dedent(f"""
+        import glob, importlib, importlib.util, json, os, sys
+        from airflow.providers_manager import ProvidersManager
+        pm = ProvidersManager()
+        pm.initialize_providers_list()
+        pm.initialize_providers_hooks()
+        info = pm.providers["airflow-provider-geneva"].data
+        assert pm.hooks["lance"].hook_class_name == "geneva_provider.hooks.lance.LanceHook"
+        modules = ["geneva_provider.task_groups", "geneva_provider.assets"]
+        for section in ("hooks", "operators", "sensors", "triggers"):
+            modules += [m for entry in info[section] for m in entry["python-modules"]]
+        for m in modules:
+            importlib.import_module(m)
+        for path in sorted(glob.glob({str(ROOT / "dags_examples" / "*.py")!r})):
+            spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+            spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        print(json.dumps({{"modules": modules, "heavy": [m for m in {HEAVY!r} if m in sys.modules]}}))
+    """)
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "geneva_provider.operators.spark" in out["modules"] and "geneva_provider.sensors.table" in out["modules"]
+    assert out["heavy"] == []
+
+
+def test_public_names_are_loaded_on_first_use():
+    import geneva_provider as gp
+
+    assert set(gp.__all__) == {*gp._EXPORTS, "__version__"}
+    for name in gp._EXPORTS:
+        assert getattr(gp, name).__name__ == name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = gp.nope
