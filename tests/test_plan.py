@@ -150,3 +150,41 @@ def test_tables_in_a_database(db):
     t.add(events_table(3, start=5))
     t.delete("x = 0")
     assert t.count_rows() == 7 and t.to_arrow(["x"]).column("x").to_pylist() == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_only_filter_errors_read_as_invalid_filters(tbl):
+    import shutil
+
+    from geneva_provider.core.filters import check_where
+
+    ds = tbl.dataset()
+    with pytest.raises(gp.InvalidArgumentError, match=r"invalid where filter 'nosuch > 1' for table 'events'"):
+        check_where(ds, "nosuch > 1", "table 'events'")
+    shutil.rmtree(f"{tbl.uri}/data")  # an I/O failure is not the filter's fault, and is not reported as one
+    with pytest.raises(Exception) as exc:
+        tbl.backfill("y", where="x > 5")
+    assert not isinstance(exc.value, gp.InvalidArgumentError)
+    assert "invalid where filter" not in str(exc.value) and "Not found" in str(exc.value)
+
+
+def test_column_backlog_of_an_unknown_column_names_table_and_column(tbl):
+    from geneva_provider.core.table_status import column_backlog
+
+    with pytest.raises(gp.ColumnError, match=r"column 'nope' not found in table 'events'"):
+        column_backlog(tbl.dataset(), "nope", "events")
+
+
+def test_a_plan_of_another_format_is_refused_clearly(tbl):
+    import json
+
+    from geneva_provider.core.checkpoint import plan_key
+
+    summary = plan_backfill(tbl.ref, "y")
+    store = tbl.checkpoint_store
+    key = plan_key(summary.job_id)
+    old = json.loads(store.get_text(key))
+    store.put_text(key, json.dumps({**old, "format": 1}))
+    with pytest.raises(gp.PlanFormatError, match=r"has plan format 1, expected 2"):
+        load_plan(summary.plan_uri)
+    with pytest.raises(gp.InvalidArgumentError, match="plan not found"):
+        load_plan(summary.plan_uri.replace(summary.job_id, "nope"))

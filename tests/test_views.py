@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -16,12 +15,9 @@ def data_files(tbl) -> dict[int, list[str]]:
     return {f.fragment_id: sorted(df.path for df in f.metadata.files) for f in tbl.dataset().get_fragments()}
 
 
-def expected(src, where, columns, seed=None, offset=0, limit=None):
-    """The view computed directly with pylance + pyarrow: filter in scan order, seeded shuffle, offset, limit."""
-    t = src.dataset().to_table(filter=where, with_row_id=True)
-    if seed is not None:
-        t = t.take(np.random.default_rng(seed).permutation(t.num_rows))
-    t = t.slice(offset, limit)
+def expected(src, where, columns, offset=0, limit=None):
+    """The (unshuffled) view computed directly with pylance + pyarrow: filter in scan order, offset, limit."""
+    t = src.dataset().to_table(filter=where, with_row_id=True).slice(offset, limit)
     return {out: t.column(col).to_pylist() for out, col in columns.items()} | {
         SOURCE_ROW_ID: t.column("_rowid").cast(pa.int64()).to_pylist()}
 
@@ -57,11 +53,20 @@ def test_view_matches_the_query_computed_directly(db, source, spark, call_dir, w
     q = source.search(None).where(where).select({"key": "id", "x": "x", "y": counting_double(call_dir)})
     if seed is not None:
         q = q.shuffle(seed=seed)
-    q = q.offset(offset).limit(limit)
-    view = q.create_materialized_view(db, "v")
+    view = q.offset(offset).limit(limit).create_materialized_view(db, "v")
     res = view.refresh(spark=spark)
-    want = expected(source, where, {"key": "id", "x": "x"}, seed, offset, limit)
     got = view.to_arrow().to_pydict()
+    if seed is None:
+        want = expected(source, where, {"key": "id", "x": "x"}, offset, limit)
+    else:
+        # Shuffled: the rows of the whole shuffled query (a permutation of the filtered rows, not in scan order),
+        # then offset and limit -- checked against the filter computed directly, not against the shuffle's code.
+        whole = expected(source, where, {"key": "id", "x": "x"})
+        order = db.create_materialized_view("whole", q).to_arrow([SOURCE_ROW_ID]).column(SOURCE_ROW_ID).to_pylist()
+        assert sorted(order) == sorted(whole[SOURCE_ROW_ID]) and order != whole[SOURCE_ROW_ID]
+        by_id = {rid: (k, x) for rid, k, x in zip(whole[SOURCE_ROW_ID], whole["key"], whole["x"], strict=True)}
+        ids = order[offset:offset + limit if limit is not None else None]
+        want = {SOURCE_ROW_ID: ids, "key": [by_id[i][0] for i in ids], "x": [by_id[i][1] for i in ids]}
     assert got[SOURCE_ROW_ID] == want[SOURCE_ROW_ID]
     assert got["key"] == want["key"] and got["x"] == want["x"]
     assert got["y"] == [2 * x for x in want["x"]] and all(got[IS_SET])
