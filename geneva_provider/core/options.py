@@ -22,22 +22,21 @@ DEFAULT_CHECKPOINT_SIZE = 10_000
 _POSITIVE = "positive"
 
 
+def _option(doc: str, *, positive: bool = True) -> Any:
+    """An option field: None by default (sized to the data), with its doc and whether it must be > 0."""
+    return dataclasses.field(default=None, metadata={"doc": doc, "check": _POSITIVE if positive else None})
+
+
 @dataclass(frozen=True)
 class JobOptions:
     """Tuning shared by backfills and view refreshes; ``None`` means a default sized to the data."""
 
-    checkpoint_size: int | None = dataclasses.field(
-        default=None, metadata={"check": _POSITIVE, "doc": "rows per batch checkpoint; alone, it fixes the size"})
-    min_checkpoint_size: int | None = dataclasses.field(
-        default=None, metadata={"check": _POSITIVE, "doc": "lower bound of adaptive checkpoint sizing"})
-    max_checkpoint_size: int | None = dataclasses.field(
-        default=None, metadata={"check": _POSITIVE, "doc": "upper bound of adaptive checkpoint sizing"})
-    task_size: int | None = dataclasses.field(
-        default=None, metadata={"check": _POSITIVE, "doc": "rows per Spark task, all equal (default: guided)"})
-    commit_granularity: int | None = dataclasses.field(
-        default=None, metadata={"check": _POSITIVE, "doc": "fragments per DataReplacement commit"})
-    concurrency: int | None = dataclasses.field(
-        default=None, metadata={"check": _POSITIVE, "doc": "Spark partitions the tasks are dealt over"})
+    checkpoint_size: int | None = _option("rows per batch checkpoint; alone, it fixes the size")
+    min_checkpoint_size: int | None = _option("lower bound of adaptive checkpoint sizing")
+    max_checkpoint_size: int | None = _option("upper bound of adaptive checkpoint sizing")
+    task_size: int | None = _option("rows per Spark task, all equal (default: guided, shrinking tasks)")
+    commit_granularity: int | None = _option("fragments per DataReplacement commit")
+    concurrency: int | None = _option("Spark partitions the tasks are dealt over")
 
     # ------------------------------------------------------------------ declaration
     @classmethod
@@ -96,19 +95,16 @@ class JobOptions:
 class BackfillOptions(JobOptions):
     """Options of a column backfill: which rows, at which version, and the tuning."""
 
-    where: str | None = dataclasses.field(default=None, metadata={"doc": "SQL filter of the rows to compute"})
-    read_version: int | None = dataclasses.field(
-        default=None, metadata={"check": _POSITIVE, "doc": "table version to read and commit against"})
+    where: str | None = _option("SQL filter of the rows to compute", positive=False)
+    read_version: int | None = _option("table version to read and commit against")
 
 
 @dataclass(frozen=True)
 class RefreshOptions(JobOptions):
     """Options of a materialized-view refresh: which source version, how new rows are split, and the tuning."""
 
-    src_version: int | None = dataclasses.field(
-        default=None, metadata={"check": _POSITIVE, "doc": "source table version to refresh to (default: latest)"})
-    max_rows_per_fragment: int | None = dataclasses.field(
-        default=None, metadata={"check": _POSITIVE, "doc": "rows per new view fragment"})
+    src_version: int | None = _option("source table version to refresh to (default: latest)")
+    max_rows_per_fragment: int | None = _option("rows per new view fragment")
 
 
 def _coerce(value: Any, hint: Any, name: str, job: str) -> Any:

@@ -18,13 +18,10 @@ from geneva_provider.core.udf import UDF
 
 SOURCE_ROW_ID = "__source_row_id"
 IS_SET = "__is_set"
-META = "geneva::view::"
-META_QUERY = META + "query"
-META_BASE_TABLE = META + "base_table"
-META_BASE_DB_URI = META + "base_table_db_uri"
-META_BASE_VERSION = META + "base_table_version"
-META_VERSION = META + "version"
-META_SCANNED_ROW_ID = META + "source_next_row_id"  # source rows below this id have been considered
+# The schema-metadata keys; "source_next_row_id": source rows below this id have been considered.
+META_QUERY, META_BASE_TABLE, META_BASE_DB_URI, META_BASE_VERSION, META_VERSION, META_SCANNED_ROW_ID = (
+    f"geneva::view::{key}" for key in ("query", "base_table", "base_table_db_uri", "base_table_version", "version",
+                                       "source_next_row_id"))
 
 
 class UdfColumnSpec(BaseModel):

@@ -18,17 +18,11 @@ class Connection:
     def __init__(self, uri: str, storage_options: dict[str, str] | None = None, *,
                  namespace_impl: str = DIRECTORY, namespace_properties: dict[str, str] | None = None) -> None:
         self.catalog = Catalog(uri, storage_options, impl=namespace_impl, properties=namespace_properties)
+        self.uri: str = self.catalog.uri
+        self.storage_options: dict[str, str] | None = self.catalog.storage_options
 
     def __repr__(self) -> str:  # storage options may hold secrets: never shown
         return f"Connection(uri={self.uri!r})"
-
-    @property
-    def uri(self) -> str:
-        return self.catalog.uri
-
-    @property
-    def storage_options(self) -> dict[str, str] | None:
-        return self.catalog.storage_options
 
     def table_uri(self, name: str) -> str:
         """Where the existing table ``name`` lives."""

@@ -1,0 +1,1 @@
+"""Hooks: ``LanceHook`` turns a ``lance`` Airflow connection into a database of Lance tables."""
