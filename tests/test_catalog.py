@@ -66,3 +66,24 @@ def test_a_backfill_on_an_object_store_table(s3, spark):
     assert got["y"] == [2 * x for x in got["x"]]
     assert tbl.checkpoint_store.uri == f"s3://{s3.bucket}/backfill/events.lance/_checkpoints"
     tbl.dataset().validate()
+
+
+def test_a_lance_connection_names_the_namespace_and_its_storage_options(s3, monkeypatch):
+    import json
+
+    from airflow.sdk.log import _secrets_masker
+
+    from geneva_provider.hooks.lance import LanceHook
+
+    db = gp.connect(f"s3://{s3.bucket}/hooked", storage_options=s3.storage_options)
+    db.create_table("events", events_table(10))
+    monkeypatch.setenv("AIRFLOW_CONN_LANCE_S3", json.dumps({
+        "conn_type": "lance", "host": f"s3://{s3.bucket}/hooked",
+        "extra": {"storage_options": s3.storage_options, "namespace_impl": "dir",
+                  "namespace_properties": {"dir_listing_enabled": "true"}}}))
+    hook = LanceHook("lance_s3")
+    assert hook.database.table_names() == ["events"]
+    assert hook.open_table("events").count_rows() == 10
+    assert hook.test_connection() == (True, "1 tables")
+    secret = s3.storage_options["aws_secret_access_key"]
+    assert secret not in repr(hook.database) and secret not in str(_secrets_masker().redact(f"key={secret}"))

@@ -58,6 +58,13 @@ def test_import_contracts_fail_when_an_arrow_points_up(tmp_path, module, code, b
     assert broken in proc.stdout, proc.stdout[-3000:]
 
 
+def test_the_tree_is_ruff_clean():
+    """ruff, with the banned-import rules that keep Airflow in the surface and heavy imports out of it."""
+    proc = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "--output-format", "concise", "."], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_ruff_bans_airflow_below_the_surface_and_heavy_imports_in_it(tmp_path):
     tree = copy_tree(tmp_path)
     (tree / "geneva_provider" / "pipeline" / "leak.py").write_text(
