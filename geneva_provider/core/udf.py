@@ -9,7 +9,6 @@ started anywhere can backfill it from the table URI alone.
 from __future__ import annotations
 
 import base64
-import hashlib
 import inspect
 import json
 import sys
@@ -24,6 +23,7 @@ import cloudpickle
 import pyarrow as pa
 
 from geneva_provider.core.errors import UDFDefinitionError
+from geneva_provider.core.udf_identity import udf_fingerprint
 
 META_PREFIX = "geneva::udf::"
 META_NAME = META_PREFIX + "name"
@@ -306,26 +306,8 @@ def _infer_data_type(annotation: Any, udf_name: str) -> pa.DataType:
 
 
 def code_version(func: Any, data_type: pa.DataType, kind: UDFKind) -> str:
-    """A stable hash of the UDF's code: it changes when the code changes, not between runs."""
-    try:
-        code = inspect.getsource(func)
-    except (OSError, TypeError):
-        code = _bytecode_fingerprint(func)
-    h = hashlib.sha256()
-    for part in (code, str(data_type), kind.value):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
-
-
-def _bytecode_fingerprint(func: Any) -> str:
-    fns = [func] if not inspect.isclass(func) else [v for _, v in sorted(vars(func).items()) if inspect.isfunction(v)]
-    parts = []
-    for f in fns:
-        code = getattr(f, "__code__", None)
-        if code is not None:
-            parts.append(code.co_code.hex() + repr(code.co_consts) + repr(code.co_names))
-    return "|".join(parts) or repr(func)
+    """The UDF's version: a hash of what it computes (see :mod:`geneva_provider.core.udf_identity`)."""
+    return udf_fingerprint(func, str(data_type), kind.value)
 
 
 def _as_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -1,0 +1,130 @@
+"""Row fingerprints: a 64-bit hash of a row's input values, to tell which computed values are still valid.
+
+A UDF column is stored with a companion fingerprint column: for every computed row, the hash of
+the inputs it was computed from (seeded with the UDF's version).  Lance carries both through every
+table change -- compaction, update, merge_insert, delete -- because they are ordinary columns of
+the same data file, so a value is valid exactly when its stored fingerprint equals the fingerprint
+of the row's current inputs, wherever the row now lives.
+
+The hash is deterministic across processes and machines (no Python ``hash``), vectorised with
+numpy, and defined for every Arrow type (primitives by their bits, strings and binaries by their
+bytes, lists, fixed-size lists and structs through their children; anything else by its text).
+It detects changes; it is not meant to resist an adversary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_NULL = np.uint64(0x6A09E667F3BCC909)
+_BYTES_PER_PIECE = 1 << 22  # bounds the memory of hashing variable-width data
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, element-wise (uint64 arithmetic wraps)."""
+    with np.errstate(over="ignore"):
+        x = x + _GOLDEN
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        return x ^ (x >> np.uint64(31))
+
+
+def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Sum of ``values[offsets[i]:offsets[i+1]]`` for each row (mod 2**64)."""
+    with np.errstate(over="ignore"):
+        sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(values, dtype=np.uint64)])
+        return sums[offsets[1:]] - sums[offsets[:-1]]
+
+
+def _positions(offsets: np.ndarray) -> np.ndarray:
+    """For each element, its position within its row."""
+    lengths = np.diff(offsets)
+    starts = np.repeat(offsets[:-1], lengths)
+    return np.arange(offsets[0], offsets[-1], dtype=np.int64) - starts
+
+
+def _hash_sequence(element_hashes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Combines per-element hashes into per-row hashes: order-sensitive, length-sensitive."""
+    with np.errstate(over="ignore"):
+        pos = _positions(offsets).astype(np.uint64)
+        mixed = _mix(element_hashes ^ _mix(pos))
+        return _mix(_segment_sums(mixed, offsets) ^ _mix(np.diff(offsets).astype(np.uint64) + _M2))
+
+
+def _hash_bytes(arr: pa.Array) -> np.ndarray:
+    """Per-row hash of a (large) binary array's bytes, in pieces of bounded size."""
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+    data = arr.buffers()[2]
+    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    out = np.empty(n, np.uint64)
+    row = 0
+    while row < n:
+        end = int(np.searchsorted(offsets, offsets[row] + _BYTES_PER_PIECE, side="right")) - 1
+        end = min(max(end, row + 1), n)
+        piece = offsets[row:end + 1]
+        chunk = data[piece[0]:piece[-1]].astype(np.uint64)
+        out[row:end] = _hash_sequence(chunk, piece - piece[0])
+        row = end
+    return out
+
+
+def hash_array(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A uint64 hash per element of ``arr`` (NULL elements hash to a fixed value)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    t = arr.type
+    n = len(arr)
+    if pa.types.is_dictionary(t):
+        return hash_array(arr.dictionary_decode())
+    if pa.types.is_null(t):
+        return np.full(n, _NULL, np.uint64)
+    valid = np.ones(n, bool) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
+    if pa.types.is_boolean(t):
+        h = _mix(pc.fill_null(arr, False).to_numpy(zero_copy_only=False).astype(np.uint64))
+    elif pa.types.is_integer(t) or (pa.types.is_temporal(t) and t.bit_width in (32, 64)):
+        ints = arr if pa.types.is_integer(t) else arr.view(pa.int64() if t.bit_width == 64 else pa.int32())
+        h = _mix(pc.fill_null(ints, 0).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64))
+    elif pa.types.is_floating(t):
+        h = _mix(pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype(np.float64).view(np.uint64))
+    elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or \
+            pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        h = _hash_bytes(arr.cast(pa.large_binary()))
+    elif pa.types.is_fixed_size_binary(t):
+        h = _hash_bytes(arr.cast(pa.large_binary()))
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        flat = arr.cast(pa.large_list(t.value_type)) if pa.types.is_list(t) else arr
+        offsets = np.frombuffer(flat.buffers()[1], dtype=np.int64)[flat.offset:flat.offset + n + 1]
+        children = hash_array(flat.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])))
+        h = _hash_sequence(children, offsets - offsets[0])
+    elif pa.types.is_fixed_size_list(t):
+        size = t.list_size
+        values = arr.values.slice(arr.offset * size, n * size)
+        h = _hash_sequence(hash_array(values), np.arange(n + 1, dtype=np.int64) * size)
+    elif pa.types.is_struct(t):
+        h = np.full(n, _mix(np.array([t.num_fields], np.uint64))[0], np.uint64)
+        with np.errstate(over="ignore"):
+            for i in range(t.num_fields):
+                h = _mix(h * _M1 + hash_array(arr.field(i)) + np.uint64(i))
+    else:  # decimals, maps, unions, extension types: by their text
+        h = _hash_bytes(pa.array([repr(v) for v in arr.to_pylist()], pa.large_string()).cast(pa.large_binary()))
+    return np.where(valid, h, _NULL)
+
+
+def row_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray], seed: str) -> pa.Array:
+    """The fingerprint (uint64) of each row of ``columns``, seeded with ``seed`` (e.g. the UDF version)."""
+    seed_hash = _mix(np.frombuffer(seed.encode().ljust(8, b"\0")[:8], np.uint64) ^
+                     hash_array(pa.array([seed], pa.large_string()))[:1])[0]
+    n = len(columns[0]) if columns else 0
+    h = np.full(n, seed_hash, np.uint64)
+    with np.errstate(over="ignore"):
+        for i, col in enumerate(columns):
+            h = _mix(h * _M2 + hash_array(col) + np.uint64(i + 1))
+    return pa.array(h, pa.uint64())
