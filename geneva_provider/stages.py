@@ -2,7 +2,8 @@
 
 ``plan_backfill`` / ``plan_refresh`` take a table reference (``tbl.ref``) and return the
 :class:`PlanSummary` (what XCom carries); ``run_apply`` and ``run_write_commit`` take the plan
-URI and a SparkSession; ``verify`` checks the result.  ``local_session`` builds the local Spark
+URI and a SparkSession; ``verify`` checks the result.  ``plan_compaction`` / ``run_compaction`` are
+the distributed compaction (plan on the driver, rewrite tasks on Spark, one commit).  ``local_session`` builds the local Spark
 session the embedded default runs on.
 """
 
@@ -12,6 +13,7 @@ from geneva_provider.core.models import ApplyResult, PlanSummary, VerifyResult, 
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.apply import run_apply
+from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
 from geneva_provider.pipeline.plan_backfill import plan_backfill
 from geneva_provider.pipeline.plan_refresh import plan_refresh
 from geneva_provider.pipeline.planning import load_plan
@@ -30,8 +32,10 @@ __all__ = [
     "load_plan",
     "local_session",
     "plan_backfill",
+    "plan_compaction",
     "plan_refresh",
     "run_apply",
+    "run_compaction",
     "run_write_commit",
     "verify",
 ]

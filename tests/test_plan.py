@@ -63,17 +63,20 @@ def test_default_tasks_shrink_towards_the_end_and_cover_every_row_once(db, rows,
     assert parallelism <= len(sizes) < rows / floor
 
 
-def test_plan_skips_ranges_already_checkpointed(tbl):
+def test_plan_skips_rows_already_checkpointed(tbl):
     first, _ = load_plan(plan_backfill(tbl.ref, "y", BackfillOptions(task_size=1_000)).plan_uri)
     prefix = next(f.prefix for f in first.fragments if f.id == 1)
     store = tbl.checkpoint_store
-    store[batch_key(prefix, 1, 0, 1_500)] = pa.table({"_rowaddr": pa.array([], pa.uint64()),
-                                                      "value": pa.array([], pa.int64())})
+    # A checkpoint (of any earlier job, whatever its filter) holding rows 0..1499 and 2000..2099 of fragment 1.
+    held = [*range(1_500), *range(2_000, 2_100)]
+    store[batch_key(prefix, 1, 0, 2_100)] = pa.table({
+        "_rowaddr": pa.array([(1 << 32) + i for i in held], pa.uint64()), "y": pa.array(held, pa.int64()),
+        "__geneva_fp__y": pa.array(held, pa.uint64())})
     summary = plan_backfill(tbl.ref, "y", BackfillOptions(task_size=1_000))
     plan, _ = load_plan(summary.plan_uri)
-    assert summary.rows_to_compute == 10_000 - 1_500
-    assert all(t.start >= 1_500 for t in plan.tasks if t.frag == 1)
-    assert summary.rows_reused == 1_500
+    assert summary.rows_to_compute == 10_000 - 1_600 and summary.rows_reused == 1_600
+    planned = sorted(p for t in plan.tasks if t.frag == 1 for s, e in t.ranges for p in range(s, e))
+    assert planned == [*range(1_500, 2_000), *range(2_100, 3_000)]
 
 
 def test_plan_counts_filtered_rows(tbl):
@@ -184,7 +187,7 @@ def test_a_plan_of_another_format_is_refused_clearly(tbl):
     key = plan_key(summary.job_id)
     old = json.loads(store.get_text(key))
     store.put_text(key, json.dumps({**old, "format": 1}))
-    with pytest.raises(gp.PlanFormatError, match=r"has plan format 1, expected 2"):
+    with pytest.raises(gp.PlanFormatError, match=r"has plan format 1, expected 3"):
         load_plan(summary.plan_uri)
     with pytest.raises(gp.InvalidArgumentError, match="plan not found"):
         load_plan(summary.plan_uri.replace(summary.job_id, "nope"))

@@ -127,12 +127,16 @@ def test_source_changes_invalidate_only_the_view_rows_that_read_them(db, spark, 
     src.backfill("other", spark=spark)  # a column the view does not read
     assert view.refresh(spark=spark).rows_computed == 0
 
-    src.backfill("x1", where="x < 3000", spark=spark)  # recompute an input column in fragments 0 and 1
+    src.backfill("x1", where="x < 3000", spark=spark)  # values still valid: nothing recomputed, nothing rewritten
+    assert view.refresh(spark=spark).rows_computed == 0
+
+    src.dataset().update({"x1": "x1 + 100"}, where="x >= 1000 AND x < 3000")  # a column the view reads
     res = view.refresh(spark=spark)
-    assert res.rows_computed == 4_000 and res.fragments_committed == 2
-    assert sorted(read_calls(call_dir)) == list(range(4_000))
-    got = view.to_arrow(["x1"]).column("x1").to_pylist()
-    assert got == [x + 1 for x in range(8_000)]
+    assert res.rows_computed == 2_000 and sorted(read_calls(call_dir)) == list(range(1_000, 3_000))
+    got = view.to_arrow(["x1", "y"]).to_pydict()
+    assert got["x1"] == [x + 1 + (100 if 1_000 <= x < 3_000 else 0) for x in range(8_000)]
+    assert got["y"] == [2 * x for x in range(8_000)]
+    view.dataset().validate()
 
 
 def test_format_1_view_without_stable_row_ids(db, spark, call_dir):

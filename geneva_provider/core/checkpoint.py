@@ -126,6 +126,10 @@ class CheckpointStore(ABC):
         """Where other processes can open this store, or None if it lives in this process only."""
         return None
 
+    def get_columns(self, key: str, columns: list[str]) -> pa.Table:
+        """Some columns of a stored table (a store may read only those)."""
+        return self[key].select(columns)
+
     def put_text(self, key: str, text: str) -> None:
         """Stores a document (plans, fragment checkpoints, stage reports) as a one-row table."""
         import pyarrow as pa
@@ -225,6 +229,13 @@ class LanceCheckpointStore(CheckpointStore):
     def __getitem__(self, key: str) -> pa.Table:
         try:
             reader = self._session.open_reader(key + KEY_SUFFIX)
+        except ValueError as exc:
+            raise KeyError(key) from exc
+        return reader.read_all().to_table()
+
+    def get_columns(self, key: str, columns: list[str]) -> pa.Table:
+        try:
+            reader = self._session.open_reader(key + KEY_SUFFIX, columns=columns)
         except ValueError as exc:
             raise KeyError(key) from exc
         return reader.read_all().to_table()

@@ -118,13 +118,32 @@ def hash_array(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.where(valid, h, _NULL)
 
 
-def row_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray], seed: str) -> pa.Array:
+def row_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray], seed: str, num_rows: int | None = None
+                     ) -> pa.Array:
     """The fingerprint (uint64) of each row of ``columns``, seeded with ``seed`` (e.g. the UDF version)."""
-    seed_hash = _mix(np.frombuffer(seed.encode().ljust(8, b"\0")[:8], np.uint64) ^
-                     hash_array(pa.array([seed], pa.large_string()))[:1])[0]
-    n = len(columns[0]) if columns else 0
+    seed_hash = hash_array(pa.array([seed], pa.large_string()))[0]
+    n = num_rows if num_rows is not None else len(columns[0])
     h = np.full(n, seed_hash, np.uint64)
     with np.errstate(over="ignore"):
         for i, col in enumerate(columns):
             h = _mix(h * _M2 + hash_array(col) + np.uint64(i + 1))
     return pa.array(h, pa.uint64())
+
+
+FINGERPRINT_PREFIX = "__geneva_fp"
+FINGERPRINT_OF = "geneva::fingerprint_of"
+
+
+def fingerprint_column(column: str | None = None) -> str:
+    """The companion column of ``column`` (of a view's computed columns when None)."""
+    return f"{FINGERPRINT_PREFIX}__{column}" if column else FINGERPRINT_PREFIX
+
+
+def fingerprint_field(column: str | None = None) -> pa.Field:
+    """The nullable uint64 field holding the fingerprints of ``column``'s values (NULL: never computed)."""
+    return pa.field(fingerprint_column(column), pa.uint64(), nullable=True,
+                    metadata={FINGERPRINT_OF: column or "*"})
+
+
+def is_fingerprint_column(name: str) -> bool:
+    return name == FINGERPRINT_PREFIX or name.startswith(FINGERPRINT_PREFIX + "__")

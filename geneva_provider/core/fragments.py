@@ -38,6 +38,15 @@ def files_holding(fragment_meta: Any, field_ids: Iterable[int]) -> list[str]:
     return sorted(df.path for df in fragment_meta.files if wanted.intersection(df.fields))
 
 
+def output_files(fragment_meta: Any, leaf_ids: list[int]) -> str | None:
+    """The data files holding a job's output fields in a fragment (None when they are all NULL there).
+
+    What a writer merged its file from: when it changes before the commit, someone else wrote the
+    outputs meanwhile, and committing would erase their values.
+    """
+    return ";".join(files_holding(fragment_meta, leaf_ids)) or None
+
+
 def column_file(fragment_meta: Any, leaf_ids: list[int]) -> str | None:
     """The data file holding exactly this column's leaves, or None if the column is all NULL here."""
     for df in fragment_meta.files:
@@ -49,3 +58,14 @@ def column_file(fragment_meta: Any, leaf_ids: list[int]) -> str | None:
 def deletion_marker(fragment: Any) -> str:
     """Identifies the fragment's set of live rows (its deletion file), '' when nothing is deleted."""
     return fragment.deletion_file() or ""
+
+
+def live_row_addresses(fragment: Any) -> Any:
+    """Row addresses of the fragment's live rows, in scan order (no data read)."""
+    import numpy as np
+
+    if not fragment.deletion_file():
+        base = np.uint64(fragment.fragment_id) << np.uint64(32)
+        return base + np.arange(fragment.physical_rows, dtype=np.uint64)
+    return fragment.to_table(columns=[], with_row_address=True).column("_rowaddr").to_numpy()
+

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
 
-PLAN_FORMAT = 2
+PLAN_FORMAT = 3
 
 
 class _Model(BaseModel):
@@ -27,10 +27,10 @@ class _Model(BaseModel):
 class Action(StrEnum):
     """What the planner decided for a fragment."""
 
-    COMPUTE = "compute"  # run the UDF on the missing ranges, then write and commit
-    REUSE = "reuse"      # a fragment checkpoint holds a valid staged file: commit it, compute nothing
-    DONE = "done"        # the fragment checkpoint's file is already the committed column file
-    EMPTY = "empty"      # no row selected: nothing to compute or commit
+    COMPUTE = "compute"  # some rows need their value: compute those not checkpointed yet, then write and commit
+    REUSE = "reuse"      # a fragment checkpoint holds a staged file that covers the job: commit it, compute nothing
+    DONE = "done"        # every row's value is valid (its fingerprint matches its inputs): nothing to do
+    EMPTY = "empty"      # no selected row needs a value: nothing to compute or commit
 
 
 class DataFileRef(_Model):
@@ -57,29 +57,39 @@ class DataFileRef(_Model):
 
 
 class FragmentPlan(_Model):
-    """The plan of one fragment: its decision, and what its result depends on."""
+    """The plan of one fragment: its decision, the rows that need values, and what its result depends on."""
 
     id: int
     physical_rows: int
-    rows: int
+    rows: int                     # rows needing a value (COMPUTE), held by the staged file (REUSE), valid (DONE)
     action: Action
-    src_files: list[str]          # files (and deletion markers) the fragment's result is computed from
-    base_file: str | None = None  # the output column's committed file when planned
+    src_files: list[str]          # files the fragment's values are computed from
+    base_file: str | None = None  # the output's committed file when planned (kept for rows not recomputed)
     prefix: str | None = None     # batch checkpoint key prefix (COMPUTE)
-    file: DataFileRef | None = None  # the staged file to commit (REUSE / DONE)
+    needed: list[tuple[int, int]] = Field(default_factory=list)  # live-row positions needing a value (runs)
+    complete: bool = False        # after this job every live row of the fragment holds a valid value
+    row_ids: tuple[int, int] | None = None  # min and max stable row id (to tell a vanished fragment's fate)
+    file: DataFileRef | None = None  # the staged file to commit (REUSE)
 
 
 class Task(_Model):
-    """One apply task: a fragment-local range ``[start, end)`` and its checkpoint key prefix."""
+    """One apply task: runs of live-row positions of one fragment, and their checkpoint key prefix."""
 
     frag: int
-    start: int
-    end: int
+    ranges: list[tuple[int, int]]
     prefix: str
 
     @property
     def rows(self) -> int:
-        return self.end - self.start
+        return sum(e - s for s, e in self.ranges)
+
+    @property
+    def start(self) -> int:
+        return self.ranges[0][0]
+
+    @property
+    def end(self) -> int:
+        return self.ranges[-1][1]
 
 
 class UdfRef(_Model):
@@ -151,18 +161,6 @@ class Plan(JobSpec):
     rows_to_compute: int
     rows_reused: int
 
-    @classmethod
-    def from_json(cls, text: str, where: str) -> Plan:
-        """Parses a stored plan, refusing another format with a clear error."""
-        try:
-            fmt = json.loads(text).get("format")
-        except (ValueError, AttributeError) as exc:
-            raise InvalidArgumentError(f"{where} is not a plan document: {exc}") from exc
-        if fmt != PLAN_FORMAT:
-            raise PlanFormatError(f"{where} has plan format {fmt}, expected {PLAN_FORMAT}: it was written by "
-                                  "another version of airflow-provider-geneva; plan the job again")
-        return cls.model_validate_json(text)
-
     def job(self) -> JobSpec:
         """The plan without its fragments and tasks: what executors are sent."""
         return JobSpec.model_validate(self.model_dump(include=set(JobSpec.model_fields)))
@@ -186,7 +184,7 @@ class PlanSummary(_Model):
 
     job_id: str
     plan_uri: str
-    kind: Literal["backfill", "refresh"] = "backfill"
+    kind: Literal["backfill", "refresh", "compaction"] = "backfill"
     table: str
     column: str | None = None
     read_version: int
@@ -225,6 +223,8 @@ class FragmentCheckpoint(_Model):
     column_uid: str
     base_file: str | None = None
     rows: int
+    where: str | None = None  # the filter of the job that staged it
+    complete: bool = False    # the staged file holds a valid value for every live row
 
 
 class TaskError(_Model):
@@ -239,8 +239,6 @@ class ApplyTaskResult(_Model):
     """What one apply task did."""
 
     frag: int
-    start: int
-    end: int
     rows_computed: int = 0
     rows_skipped: int = 0
     checkpoints: int = 0
@@ -282,12 +280,73 @@ class WriteResult(_Model):
     seconds: float
 
 
+class Ledger(_Model):
+    """Fragments known to hold a valid value in every live row, by the files that made them so.
+
+    A cache that lets a plan skip reading a fragment whose files did not change: an entry names
+    files by path, and Lance never rewrites a file in place, so an entry can never be wrong.
+    """
+
+    fragments: dict[int, list[str]] = Field(default_factory=dict)
+
+
+class CompactionPlan(_Model):
+    """A distributed compaction: Lance's rewrite tasks (pickled), planned on the driver, run on executors."""
+
+    format: int = PLAN_FORMAT
+    kind: Literal["compaction"] = "compaction"
+    job_id: str
+    created_at: str
+    table: str
+    table_uri: str
+    read_version: int
+    store_uri: str
+    options: dict[str, Any]
+    tasks: list[str]               # base64 pickles of lance.optimize.CompactionTask
+    fragments: list[int]           # fragments the tasks rewrite
+    rows: int                      # live rows they hold
+    excluded: list[int]            # fragments left alone because a live job holds them
+
+    def summary(self, plan_uri: str) -> PlanSummary:
+        return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind="compaction", table=self.table,
+                           read_version=self.read_version, rows_to_compute=0, rows_reused=0, tasks=len(self.tasks),
+                           fragments_to_compute=len(self.fragments), fragments_reused=0, fragments_done=0,
+                           nothing_to_do=not self.tasks)
+
+
+class CompactionResult(_Model):
+    """What a compaction did."""
+
+    stage: Literal["compact"] = "compact"
+    job_id: str
+    version: int
+    fragments_removed: int
+    fragments_added: int
+    files_removed: int
+    files_added: int
+    excluded: list[int] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+def plan_from_json(text: str, where: str) -> Plan | CompactionPlan:
+    """Parses a stored plan of any kind, refusing another format with a clear error."""
+    try:
+        head = json.loads(text)
+        fmt, kind = head.get("format"), head.get("kind")
+    except (ValueError, AttributeError) as exc:
+        raise InvalidArgumentError(f"{where} is not a plan document: {exc}") from exc
+    if fmt != PLAN_FORMAT:
+        raise PlanFormatError(f"{where} has plan format {fmt}, expected {PLAN_FORMAT}: it was written by "
+                              "another version of airflow-provider-geneva; plan the job again")
+    return (CompactionPlan if kind == "compaction" else Plan).model_validate_json(text)
+
+
 class StageReport(_Model):
     """What a spark-submit program leaves beside the plan for the operator that launched it."""
 
     status: Literal["success", "failed"]
     error: str | None = None
-    result: ApplyResult | WriteResult | None = Field(default=None, discriminator="stage")
+    result: ApplyResult | WriteResult | CompactionResult | None = Field(default=None, discriminator="stage")
 
     def to_xcom(self) -> dict[str, Any]:
         return {"status": self.status, **(self.result.model_dump(mode="json") if self.result else {})}
@@ -302,6 +361,7 @@ class VerifyResult(_Model):
     version: int
     fragments_verified: int
     rows_verified: int
+    fragments_deleted: list[int] = Field(default_factory=list)
 
 
 class BackfillResult(_Model):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 
 def missing_ranges(rows: int, covered: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -58,3 +59,42 @@ def guided_split(ranges: list[tuple[int, int, int]], parallelism: int, min_rows:
             pos += size
             left -= size
     return pieces
+
+
+def runs_of(mask: Any) -> list[tuple[int, int]]:
+    """The runs ``[start, end)`` of True in a boolean array (positions needing work, as ranges)."""
+    import numpy as np
+
+    m = np.asarray(mask, dtype=bool)
+    if not m.any():
+        return []
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], m, [False]]).astype(np.int8)))
+    return [(int(s), int(e)) for s, e in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def count_of(runs: Iterable[tuple[int, int]]) -> int:
+    """Positions covered by disjoint runs."""
+    return sum(e - s for s, e in runs)
+
+
+def positions_of(runs: Iterable[tuple[int, int]]) -> Any:
+    """The positions of disjoint runs, ascending, as an int64 array."""
+    import numpy as np
+
+    parts = [np.arange(s, e, dtype=np.int64) for s, e in runs]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def slice_runs(runs: list[tuple[int, int]], first: int, last: int) -> list[tuple[int, int]]:
+    """The runs holding the ``first``-th to ``last``-th (exclusive) positions of ``runs``."""
+    out = []
+    seen = 0
+    for s, e in runs:
+        n = e - s
+        lo, hi = max(first - seen, 0), min(last - seen, n)
+        if lo < hi:
+            out.append((s + lo, s + hi))
+        seen += n
+        if seen >= last:
+            break
+    return out

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
+from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, is_fingerprint_column
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udf import UDF, udf_column_info
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from geneva_provider.core.checkpoint import CheckpointStore
-    from geneva_provider.core.models import BackfillResult
+    from geneva_provider.core.models import BackfillResult, CompactionResult
     from geneva_provider.facade.connection import Connection
     from geneva_provider.facade.query import Query
 
@@ -64,7 +65,11 @@ class Table:
         return self.dataset().count_rows(filter=filter)
 
     def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
-        return self.dataset().to_table(columns=list(columns) if columns is not None else None, filter=filter)
+        """The table's rows (by default every column but the fingerprint columns that track validity)."""
+        ds = self.dataset()
+        if columns is None:
+            columns = [n for n in ds.schema.names if not is_fingerprint_column(n)]
+        return ds.to_table(columns=list(columns), filter=filter)
 
     def add(self, data: Any) -> int:
         """Appends rows (UDF columns may be omitted: they stay NULL until a backfill). Returns the version."""
@@ -110,15 +115,20 @@ class Table:
                     f"(columns: {sorted(existing)})"
                 )
             fields.append(fn.field(column, inputs))
+            if fingerprint_column(column) not in existing:
+                fields.append(fingerprint_field(column))
+            existing.add(column)  # later columns of the same call may read it
         ds.add_columns(fields)
         return self.version
 
     def drop_columns(self, columns: Sequence[str]) -> None:
+        """Drops columns (a UDF column with its fingerprint column)."""
         ds = self.dataset()
-        unknown = [c for c in columns if c not in ds.schema.names]
+        names = ds.schema.names
+        unknown = [c for c in columns if c not in names]
         if unknown:
             raise ColumnError(f"cannot drop {unknown}: not in table '{self.name}'")
-        ds.drop_columns(list(columns))
+        ds.drop_columns([*columns, *(fingerprint_column(c) for c in columns if fingerprint_column(c) in names)])
 
     def udf_columns(self) -> dict[str, dict[str, Any]]:
         """UDF columns of the table: name -> UDF name, version, kind and input columns."""
@@ -157,6 +167,28 @@ class Table:
                                       max_rows_per_fragment=max_rows_per_fragment)
         return refresh(self.ref, parsed, resolve=self._conn.catalog.resolve, spark=spark,
                        store=checkpoint_store or self.checkpoint_store)
+
+    # ------------------------------------------------------------------ maintenance
+    def compact(
+        self,
+        target_rows_per_fragment: int | None = None,
+        *,
+        spark: SparkSession | None = None,
+        exclude_live_jobs: bool = True,
+        **options: Any,
+    ) -> CompactionResult:
+        """Rewrites small fragments into bigger ones on Spark (plan on the driver, one Spark task per rewrite).
+
+        ``options`` are ``lance.optimize.CompactionOptions`` (``materialize_deletions``,
+        ``max_rows_per_group``, ...).  Fragments that a live backfill or refresh still has to commit
+        are left alone (``exclude_live_jobs``).  Computed values stay valid: nothing is recomputed.
+        """
+        from geneva_provider.pipeline.jobs import compact
+
+        if target_rows_per_fragment is not None:
+            options["target_rows_per_fragment"] = target_rows_per_fragment
+        return compact(self.ref, options, spark=spark, store=self.checkpoint_store,
+                       exclude_live_jobs=exclude_live_jobs)
 
     # ------------------------------------------------------------------ backfill
     @property

@@ -15,15 +15,17 @@ from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from geneva_provider.core.checkpoint import ROWADDR, CheckpointStore, batch_key, covered_ranges, parse_batch_key
+from geneva_provider.core.checkpoint import ROWADDR, BatchKey, CheckpointStore, batch_key, parse_batch_key
 from geneva_provider.core.errors import UDFExecutionError
+from geneva_provider.core.fragments import live_row_addresses
 from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, Task, TaskError
-from geneva_provider.core.ranges import uncovered
+from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, JobInput, input_for
-from geneva_provider.pipeline.planning import load_plan
+from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
 from geneva_provider.pipeline.runner import run_tasks
 
 log = logging.getLogger(__name__)
@@ -38,24 +40,22 @@ class _Checkpointer:
     def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, task: Task) -> None:
         self.ctx, self.store, self.work, self.task = ctx, store, work, task
 
-    def save(self, start: int, end: int, chunk: pa.Table | None) -> tuple[TaskError | None, float]:
-        """Computes the outputs of ``chunk`` and stores ``[start, end)``; returns (error, seconds)."""
+    def save(self, positions: np.ndarray, addrs: np.ndarray) -> tuple[TaskError | None, float]:
+        """Computes the rows at ``positions`` and stores them under their range; returns (error, seconds)."""
         t0 = time.perf_counter()
-        frag_id = self.task.frag
-        if chunk is None or chunk.num_rows == 0:
-            addrs = pa.array([], pa.uint64())
-            outputs = self.work.empty()
-        else:
-            if chunk.num_rows != end - start:
-                raise RuntimeError(f"fragment {frag_id} range [{start}, {end}) read {chunk.num_rows} rows; "
-                                   "the table changed under a pinned version")
-            addrs = chunk.column(ROWADDR).combine_chunks()
-            try:
-                outputs = self.work.compute(chunk)
-            except ComputeError as exc:
-                return _task_error(self.ctx, exc, frag_id, addrs), 0.0
+        rows = self.work.read(positions)
+        if rows.num_rows != len(positions):
+            raise RuntimeError(f"fragment {self.task.frag}: read {rows.num_rows} of {len(positions)} rows; "
+                               "the table changed under a pinned version")
+        address = pa.array(addrs, pa.uint64())
+        try:
+            outputs = self.work.compute(rows)
+        except ComputeError as exc:
+            return _task_error(self.ctx, exc, self.task.frag, address), 0.0
+        outputs[self.ctx.job.output_columns[-1]] = self.work.fingerprints(rows)
         seconds = time.perf_counter() - t0
-        self.store[batch_key(self.task.prefix, frag_id, start, end)] = pa.table({ROWADDR: addrs, **outputs})
+        key = batch_key(self.task.prefix, self.task.frag, int(positions[0]), int(positions[-1]) + 1)
+        self.store[key] = pa.table({ROWADDR: address, **outputs})
         return None, seconds
 
     def adapt(self, size: int, seconds: float) -> int:
@@ -68,48 +68,38 @@ class _Checkpointer:
 
 
 def apply_task(ctx: StageContext, task: Task) -> ApplyTaskResult:
-    """Computes one planned range, skipping what checkpoints already hold."""
+    """Computes the task's rows in checkpointed chunks, skipping rows a checkpoint already holds."""
     store = ctx.store()
-    todo = uncovered(task.start, task.end, covered_ranges(store, task.prefix, task.frag))
-    result = ApplyTaskResult(frag=task.frag, start=task.start, end=task.end,
-                             rows_skipped=task.rows - sum(e - s for s, e in todo))
-    if not todo:
+    ds = ctx.dataset()
+    frag = ds.get_fragment(task.frag)
+    positions = positions_of(task.ranges)
+    addrs = live_row_addresses(frag)[positions]
+    keys = [key for key in store.list_keys(f"{task.prefix}_frag-{task.frag}_range-")
+            if _overlaps(parse_batch_key(key), task)]
+    if keys:
+        keep = ~np.isin(addrs, checkpointed_addresses(store, keys))
+        positions, addrs = positions[keep], addrs[keep]
+    result = ApplyTaskResult(frag=task.frag, rows_skipped=task.rows - len(positions))
+    if not len(positions):
         return result
-    ckpt = _Checkpointer(ctx, store, input_for(ctx, ctx.dataset(), task.frag), task)
+    ckpt = _Checkpointer(ctx, store, input_for(ctx, ds, task.frag), task)
     size = ctx.settings.checkpoint_size
-    for start, end in todo:
-        pending: list[pa.RecordBatch] = []
-        pending_rows = 0
-        pos = start
-        for rb in ckpt.work.batches(start, end):
-            pending.append(rb)
-            pending_rows += rb.num_rows
-            while pending_rows >= size and pos + size <= end:
-                chunk, pending = _take_rows(pending, size)
-                pending_rows -= size
-                error, seconds = ckpt.save(pos, pos + size, chunk)
-                if error:
-                    return result.model_copy(update={"error": error})
-                result.rows_computed += size
-                result.checkpoints += 1
-                result.udf_seconds += seconds
-                pos += size
-                size = ckpt.adapt(size, seconds)
-        if pos == end:
-            continue
-        error, seconds = ckpt.save(pos, end, pa.Table.from_batches(pending) if pending else None)
+    start = 0
+    while start < len(positions):
+        end = min(start + size, len(positions))
+        error, seconds = ckpt.save(positions[start:end], addrs[start:end])
         if error:
             return result.model_copy(update={"error": error})
-        result.rows_computed += end - pos
+        result.rows_computed += end - start
         result.checkpoints += 1
         result.udf_seconds += seconds
+        start = end
+        size = ckpt.adapt(size, seconds)
     return result
 
 
-def _take_rows(batches: list[pa.RecordBatch], n: int) -> tuple[pa.Table, list[pa.RecordBatch]]:
-    table = pa.Table.from_batches(batches)
-    rest = table.slice(n)
-    return table.slice(0, n), rest.combine_chunks().to_batches() if rest.num_rows else []
+def _overlaps(key: BatchKey | None, task: Task) -> bool:
+    return key is not None and key.frag_id == task.frag and key.start < task.end and key.end > task.start
 
 
 def _task_error(ctx: StageContext, exc: ComputeError, frag_id: int, addrs: pa.Array) -> TaskError:
@@ -134,13 +124,14 @@ def _apply_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[Apply
 
 # ---------------------------------------------------------------------- driver side
 def remaining_tasks(plan: Plan, store: CheckpointStore) -> list[Task]:
-    """The plan's tasks minus those whose ranges checkpoints now cover (a retried apply)."""
+    """The plan's tasks minus those a checkpoint covers whole (a retried apply skips them without a launch)."""
     covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for key in store.list_keys(plan.job_prefix):
         bk = parse_batch_key(key)
         if bk is not None:
             covered.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end))
-    return [t for t in plan.tasks if uncovered(t.start, t.end, covered.get((t.prefix, t.frag), []))]
+    return [t for t in plan.tasks
+            if any(uncovered(s, e, covered.get((t.prefix, t.frag), [])) for s, e in t.ranges)]
 
 
 def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> ApplyResult:

@@ -15,7 +15,7 @@ from typing import Any
 
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.filters import lance_reason
-from geneva_provider.core.fragments import column_file, leaf_field_ids
+from geneva_provider.core.fragments import leaf_field_ids, output_files
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,13 @@ def is_retryable_conflict(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and str(exc).startswith("Retryable commit conflict")
 
 
+def is_vanished_fragment(exc: BaseException) -> bool:
+    """True when a fragment being replaced was deleted or compacted away after the read version."""
+    text = str(exc)
+    return isinstance(exc, OSError) and ("Fragment being replaced not found" in text
+                                         or ("DataReplacement target fragment" in text and "was removed" in text))
+
+
 def commit_column_files(
     table_uri: str,
     columns: list[str],
@@ -57,9 +64,10 @@ def commit_column_files(
 ) -> CommitOutcome:
     """Commits ``{fragment id: DataFile}`` holding ``columns`` as one DataReplacement.
 
-    ``base_files`` (filtered backfills) names the column file each staged file was merged
-    from; a fragment whose column file changed since then is not overwritten but reported
-    in ``changed``, because committing it would erase the other writer's values.
+    ``base_files`` names the output files each staged file was merged from; a fragment whose
+    output files changed since then is not overwritten but reported in ``changed``, because
+    committing it would erase the other writer's values.  Fragments deleted or compacted away
+    since the read version are dropped from the commit and reported in ``vanished``.
     """
     import lance
 
@@ -78,7 +86,7 @@ def commit_column_files(
             outcome.committed.extend(sorted(pending))
             return outcome
         except Exception as exc:
-            if not is_retryable_conflict(exc):
+            if not is_retryable_conflict(exc) and not is_vanished_fragment(exc):
                 raise CommitError(f"commit of column(s) '{column}' to {table_uri} failed: "
                                   f"{lance_reason(exc)}") from exc
             if attempt == max_retries:
@@ -95,7 +103,7 @@ def commit_column_files(
                 if fid not in live:
                     outcome.vanished.append(fid)
                     del pending[fid]
-                elif base_files is not None and column_file(live[fid], output_field_ids) != base_files.get(fid):
+                elif base_files is not None and output_files(live[fid], output_field_ids) != base_files.get(fid):
                     outcome.changed.append(fid)
                     del pending[fid]
             version = latest.version

@@ -1,24 +1,25 @@
-"""Job inputs, by kind: what an apply task reads and computes for one fragment range.
+"""Job inputs, by kind: what an apply task reads and computes for some live rows of one fragment.
 
 A backfill *scans* the table's own rows (``ScanInput``); a view refresh *copies* the source rows
-a view fragment names (``CopyInput``).  The apply stage finds the input of a job through the
-registry here (:func:`input_for`), so a new job kind registers itself instead of being imported
-by the stage.
+a view fragment names (``CopyInput``).  Each also fingerprints the inputs it computed from, which
+is what later tells a valid value from a stale one.  The apply stage finds the input of a job
+through the registry here (:func:`input_for`), so a new job kind registers itself instead of
+being imported by the stage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.fingerprints import row_fingerprints
 from geneva_provider.core.udf import UDF, UDFCallError, load_udf, udf_column_info
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID
 from geneva_provider.pipeline.context import StageContext
-
-READ_BATCH_ROWS = 8192
 
 # A Python worker serves many tasks: unpickle each UDF (and build a stateful one) once per
 # process.  The key names the column incarnation, so a dropped and re-created table or column
@@ -37,6 +38,14 @@ def udf_for(ds: Any, column: str) -> UDF:
     return _UDFS[key]
 
 
+def read_positions(frag: Any, positions: np.ndarray, columns: list[str]) -> pa.Table:
+    """The live rows at ``positions`` (ascending) of a fragment: one range read, or a take."""
+    first, n = int(positions[0]), len(positions)
+    if int(positions[-1]) - first + 1 == n:
+        return frag.to_table(columns=columns, offset=first, limit=n)
+    return frag.take(positions.tolist(), columns=columns)
+
+
 class ComputeError(Exception):
     """A UDF failed on a chunk: carries the column and UDF it was computing."""
 
@@ -46,13 +55,13 @@ class ComputeError(Exception):
 
 
 class JobInput(Protocol):
-    """Reads a fragment's rows for a range and computes the job's output columns from them."""
+    """Reads some live rows of a fragment and computes the job's outputs and input fingerprints from them."""
 
-    def batches(self, start: int, end: int) -> Iterator[pa.RecordBatch]: ...
+    def read(self, positions: np.ndarray) -> pa.Table: ...
 
-    def compute(self, chunk: pa.Table) -> dict[str, pa.Array]: ...
+    def compute(self, rows: pa.Table) -> dict[str, pa.Array]: ...
 
-    def empty(self) -> dict[str, pa.Array]: ...
+    def fingerprints(self, rows: pa.Table) -> pa.Array: ...
 
 
 InputFactory = Callable[[StageContext, Any, int], JobInput]
@@ -79,26 +88,27 @@ def input_for(ctx: StageContext, ds: Any, frag_id: int) -> JobInput:
 
 @register_input("backfill")
 class ScanInput:
-    """Backfill input: the fragment's rows that match ``where``, one UDF column out."""
+    """Backfill input: the fragment's own rows, one UDF column out."""
 
     def __init__(self, ctx: StageContext, ds: Any, frag_id: int) -> None:
         self.job = ctx.job
         self.column = ctx.job.output_columns[0]
         self.frag = ds.get_fragment(frag_id)
         self.fn = udf_for(ds, self.column)
+        self.seed = self.job.udf.version if self.job.udf else ""
 
-    def batches(self, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        return self.frag.to_batches(columns=self.job.input_columns, filter=self.job.where, offset=start,
-                                    limit=end - start, with_row_address=True, batch_size=READ_BATCH_ROWS)
+    def read(self, positions: np.ndarray) -> pa.Table:
+        rows = read_positions(self.frag, positions, self.job.input_columns)
+        return rows if rows.num_columns else pa.table({"__rows": pa.nulls(len(positions))})
 
-    def compute(self, chunk: pa.Table) -> dict[str, pa.Array]:
+    def compute(self, rows: pa.Table) -> dict[str, pa.Array]:
         try:
-            return {self.column: self.fn.evaluate(chunk, self.job.input_columns)}
+            return {self.column: self.fn.evaluate(rows, self.job.input_columns)}
         except UDFCallError as exc:
             raise ComputeError(self.column, self.fn.name, exc) from exc
 
-    def empty(self) -> dict[str, pa.Array]:
-        return {self.column: pa.array([], self.fn.data_type)}
+    def fingerprints(self, rows: pa.Table) -> pa.Array:
+        return row_fingerprints([rows.column(c) for c in self.job.input_columns], self.seed, rows.num_rows)
 
 
 @register_input("refresh")
@@ -115,15 +125,18 @@ class CopyInput:
         self.src = lance.dataset(self.source.uri, version=self.source.version, storage_options=ctx.storage_options)
         self.udfs = {c: udf_for(ds, c) for c in self.source.udf_columns}
         self.inputs = {c: udf_column_info(ds.schema.field(c).metadata).input_columns for c in self.source.udf_columns}
-        self.types = {c: ds.schema.field(c).type for c in ctx.job.output_columns}
+        self.types = {name: ds.schema.field(name).type for name in self.source.copied}
+        self.seed = ctx.job.column_uid
 
-    def batches(self, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        return self.frag.to_batches(columns=[SOURCE_ROW_ID], offset=start, limit=end - start,
-                                    with_row_address=True, batch_size=READ_BATCH_ROWS)
+    def read(self, positions: np.ndarray) -> pa.Table:
+        ids = read_positions(self.frag, positions, [SOURCE_ROW_ID]).column(SOURCE_ROW_ID)
+        rows = self.src._take_rows(ids.combine_chunks().cast(pa.uint64()), columns=self.source.read_columns)
+        if rows.num_rows != len(ids):
+            raise RuntimeError(f"view '{self.frag}' names {len(ids)} source rows but only {rows.num_rows} exist at "
+                               f"source version {self.source.version}")
+        return rows
 
-    def compute(self, chunk: pa.Table) -> dict[str, pa.Array]:
-        ids = chunk.column(SOURCE_ROW_ID).combine_chunks().cast(pa.uint64())
-        rows = self.src._take_rows(ids, columns=self.source.read_columns, ignore_deletions=True)
+    def compute(self, rows: pa.Table) -> dict[str, pa.Array]:
         out = {name: rows.column(col).combine_chunks().cast(self.types[name])
                for name, col in self.source.copied.items()}
         for name, fn in self.udfs.items():
@@ -131,8 +144,8 @@ class CopyInput:
                 out[name] = fn.evaluate(rows, self.inputs[name])
             except UDFCallError as exc:
                 raise ComputeError(name, fn.name, exc) from exc
-        out[IS_SET] = pa.array([True] * chunk.num_rows, pa.bool_())
+        out[IS_SET] = pa.array(np.ones(rows.num_rows, bool))
         return out
 
-    def empty(self) -> dict[str, pa.Array]:
-        return {c: pa.array([], t) for c, t in self.types.items()}
+    def fingerprints(self, rows: pa.Table) -> pa.Array:
+        return row_fingerprints([rows.column(c) for c in self.source.read_columns], self.seed, rows.num_rows)

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from geneva_provider.core.catalog import TableResolver
 from geneva_provider.core.checkpoint import CheckpointStore
-from geneva_provider.core.models import BackfillResult, PlanSummary
+from geneva_provider.core.models import BackfillResult, CompactionResult, PlanSummary
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.apply import run_apply
+from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
 from geneva_provider.pipeline.plan_backfill import plan_backfill
 from geneva_provider.pipeline.plan_refresh import plan_refresh
 from geneva_provider.pipeline.runner import default_parallelism, local_session
@@ -40,6 +42,35 @@ def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: T
         view, options, resolve=resolve, store=store, parallelism=parallelism), spark)
 
 
+def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Any = None,
+            store: CheckpointStore | None = None, exclude_live_jobs: bool = True) -> CompactionResult:
+    """Compacts ``table`` with its rewrite tasks on Spark (no session is started when there is nothing to do)."""
+    summary = plan_compaction(table, options, store=store, exclude_live_jobs=exclude_live_jobs)
+    if summary.nothing_to_do:
+        log.info("compaction of table '%s': nothing to compact", table.name)
+        return CompactionResult(job_id=summary.job_id, version=summary.read_version, fragments_removed=0,
+                                fragments_added=0, files_removed=0, files_added=0)
+    with _session(spark, f"geneva-compact-{table.name}") as session:
+        return run_compaction(summary.plan_uri, session, table.storage_options)
+
+
+@contextmanager
+def _session(spark: Any, app_name: str) -> Iterator[Any]:
+    """``spark``, else the active session, else a local session made for the job and stopped after it."""
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()  # a notebook's session is used, never stopped
+    if spark is not None:
+        yield spark
+        return
+    spark = local_session(app_name=app_name)
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
 def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSummary], spark: Any) -> BackfillResult:
     """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work)."""
     seconds: dict[str, float] = {}
@@ -55,25 +86,15 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         return BackfillResult(job_id=summary.job_id, column=column, rows_computed=0, rows_reused=summary.rows_reused,
                               fragments_committed=0, fragments_reused=0, version=table.dataset().version,
                               seconds=_rounded(seconds))
-    if spark is None:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.getActiveSession()  # a notebook's session is used, never stopped
-    owns_session = spark is None
-    if owns_session:
-        t = time.perf_counter()
-        spark = local_session(app_name=f"geneva-{table.name}-{column}")
+    t = time.perf_counter()
+    with _session(spark, f"geneva-{table.name}-{column}") as session:
         seconds["session"] = time.perf_counter() - t
-    try:
         t = time.perf_counter()
-        applied = run_apply(summary.plan_uri, spark, so)
+        applied = run_apply(summary.plan_uri, session, so)
         seconds["apply"] = time.perf_counter() - t
         t = time.perf_counter()
-        written = run_write_commit(summary.plan_uri, spark, so)
+        written = run_write_commit(summary.plan_uri, session, so)
         seconds["write_commit"] = time.perf_counter() - t
-    finally:
-        if owns_session:
-            spark.stop()
     t = time.perf_counter()
     verify(summary.plan_uri, so)
     seconds["verify"] = time.perf_counter() - t

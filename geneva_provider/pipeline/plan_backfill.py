@@ -1,7 +1,9 @@
 """Plan stage of a backfill: which rows of which fragments still need the column's UDF.
 
-Validates everything that can be known without Spark (column, UDF, inputs, filter, options)
-so that bad input fails here, before any JVM starts, and changes nothing.
+A row needs its value when its stored fingerprint is missing or differs from the fingerprint of
+its current inputs (seeded with the UDF version) and the job's ``where`` selects it.  Everything
+that can be known without Spark (column, UDF, inputs, filter, options) is validated here, so bad
+input fails before any JVM starts and changes nothing.
 """
 
 from __future__ import annotations
@@ -9,15 +11,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+
 from geneva_provider.core.checkpoint import CheckpointStore, job_prefix
-from geneva_provider.core.errors import ColumnError
-from geneva_provider.core.filters import check_where, referenced_columns
-from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids
+from geneva_provider.core.errors import ColumnError, InvalidArgumentError
+from geneva_provider.core.filters import check_where
+from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
+from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids, live_row_addresses
 from geneva_provider.core.models import JobSpec, PlanSummary, UdfRef
 from geneva_provider.core.options import BackfillOptions
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udf import UdfColumnInfo, udf_column_info
-from geneva_provider.pipeline.planning import plan_fragments, store_plan
+from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
 
 
 def plan_backfill(
@@ -44,20 +49,58 @@ def plan_backfill(
                           f"at version {ds.version}")
     where = options.where or None
     check_where(ds, where, f"table '{table.name}'")
+    ds = _with_fingerprints(table, ds, column, options.read_version)  # the last check, and the only change
 
-    out_leaves = leaf_field_ids(ds.lance_schema.field(column))
-    filter_cols = [c for c in referenced_columns(where, names) if c != column]
-    read_ids = sorted({i for c in dict.fromkeys(inputs + filter_cols) for i in column_field_ids(ds, c)})
-    prefix = job_prefix(info.name, info.version, column, where, table.uri)
-    fragments, ranges = plan_fragments(
-        ds, store, prefix, {f.fragment_id: files_holding(f.metadata, read_ids) for f in ds.get_fragments()},
-        out_leaves, info.column_uid, where)
+    fp = fingerprint_column(column)
+    out_leaves = leaf_field_ids(ds.lance_schema.field(column)) + leaf_field_ids(ds.lance_schema.field(fp))
+    # Computed values are shared by every filter: the job prefix does not name the filter.
+    prefix = job_prefix(info.name, info.version, column, None, table.uri)
+    examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
+    fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, info.column_uid, where)
     job = JobSpec(
-        kind="backfill", table=table.name, table_uri=table.uri, column=column, output_columns=[column],
+        kind="backfill", table=table.name, table_uri=table.uri, column=column, output_columns=[column, fp],
         input_columns=inputs, where=where, read_version=ds.version, output_field_ids=out_leaves,
         column_uid=info.column_uid, data_storage_version=str(ds.data_storage_version), job_prefix=prefix,
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind))
-    return store_plan(job, fragments, ranges, options, store, parallelism, f"table '{table.name}' column '{column}'")
+    return store_plan(job, fragments, work, options, store, parallelism, f"table '{table.name}' column '{column}'")
+
+
+class BackfillExaminer:
+    """Judges a fragment of a backfill: fingerprints of the inputs against the stored ones."""
+
+    def __init__(self, ds: Any, inputs: list[str], where: str | None, udf_version: str, fp: str) -> None:
+        self.inputs, self.where, self.seed, self.fp = inputs, where, udf_version, fp
+        self.read_ids = sorted({i for c in inputs for i in column_field_ids(ds, c)})
+        self.fp_ids = leaf_field_ids(ds.lance_schema.field(fp))
+        self.stable = bool(ds.has_stable_row_ids)
+
+    def src_files(self, frag: Any) -> list[str]:
+        return files_holding(frag.metadata, self.read_ids)
+
+    def examine(self, frag: Any) -> Exam:
+        if not files_holding(frag.metadata, self.fp_ids):  # never computed here: every row lacks its value
+            live = frag.count_rows()
+            needed = self.selected(frag) if self.where else np.ones(live, bool)
+            return Exam(needed=needed, invalid=live)
+        t = frag.to_table(columns=[*self.inputs, self.fp])
+        current = row_fingerprints([t.column(c) for c in self.inputs], self.seed, t.num_rows)
+        stored = t.column(self.fp).combine_chunks()
+        valid = stored.is_valid().to_numpy(zero_copy_only=False) & np.equal(
+            stored.fill_null(0).to_numpy(zero_copy_only=False), current.to_numpy())
+        invalid = ~valid
+        needed = invalid & self.selected(frag) if self.where else invalid
+        return Exam(needed=needed, invalid=int(invalid.sum()))
+
+    def selected(self, frag: Any) -> np.ndarray:
+        """The ``where`` as a mask over the fragment's live rows."""
+        chosen = frag.to_table(columns=[], filter=self.where, with_row_address=True).column("_rowaddr").to_numpy()
+        return np.isin(live_row_addresses(frag), chosen)
+
+    def row_ids(self, frag: Any) -> tuple[int, int] | None:
+        if not self.stable:
+            return None
+        ids = frag.to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()
+        return (int(ids.min()), int(ids.max())) if len(ids) else None
 
 
 def udf_of(ds: Any, table: str, column: str) -> UdfColumnInfo:
@@ -68,3 +111,15 @@ def udf_of(ds: Any, table: str, column: str) -> UdfColumnInfo:
     if info is None:
         raise ColumnError(f"column '{column}' of table '{table}' is not a UDF column; declare it with add_columns")
     return info
+
+
+def _with_fingerprints(table: TableRef, ds: Any, column: str, read_version: int | None) -> Any:
+    """The dataset with ``column``'s fingerprint column (declared by add_columns; added here for older tables)."""
+    if fingerprint_column(column) in ds.schema.names:
+        return ds
+    if read_version is not None:
+        raise InvalidArgumentError(
+            f"column '{column}' of table '{table.name}' has no fingerprint column at version {read_version} (it was "
+            "declared by an older version of airflow-provider-geneva): backfill it once without read_version")
+    ds.add_columns(fingerprint_field(column))
+    return table.dataset()

@@ -1,10 +1,16 @@
-"""Plan stage of a view refresh: bring the placeholders up to the source version, then plan the view.
+"""Plan stage of a view refresh: bring the view's rows up to the source version, then plan the values.
 
-Source rows appended since the last refresh that match the filter are appended as new placeholder
-fragments first, so an incremental refresh computes only them.  A view fragment is recomputed only
-when the source files it reads change: each view fragment is mapped to the source fragments that
-hold its ``__source_row_id``s (one scan of the source's ``_rowid``/``_rowaddr``, no data columns),
-so appending to the source, or backfilling a source column the view does not read, costs nothing.
+Membership first.  Source rows appended since the last refresh that match the filter become new
+placeholder rows (shuffled among themselves with the view's seed); after any other source change
+(deletes, updates, merges, a refresh to an older version) the view's rows are synchronised with
+the rows the query selects at that version: rows whose source row is gone or no longer matches
+are deleted from the view, rows that now match are added.
+
+Values second, row by row: a view row is valid while its stored fingerprint equals the fingerprint
+of its source row's read columns, so an update recomputes exactly the rows it changed and a
+compaction of the source or of the view recomputes nothing.  A view fragment whose files and
+source files are those of a fragment already known valid is not read at all; the others are
+examined by taking their source rows (no UDF).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import pyarrow as pa
 from geneva_provider.core.catalog import Catalog, TableResolver
 from geneva_provider.core.checkpoint import CheckpointStore, job_prefix
 from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.core.fragments import column_field_ids, deletion_marker, files_holding, leaf_field_ids
+from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
+from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids
 from geneva_provider.core.models import JobSpec, PlanSummary, SourceSpec
 from geneva_provider.core.options import RefreshOptions
 from geneva_provider.core.refs import TableRef
@@ -34,10 +41,13 @@ from geneva_provider.core.view_meta import (
     ViewInfo,
     view_info,
 )
-from geneva_provider.pipeline.planning import plan_fragments, store_plan
+from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
 from geneva_provider.pipeline.view_create import matching_row_ids, shuffled
 
 log = logging.getLogger(__name__)
+
+FP = fingerprint_column(None)
+_DELETE_BATCH = 10_000
 
 
 def plan_refresh(
@@ -48,103 +58,156 @@ def plan_refresh(
     store: CheckpointStore | None = None,
     parallelism: int | None = None,
 ) -> PlanSummary:
-    """Plans a refresh: appends placeholders for new source rows, then plans the view's fragments.
+    """Plans a refresh: synchronises the view's rows with the source, then plans the stale values.
 
     ``resolve`` finds the source table from the view's metadata (default: a directory database
-    at the recorded URI).  View fragments whose fragment checkpoint still matches the source
-    files they read are reused or left alone; everything else is computed by copy tasks.
+    at the recorded URI).  Fails before changing anything when the source version cannot be had.
     """
     options = options or RefreshOptions()
     options.validate(f"refresh of view '{view.name}'")
     store = store or view.checkpoint_store()
-    info = view_info(view.dataset().schema.metadata, view.name)
+    ds = view.dataset()
+    info = view_info(ds.schema.metadata, view.name)
     resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))
     source = resolve(info.base_table_db_uri, info.base_table)
-    src = source.dataset(options.src_version)
+    src = _source_at(source, options.src_version, view.name)
     if not info.stable and src.version != info.base_table_version:
         raise InvalidArgumentError(
             f"view '{view.name}' stores source row addresses (format 1), valid only at source version "
             f"{info.base_table_version}, not {src.version}: recreate the source table '{info.base_table}' "
             "with stable row ids (stable_row_ids=True) and the view on it to refresh to other versions")
-    appended = append_new_source_rows(view, src, info, options.max_rows_per_fragment)
+    if FP not in ds.schema.names:  # a view made by an older version of the package
+        ds.add_columns(fingerprint_field(None))
+    added, removed = sync_rows(view, src, info, options.max_rows_per_fragment)
 
     ds = view.dataset()
     q = info.query
     udf_cols = list(q.udf_columns)
-    output_columns = [*q.columns, *udf_cols, IS_SET]
+    output_columns = [*q.columns, *udf_cols, IS_SET, FP]
     src_read = q.source_columns()
-    read_ids = sorted({i for c in src_read for i in column_field_ids(src, c)})
     query_version = hashlib.md5(json.dumps(
         [q.model_dump(mode="json"), [udf_column_info(ds.schema.field(c).metadata).version for c in udf_cols]],
         sort_keys=True).encode()).hexdigest()[:16]
     out_leaves = [i for c in output_columns for i in leaf_field_ids(ds.lance_schema.field(c))]
-    src_files = source_files_by_view_fragment(ds, src, read_ids, stable=info.stable)
-    prefix = job_prefix("view", query_version, view.name, None, view.uri)
     uids = [udf_column_info(ds.schema.field(c).metadata).column_uid for c in udf_cols]
     column_uid = ":".join([query_version, *uids])
-    fragments, ranges = plan_fragments(ds, store, prefix, src_files, out_leaves, column_uid, None)
+    prefix = job_prefix("view", query_version, view.name, None, view.uri)
+    examiner = RefreshExaminer(ds, src, src_read, column_uid, info.stable)
+    fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, column_uid, None)
     job = JobSpec(
         kind="refresh", table=view.name, table_uri=view.uri, output_columns=output_columns, read_version=ds.version,
         output_field_ids=out_leaves, column_uid=column_uid, data_storage_version=str(ds.data_storage_version),
-        job_prefix=prefix, rows_appended=appended,
+        job_prefix=prefix, rows_appended=added,
         source=SourceSpec(uri=source.uri, version=src.version, copied=q.columns, udf_columns=udf_cols,
                           read_columns=src_read))
-    return store_plan(job, fragments, ranges, options, store, parallelism or os.cpu_count() or 1,
-                      f"view '{view.name}' from source version {src.version} ({appended} rows appended)")
+    return store_plan(job, fragments, work, options, store, parallelism or os.cpu_count() or 1,
+                      f"view '{view.name}' from source version {src.version} ({added} rows added, "
+                      f"{removed} removed)")
 
 
-def append_new_source_rows(view: TableRef, src: Any, info: ViewInfo, max_rows_per_fragment: int | None) -> int:
-    """Appends placeholders for source rows added since the last refresh; returns how many."""
-    import lance
+def _source_at(source: TableRef, version: int | None, view: str) -> Any:
+    try:
+        return source.dataset(version)
+    except (ValueError, OSError) as exc:
+        if version is None:
+            raise
+        raise InvalidArgumentError(f"refresh of view '{view}': source table '{source.name}' has no version "
+                                   f"{version} (it may have been cleaned up)") from exc
 
-    q = info.query
+
+def sync_rows(view: TableRef, src: Any, info: ViewInfo, max_rows_per_fragment: int | None) -> tuple[int, int]:
+    """Brings the view's rows to the ones the query selects at ``src``'s version; returns (added, removed)."""
     if not info.stable or src.version == info.base_table_version:
-        return 0
-    cond = f"_rowid >= {info.next_row_id}"
-    where = f"({q.where}) AND {cond}" if q.where else cond
-    ids, next_id = matching_row_ids(src, where, True)
+        return 0, 0
+    q = info.query
     ds = view.dataset()
-    if len(ids):
-        # A plan that crashed after appending but before recording next_row_id must not append twice.
-        present = ds.to_table(columns=[SOURCE_ROW_ID], filter=f"{SOURCE_ROW_ID} >= {int(ids.min())}")
-        ids = ids[~np.isin(ids, present.column(SOURCE_ROW_ID).to_numpy())]
-    ids = shuffled(ids, q.shuffle, q.seed)
+    if _only_appends(src, info.base_table_version):
+        cond = f"_rowid >= {info.next_row_id}"
+        new, next_id = matching_row_ids(src, f"({q.where}) AND {cond}" if q.where else cond, True)
+        removed = 0
+    else:
+        wanted, next_id = matching_row_ids(src, q.where, True)
+        have = ds.to_table(columns=[SOURCE_ROW_ID]).column(SOURCE_ROW_ID).to_numpy()
+        gone = have[~np.isin(have, wanted)]
+        for start in range(0, len(gone), _DELETE_BATCH):
+            ids = ",".join(str(int(i)) for i in gone[start:start + _DELETE_BATCH])
+            ds.delete(f"{SOURCE_ROW_ID} IN ({ids})")
+        removed = len(gone)
+        new = wanted[~np.isin(wanted, have)]
+        ds = view.dataset()
+    if len(new):
+        # A plan that crashed after appending but before recording the source version must not append twice.
+        present = ds.to_table(columns=[SOURCE_ROW_ID], filter=f"{SOURCE_ROW_ID} >= {int(new.min())}")
+        new = new[~np.isin(new, present.column(SOURCE_ROW_ID).to_numpy())]
+    new = shuffled(new, q.shuffle, q.seed)
     if q.limit is not None:
-        ids = ids[:max(q.limit - ds.count_rows(), 0)]
-    if len(ids):
-        table = pa.table({SOURCE_ROW_ID: pa.array(ids, pa.int64())})
+        new = new[:max(q.limit - ds.count_rows(), 0)]
+    if len(new):
+        import lance
+
         kwargs = {"max_rows_per_file": max_rows_per_fragment} if max_rows_per_fragment else {}
-        ds = lance.write_dataset(table, view.uri, mode="append", storage_options=view.storage_options, **kwargs)
+        ds = lance.write_dataset(pa.table({SOURCE_ROW_ID: pa.array(new, pa.int64())}), view.uri, mode="append",
+                                 storage_options=view.storage_options, **kwargs)
     ds.update_schema_metadata({META_BASE_VERSION: str(src.version), META_SCANNED_ROW_ID: str(next_id)})
-    return len(ids)
+    if removed:
+        log.info("view '%s': %d rows removed (their source rows were deleted or no longer match)", view.name, removed)
+    return len(new), removed
 
 
-def source_files_by_view_fragment(view_ds: Any, src: Any, read_field_ids: list[int], stable: bool
-                                  ) -> dict[int, list[str]]:
-    """For each view fragment, the source data files holding its rows' fields (what it depends on).
+def _only_appends(src: Any, since: int) -> bool:
+    """True when the source changed since version ``since`` by appends alone."""
+    if src.version < since:
+        return False
+    try:
+        transactions = src.delta(compared_against=since).list_transactions()
+    except (ValueError, OSError):  # an old version cleaned up: synchronise everything
+        return False
+    return all(type(t.operation).__name__ == "Append" for t in transactions if t is not None)
 
-    One scan of the source's ``_rowid``/``_rowaddr`` (no data columns) maps row ids to source
-    fragments; a view fragment is then valid as long as those fragments' files are unchanged, so
-    appending to the source never invalidates the rows already refreshed.
-    """
-    meta = {f.fragment_id: f for f in src.get_fragments()}
-    if stable:
-        m = src.to_table(columns=[], with_row_id=True, with_row_address=True)
-        order = np.argsort(m.column("_rowid").to_numpy())
-        sorted_ids = m.column("_rowid").to_numpy()[order]
-        frag_of_sorted = (m.column("_rowaddr").to_numpy()[order] >> 32).astype(np.int64)
-    out = {}
-    for frag in view_ds.get_fragments():
-        ids = frag.to_table(columns=[SOURCE_ROW_ID]).column(SOURCE_ROW_ID).to_numpy().astype(np.uint64)
-        if stable:
-            pos = np.clip(np.searchsorted(sorted_ids, ids), 0, max(len(sorted_ids) - 1, 0))
-            frags = set(frag_of_sorted[pos].tolist()) if len(sorted_ids) else set()
-        else:
+
+class RefreshExaminer:
+    """Judges a view fragment: fingerprints of its source rows' read columns against the stored ones."""
+
+    def __init__(self, view_ds: Any, src: Any, read_columns: list[str], seed: str, stable: bool) -> None:
+        self.src, self.read_columns, self.seed, self.stable = src, read_columns, seed, stable
+        self.read_ids = sorted({i for c in read_columns for i in column_field_ids(src, c)})
+        self.fp_ids = leaf_field_ids(view_ds.lance_schema.field(FP))
+        self.src_meta = {f.fragment_id: f.metadata for f in src.get_fragments()}
+        if stable:  # one scan of the source's row ids and addresses: which source fragment holds each row
+            m = src.to_table(columns=[], with_row_id=True, with_row_address=True)
+            order = np.argsort(m.column("_rowid").to_numpy())
+            self.sorted_ids = m.column("_rowid").to_numpy()[order]
+            self.frag_of = (m.column("_rowaddr").to_numpy()[order] >> 32).astype(np.int64)
+
+    def _ids(self, frag: Any) -> np.ndarray:
+        return frag.to_table(columns=[SOURCE_ROW_ID]).column(SOURCE_ROW_ID).to_numpy().astype(np.uint64)
+
+    def src_files(self, frag: Any) -> list[str]:
+        """The source files holding the read columns of the view fragment's rows."""
+        ids = self._ids(frag)
+        if not self.stable:
             frags = set((ids >> np.uint64(32)).astype(np.int64).tolist())
-        files = []
-        for fid in sorted(frags):
-            if fid in meta:
-                files += files_holding(meta[fid].metadata, read_field_ids)
-                files.append(f"deletions:{fid}:{deletion_marker(meta[fid])}")
-        out[frag.fragment_id] = files
-    return out
+        elif len(self.sorted_ids):
+            pos = np.clip(np.searchsorted(self.sorted_ids, ids), 0, len(self.sorted_ids) - 1)
+            frags = set(self.frag_of[pos].tolist())
+        else:
+            frags = set()
+        return sorted({f for fid in frags if fid in self.src_meta for f in files_holding(self.src_meta[fid],
+                                                                                          self.read_ids)})
+
+    def examine(self, frag: Any) -> Exam:
+        live = frag.count_rows()
+        if not files_holding(frag.metadata, self.fp_ids):
+            return Exam(needed=np.ones(live, bool), invalid=live)
+        t = frag.to_table(columns=[SOURCE_ROW_ID, FP])
+        rows = self.src._take_rows(t.column(SOURCE_ROW_ID).combine_chunks().cast(pa.uint64()),
+                                   columns=self.read_columns)
+        current = row_fingerprints([rows.column(c) for c in self.read_columns], self.seed, rows.num_rows)
+        stored = t.column(FP).combine_chunks()
+        valid = stored.is_valid().to_numpy(zero_copy_only=False) & np.equal(
+            stored.fill_null(0).to_numpy(zero_copy_only=False), current.to_numpy())
+        return Exam(needed=~valid, invalid=int((~valid).sum()))
+
+    def row_ids(self, frag: Any) -> tuple[int, int] | None:
+        ids = frag.to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()
+        return (int(ids.min()), int(ids.max())) if len(ids) else None

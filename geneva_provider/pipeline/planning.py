@@ -1,20 +1,29 @@
 """Planning shared by backfills and view refreshes: decide each fragment, cut tasks, store the plan.
 
-The plan is the only thing later stages share besides checkpoints: it pins the read version,
-the output field ids, and for every fragment whether it is computed (and which ``[start, end)``
-ranges), reused from a fragment checkpoint, or already committed.  It is stored as a
-:class:`~geneva_provider.core.models.Plan` in the checkpoint store; XCom carries only its
-:class:`~geneva_provider.core.models.PlanSummary`.
+A value is valid while its stored fingerprint equals the fingerprint of the row's current inputs
+(:mod:`geneva_provider.core.fingerprints`), so the planner decides row by row, wherever rows now
+live -- after appends, deletes, updates, merges and compactions alike.  To keep a plan proportional
+to what changed, a fragment whose files are those of a fragment already known valid (the job's
+:class:`~geneva_provider.core.models.Ledger`) is not read at all; the others are examined by the
+job's :class:`Examiner`, which reads inputs and fingerprints but runs no UDF.
+
+The plan is stored as a :class:`~geneva_provider.core.models.Plan` in the checkpoint store; XCom
+carries only its :class:`~geneva_provider.core.models.PlanSummary`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
 
 from geneva_provider.core.checkpoint import (
+    ROWADDR,
     CheckpointStore,
     batch_prefix,
     fragment_key,
@@ -24,111 +33,192 @@ from geneva_provider.core.checkpoint import (
     split_key_uri,
 )
 from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.core.fragments import column_file, deletion_marker
+from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
 from geneva_provider.core.models import (
     Action,
+    CompactionPlan,
     FragmentCheckpoint,
     FragmentPlan,
     JobSpec,
+    Ledger,
     Plan,
     PlanSettings,
     PlanSummary,
     Task,
+    plan_from_json,
 )
 from geneva_provider.core.options import JobOptions
-from geneva_provider.core.ranges import guided_split, missing_ranges, split_range
+from geneva_provider.core.ranges import count_of, guided_split, runs_of, slice_runs, split_range
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Exam:
+    """Which live rows of a fragment need a value (in scan order), and how many hold none valid at all."""
+
+    needed: np.ndarray  # bool per live row: selected by the job and without a valid value
+    invalid: int        # live rows without a valid value, selected or not
+
+
+class Examiner(Protocol):
+    """How a kind of job judges a fragment."""
+
+    def src_files(self, frag: Any) -> list[str]:
+        """The files the fragment's values are computed from (what batch checkpoints are keyed by)."""
+
+    def examine(self, frag: Any) -> Exam:
+        """Reads inputs and fingerprints (no UDF) and says which rows need a value."""
+
+    def row_ids(self, frag: Any) -> tuple[int, int] | None:
+        """The fragment's min and max stable row id, or None."""
+
+
+def validity_signature(src_files: list[str], fragment_meta: Any, out_leaves: list[int]) -> list[str]:
+    """Every file that decides a fragment's validity: what its values are computed from, and the values."""
+    return sorted(set(src_files) | set(files_holding(fragment_meta, out_leaves)))
+
+
+def ledger_key(job: str) -> str:
+    return f"ledger-{hashlib.md5(job.encode()).hexdigest()}"
+
+
+def load_ledger(store: CheckpointStore, job: str) -> Ledger:
+    key = ledger_key(job)
+    if key not in store:
+        return Ledger()
+    try:
+        return store.get_model(key, Ledger)
+    except (ValueError, KeyError, OSError):  # a cache: an unreadable one is simply rebuilt
+        return Ledger()
+
+
+def record_valid(store: CheckpointStore, job: str, signatures: dict[int, list[str]]) -> None:
+    """Adds fragments known fully valid to the job's ledger (read, merged, written back)."""
+    if not signatures:
+        return
+    ledger = load_ledger(store, job)
+    ledger.fragments.update(signatures)
+    store.put_model(ledger_key(job), ledger)
 
 
 def plan_fragments(
     ds: Any,
     store: CheckpointStore,
     job: str,
-    src_files_by_frag: dict[int, list[str]],
+    examiner: Examiner,
     out_leaves: list[int],
     column_uid: str,
     where: str | None,
-) -> tuple[list[FragmentPlan], list[tuple[int, int, int]]]:
-    """Decides each fragment: done, reused, empty, or the ranges ``(fragment, start, end)`` still to compute.
+) -> tuple[list[FragmentPlan], list[tuple[int, list[tuple[int, int]]]]]:
+    """Decides each fragment, and the runs of live-row positions still to compute per fragment.
 
-    ``src_files_by_frag`` names the files each fragment's result depends on; a fragment
-    checkpoint is reused only while they (and the output field ids) are unchanged.
+    Rows whose value a batch checkpoint of the same inputs already holds are not planned again,
+    whatever filter the job that computed them had.
     """
-    existing_batches: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    ledger = load_ledger(store, job)
+    keys_by_frag: dict[tuple[str, int], list[str]] = {}
     for key in store.list_keys(job):
         bk = parse_batch_key(key)
         if bk is not None:
-            existing_batches.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end))
+            keys_by_frag.setdefault((bk.prefix, bk.frag_id), []).append(key)
 
     fragments: list[FragmentPlan] = []
-    ranges: list[tuple[int, int, int]] = []
+    work: list[tuple[int, list[tuple[int, int]]]] = []
+    newly_valid: dict[int, list[str]] = {}
     for frag in ds.get_fragments():
         fid = frag.fragment_id
-        src_files = src_files_by_frag[fid]
-        out_file = column_file(frag.metadata, out_leaves)
+        src_files = examiner.src_files(frag)
+        signature = validity_signature(src_files, frag.metadata, out_leaves)
+        out_file = output_files(frag.metadata, out_leaves)
         common = {"id": fid, "physical_rows": frag.physical_rows, "src_files": src_files, "base_file": out_file}
-        reused = _reusable_checkpoint(store, job, fid, src_files, out_leaves, column_uid, out_file, where)
-        if reused is not None:
-            action, ckpt = reused
-            fragments.append(FragmentPlan(**common, rows=ckpt.rows, action=action, file=ckpt.file))
+        if ledger.fragments.get(fid) == signature:
+            fragments.append(FragmentPlan(**common, rows=frag.count_rows(), action=Action.DONE))
             continue
-        rows = frag.count_rows(where) if where else frag.count_rows()
-        if rows == 0:
+        staged = _reusable_checkpoint(store, job, fid, src_files, out_leaves, column_uid, out_file, where)
+        if staged is not None:
+            fragments.append(FragmentPlan(**common, rows=staged.rows, action=Action.REUSE, file=staged.file,
+                                          complete=staged.complete, row_ids=examiner.row_ids(frag)))
+            continue
+        exam = examiner.examine(frag)
+        if exam.invalid == 0:
+            newly_valid[fid] = signature
+            fragments.append(FragmentPlan(**common, rows=len(exam.needed), action=Action.DONE))
+            continue
+        needed = int(exam.needed.sum())
+        if needed == 0:
             fragments.append(FragmentPlan(**common, rows=0, action=Action.EMPTY))
             continue
-        prefix = batch_prefix(job, src_files + [f"deletions:{deletion_marker(frag)}"]
-                              + ([f"base:{out_file or ''}"] if where else []))
-        fragments.append(FragmentPlan(**common, rows=rows, action=Action.COMPUTE, prefix=prefix))
-        ranges.extend((fid, s, e) for s, e in missing_ranges(rows, existing_batches.get((prefix, fid), [])))
-    return fragments, ranges
+        prefix = batch_prefix(job, src_files)
+        todo = exam.needed
+        keys = keys_by_frag.get((prefix, fid))
+        if keys:
+            todo = todo & ~np.isin(live_row_addresses(frag), checkpointed_addresses(store, keys))
+        fragments.append(FragmentPlan(**common, rows=needed, action=Action.COMPUTE, prefix=prefix,
+                                      needed=runs_of(exam.needed), complete=needed == exam.invalid,
+                                      row_ids=examiner.row_ids(frag)))
+        todo_runs = runs_of(todo)
+        if todo_runs:
+            work.append((fid, todo_runs))
+    record_valid(store, job, newly_valid)
+    return fragments, work
+
+
+def checkpointed_addresses(store: CheckpointStore, keys: list[str]) -> np.ndarray:
+    """Row addresses held by the batch checkpoints ``keys``."""
+    parts = [store.get_columns(key, [ROWADDR]).column(ROWADDR).to_numpy() for key in keys]
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
 def store_plan(
     job: JobSpec,
     fragments: list[FragmentPlan],
-    ranges: list[tuple[int, int, int]],
+    work: list[tuple[int, list[tuple[int, int]]]],
     options: JobOptions,
     store: CheckpointStore,
     parallelism: int,
     label: str,
 ) -> PlanSummary:
-    """Cuts the ranges into tasks, stores the plan document, and returns its summary."""
+    """Cuts the work into tasks, stores the plan document, and returns its summary."""
     if store.uri is None:
         raise InvalidArgumentError("the checkpoint store must be reachable from Spark executors (it has no URI)")
     prefixes = {f.id: f.prefix for f in fragments if f.prefix is not None}
-    rows_to_compute = sum(e - s for _, s, e in ranges)
-    planned_rows = sum(f.rows for f in fragments if f.action is not Action.EMPTY)
+    runs = dict(work)
+    counts = [(fid, 0, count_of(r)) for fid, r in work]
+    rows_to_compute = sum(n for _, _, n in counts)
     lo, hi = options.checkpoint_bounds()
     if options.task_size:
-        pieces = [(fid, s, e) for fid, start, end in ranges for s, e in split_range(start, end, options.task_size)]
+        pieces = [(fid, s, e) for fid, start, end in counts for s, e in split_range(start, end, options.task_size)]
     else:
-        pieces = guided_split(ranges, parallelism, lo)
+        pieces = guided_split(counts, parallelism, lo)
     # Longest first: Spark launches tasks in partition order, so the big ones start early and
     # the small ones fill the gaps at the end.
-    tasks = sorted((Task(frag=fid, start=s, end=e, prefix=prefixes[fid]) for fid, s, e in pieces),
-                   key=lambda t: t.rows, reverse=True)
+    tasks = sorted((Task(frag=fid, ranges=slice_runs(runs[fid], s, e), prefix=prefixes[fid] or "")
+                    for fid, s, e in pieces), key=lambda t: t.rows, reverse=True)
     now = dt.datetime.now(dt.UTC)
     job_id = f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     settings = PlanSettings(checkpoint_size=options.initial_checkpoint_size(), min_checkpoint_size=lo,
                             max_checkpoint_size=hi, task_size=options.task_size,
                             commit_granularity=options.commit_granularity, concurrency=options.concurrency,
                             parallelism=parallelism)
+    # Reused: rows already valid, held by a staged file, or checkpointed by an earlier run.
+    reused = sum(f.rows for f in fragments if f.action is not Action.EMPTY) - rows_to_compute
     plan = Plan(**job.model_dump(), job_id=job_id, created_at=now.isoformat(), store_uri=store.uri,
                 settings=settings, fragments=fragments, tasks=tasks, rows_to_compute=rows_to_compute,
-                rows_reused=planned_rows - rows_to_compute)
+                rows_reused=reused)
     key = plan_key(job_id)
     store.put_model(key, plan)
     summary = plan.summary(store.key_uri(key))
     log.info("plan %s: %s at version %d: %d rows to compute in %d tasks over %d fragments; "
-             "%d fragments reused, %d already committed, %d rows reused",
+             "%d fragments reused, %d already valid, %d rows already checkpointed",
              job_id, label, plan.read_version, rows_to_compute, len(tasks), summary.fragments_to_compute,
              summary.fragments_reused, summary.fragments_done, plan.rows_reused)
     return summary
 
 
-def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> tuple[Plan, CheckpointStore]:
-    """Reads a plan document and opens the store it lives in."""
+def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
+              ) -> tuple[Plan | CompactionPlan, CheckpointStore]:
+    """Reads a plan document of any kind and opens the store it lives in."""
     try:
         root, key = split_key_uri(plan_uri)
     except ValueError as exc:
@@ -136,7 +226,20 @@ def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> t
     store = open_store(root, storage_options)
     if key not in store:
         raise InvalidArgumentError(f"plan not found: {plan_uri}")
-    return Plan.from_json(store.get_text(key), f"plan {plan_uri}"), store
+    return plan_from_json(store.get_text(key), f"plan {plan_uri}"), store
+
+
+def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> tuple[Plan, CheckpointStore]:
+    """Reads a backfill or refresh plan and opens the store it lives in."""
+    plan, store = open_plan(plan_uri, storage_options)
+    if not isinstance(plan, Plan):
+        raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan, not a backfill or refresh plan")
+    return plan, store
+
+
+def committed_key(job_id: str) -> str:
+    """The marker the write+commit stage leaves when a job's commits are done (the job is no longer live)."""
+    return f"{plan_key(job_id)}-committed"
 
 
 def _reusable_checkpoint(
@@ -148,16 +251,14 @@ def _reusable_checkpoint(
     column_uid: str,
     out_file: str | None,
     where: str | None,
-) -> tuple[Action, FragmentCheckpoint] | None:
-    """(DONE | REUSE, checkpoint) while the fragment checkpoint still matches the inputs and output ids."""
+) -> FragmentCheckpoint | None:
+    """A staged file still to commit, while it matches the inputs, the output and the job's filter."""
     key = fragment_key(job, fid)
     if key not in store:
         return None
     ckpt = store.get_model(key, FragmentCheckpoint)
     if ckpt.output_field_ids != out_leaves or ckpt.column_uid != column_uid or ckpt.src_data_files != src_files:
         return None
-    if out_file == ckpt.file.path:
-        return Action.DONE, ckpt
-    if where is None or ckpt.base_file == out_file:
-        return Action.REUSE, ckpt
-    return None
+    if out_file == ckpt.file.path or ckpt.base_file != out_file:  # committed already, or staged over another file
+        return None
+    return ckpt if ckpt.complete or ckpt.where == where else None

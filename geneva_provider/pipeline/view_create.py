@@ -17,6 +17,7 @@ import pyarrow as pa
 from geneva_provider.core.catalog import Catalog
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.filters import check_where
+from geneva_provider.core.fingerprints import fingerprint_field
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID, ViewQuery, view_metadata
 
@@ -57,7 +58,7 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
     fields += [fn.field(out, inputs) for out, (fn, inputs) in query.udf_columns.items()]
     view = catalog.create(name, placeholders, **write_options)
     try:
-        view.dataset().add_columns([*fields, pa.field(IS_SET, pa.bool_(), nullable=True)])
+        view.dataset().add_columns([*fields, pa.field(IS_SET, pa.bool_(), nullable=True), fingerprint_field(None)])
     except BaseException:
         catalog.drop(name)  # no half-made view is left behind
         raise

@@ -22,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.core.checkpoint import ROWADDR, batch_key, covered_ranges, fragment_key
+from geneva_provider.core.checkpoint import ROWADDR, fragment_key, open_store, parse_batch_key
 from geneva_provider.core.errors import CheckpointMissingError, CommitError
+from geneva_provider.core.fragments import live_row_addresses
 from geneva_provider.core.models import (
     Action,
     DataFileRef,
@@ -33,10 +34,10 @@ from geneva_provider.core.models import (
     WriteResult,
     WrittenFragment,
 )
-from geneva_provider.core.ranges import missing_ranges
+from geneva_provider.core.ranges import positions_of
 from geneva_provider.pipeline.commit import commit_column_files
 from geneva_provider.pipeline.context import StageContext
-from geneva_provider.pipeline.planning import load_plan
+from geneva_provider.pipeline.planning import committed_key, load_plan, record_valid, validity_signature
 from geneva_provider.pipeline.runner import run_tasks
 
 log = logging.getLogger(__name__)
@@ -46,27 +47,34 @@ _OFFSET_MASK = pa.scalar(0xFFFFFFFF, pa.uint64())
 
 # ---------------------------------------------------------------------- executor side
 def write_fragment(ctx: StageContext, entry: FragmentPlan) -> WrittenFragment:
-    """Writes the column file of one fragment from its checkpoints; records a fragment checkpoint."""
+    """Writes one fragment's output file from its checkpoints over its current values; records a fragment checkpoint.
+
+    Every live row keeps its current value and fingerprint unless a checkpoint holds a newer one, so
+    rows a filter left out, and rows whose value was still valid, are carried over unchanged.
+    """
     from lance.file import LanceFileWriter
     from lance.fragment import DataFile
 
     job = ctx.job
-    fid, rows, prefix = entry.id, entry.rows, entry.prefix or ""
+    fid, prefix = entry.id, entry.prefix or ""
     store = ctx.store()
-    ranges = sorted(covered_ranges(store, prefix, fid))
-    gaps = missing_ranges(rows, ranges)
-    if gaps:
-        raise CheckpointMissingError(
-            f"columns {job.output_columns} of table '{job.table}': fragment {fid} has no checkpoints for "
-            f"rows {gaps} of {rows}; run the apply stage first")
-    parts = [store[batch_key(prefix, fid, s, e)] for s, e in ranges]
     ds = ctx.dataset()
+    frag = ds.get_fragment(fid)
+    keys = store.list_keys(f"{prefix}_frag-{fid}_range-")
+    parts = [store[k] for k in keys if (bk := parse_batch_key(k)) is not None and bk.prefix == prefix]
     fields = [ds.schema.field(c) for c in job.output_columns]
     new = pa.concat_tables(parts) if parts else pa.table(
         {ROWADDR: pa.array([], pa.uint64()), **{f.name: pa.array([], f.type) for f in fields}})
-    if job.where:
-        # Rows the filter did not select keep their current values: merge them in under the new ones.
-        current = ds.get_fragment(fid).to_table(columns=job.output_columns, with_row_address=True)
+    needed = live_row_addresses(frag)[positions_of(entry.needed)]
+    missing = needed[~np.isin(needed, new.column(ROWADDR).to_numpy())]
+    if len(missing):
+        raise CheckpointMissingError(
+            f"columns {job.output_columns[:-1]} of table '{job.table}': fragment {fid} has no checkpoint for "
+            f"{len(missing)} of its {len(needed)} planned rows (first row address {int(missing[0])}); "
+            "run the apply stage first")
+    if entry.base_file:
+        # Rows not recomputed keep their current values: merge them in under the new ones.
+        current = frag.to_table(columns=job.output_columns, with_row_address=True)
         new = pa.concat_tables([current.select(new.column_names).cast(new.schema), new])
     addrs = new.column(ROWADDR).combine_chunks()
     arrays = [scatter_to_physical(entry.physical_rows, addrs, new.column(f.name).combine_chunks()) for f in fields]
@@ -83,8 +91,8 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan) -> WrittenFragment:
         file_minor_version=minor, file_size_bytes=w.size_bytes))
     store.put_model(fragment_key(job.job_prefix, fid), FragmentCheckpoint(
         file=datafile, src_data_files=entry.src_files, output_field_ids=leaves, column_uid=job.column_uid,
-        base_file=entry.base_file, rows=rows))
-    return WrittenFragment(frag=fid, file=datafile, rows=rows)
+        base_file=entry.base_file, rows=entry.rows, where=job.where, complete=entry.complete))
+    return WrittenFragment(frag=fid, file=datafile, rows=entry.rows)
 
 
 def scatter_to_physical(physical_rows: int, addrs: pa.Array, values: pa.Array) -> pa.Array:
@@ -130,6 +138,7 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
                 for fut in finished:
                     committer.commit({r.frag: r.file for r in fut.result()})
     outcome = committer.summary(round(time.perf_counter() - t0, 3))
+    open_store(plan.store_uri, storage_options).put_text(committed_key(plan.job_id), outcome.model_dump_json())
     if committer.changed:
         raise CommitError(
             f"columns {plan.output_columns} of table '{plan.table}': fragments {sorted(committer.changed)} were "
@@ -148,8 +157,9 @@ class _Committer:
         self.committed: list[int] = []
         self.vanished: list[int] = []
         self.changed: list[int] = []
+        self.entries = {f.id: f for f in plan.fragments}
         self.rows = {f.id: f.rows for f in plan.fragments}
-        self.base = {f.id: f.base_file for f in plan.fragments} if plan.where else None
+        self.base = {f.id: f.base_file for f in plan.fragments}
         self.retries = 0
 
     def commit(self, files: dict[int, DataFileRef]) -> None:
@@ -163,11 +173,26 @@ class _Committer:
         self.vanished += outcome.vanished
         self.changed += outcome.changed
         self.retries += outcome.retries
+        self._record_valid(outcome.committed, outcome.version)
         if outcome.vanished:
             log.warning("write %s: fragments %s no longer exist (compacted or deleted); their rows were not "
                         "committed", plan.job_id, outcome.vanished)
         log.info("commit %s: version %d, %d fragments (%d rows) committed so far", plan.job_id, self.version,
                  len(self.committed), sum(self.rows[f] for f in self.committed))
+
+    def _record_valid(self, committed: list[int], version: int) -> None:
+        """Fragments this commit made valid in every row go to the job's ledger, as of the commit's own version."""
+        complete = [fid for fid in committed if self.entries[fid].complete]
+        if not complete:
+            return
+        import lance
+
+        plan = self.plan
+        metas = {f.fragment_id: f.metadata for f in lance.dataset(
+            plan.table_uri, version=version, storage_options=self.storage_options).get_fragments()}
+        record_valid(open_store(plan.store_uri, self.storage_options), plan.job_prefix, {
+            fid: validity_signature(self.entries[fid].src_files, metas[fid], plan.output_field_ids)
+            for fid in complete if fid in metas})
 
     def summary(self, seconds: float) -> WriteResult:
         return WriteResult(job_id=self.plan.job_id, version=self.version, fragments_committed=len(self.committed),

@@ -1,0 +1,140 @@
+"""Distributed compaction: Lance's fragment rewriting, planned on the driver and run on Spark executors.
+
+``lance.optimize.Compaction.plan`` cuts the work into rewrite tasks; each runs on an executor
+(``CompactionTask.execute``) and returns a ``RewriteResult``; the driver commits them all at once.
+Fragments a live backfill or refresh plan still has to commit are excluded, so compaction never
+makes a running job's work vanish.  Nothing has to be recomputed afterwards: values and their
+fingerprints move with their rows (see :mod:`geneva_provider.core.fingerprints`).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import logging
+import pickle
+import re
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from functools import partial
+from typing import Any
+
+from geneva_provider.core.checkpoint import CheckpointStore, plan_key
+from geneva_provider.core.errors import CommitError, InvalidArgumentError
+from geneva_provider.core.filters import lance_reason
+from geneva_provider.core.models import Action, CompactionPlan, CompactionResult, Plan, PlanSummary, plan_from_json
+from geneva_provider.core.refs import TableRef
+from geneva_provider.pipeline.planning import open_plan
+from geneva_provider.pipeline.runner import run_tasks
+
+log = logging.getLogger(__name__)
+
+LIVE_JOB_HOURS = 24.0
+MAX_ATTEMPTS = 3
+
+
+_PLAN_KEY = re.compile(r"^plan-\d{8}T\d{6}-[0-9a-f]{8}$")
+
+
+def held_fragments(store: CheckpointStore, hours: float = LIVE_JOB_HOURS) -> set[int]:
+    """Fragments that live plans of this table (recent, their commits not done) have still to commit."""
+    held: set[int] = set()
+    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(hours=hours)
+    keys = set(store.list_keys("plan-"))
+    for key in keys:
+        if not _PLAN_KEY.match(key) or f"{key}-committed" in keys:
+            continue
+        try:
+            plan = plan_from_json(store.get_text(key), key)
+        except (InvalidArgumentError, ValueError, KeyError, OSError):  # unreadable or of another format: not live
+            continue
+        if isinstance(plan, Plan) and dt.datetime.fromisoformat(plan.created_at) >= cutoff:
+            held |= {f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE)}
+    return held
+
+
+def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, store: CheckpointStore | None = None,
+                    exclude_live_jobs: bool = True) -> PlanSummary:
+    """Plans a compaction of ``table`` (``options``: lance.optimize.CompactionOptions) and stores the plan."""
+    from lance.optimize import Compaction, CompactionOptions
+
+    store = store or table.checkpoint_store()
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(CompactionOptions.__annotations__))
+    if unknown:
+        raise InvalidArgumentError(f"compaction of table '{table.name}': unknown option(s) {unknown}; valid options: "
+                                   f"{sorted(CompactionOptions.__annotations__)}")
+    ds = table.dataset()
+    excluded = sorted(set(options.pop("excluded_fragment_ids", None) or [])
+                      | (held_fragments(store) if exclude_live_jobs else set()))
+    plan = Compaction.plan(ds, CompactionOptions(**options, excluded_fragment_ids=excluded))
+    fragments = sorted({f.id for t in plan.tasks for f in t.fragments})
+    live = {f.fragment_id: f for f in ds.get_fragments()}
+    now = dt.datetime.now(dt.UTC)
+    doc = CompactionPlan(
+        job_id=f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", created_at=now.isoformat(), table=table.name,
+        table_uri=table.uri, read_version=plan.read_version, store_uri=store.uri or "", options=options,
+        tasks=[base64.b64encode(pickle.dumps(t)).decode("ascii") for t in plan.tasks], fragments=fragments,
+        rows=sum(live[f].count_rows() for f in fragments if f in live), excluded=excluded)
+    key = plan_key(doc.job_id)
+    store.put_model(key, doc)
+    log.info("compaction plan %s: table '%s' at version %d: %d tasks rewrite %d fragments (%d rows)%s",
+             doc.job_id, table.name, doc.read_version, len(doc.tasks), len(fragments), doc.rows,
+             f"; fragments {excluded} left alone (held by live jobs)" if excluded else "")
+    return doc.summary(store.key_uri(key))
+
+
+def _execute(uri: str, storage_options: dict[str, str] | None, tasks: Iterable[str]) -> Iterator[str]:
+    """Executor side: runs rewrite tasks, returns their results pickled."""
+    import lance
+
+    for encoded in tasks:
+        task = pickle.loads(base64.b64decode(encoded))
+        ds = lance.dataset(uri, version=task.read_version, storage_options=storage_options)
+        yield base64.b64encode(pickle.dumps(task.execute(ds))).decode("ascii")
+
+
+def run_compaction(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> CompactionResult:
+    """Runs a compaction plan's tasks on Spark and commits their results in one Rewrite.
+
+    When another writer committed to a fragment being rewritten (a backfill that planned after this
+    compaction), the Rewrite conflicts: the compaction is planned again -- leaving that job's fragments
+    alone -- and run again, a bounded number of times.  Nothing is lost either way.
+    """
+    import lance
+    from lance.optimize import Compaction
+
+    plan, store = open_plan(plan_uri, storage_options)
+    if not isinstance(plan, CompactionPlan):
+        raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan, not a compaction plan")
+    t0 = time.perf_counter()
+    ref = TableRef(plan.table, plan.table_uri, storage_options)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        encoded = run_tasks(spark, plan.tasks, partial(_execute, plan.table_uri, storage_options),
+                            description=f"geneva compact {plan.table}")
+        results = [pickle.loads(base64.b64decode(r)) for r in encoded]
+        try:
+            metrics = Compaction.commit(ref.dataset(), results)
+            break
+        except OSError as exc:
+            if "Retryable commit conflict" not in str(exc) or attempt == MAX_ATTEMPTS:
+                raise CommitError(f"compaction of table '{plan.table}' could not be committed: {lance_reason(exc)}; "
+                                  "nothing was lost: plan it again") from None
+            log.warning("compaction %s of table '%s' conflicted with a concurrent commit (%s); planning it again "
+                        "(attempt %d of %d)", plan.job_id, plan.table, lance_reason(exc), attempt + 1, MAX_ATTEMPTS)
+            replanned, _ = open_plan(plan_compaction(ref, plan.options, store=store).plan_uri, storage_options)
+            if not isinstance(replanned, CompactionPlan) or not replanned.tasks:
+                return CompactionResult(job_id=plan.job_id, version=ref.dataset().version, fragments_removed=0,
+                                        fragments_added=0, files_removed=0, files_added=0,
+                                        excluded=replanned.excluded if isinstance(replanned, CompactionPlan) else [],
+                                        seconds=round(time.perf_counter() - t0, 3))
+            plan = replanned
+    version = lance.dataset(plan.table_uri, storage_options=storage_options).version
+    result = CompactionResult(job_id=plan.job_id, version=version, fragments_removed=metrics.fragments_removed,
+                              fragments_added=metrics.fragments_added, files_removed=metrics.files_removed,
+                              files_added=metrics.files_added, excluded=plan.excluded,
+                              seconds=round(time.perf_counter() - t0, 3))
+    log.info("compaction %s of table '%s': %d fragments rewritten into %d at version %d", plan.job_id, plan.table,
+             result.fragments_removed, result.fragments_added, version)
+    return result

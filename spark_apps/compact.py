@@ -1,0 +1,12 @@
+"""spark-submit program for a compaction: rewrite tasks on the executors, one commit on the driver.
+
+``compact.py --plan-uri URI --result-file PATH | --result-key KEY``
+"""
+
+import sys
+
+from geneva_provider.pipeline.compaction import run_compaction
+from geneva_provider.spark_apps._runner import run_stage
+
+if __name__ == "__main__":
+    sys.exit(run_stage("compact", run_compaction))
