@@ -3,8 +3,8 @@
 ``plan_backfill`` / ``plan_refresh`` take a table reference (``tbl.ref``) and return the
 :class:`PlanSummary` (what XCom carries); ``run_apply`` and ``run_write_commit`` take the plan
 URI and a SparkSession; ``verify`` checks the result.  ``plan_compaction`` / ``run_compaction`` are
-the distributed compaction (plan on the driver, rewrite tasks on Spark, one commit).  ``local_session`` builds the local Spark
-session the embedded default runs on.
+the distributed compaction (plan on the driver, rewrite tasks on Spark, one commit).
+``local_session`` builds the local Spark session the embedded default runs on.
 """
 
 from __future__ import annotations
