@@ -1,0 +1,92 @@
+"""Views follow every source change at the next refresh: deletes, updates, compactions, other versions."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.core.view_meta import SOURCE_ROW_ID
+from tests.helpers import clear_calls, counting_double, events_table, read_calls
+
+
+def rows(view) -> dict[int, tuple]:
+    t = view.to_arrow([SOURCE_ROW_ID, "x", "y"]).to_pydict()
+    return {i: (x, y) for i, x, y in zip(t[SOURCE_ROW_ID], t["x"], t["y"], strict=True)}
+
+
+def expected(src, where: str | None = None) -> dict[int, tuple]:
+    t = src.dataset().to_table(columns=["x"], filter=where, with_row_id=True).to_pydict()
+    return {i: (x, 2 * x) for i, x in zip(t["_rowid"], t["x"], strict=True)}
+
+
+@pytest.fixture
+def setup(db, spark, call_dir):
+    src = db.create_table("events", events_table(20_000), max_rows_per_file=2_000)
+    view = db.create_materialized_view("v", src.search(None).where("x % 2 = 0").select(
+        {"x": "x", "y": counting_double(call_dir)}), max_rows_per_fragment=2_500)
+    assert view.refresh(spark=spark).rows_computed == 10_000
+    clear_calls(call_dir)
+    return src, view
+
+
+def test_deleted_source_rows_leave_the_view_without_computing(setup, spark, call_dir):
+    src, view = setup
+    src.delete("x % 40 = 0")  # 5 % of the source rows, 500 of them in the view
+    res = view.refresh(spark=spark)
+    assert res.rows_computed == 0 and read_calls(call_dir) == []
+    assert rows(view) == expected(src, "x % 2 = 0") and view.count_rows() == 9_500
+    view.dataset().validate()
+
+
+def test_an_update_recomputes_exactly_the_updated_rows(setup, spark, call_dir):
+    src, view = setup
+    src.dataset().update({"x": "x + 100000"}, where="x % 200 = 0")  # 1 % of the rows, all in the view
+    res = view.refresh(spark=spark)
+    assert res.rows_computed == 100
+    assert sorted(read_calls(call_dir)) == [x + 100_000 for x in range(0, 20_000, 200)]
+    assert rows(view) == expected(src, "x % 2 = 0")
+    view.dataset().validate()
+
+
+def test_updates_that_change_membership_and_a_delete_then_update(setup, spark, call_dir):
+    src, view = setup
+    src.delete("x < 1000")
+    src.dataset().update({"x": "x + 1"}, where="x >= 1000 AND x < 1100")  # 50 rows leave the view, 50 join it
+    res = view.refresh(spark=spark)
+    assert rows(view) == expected(src, "x % 2 = 0")
+    assert res.rows_computed == 50 and sorted(read_calls(call_dir)) == list(range(1_002, 1_101, 2))
+    view.dataset().validate()
+
+
+def test_source_compaction_costs_nothing_and_a_compacted_view_stays_incremental(setup, spark, call_dir):
+    src, view = setup
+    src.dataset().optimize.compact_files(target_rows_per_fragment=10_000)
+    assert view.refresh(spark=spark).rows_computed == 0 and read_calls(call_dir) == []
+    view.compact(target_rows_per_fragment=10_000, spark=spark)
+    assert len(view.dataset().get_fragments()) == 1
+    assert view.refresh(spark=spark).rows_computed == 0
+    src.add(events_table(1_000, start=20_000))
+    res = view.refresh(spark=spark)
+    assert res.rows_computed == 500 and sorted(read_calls(call_dir)) == list(range(20_000, 21_000, 2))
+    assert rows(view) == expected(src, "x % 2 = 0")
+    view.dataset().validate()
+
+
+def test_refresh_to_an_older_and_back_to_a_newer_source_version(setup, spark, call_dir):
+    src, view = setup
+    v1 = src.version
+    src.add(events_table(2_000, start=20_000))
+    src.delete("x < 100")
+    view.refresh(spark=spark)
+    assert rows(view) == expected(src, "x % 2 = 0")
+    clear_calls(call_dir)
+    view.refresh(src_version=v1, spark=spark)  # backwards: the appended rows go, the deleted ones come back
+    assert rows(view) == {i: r for i, r in expected(src.connection.open_table("events"), "x % 2 = 0").items()
+                          if i < 20_000} | {x: (x, 2 * x) for x in range(0, 100, 2)}
+    assert sorted(read_calls(call_dir)) == list(range(0, 100, 2))
+    view.refresh(spark=spark)  # and forwards again
+    assert rows(view) == expected(src, "x % 2 = 0")
+    with pytest.raises(gp.InvalidArgumentError, match="has no version 999"):
+        view.refresh(src_version=999, spark=spark)
+    view.dataset().validate()
