@@ -17,6 +17,7 @@ def get_provider_info() -> dict[str, Any]:
                           "tags": ["software"]}],
         "hooks": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.hooks.lance"]}],
         "operators": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.operators.backfill",
+                                                                       "geneva_provider.operators.compaction",
                                                                        "geneva_provider.operators.spark",
                                                                        "geneva_provider.operators.views"]}],
         "sensors": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.sensors.table"]}],
@@ -34,6 +35,16 @@ def get_provider_info() -> dict[str, Any]:
                 "storage_options": {
                     "label": "Storage options",
                     "description": "Object-store options for Lance (credentials, region...), a JSON object",
+                    "schema": {"type": ["object", "null"]},
+                },
+                "namespace_impl": {
+                    "label": "Lance namespace",
+                    "description": "dir (default), rest, or a lance_namespace implementation's class path",
+                    "schema": {"type": ["string", "null"]},
+                },
+                "namespace_properties": {
+                    "label": "Namespace properties",
+                    "description": "Properties of the namespace implementation, a JSON object",
                     "schema": {"type": ["object", "null"]},
                 },
             },

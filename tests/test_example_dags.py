@@ -172,3 +172,34 @@ def test_hourly_view_refresh_and_chained_view(dagbag, lance_db, capfd):
     assert_no_secret_leaked(capfd)
     with capfd.disabled():
         print(f"\nhourly view refresh DAG: first run {first_s:.1f}s, no-data run {noop_s:.1f}s")
+
+
+@pytest.mark.slow
+def test_maintenance_compacts_on_spark_without_recompute(dagbag, lance_db, tmp_path, spark):
+    from geneva_provider.examples import sample
+    from tests.helpers import clear_calls, counting_double, read_calls
+
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    tbl = lance_db.create_table("events", sample(12_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": counting_double(str(calls))})
+    tbl.backfill("y", spark=spark)
+    tbl.delete("x % 10 = 0")
+    clear_calls(calls)
+    before = tbl.to_arrow(["id", "y"]).sort_by("id")
+
+    dr, states, tis, _ = run(dagbag.get_dag("geneva_maintenance"), run_conf={"target_rows_per_fragment": 5_000})
+    assert dr.state == "success", states
+    assert states == {"plan_compaction": "success", "compact": "success", "cleanup_old_versions": "success"}
+    planned = tis["plan_compaction"].xcom_pull(task_ids="plan_compaction")
+    assert planned["kind"] == "compaction" and planned["fragments_to_compute"] == 12
+    compacted = tis["compact"].xcom_pull(task_ids="compact")
+    assert compacted["status"] == "success" and compacted["fragments_removed"] == 12
+    assert len(tbl.dataset().get_fragments()) == 2
+    assert tbl.to_arrow(["id", "y"]).sort_by("id").equals(before)
+    assert tbl.backfill("y", spark=spark).rows_computed == 0 and read_calls(calls) == []
+    tbl.dataset().validate()
+
+    # Nothing left to compact: the Spark task is skipped.
+    dr, states, _, _ = run(dagbag.get_dag("geneva_maintenance"), run_conf={"target_rows_per_fragment": 5_000})
+    assert dr.state == "success" and states["compact"] == "skipped", states

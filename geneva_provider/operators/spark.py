@@ -90,7 +90,7 @@ class _GenevaSparkStageOperator(BaseOperator):
             py_files = ",".join(p for p in (py_files, package_zip()) if p)
         hook_kwargs = dict(
             conn_id=self.spark_conn_id, conf=conf, py_files=py_files, env_vars=env,
-            spark_binary=binary, name=f"geneva-{self.stage}-{plan.table}-{plan.column or 'view'}",
+            spark_binary=binary, name=f"geneva-{self.stage}-{plan.table}-{plan.column or plan.kind}",
             application_args=["--plan-uri", plan.plan_uri, "--result-key", result_key],
         )
         self._hook = SparkSubmitHook(**hook_kwargs)
