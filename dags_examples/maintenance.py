@@ -1,4 +1,4 @@
-"""Table maintenance: compaction on Spark, then Lance's clean-up of old versions.
+"""Table maintenance: compaction on Spark, checkpoint clean-up, then Lance's clean-up of old versions.
 
 ``geneva_maintenance`` runs daily.  Compaction plans on the Airflow worker, rewrites fragments on
 Spark (one task per rewrite) and commits once; it leaves alone every fragment that a live backfill
@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
-from geneva_provider.operators.compaction import (
+from geneva_provider.operators.maintenance import (
+    GenevaCleanupCheckpointsOperator,
     GenevaCleanupOldVersionsOperator,
     GenevaPlanCompactionOperator,
     GenevaSparkCompactOperator,
@@ -35,6 +36,8 @@ with DAG(
     plan = GenevaPlanCompactionOperator(task_id="plan_compaction", table=TABLE,
                                         target_rows_per_fragment="{{ params.target_rows_per_fragment }}", pool=POOL)
     compact = GenevaSparkCompactOperator(task_id="compact", plan=plan.output, pool=POOL, retries=1)
-    cleanup = GenevaCleanupOldVersionsOperator(task_id="cleanup_old_versions", table=TABLE,
-                                               older_than=timedelta(days=7), trigger_rule="none_failed", pool=POOL)
-    plan >> compact >> cleanup
+    checkpoints = GenevaCleanupCheckpointsOperator(task_id="cleanup_checkpoints", table=TABLE,
+                                                   older_than=timedelta(days=7), trigger_rule="none_failed", pool=POOL)
+    versions = GenevaCleanupOldVersionsOperator(task_id="cleanup_old_versions", table=TABLE,
+                                                older_than=timedelta(days=7), trigger_rule="none_failed", pool=POOL)
+    plan >> compact >> checkpoints >> versions

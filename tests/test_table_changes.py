@@ -206,3 +206,86 @@ def test_rows_compacted_away_during_a_backfill_are_computed_where_they_now_live(
     assert sorted(read_calls(call_dir)) == list(range(4_000, 8_000))
     assert values(tbl, "y") == {x: 2 * x for x in range(8_000)}
     tbl.dataset().validate()
+
+
+def test_checkpoint_cleanup_keeps_a_running_jobs_and_removes_what_nothing_can_use(db, spark, call_dir):
+    import datetime as dt
+
+    from geneva_provider.core.checkpoint import parse_batch_key
+
+    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=2_000)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    for hour in range(5):  # hourly ingest + backfill
+        tbl.backfill("y", spark=spark, checkpoint_size=500)
+        tbl.add(events_table(1_000, start=20_000 + 1_000 * hour))
+    live = plan_backfill(tbl.ref, "y")  # a running job: planned and applied, not committed
+    run_apply(live.plan_uri, spark)
+    store = tbl.checkpoint_store
+    before = store.list_keys("")
+    result = tbl.cleanup_checkpoints(older_than=dt.timedelta(0))
+    after = store.list_keys("")
+    assert result.total == len(before) - len(after) > 0 and result.kept_for_live_jobs > 0
+    # What is left: the live plan, its checkpoints, and the ledger; nothing of the finished jobs.
+    assert [k for k in after if k.startswith("plan-")] == [f"plan-{live.job_id}"]
+    live_frags = {bk.frag_id for k in after if (bk := parse_batch_key(k)) is not None}
+    assert live_frags == {14}  # the one fragment the running job computes
+    # The running job still lands, and the next run needs none of what was removed.
+    assert run_write_commit(live.plan_uri, spark).fragments_committed == 1
+    verify(live.plan_uri)
+    clear_calls(call_dir)
+    assert tbl.backfill("y", spark=spark).rows_computed == 0 and read_calls(call_dir) == []
+    assert values(tbl, "y") == {x: 2 * x for x in range(25_000)}
+    tbl.cleanup_checkpoints(older_than=dt.timedelta(0))
+    assert [k for k in store.list_keys("") if not k.startswith("ledger-")] == []
+
+
+def test_tables_without_stable_row_ids_keep_their_values_through_compaction(db, spark, call_dir):
+    tbl = db.create_table("plain", events_table(20_000), max_rows_per_file=1_000, stable_row_ids=False)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    tbl.backfill("y", spark=spark)
+    tbl.delete("x % 10 = 0")
+    tbl.dataset().optimize.compact_files(target_rows_per_fragment=10_000)
+    clear_calls(call_dir)
+    assert tbl.backfill("y", spark=spark).rows_computed == 0 and read_calls(call_dir) == []
+    assert values(tbl, "y") == {x: 2 * x for x in range(20_000) if x % 10}
+    tbl.dataset().validate()
+
+
+def test_a_compaction_racing_a_backfill_in_another_process(db, spark, call_dir):
+    """A backfill runs in its own process while this one compacts the table: both land, nothing is lost."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": counting_double(call_dir, sleep=0.0004)})
+    tbl.backfill("y", where="x < 10000", spark=spark)            # fragments 0-9 hold values already
+    clear_calls(call_dir)
+    script = textwrap.dedent(f"""
+        import geneva_provider as gp
+        from geneva_provider.stages import local_session
+        spark = local_session("local[2]", conf={{"spark.ui.showConsoleProgress": "false"}})
+        res = gp.connect({db.uri!r}).open_table("events").backfill("y", spark=spark, checkpoint_size=500)
+        print("COMPUTED", res.rows_computed, "VANISHED", res.fragments_vanished)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    store = tbl.checkpoint_store
+    earlier = set(store.list_keys(""))
+    deadline = time.monotonic() + 120
+    while not [k for k in store.list_keys("udf-") if "_range-" in k and k not in earlier]:  # it is computing
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    result = tbl.compact(target_rows_per_fragment=5_000, spark=spark)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert result.fragments_removed == 10 and result.excluded == list(range(10, 20))
+    assert "COMPUTED 10000 VANISHED []" in out
+    assert values(tbl, "y") == {x: 2 * x for x in range(20_000)}
+    assert sorted(read_calls(call_dir)) == list(range(10_000, 20_000))
+    assert tbl.backfill("y", spark=spark).rows_computed == 0
+    tbl.dataset().validate()

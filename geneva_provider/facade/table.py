@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from geneva_provider.core.models import BackfillResult, CompactionResult
     from geneva_provider.facade.connection import Connection
     from geneva_provider.facade.query import Query
+    from geneva_provider.pipeline.cleanup import CleanupResult
 
 
 class Table:
@@ -189,6 +191,17 @@ class Table:
             options["target_rows_per_fragment"] = target_rows_per_fragment
         return compact(self.ref, options, spark=spark, store=self.checkpoint_store,
                        exclude_live_jobs=exclude_live_jobs)
+
+    def cleanup_checkpoints(self, older_than: timedelta = timedelta(days=7)) -> CleanupResult:
+        """Removes checkpoints and plans that no live job needs and no future job can use.
+
+        Batch and fragment checkpoints go once their UDF version, column, fragment or inputs are gone
+        or their values are committed; plans once finished (or expired) and older than ``older_than``.
+        A running job's checkpoints are never removed.
+        """
+        from geneva_provider.pipeline.cleanup import cleanup_checkpoints
+
+        return cleanup_checkpoints(self.ref, self.checkpoint_store, older_than)
 
     # ------------------------------------------------------------------ backfill
     @property

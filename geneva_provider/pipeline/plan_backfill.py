@@ -53,8 +53,7 @@ def plan_backfill(
 
     fp = fingerprint_column(column)
     out_leaves = leaf_field_ids(ds.lance_schema.field(column)) + leaf_field_ids(ds.lance_schema.field(fp))
-    # Computed values are shared by every filter: the job prefix does not name the filter.
-    prefix = job_prefix(info.name, info.version, column, None, table.uri)
+    prefix = backfill_prefix(info, column, table.uri)
     examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
     fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, info.column_uid, where)
     job = JobSpec(
@@ -101,6 +100,11 @@ class BackfillExaminer:
             return None
         ids = frag.to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()
         return (int(ids.min()), int(ids.max())) if len(ids) else None
+
+
+def backfill_prefix(info: UdfColumnInfo, column: str, table_uri: str) -> str:
+    """The job prefix of a column's backfills; computed values are shared by every filter, so it names none."""
+    return job_prefix(info.name, info.version, column, None, table_uri)
 
 
 def udf_of(ds: Any, table: str, column: str) -> UdfColumnInfo:

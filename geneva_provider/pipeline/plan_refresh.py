@@ -85,13 +85,8 @@ def plan_refresh(
     udf_cols = list(q.udf_columns)
     output_columns = [*q.columns, *udf_cols, IS_SET, FP]
     src_read = q.source_columns()
-    query_version = hashlib.md5(json.dumps(
-        [q.model_dump(mode="json"), [udf_column_info(ds.schema.field(c).metadata).version for c in udf_cols]],
-        sort_keys=True).encode()).hexdigest()[:16]
     out_leaves = [i for c in output_columns for i in leaf_field_ids(ds.lance_schema.field(c))]
-    uids = [udf_column_info(ds.schema.field(c).metadata).column_uid for c in udf_cols]
-    column_uid = ":".join([query_version, *uids])
-    prefix = job_prefix("view", query_version, view.name, None, view.uri)
+    prefix, column_uid = refresh_identity(ds, info, view)
     examiner = RefreshExaminer(ds, src, src_read, column_uid, info.stable)
     fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, column_uid, None)
     job = JobSpec(
@@ -103,6 +98,16 @@ def plan_refresh(
     return store_plan(job, fragments, work, options, store, parallelism or os.cpu_count() or 1,
                       f"view '{view.name}' from source version {src.version} ({added} rows added, "
                       f"{removed} removed)")
+
+
+def refresh_identity(ds: Any, info: ViewInfo, view: TableRef) -> tuple[str, str]:
+    """A view's job prefix and the identity of its computed columns (query, UDF versions, column incarnations)."""
+    q = info.query
+    udfs = [udf_column_info(ds.schema.field(c).metadata) for c in q.udf_columns]
+    query_version = hashlib.md5(json.dumps([q.model_dump(mode="json"), [u.version for u in udfs]],
+                                           sort_keys=True).encode()).hexdigest()[:16]
+    return (job_prefix("view", query_version, view.name, None, view.uri),
+            ":".join([query_version, *(u.column_uid for u in udfs)]))
 
 
 def _source_at(source: TableRef, version: int | None, view: str) -> Any:

@@ -209,6 +209,8 @@ def store_plan(
     key = plan_key(job_id)
     store.put_model(key, plan)
     summary = plan.summary(store.key_uri(key))
+    if summary.nothing_to_do:  # nothing to commit: the job is never live
+        store.put_text(committed_key(job_id), "{}")
     log.info("plan %s: %s at version %d: %d rows to compute in %d tasks over %d fragments; "
              "%d fragments reused, %d already valid, %d rows already checkpointed",
              job_id, label, plan.read_version, rows_to_compute, len(tasks), summary.fragments_to_compute,

@@ -1,4 +1,4 @@
-"""Maintenance operators: distributed compaction (plan, then rewrite on Spark) and old-version clean-up.
+"""Maintenance operators: distributed compaction (plan, then rewrite on Spark), checkpoint and old-version clean-up.
 
 Compaction never touches fragments that a live backfill or refresh of the table still has to
 commit (their plans in the checkpoint store are the lock), and costs no recompute afterwards.
@@ -80,3 +80,26 @@ class GenevaCleanupOldVersionsOperator(BaseOperator):
         self.log.info("Cleaned up table '%s': %d old versions, %d bytes removed", self.table, stats.old_versions,
                       stats.bytes_removed)
         return result
+
+
+class GenevaCleanupCheckpointsOperator(BaseOperator):
+    """Removes checkpoints and plans no live job needs and no future job can use (``Table.cleanup_checkpoints``).
+
+    Never those of a running job: a clean-up may run beside backfills.
+    """
+
+    template_fields: Sequence[str] = ("table",)
+    ui_color = "#f0e8f8"
+
+    def __init__(self, *, table: str, older_than: timedelta = timedelta(days=7),
+                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.older_than = older_than
+        self.lance_conn_id = lance_conn_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        result = LanceHook(self.lance_conn_id).open_table(self.table).cleanup_checkpoints(older_than=self.older_than)
+        self.log.info("Checkpoint clean-up of table '%s': removed %s; kept %d keys of live jobs", self.table,
+                      result.removed or "nothing", result.kept_for_live_jobs)
+        return {"table": self.table, "removed": result.removed, "kept_for_live_jobs": result.kept_for_live_jobs}

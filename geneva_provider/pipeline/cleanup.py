@@ -1,0 +1,157 @@
+"""Checkpoint clean-up: remove what no live job needs and no future job can use.
+
+Decided from the table's state, not from file ages: a batch or fragment checkpoint is garbage once
+its UDF version or column is gone, its fragment is gone, its fragment's inputs changed (it can never
+match again), or its fragment is known valid (the values are committed).  Plans are removed once
+finished (their commits done) or expired, and older than ``older_than``.  Everything of a live job
+-- a recent plan whose commits are not done -- is kept, so a clean-up never breaks a running job.
+Staged data files that lose their last checkpoint are left to Lance's ``cleanup_old_versions``,
+which removes unreferenced files once they are old enough.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from geneva_provider.core.checkpoint import CheckpointStore, batch_prefix, parse_batch_key, parse_fragment_key
+from geneva_provider.core.fingerprints import fingerprint_column
+from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids, output_files
+from geneva_provider.core.models import Action, FragmentCheckpoint, Plan, plan_from_json
+from geneva_provider.core.refs import TableRef
+from geneva_provider.core.udf import udf_column_info
+from geneva_provider.core.view_meta import IS_SET, view_info
+from geneva_provider.pipeline.compaction import LIVE_JOB_HOURS
+from geneva_provider.pipeline.plan_backfill import backfill_prefix
+from geneva_provider.pipeline.plan_refresh import FP, refresh_identity
+from geneva_provider.pipeline.planning import ledger_key, load_ledger, validity_signature
+
+log = logging.getLogger(__name__)
+
+_PLAN = re.compile(r"^plan-(?P<id>\d{8}T\d{6}-[0-9a-f]{8})(?P<rest>-.*)?$")
+
+
+@dataclass
+class CleanupResult:
+    """What a clean-up removed, by kind, and what it kept for live jobs."""
+
+    removed: dict[str, int] = field(default_factory=dict)
+    kept_for_live_jobs: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.removed.values())
+
+
+@dataclass
+class _Job:
+    """A current job family of the table: its prefix, input field ids and output leaves."""
+
+    read_ids: list[int] | None  # None: a view (its inputs live in the source table)
+    out_leaves: list[int]
+
+
+def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.timedelta) -> CleanupResult:
+    """Removes the plans, batch and fragment checkpoints and ledgers nothing can use any more."""
+    now = dt.datetime.now(dt.UTC)
+    keys = store.list_keys("")
+    result = CleanupResult()
+    live: dict[str, set[int]] = {}  # job prefix of a live plan -> the fragments it still has to commit
+    plans = {m["id"]: key for key in keys if (m := _PLAN.match(key)) and not m["rest"]}
+    done = {m["id"] for key in keys if (m := _PLAN.match(key)) and m["rest"] == "-committed"}
+    stale_plans: set[str] = set()
+    for job_id, key in plans.items():
+        try:
+            plan = plan_from_json(store.get_text(key), key)
+        except (ValueError, KeyError, OSError):
+            stale_plans.add(job_id)
+            continue
+        created = dt.datetime.fromisoformat(plan.created_at)
+        finished = job_id in done or created < now - dt.timedelta(hours=LIVE_JOB_HOURS)
+        if not finished and isinstance(plan, Plan):
+            live.setdefault(plan.job_prefix, set()).update(
+                f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE))
+        if finished and created < now - older_than:
+            stale_plans.add(job_id)
+    for key in keys:
+        m = _PLAN.match(key)
+        if m and m["id"] in stale_plans:
+            _remove(store, key, "plans" if not m["rest"] else "plan results", result)
+
+    ds = table.dataset()
+    jobs = _current_jobs(ds, table)
+    fragments = {f.fragment_id: f for f in ds.get_fragments()}
+    ledgers = {prefix: load_ledger(store, prefix) for prefix in jobs}
+    for key in keys:
+        batch = parse_batch_key(key)
+        frag_file = parse_fragment_key(key) if batch is None else None
+        if batch is None and frag_file is None:
+            if key.startswith("ledger-") and key not in {ledger_key(p) for p in jobs}:
+                _remove(store, key, "ledgers", result)
+            continue
+        job = batch.prefix.rsplit("_srcfiles-", 1)[0] if batch else frag_file[0]
+        fid = batch.frag_id if batch else frag_file[1]
+        if fid in live.get(job, ()):
+            result.kept_for_live_jobs += 1
+            continue
+        spec, frag = jobs.get(job), fragments.get(fid)
+        if spec is None or frag is None:
+            _remove(store, key, "batch checkpoints" if batch else "fragment checkpoints", result)
+            continue
+        src_files = files_holding(frag.metadata, spec.read_ids) if spec.read_ids is not None else None
+        valid = ledgers[job].fragments.get(fid)
+        if batch:
+            if src_files is not None:
+                useless = batch_prefix(job, src_files) != batch.prefix or (
+                    valid == validity_signature(src_files, frag.metadata, spec.out_leaves))
+            else:  # a view: its values were committed and found valid since
+                outputs = files_holding(frag.metadata, spec.out_leaves)
+                useless = valid is not None and bool(outputs) and set(outputs) <= set(valid)
+            if useless:
+                _remove(store, key, "batch checkpoints", result)
+        else:
+            ckpt = _fragment_checkpoint(store, key)
+            current = output_files(frag.metadata, spec.out_leaves)
+            if ckpt is None or ckpt.base_file != current or (current and ckpt.file.path in current.split(";")):
+                _remove(store, key, "fragment checkpoints", result)
+    log.info("checkpoint clean-up of table '%s': removed %s; kept %d keys of live jobs", table.name,
+             result.removed or "nothing", result.kept_for_live_jobs)
+    return result
+
+
+def _current_jobs(ds: Any, table: TableRef) -> dict[str, _Job]:
+    """The job prefixes the table's current UDF columns (or its view query) would plan with."""
+    jobs: dict[str, _Job] = {}
+    names = ds.schema.names
+    md = ds.schema.metadata or {}
+    if any((k.decode() if isinstance(k, bytes) else k).startswith("geneva::view::") for k in md):
+        info = view_info(md, table.name)
+        outputs = [*info.query.columns, *info.query.udf_columns, IS_SET, FP]
+        if all(c in names for c in outputs):
+            prefix, _ = refresh_identity(ds, info, table)
+            jobs[prefix] = _Job(None, [i for c in outputs for i in leaf_field_ids(ds.lance_schema.field(c))])
+        return jobs
+    for column in names:
+        info = udf_column_info(ds.schema.field(column).metadata)
+        fp = fingerprint_column(column)
+        if info is None or fp not in names or any(c not in names for c in info.input_columns or []):
+            continue
+        read_ids = sorted({i for c in info.input_columns or [] for i in column_field_ids(ds, c)})
+        out = leaf_field_ids(ds.lance_schema.field(column)) + leaf_field_ids(ds.lance_schema.field(fp))
+        jobs[backfill_prefix(info, column, table.uri)] = _Job(read_ids, out)
+    return jobs
+
+
+def _fragment_checkpoint(store: CheckpointStore, key: str) -> FragmentCheckpoint | None:
+    try:
+        return store.get_model(key, FragmentCheckpoint)
+    except (ValueError, KeyError, OSError):
+        return None
+
+
+def _remove(store: CheckpointStore, key: str, kind: str, result: CleanupResult) -> None:
+    store.delete(key)
+    result.removed[kind] = result.removed.get(kind, 0) + 1
