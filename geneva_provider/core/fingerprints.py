@@ -27,13 +27,16 @@ _NULL = np.uint64(0x6A09E667F3BCC909)
 _BYTES_PER_PIECE = 1 << 22  # bounds the memory of hashing variable-width data
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser, element-wise (uint64 arithmetic wraps)."""
+def _mix(x: np.ndarray, *, inplace: bool = False) -> np.ndarray:
+    """splitmix64's finaliser, element-wise (uint64 arithmetic wraps); in place when asked (and allowed)."""
     with np.errstate(over="ignore"):
-        x = x + _GOLDEN
-        x = (x ^ (x >> np.uint64(30))) * _M1
-        x = (x ^ (x >> np.uint64(27))) * _M2
-        return x ^ (x >> np.uint64(31))
+        x = np.add(x, _GOLDEN, out=x if inplace else None)
+        x ^= x >> np.uint64(30)
+        x *= _M1
+        x ^= x >> np.uint64(27)
+        x *= _M2
+        x ^= x >> np.uint64(31)
+        return x
 
 
 def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -86,14 +89,14 @@ def hash_array(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return hash_array(arr.dictionary_decode())
     if pa.types.is_null(t):
         return np.full(n, _NULL, np.uint64)
-    valid = np.ones(n, bool) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
+    nulls = arr.null_count > 0
     if pa.types.is_boolean(t):
-        h = _mix(pc.fill_null(arr, False).to_numpy(zero_copy_only=False).astype(np.uint64))
+        h = _mix(_filled(arr, False).astype(np.uint64), inplace=True)
     elif pa.types.is_integer(t) or (pa.types.is_temporal(t) and t.bit_width in (32, 64)):
         ints = arr if pa.types.is_integer(t) else arr.view(pa.int64() if t.bit_width == 64 else pa.int32())
-        h = _mix(pc.fill_null(ints, 0).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64))
+        h = _mix(np.asarray(_filled(ints, 0), dtype=np.int64).view(np.uint64))
     elif pa.types.is_floating(t):
-        h = _mix(pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype(np.float64).view(np.uint64))
+        h = _mix(np.asarray(_filled(arr, 0), dtype=np.float64).view(np.uint64))
     elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or \
             pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
         h = _hash_bytes(arr.cast(pa.large_binary()))
@@ -115,7 +118,14 @@ def hash_array(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
                 h = _mix(h * _M1 + hash_array(arr.field(i)) + np.uint64(i))
     else:  # decimals, maps, unions, extension types: by their text
         h = _hash_bytes(pa.array([repr(v) for v in arr.to_pylist()], pa.large_string()).cast(pa.large_binary()))
-    return np.where(valid, h, _NULL)
+    if nulls:
+        h[~arr.is_valid().to_numpy(zero_copy_only=False)] = _NULL
+    return h
+
+
+def _filled(arr: pa.Array, fill: object) -> np.ndarray:
+    """The array's values as numpy, NULLs replaced by ``fill`` (zero-copy when it can be)."""
+    return (pc.fill_null(arr, fill) if arr.null_count else arr).to_numpy(zero_copy_only=False)
 
 
 def row_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray], seed: str, num_rows: int | None = None
@@ -126,7 +136,10 @@ def row_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray], seed: str, n
     h = np.full(n, seed_hash, np.uint64)
     with np.errstate(over="ignore"):
         for i, col in enumerate(columns):
-            h = _mix(h * _M2 + hash_array(col) + np.uint64(i + 1))
+            h *= _M2
+            h += hash_array(col)
+            _mix(h, inplace=True)
+            h += np.uint64(i + 1)
     return pa.array(h, pa.uint64())
 
 

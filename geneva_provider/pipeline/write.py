@@ -61,7 +61,9 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan) -> WrittenFragment:
     ds = ctx.dataset()
     frag = ds.get_fragment(fid)
     keys = store.list_keys(f"{prefix}_frag-{fid}_range-")
-    parts = [store[k] for k in keys if (bk := parse_batch_key(k)) is not None and bk.prefix == prefix]
+    batches = sorted((bk.start, bk.end, k) for k in keys if (bk := parse_batch_key(k)) is not None
+                     and bk.prefix == prefix)
+    parts = [store[k] for _, _, k in batches]
     fields = [ds.schema.field(c) for c in job.output_columns]
     new = pa.concat_tables(parts) if parts else pa.table(
         {ROWADDR: pa.array([], pa.uint64()), **{f.name: pa.array([], f.type) for f in fields}})
@@ -76,8 +78,8 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan) -> WrittenFragment:
         # Rows not recomputed keep their current values: merge them in under the new ones.
         current = frag.to_table(columns=job.output_columns, with_row_address=True)
         new = pa.concat_tables([current.select(new.column_names).cast(new.schema), new])
-    addrs = new.column(ROWADDR).combine_chunks()
-    arrays = [scatter_to_physical(entry.physical_rows, addrs, new.column(f.name).combine_chunks()) for f in fields]
+    index = physical_index(entry.physical_rows, new.column(ROWADDR).combine_chunks())
+    arrays = [new.column(f.name).combine_chunks().take(index) for f in fields]
 
     rel = f"{uuid.uuid4().hex}.lance"
     schema = pa.schema([f.remove_metadata() for f in fields])
@@ -95,16 +97,22 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan) -> WrittenFragment:
     return WrittenFragment(frag=fid, file=datafile, rows=entry.rows)
 
 
-def scatter_to_physical(physical_rows: int, addrs: pa.Array, values: pa.Array) -> pa.Array:
-    """Places ``values`` at the physical offsets of ``addrs``; NULL elsewhere.  Later wins on repeats."""
+def physical_index(physical_rows: int, addrs: pa.Array) -> pa.Array:
+    """For each physical row, which element of ``addrs`` holds its value (NULL: none).  Later wins on repeats.
+
+    ``values.take(index)`` then places values at their rows' physical offsets, NULL elsewhere.
+    """
     offsets = pc.bit_wise_and(addrs, _OFFSET_MASK).to_numpy(zero_copy_only=False).astype(np.int64)
     if len(offsets) and offsets.max() >= physical_rows:
         raise ValueError(f"row offset {offsets.max()} beyond the fragment's {physical_rows} physical rows")
     idx = np.full(physical_rows, -1, dtype=np.int64)
-    # The last occurrence of an offset wins (explicitly: numpy does not order repeated assignments).
-    uniq, first_in_reversed = np.unique(offsets[::-1], return_index=True)
-    idx[uniq] = len(offsets) - 1 - first_in_reversed
-    return values.take(pa.array(idx, mask=idx < 0))
+    if len(offsets) and np.all(offsets[1:] > offsets[:-1]):  # sorted, no repeats: the common case
+        idx[offsets] = np.arange(len(offsets))
+    else:
+        # The last occurrence of an offset wins (explicitly: numpy does not order repeated assignments).
+        uniq, first_in_reversed = np.unique(offsets[::-1], return_index=True)
+        idx[uniq] = len(offsets) - 1 - first_in_reversed
+    return pa.array(idx, mask=idx < 0)
 
 
 def _write_partition(ctx: StageContext, entries: Iterable[FragmentPlan]) -> Iterator[WrittenFragment]:
