@@ -12,7 +12,6 @@ and checks only that the values are right.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 import time
@@ -20,27 +19,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from counting import counting_double, udf_rows
 
 import geneva_provider as gp
 from geneva_provider.stages import local_session
-
-
-def make_udf(call_dir: str, us_per_row: float) -> gp.UDF:
-    @gp.udf(data_type=pa.int64(), input_columns=["x"], name="costly_double")
-    def costly_double(x: pa.Array) -> pa.Array:
-        time.sleep(len(x) * us_per_row * 1e-6)
-        with open(os.path.join(call_dir, f"{os.getpid()}-{time.time_ns()}"), "w") as f:
-            f.write(str(len(x)))
-        return pc.multiply(x, 2)
-
-    return costly_double
-
-
-def udf_rows(call_dir: Path) -> int:
-    n = sum(int(p.read_text()) for p in call_dir.iterdir())
-    for p in call_dir.iterdir():
-        p.unlink()
-    return n
 
 
 def main() -> None:
@@ -64,7 +46,7 @@ def main() -> None:
     try:
         spark = local_session("local[2]", conf={"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
-        udf = make_udf(str(calls), args.us_per_row)
+        udf = counting_double(str(calls), args.us_per_row)
         db = gp.connect(str(tmp / "db"))
         warm = db.create_table("warm", pa.table({"x": pa.array(range(2_000), pa.int64())}), max_rows_per_file=1_000)
         warm.add_columns({"y": udf})

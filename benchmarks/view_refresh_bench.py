@@ -9,7 +9,6 @@ that the results are right.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 import time
@@ -17,26 +16,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from counting import counting_double, udf_rows
 
 import geneva_provider as gp
 from geneva_provider.stages import local_session
-
-
-def make_udf(call_dir: str) -> gp.UDF:
-    @gp.udf(data_type=pa.int64(), input_columns=["x"])
-    def double(x: pa.Array) -> pa.Array:
-        with open(os.path.join(call_dir, f"{os.getpid()}-{time.time_ns()}"), "w") as f:
-            f.write(str(len(x)))
-        return pc.multiply(x, 2)
-
-    return double
-
-
-def udf_rows(call_dir: Path) -> int:
-    n = sum(int(p.read_text()) for p in call_dir.iterdir())
-    for p in call_dir.iterdir():
-        p.unlink()
-    return n
 
 
 def main() -> None:
@@ -55,7 +38,7 @@ def main() -> None:
         spark = local_session("local[2]", conf={"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
         print(f"session start: {time.perf_counter() - t:.1f}s")
-        query = src.search(None).where("x % 2 = 0").select({"id": "id", "x": "x", "y": make_udf(str(calls))})
+        query = src.search(None).where("x % 2 = 0").select({"id": "id", "x": "x", "y": counting_double(str(calls))})
 
         t = time.perf_counter()
         view = db.create_materialized_view("evens", query.shuffle(seed=7), max_rows_per_fragment=100_000)

@@ -106,3 +106,13 @@ def flaky_double(x: int) -> int:
         raise RuntimeError("injected failure")
     _log_calls(os.environ["GENEVA_TEST_CALL_DIR"], [x])
     return x * 2
+
+
+def times(k: int, name: str = "times") -> gp.UDF:
+    """Array UDF ``x * k``; ``k`` is captured by the closure, so it is part of the UDF's version."""
+
+    @gp.udf(data_type=pa.int64(), input_columns=["x"], name=name)
+    def multiply(x: pa.Array) -> pa.Array:
+        return pc.multiply(x, k)
+
+    return multiply

@@ -7,12 +7,11 @@ UDF really ran on nothing.
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
 from geneva_provider.stages import plan_backfill, run_apply, run_write_commit, verify
-from tests.helpers import clear_calls, counting_array_triple, counting_double, events_table, read_calls
+from tests.helpers import clear_calls, counting_array_triple, counting_double, events_table, read_calls, times
 
 
 def values(tbl, column: str) -> dict[int, object]:
@@ -128,12 +127,7 @@ def test_update_and_merge_insert_recompute_exactly_the_changed_rows(db, spark, c
 
 def test_narrow_where_backfills_and_dependent_columns(db, spark, call_dir):
     tbl = db.create_table("events", events_table(100_000), max_rows_per_file=10_000)
-
-    @gp.udf(data_type=pa.int64(), input_columns=["x"])
-    def a(x: pa.Array) -> pa.Array:
-        return pc.multiply(x, 2)
-
-    tbl.add_columns({"a": a, "b": (counting_array_triple(call_dir), ["a"])})
+    tbl.add_columns({"a": times(2), "b": (counting_array_triple(call_dir), ["a"])})
     tbl.backfill("a", where="x % 100 != 0", spark=spark)   # 1 % of the rows, in every fragment, left out
     tbl.backfill("b", spark=spark)
     clear_calls(call_dir)
@@ -156,14 +150,7 @@ def test_narrow_where_backfills_and_dependent_columns(db, spark, call_dir):
 
 def test_a_changed_closure_recomputes_an_identical_udf_does_not(db, spark):
     tbl = db.create_table("events", events_table(2_000), max_rows_per_file=500)
-
-    def scaled(k: int) -> gp.UDF:
-        @gp.udf(data_type=pa.int64(), input_columns=["x"], name="scaled")
-        def f(x: pa.Array) -> pa.Array:
-            return pc.multiply(x, k)
-
-        return f
-
+    scaled = times
     tbl.add_columns({"y": scaled(2)})
     assert tbl.backfill("y", spark=spark).rows_computed == 2_000
     tbl.drop_columns(["y"])

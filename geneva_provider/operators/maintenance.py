@@ -58,11 +58,8 @@ class GenevaSparkCompactOperator(_GenevaSparkStageOperator):
     stage = "compact"
 
 
-class GenevaCleanupOldVersionsOperator(BaseOperator):
-    """Removes table versions older than ``older_than`` and the files only they referenced (Lance's clean-up).
-
-    Never ``delete_unverified``: files a running job has staged but not committed yet are kept.
-    """
+class _GenevaTableCleanupOperator(BaseOperator):
+    """A clean-up of one table of things older than ``older_than``."""
 
     template_fields: Sequence[str] = ("table",)
     ui_color = "#f0e8f8"
@@ -73,6 +70,13 @@ class GenevaCleanupOldVersionsOperator(BaseOperator):
         self.table = table
         self.older_than = older_than
         self.lance_conn_id = lance_conn_id
+
+
+class GenevaCleanupOldVersionsOperator(_GenevaTableCleanupOperator):
+    """Removes table versions older than ``older_than`` and the files only they referenced (Lance's clean-up).
+
+    Never ``delete_unverified``: files a running job has staged but not committed yet are kept.
+    """
 
     def execute(self, context: Any) -> dict[str, Any]:
         stats = LanceHook(self.lance_conn_id).dataset(self.table).cleanup_old_versions(older_than=self.older_than)
@@ -82,21 +86,11 @@ class GenevaCleanupOldVersionsOperator(BaseOperator):
         return result
 
 
-class GenevaCleanupCheckpointsOperator(BaseOperator):
+class GenevaCleanupCheckpointsOperator(_GenevaTableCleanupOperator):
     """Removes checkpoints and plans no live job needs and no future job can use (``Table.cleanup_checkpoints``).
 
     Never those of a running job: a clean-up may run beside backfills.
     """
-
-    template_fields: Sequence[str] = ("table",)
-    ui_color = "#f0e8f8"
-
-    def __init__(self, *, table: str, older_than: timedelta = timedelta(days=7),
-                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.table = table
-        self.older_than = older_than
-        self.lance_conn_id = lance_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         result = LanceHook(self.lance_conn_id).open_table(self.table).cleanup_checkpoints(older_than=self.older_than)
