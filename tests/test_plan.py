@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.checkpoint import batch_key
+from geneva_provider.core.checkpoint import batch_key, batch_prefix
 from geneva_provider.stages import BackfillOptions, load_plan, plan_backfill
 from tests.helpers import events_table
 
@@ -32,40 +32,41 @@ def test_plan_tasks_are_fragment_local_and_bounded(tbl):
     physical = {f.id: f.physical_rows for f in plan.fragments}
     assert physical == {0: 3000, 1: 3000, 2: 3000, 3: 1000}
     for t in plan.tasks:
-        assert 0 <= t.start < t.end <= physical[t.frag] and t.end - t.start <= 1_000
-    covered = sorted((t.frag, t.start, t.end) for t in plan.tasks)
+        assert t.rows <= 1_000
+        for p in t.parts:
+            assert 0 <= p.start < p.end <= physical[p.frag]
+    covered = sorted((p.frag, p.start, p.end) for t in plan.tasks for p in t.parts)
     assert sum(e - s for _, s, e in covered) == 10_000
     assert set(summary.to_xcom()) >= {"job_id", "plan_uri", "rows_to_compute", "tasks", "fragments_reused"}
 
 
 @pytest.mark.parametrize(("rows", "per_fragment", "parallelism"), [
-    (100_000, 25_000, 2), (100_000, 7_000, 2), (250_000, 40_000, 8), (30_000, 30_000, 3)])
+    (100_000, 25_000, 2), (100_000, 7_000, 2), (250_000, 40_000, 8), (30_000, 30_000, 3), (100_000, 100, 2)])
 def test_default_tasks_shrink_towards_the_end_and_cover_every_row_once(db, rows, per_fragment, parallelism):
     t = db.create_table("wide", events_table(rows), max_rows_per_file=per_fragment)
     t.add_columns({"y": double})
     plan, _ = load_plan(plan_backfill(t.ref, "y", parallelism=parallelism).plan_uri)
-    sizes = [task.end - task.start for task in plan.tasks]
-    # Every row of every fragment exactly once: each fragment's tasks tile [0, rows) contiguously.
+    sizes = [task.rows for task in plan.tasks]
+    # Every row of every fragment exactly once: each fragment's parts tile [0, rows) contiguously.
     for frag in plan.fragments:
-        ranges = sorted((task.start, task.end) for task in plan.tasks if task.frag == frag.id)
+        ranges = sorted((p.start, p.end) for task in plan.tasks for p in task.parts if p.frag == frag.id)
         assert ranges[0][0] == 0 and ranges[-1][1] == frag.rows
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
     assert sum(sizes) == rows
     # Run largest first, and (guided) sizes never grow: the tail is made of small tasks.
     assert sizes == sorted(sizes, reverse=True)
-    # No task is bigger than 1/parallelism of the rows, nor (but for a fragment's last piece) below the
-    # floor of 1/(16 x parallelism) of all rows.
-    assert max(sizes) <= -(-rows // parallelism)
+    # No task is bigger than 1/parallelism of the rows (plus a fragment's tail it absorbs), and at most
+    # the last one is below the floor of 1/(16 x parallelism) of all rows.
     floor = -(-rows // (16 * parallelism))
-    pieces_below_floor = [s for s in sizes if s < floor]
-    assert len(pieces_below_floor) <= len(plan.fragments)
+    assert max(sizes) <= -(-rows // parallelism) + floor
+    assert len([s for s in sizes if s < floor]) <= 1
     # Fewer tasks than equal floor-sized ones, and enough to keep every slot busy.
     assert parallelism <= len(sizes) < rows / floor
 
 
 def test_plan_skips_rows_already_checkpointed(tbl):
     first, _ = load_plan(plan_backfill(tbl.ref, "y", BackfillOptions(task_size=1_000)).plan_uri)
-    prefix = next(f.prefix for f in first.fragments if f.id == 1)
+    prefix = batch_prefix(first.job_prefix, src_key=next(f.src_key for f in first.fragments if f.id == 1))
     store = tbl.checkpoint_store
     # A checkpoint (of any earlier job, whatever its filter) holding rows 0..1499 and 2000..2099 of fragment 1.
     held = [*range(1_500), *range(2_000, 2_100)]
@@ -75,7 +76,7 @@ def test_plan_skips_rows_already_checkpointed(tbl):
     summary = plan_backfill(tbl.ref, "y", BackfillOptions(task_size=1_000))
     plan, _ = load_plan(summary.plan_uri)
     assert summary.rows_to_compute == 10_000 - 1_600 and summary.rows_reused == 1_600
-    planned = sorted(p for t in plan.tasks if t.frag == 1 for s, e in t.ranges for p in range(s, e))
+    planned = sorted(i for t in plan.tasks for p in t.parts if p.frag == 1 for s, e in p.ranges for i in range(s, e))
     assert planned == [*range(1_500, 2_000), *range(2_100, 3_000)]
 
 
@@ -191,3 +192,14 @@ def test_a_plan_of_another_format_is_refused_clearly(tbl):
         load_plan(summary.plan_uri)
     with pytest.raises(gp.InvalidArgumentError, match="plan not found"):
         load_plan(summary.plan_uri.replace(summary.job_id, "nope"))
+
+
+def test_small_fragments_are_packed_into_few_tasks(db):
+    t = db.create_table("tiny", events_table(20_000), max_rows_per_file=10)  # 2,000 fragments of 10 rows
+    t.add_columns({"y": double})
+    plan, _ = load_plan(plan_backfill(t.ref, "y", parallelism=2).plan_uri)
+    assert len(plan.fragments) == 2_000 and len(plan.tasks) <= 16
+    parts = sorted((p.frag, p.start, p.end) for task in plan.tasks for p in task.parts)
+    assert parts == [(f, 0, 10) for f in range(2_000)]  # a part never spans fragments, each fragment once
+    fixed, _ = load_plan(plan_backfill(t.ref, "y", BackfillOptions(task_size=1_000)).plan_uri)
+    assert [task.rows for task in fixed.tasks] == [1_000] * 20

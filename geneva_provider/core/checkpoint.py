@@ -48,9 +48,14 @@ def job_prefix(udf_name: str, udf_version: str, column: str, where: str | None, 
     )
 
 
-def batch_prefix(job: str, src_files: list[str]) -> str:
+def src_files_key(src_files: list[str]) -> str:
+    """Names a set of source files (what batch checkpoints are computed from) in a key."""
+    return md5_hex(json.dumps(sorted(src_files)))
+
+
+def batch_prefix(job: str, src_files: list[str] | None = None, *, src_key: str | None = None) -> str:
     """The key prefix of batch checkpoints computed from exactly these source files."""
-    return f"{job}_srcfiles-{md5_hex(json.dumps(sorted(src_files)))}"
+    return f"{job}_srcfiles-{src_key or src_files_key(src_files or [])}"
 
 
 def batch_key(prefix: str, frag_id: int, start: int, end: int) -> str:

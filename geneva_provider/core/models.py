@@ -57,27 +57,29 @@ class DataFileRef(_Model):
 
 
 class FragmentPlan(_Model):
-    """The plan of one fragment: its decision, the rows that need values, and what its result depends on."""
+    """The plan of one fragment: its decision, the rows that need values, and what its result depends on.
+
+    About 200 bytes of JSON for a fragment with one input file (fields that are None are left out).
+    """
 
     id: int
     physical_rows: int
     rows: int                     # rows needing a value (COMPUTE), held by the staged file (REUSE), valid (DONE)
     action: Action
     src_files: list[str]          # files the fragment's values are computed from
-    base_file: str | None = None  # the output's committed file when planned (kept for rows not recomputed)
-    prefix: str | None = None     # batch checkpoint key prefix (COMPUTE)
+    base_file: str | None = None  # the output's committed files when planned (kept for rows not recomputed)
+    src_key: str | None = None    # names the batch checkpoints of these inputs (COMPUTE)
     needed: list[tuple[int, int]] = Field(default_factory=list)  # live-row positions needing a value (runs)
     complete: bool = False        # after this job every live row of the fragment holds a valid value
-    row_ids: tuple[int, int] | None = None  # min and max stable row id (to tell a vanished fragment's fate)
     file: DataFileRef | None = None  # the staged file to commit (REUSE)
 
 
-class Task(_Model):
-    """One apply task: runs of live-row positions of one fragment, and their checkpoint key prefix."""
+class TaskPart(_Model):
+    """The share of one fragment in a task: runs of its live-row positions."""
 
     frag: int
     ranges: list[tuple[int, int]]
-    prefix: str
+    src_key: str
 
     @property
     def rows(self) -> int:
@@ -90,6 +92,16 @@ class Task(_Model):
     @property
     def end(self) -> int:
         return self.ranges[-1][1]
+
+
+class Task(_Model):
+    """One apply task: parts of one or more fragments (small fragments are packed together), sized by rows."""
+
+    parts: list[TaskPart]
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
 
 
 class UdfRef(_Model):
@@ -278,6 +290,13 @@ class WriteResult(_Model):
     fragments_vanished: list[int]
     commit_retries: int
     seconds: float
+
+
+class CommitRecord(_Model):
+    """Left beside the plan when its commits are done: the outcome, and the file committed per fragment."""
+
+    result: WriteResult
+    staged: dict[int, str] = Field(default_factory=dict)
 
 
 class Ledger(_Model):

@@ -36,29 +36,42 @@ def split_range(start: int, end: int, size: int) -> list[tuple[int, int]]:
     return [(s, min(s + size, end)) for s in range(start, end, size)]
 
 
-def guided_split(ranges: list[tuple[int, int, int]], parallelism: int, min_rows: int) -> list[tuple[int, int, int]]:
-    """Cuts ``(fragment, start, end)`` ranges into tasks that shrink as the work runs out.
+def pack_tasks(work: list[tuple[int, int]], parallelism: int, min_rows: int, task_size: int | None = None
+               ) -> list[list[tuple[int, int, int]]]:
+    """Cuts ``(fragment, rows)`` work into tasks of ``(fragment, first, last)`` parts, sized by rows.
 
-    Guided self-scheduling: each task takes ``1 / parallelism`` of the rows still unplanned,
-    but never fewer than ``1 / (16 * parallelism)`` of all rows (nor ``min_rows``) and never
-    past its range.  Equal tasks make a slot that runs a little slower finish a whole task
-    late; shrinking tasks let the slots finish together while keeping the number of Spark
-    task launches (~70 ms each) low.
+    A task takes parts of consecutive fragments until it holds its size, so small fragments are
+    packed together and cost one Spark task between them; a large fragment is split.  A part never
+    spans fragments, so every checkpoint stays fragment-local.  With ``task_size`` tasks hold that
+    many rows; without, they shrink as the work runs out (guided self-scheduling): each takes
+    ``1 / parallelism`` of the rows still unplanned, but never fewer than ``1 / (16 * parallelism)``
+    of all rows (nor ``min_rows``), so slots finish together while task launches (~70 ms each) stay few.
     """
     slots = max(parallelism, 1)
-    left = sum(e - s for _, s, e in ranges)
-    floor = max(math.ceil(left / (16 * slots)), min_rows, 1)
-    pieces = []
-    for fid, start, end in ranges:
-        pos = start
-        while pos < end:
-            size = max(math.ceil(left / slots), floor)
-            if end - (pos + size) < floor:  # no sliver at the end of a range
-                size = end - pos
-            pieces.append((fid, pos, pos + size))
-            pos += size
-            left -= size
-    return pieces
+    left = sum(n for _, n in work)
+    floor = task_size or max(math.ceil(left / (16 * slots)), min_rows, 1)
+    tasks: list[list[tuple[int, int, int]]] = []
+    current: list[tuple[int, int, int]] = []
+    held = 0
+    target = 0
+    for fid, n in work:
+        pos = 0
+        while pos < n:
+            if not current:
+                target = task_size or max(math.ceil(left / slots), floor)
+            take = min(n - pos, target - held)
+            if not task_size and 0 < n - (pos + take) < floor:  # no sliver at the end of a fragment
+                take = n - pos
+            current.append((fid, pos, pos + take))
+            held += take
+            pos += take
+            left -= take
+            if held >= target:
+                tasks.append(current)
+                current, held = [], 0
+    if current:
+        tasks.append(current)
+    return tasks
 
 
 def runs_of(mask: Any) -> list[tuple[int, int]]:

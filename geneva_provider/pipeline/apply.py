@@ -18,10 +18,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from geneva_provider.core.checkpoint import ROWADDR, BatchKey, CheckpointStore, batch_key, parse_batch_key
+from geneva_provider.core.checkpoint import (
+    ROWADDR,
+    BatchKey,
+    CheckpointStore,
+    batch_key,
+    batch_prefix,
+    parse_batch_key,
+)
 from geneva_provider.core.errors import UDFExecutionError
 from geneva_provider.core.fragments import live_row_addresses
-from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, Task, TaskError
+from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, JobInput, input_for
@@ -35,26 +42,26 @@ TARGET_CHECKPOINT_SECONDS = 10.0
 
 # ---------------------------------------------------------------------- executor side
 class _Checkpointer:
-    """Computes chunks of one task and stores each as a batch checkpoint, adapting the chunk size."""
+    """Computes chunks of one fragment's rows and stores each as a batch checkpoint, adapting the chunk size."""
 
-    def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, task: Task) -> None:
-        self.ctx, self.store, self.work, self.task = ctx, store, work, task
+    def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, frag: int, prefix: str) -> None:
+        self.ctx, self.store, self.work, self.frag, self.prefix = ctx, store, work, frag, prefix
 
     def save(self, positions: np.ndarray, addrs: np.ndarray) -> tuple[TaskError | None, float]:
         """Computes the rows at ``positions`` and stores them under their range; returns (error, seconds)."""
         t0 = time.perf_counter()
         rows = self.work.read(positions)
         if rows.num_rows != len(positions):
-            raise RuntimeError(f"fragment {self.task.frag}: read {rows.num_rows} of {len(positions)} rows; "
+            raise RuntimeError(f"fragment {self.frag}: read {rows.num_rows} of {len(positions)} rows; "
                                "the table changed under a pinned version")
         address = pa.array(addrs, pa.uint64())
         try:
             outputs = self.work.compute(rows)
         except ComputeError as exc:
-            return _task_error(self.ctx, exc, self.task.frag, address), 0.0
+            return _task_error(self.ctx, exc, self.frag, address), 0.0
         outputs[self.ctx.job.output_columns[-1]] = self.work.fingerprints(rows)
         seconds = time.perf_counter() - t0
-        key = batch_key(self.task.prefix, self.task.frag, int(positions[0]), int(positions[-1]) + 1)
+        key = batch_key(self.prefix, self.frag, int(positions[0]), int(positions[-1]) + 1)
         self.store[key] = pa.table({ROWADDR: address, **outputs})
         return None, seconds
 
@@ -67,39 +74,56 @@ class _Checkpointer:
         return max(self.ctx.settings.min_checkpoint_size, min(self.ctx.settings.max_checkpoint_size, size))
 
 
-def apply_task(ctx: StageContext, task: Task) -> ApplyTaskResult:
-    """Computes the task's rows in checkpointed chunks, skipping rows a checkpoint already holds."""
-    store = ctx.store()
-    ds = ctx.dataset()
-    frag = ds.get_fragment(task.frag)
-    positions = positions_of(task.ranges)
-    addrs = live_row_addresses(frag)[positions]
-    keys = [key for key in store.list_keys(f"{task.prefix}_frag-{task.frag}_range-")
-            if _overlaps(parse_batch_key(key), task)]
-    if keys:
-        keep = ~np.isin(addrs, checkpointed_addresses(store, keys))
-        positions, addrs = positions[keep], addrs[keep]
-    result = ApplyTaskResult(frag=task.frag, rows_skipped=task.rows - len(positions))
-    if not len(positions):
-        return result
-    ckpt = _Checkpointer(ctx, store, input_for(ctx, ds, task.frag), task)
+class _Worker:
+    """What one Spark partition opens once for all its tasks: the table, the store, and its checkpoint keys."""
+
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+        self.store = ctx.store()
+        self.ds = ctx.dataset()
+        self.keys: dict[tuple[str, int], list[BatchKey]] = {}
+        for key in self.store.list_keys(ctx.job.job_prefix):
+            bk = parse_batch_key(key)
+            if bk is not None:
+                self.keys.setdefault((bk.prefix, bk.frag_id), []).append(bk)
+
+    def held(self, prefix: str, part: TaskPart) -> np.ndarray:
+        """Row addresses that checkpoints overlapping ``part`` already hold."""
+        keys = [batch_key(prefix, k.frag_id, k.start, k.end) for k in self.keys.get((prefix, part.frag), [])
+                if k.start < part.end and k.end > part.start]
+        return checkpointed_addresses(self.store, keys)
+
+
+def apply_task(ctx: StageContext, task: Task, worker: _Worker | None = None) -> ApplyTaskResult:
+    """Computes the task's rows, fragment by fragment, in checkpointed chunks; skips rows a checkpoint holds."""
+    worker = worker or _Worker(ctx)
+    result = ApplyTaskResult(frag=task.parts[0].frag)
     size = ctx.settings.checkpoint_size
-    start = 0
-    while start < len(positions):
-        end = min(start + size, len(positions))
-        error, seconds = ckpt.save(positions[start:end], addrs[start:end])
-        if error:
-            return result.model_copy(update={"error": error})
-        result.rows_computed += end - start
-        result.checkpoints += 1
-        result.udf_seconds += seconds
-        start = end
-        size = ckpt.adapt(size, seconds)
+    for part in task.parts:
+        prefix = batch_prefix(ctx.job.job_prefix, src_key=part.src_key)
+        frag = worker.ds.get_fragment(part.frag)
+        positions = positions_of(part.ranges)
+        addrs = live_row_addresses(frag)[positions]
+        held = worker.held(prefix, part)
+        if len(held):
+            keep = ~np.isin(addrs, held)
+            positions, addrs = positions[keep], addrs[keep]
+        result.rows_skipped += part.rows - len(positions)
+        if not len(positions):
+            continue
+        ckpt = _Checkpointer(ctx, worker.store, input_for(ctx, worker.ds, part.frag), part.frag, prefix)
+        start = 0
+        while start < len(positions):
+            end = min(start + size, len(positions))
+            error, seconds = ckpt.save(positions[start:end], addrs[start:end])
+            if error:
+                return result.model_copy(update={"error": error, "frag": part.frag})
+            result.rows_computed += end - start
+            result.checkpoints += 1
+            result.udf_seconds += seconds
+            start = end
+            size = ckpt.adapt(size, seconds)
     return result
-
-
-def _overlaps(key: BatchKey | None, task: Task) -> bool:
-    return key is not None and key.frag_id == task.frag and key.start < task.end and key.end > task.start
 
 
 def _task_error(ctx: StageContext, exc: ComputeError, frag_id: int, addrs: pa.Array) -> TaskError:
@@ -118,8 +142,9 @@ def _task_error(ctx: StageContext, exc: ComputeError, frag_id: int, addrs: pa.Ar
 
 
 def _apply_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[ApplyTaskResult]:
+    worker = _Worker(ctx)
     for task in tasks:
-        yield apply_task(ctx, task)
+        yield apply_task(ctx, task, worker)
 
 
 # ---------------------------------------------------------------------- driver side
@@ -130,8 +155,9 @@ def remaining_tasks(plan: Plan, store: CheckpointStore) -> list[Task]:
         bk = parse_batch_key(key)
         if bk is not None:
             covered.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end))
-    return [t for t in plan.tasks
-            if any(uncovered(s, e, covered.get((t.prefix, t.frag), [])) for s, e in t.ranges)]
+    return [t for t in plan.tasks if any(
+        uncovered(s, e, covered.get((batch_prefix(plan.job_prefix, src_key=p.src_key), p.frag), []))
+        for p in t.parts for s, e in p.ranges)]
 
 
 def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> ApplyResult:

@@ -71,7 +71,6 @@ class BackfillExaminer:
         self.inputs, self.where, self.seed, self.fp = inputs, where, udf_version, fp
         self.read_ids = sorted({i for c in inputs for i in column_field_ids(ds, c)})
         self.fp_ids = leaf_field_ids(ds.lance_schema.field(fp))
-        self.stable = bool(ds.has_stable_row_ids)
 
     def src_files(self, frag: Any) -> list[str]:
         return files_holding(frag.metadata, self.read_ids)
@@ -94,12 +93,6 @@ class BackfillExaminer:
         """The ``where`` as a mask over the fragment's live rows."""
         chosen = frag.to_table(columns=[], filter=self.where, with_row_address=True).column("_rowaddr").to_numpy()
         return np.isin(live_row_addresses(frag), chosen)
-
-    def row_ids(self, frag: Any) -> tuple[int, int] | None:
-        if not self.stable:
-            return None
-        ids = frag.to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()
-        return (int(ids.min()), int(ids.max())) if len(ids) else None
 
 
 def backfill_prefix(info: UdfColumnInfo, column: str, table_uri: str) -> str:

@@ -212,7 +212,3 @@ class RefreshExaminer:
         valid = stored.is_valid().to_numpy(zero_copy_only=False) & np.equal(
             stored.fill_null(0).to_numpy(zero_copy_only=False), current.to_numpy())
         return Exam(needed=~valid, invalid=int((~valid).sum()))
-
-    def row_ids(self, frag: Any) -> tuple[int, int] | None:
-        ids = frag.to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()
-        return (int(ids.min()), int(ids.max())) if len(ids) else None

@@ -31,11 +31,13 @@ from geneva_provider.core.checkpoint import (
     parse_batch_key,
     plan_key,
     split_key_uri,
+    src_files_key,
 )
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
 from geneva_provider.core.models import (
     Action,
+    CommitRecord,
     CompactionPlan,
     FragmentCheckpoint,
     FragmentPlan,
@@ -45,10 +47,12 @@ from geneva_provider.core.models import (
     PlanSettings,
     PlanSummary,
     Task,
+    TaskPart,
+    WriteResult,
     plan_from_json,
 )
 from geneva_provider.core.options import JobOptions
-from geneva_provider.core.ranges import count_of, guided_split, runs_of, slice_runs, split_range
+from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_runs
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +73,6 @@ class Examiner(Protocol):
 
     def examine(self, frag: Any) -> Exam:
         """Reads inputs and fingerprints (no UDF) and says which rows need a value."""
-
-    def row_ids(self, frag: Any) -> tuple[int, int] | None:
-        """The fragment's min and max stable row id, or None."""
 
 
 def validity_signature(src_files: list[str], fragment_meta: Any, out_leaves: list[int]) -> list[str]:
@@ -138,7 +139,7 @@ def plan_fragments(
         staged = _reusable_checkpoint(store, job, fid, src_files, out_leaves, column_uid, out_file, where)
         if staged is not None:
             fragments.append(FragmentPlan(**common, rows=staged.rows, action=Action.REUSE, file=staged.file,
-                                          complete=staged.complete, row_ids=examiner.row_ids(frag)))
+                                          complete=staged.complete))
             continue
         exam = examiner.examine(frag)
         if exam.invalid == 0:
@@ -149,14 +150,13 @@ def plan_fragments(
         if needed == 0:
             fragments.append(FragmentPlan(**common, rows=0, action=Action.EMPTY))
             continue
-        prefix = batch_prefix(job, src_files)
+        src_key = src_files_key(src_files)
         todo = exam.needed
-        keys = keys_by_frag.get((prefix, fid))
+        keys = keys_by_frag.get((batch_prefix(job, src_key=src_key), fid))
         if keys:
             todo = todo & ~np.isin(live_row_addresses(frag), checkpointed_addresses(store, keys))
-        fragments.append(FragmentPlan(**common, rows=needed, action=Action.COMPUTE, prefix=prefix,
-                                      needed=runs_of(exam.needed), complete=needed == exam.invalid,
-                                      row_ids=examiner.row_ids(frag)))
+        fragments.append(FragmentPlan(**common, rows=needed, action=Action.COMPUTE, src_key=src_key,
+                                      needed=runs_of(exam.needed), complete=needed == exam.invalid))
         todo_runs = runs_of(todo)
         if todo_runs:
             work.append((fid, todo_runs))
@@ -182,19 +182,16 @@ def store_plan(
     """Cuts the work into tasks, stores the plan document, and returns its summary."""
     if store.uri is None:
         raise InvalidArgumentError("the checkpoint store must be reachable from Spark executors (it has no URI)")
-    prefixes = {f.id: f.prefix for f in fragments if f.prefix is not None}
+    src_keys = {f.id: f.src_key for f in fragments if f.src_key is not None}
     runs = dict(work)
-    counts = [(fid, 0, count_of(r)) for fid, r in work]
-    rows_to_compute = sum(n for _, _, n in counts)
+    counts = [(fid, count_of(r)) for fid, r in work]
+    rows_to_compute = sum(n for _, n in counts)
     lo, hi = options.checkpoint_bounds()
-    if options.task_size:
-        pieces = [(fid, s, e) for fid, start, end in counts for s, e in split_range(start, end, options.task_size)]
-    else:
-        pieces = guided_split(counts, parallelism, lo)
+    pieces = pack_tasks(counts, parallelism, lo, options.task_size)
     # Longest first: Spark launches tasks in partition order, so the big ones start early and
     # the small ones fill the gaps at the end.
-    tasks = sorted((Task(frag=fid, ranges=slice_runs(runs[fid], s, e), prefix=prefixes[fid] or "")
-                    for fid, s, e in pieces), key=lambda t: t.rows, reverse=True)
+    tasks = sorted((Task(parts=[TaskPart(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid])
+                                for fid, a, b in piece]) for piece in pieces), key=lambda t: t.rows, reverse=True)
     now = dt.datetime.now(dt.UTC)
     job_id = f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     settings = PlanSettings(checkpoint_size=options.initial_checkpoint_size(), min_checkpoint_size=lo,
@@ -207,10 +204,12 @@ def store_plan(
                 settings=settings, fragments=fragments, tasks=tasks, rows_to_compute=rows_to_compute,
                 rows_reused=reused)
     key = plan_key(job_id)
-    store.put_model(key, plan)
+    store.put_text(key, plan.model_dump_json(exclude_none=True))
     summary = plan.summary(store.key_uri(key))
     if summary.nothing_to_do:  # nothing to commit: the job is never live
-        store.put_text(committed_key(job_id), "{}")
+        store.put_model(committed_key(job_id), CommitRecord(result=WriteResult(
+            job_id=job_id, version=plan.read_version, fragments_committed=0, rows_committed=0, fragments_vanished=[],
+            commit_retries=0, seconds=0.0)))
     log.info("plan %s: %s at version %d: %d rows to compute in %d tasks over %d fragments; "
              "%d fragments reused, %d already valid, %d rows already checkpointed",
              job_id, label, plan.read_version, rows_to_compute, len(tasks), summary.fragments_to_compute,

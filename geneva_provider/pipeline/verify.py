@@ -13,8 +13,8 @@ from typing import Any
 
 from geneva_provider.core.checkpoint import fragment_key
 from geneva_provider.core.errors import VerificationError
-from geneva_provider.core.models import Action, FragmentCheckpoint, FragmentPlan, VerifyResult
-from geneva_provider.pipeline.planning import load_plan
+from geneva_provider.core.models import Action, CommitRecord, FragmentCheckpoint, FragmentPlan, VerifyResult
+from geneva_provider.pipeline.planning import committed_key, load_plan
 
 log = logging.getLogger(__name__)
 
@@ -28,20 +28,22 @@ def verify(plan_uri: str, storage_options: dict[str, str] | None = None) -> Veri
     plan, store = load_plan(plan_uri, storage_options)
     ds = lance.dataset(plan.table_uri, storage_options=storage_options)
     live = {f.fragment_id: f.metadata for f in ds.get_fragments()}
+    record = committed_key(plan.job_id)
+    committed = store.get_model(record, CommitRecord).staged if record in store else {}
     problems, deleted, rows_ok, frags_ok = [], [], 0, 0
     for entry in plan.fragments:
         if entry.action not in _VERIFIED:
             continue
         meta = live.get(entry.id)
         if meta is None:
-            if _rows_gone(ds, entry):
+            if _rows_gone(ds, lance.dataset(plan.table_uri, version=plan.read_version,
+                                            storage_options=storage_options), entry):
                 deleted.append(entry.id)
             else:
                 problems.append(f"fragment {entry.id} ({entry.rows} rows) no longer exists: it was compacted or "
                                 "rewritten during the job, so its rows were not committed")
             continue
-        key = fragment_key(plan.job_prefix, entry.id)
-        staged = store.get_model(key, FragmentCheckpoint).file.path if key in store else None
+        staged = committed.get(entry.id) or _staged(store, plan.job_prefix, entry.id)
         if staged is None or staged not in {df.path for df in meta.files}:
             problems.append(f"fragment {entry.id}: {entry.rows} rows lack their computed value")
             continue
@@ -60,9 +62,21 @@ def verify(plan_uri: str, storage_options: dict[str, str] | None = None) -> Veri
                         fragments_verified=frags_ok, rows_verified=rows_ok, fragments_deleted=deleted)
 
 
-def _rows_gone(ds: Any, entry: FragmentPlan) -> bool:
-    """True when none of a vanished fragment's rows is live any more (it was deleted, not moved)."""
-    if entry.row_ids is None:  # no stable row ids: its rows cannot be followed, so they may have moved
+def _staged(store: Any, job_prefix: str, fid: int) -> str | None:
+    """The file the job staged for a fragment, from its fragment checkpoint (when no commit record has it)."""
+    key = fragment_key(job_prefix, fid)
+    return store.get_model(key, FragmentCheckpoint).file.path if key in store else None
+
+
+def _rows_gone(ds: Any, planned: Any, entry: FragmentPlan) -> bool:
+    """True when none of a vanished fragment's rows is live any more (it was deleted, not moved).
+
+    Its rows are followed by their stable row ids, read from the version the job planned at.
+    """
+    if not ds.has_stable_row_ids:  # row ids change with the rows: they cannot be followed, they may have moved
         return False
-    lo, hi = entry.row_ids
-    return ds.count_rows(filter=f"_rowid >= {lo} AND _rowid <= {hi}") == 0
+    try:
+        ids = planned.get_fragment(entry.id).to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()
+    except (ValueError, OSError):  # the planned version was cleaned up
+        return False
+    return not len(ids) or ds.count_rows(filter=f"_rowid >= {int(ids.min())} AND _rowid <= {int(ids.max())}") == 0

@@ -22,11 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.core.checkpoint import ROWADDR, fragment_key, open_store, parse_batch_key
+from geneva_provider.core.checkpoint import ROWADDR, batch_prefix, fragment_key, open_store, parse_batch_key
 from geneva_provider.core.errors import CheckpointMissingError, CommitError
 from geneva_provider.core.fragments import live_row_addresses
 from geneva_provider.core.models import (
     Action,
+    CommitRecord,
     DataFileRef,
     FragmentCheckpoint,
     FragmentPlan,
@@ -46,7 +47,20 @@ _OFFSET_MASK = pa.scalar(0xFFFFFFFF, pa.uint64())
 
 
 # ---------------------------------------------------------------------- executor side
-def write_fragment(ctx: StageContext, entry: FragmentPlan) -> WrittenFragment:
+class _Writer:
+    """What one Spark partition opens once for all its fragments: the table, the store, and its checkpoint keys."""
+
+    def __init__(self, ctx: StageContext) -> None:
+        self.store = ctx.store()
+        self.ds = ctx.dataset()
+        self.keys: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
+        for key in self.store.list_keys(ctx.job.job_prefix):
+            bk = parse_batch_key(key)
+            if bk is not None:
+                self.keys.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end, key))
+
+
+def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | None = None) -> WrittenFragment:
     """Writes one fragment's output file from its checkpoints over its current values; records a fragment checkpoint.
 
     Every live row keeps its current value and fingerprint unless a checkpoint holds a newer one, so
@@ -56,14 +70,12 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan) -> WrittenFragment:
     from lance.fragment import DataFile
 
     job = ctx.job
-    fid, prefix = entry.id, entry.prefix or ""
-    store = ctx.store()
-    ds = ctx.dataset()
+    writer = writer or _Writer(ctx)
+    store, ds = writer.store, writer.ds
+    fid = entry.id
+    prefix = batch_prefix(job.job_prefix, src_key=entry.src_key)
     frag = ds.get_fragment(fid)
-    keys = store.list_keys(f"{prefix}_frag-{fid}_range-")
-    batches = sorted((bk.start, bk.end, k) for k in keys if (bk := parse_batch_key(k)) is not None
-                     and bk.prefix == prefix)
-    parts = [store[k] for _, _, k in batches]
+    parts = [store[k] for _, _, k in sorted(writer.keys.get((prefix, fid), []))]
     fields = [ds.schema.field(c) for c in job.output_columns]
     new = pa.concat_tables(parts) if parts else pa.table(
         {ROWADDR: pa.array([], pa.uint64()), **{f.name: pa.array([], f.type) for f in fields}})
@@ -116,8 +128,9 @@ def physical_index(physical_rows: int, addrs: pa.Array) -> pa.Array:
 
 
 def _write_partition(ctx: StageContext, entries: Iterable[FragmentPlan]) -> Iterator[WrittenFragment]:
+    writer = _Writer(ctx)
     for entry in entries:
-        yield write_fragment(ctx, entry)
+        yield write_fragment(ctx, entry, writer)
 
 
 # ---------------------------------------------------------------------- driver side
@@ -137,16 +150,21 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
         committer.commit(to_commit_now)
     if groups:
         description = f"geneva write {plan.table}.{','.join(plan.output_columns)}"
-        workers = max(1, min(len(groups), plan.settings.concurrency or plan.settings.parallelism))
+        slots = plan.settings.concurrency or plan.settings.parallelism
+        workers = max(1, min(len(groups), slots))
+        # A group's fragments are dealt over at most `slots` Spark tasks, largest first: many small
+        # fragments cost a few task launches, not one each.
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="geneva-writer") as pool:
-            futures = {pool.submit(run_tasks, spark, g, partial(_write_partition, ctx), description=description)
+            futures = {pool.submit(run_tasks, spark, sorted(g, key=lambda f: f.physical_rows, reverse=True),
+                                   partial(_write_partition, ctx), description=description, concurrency=slots)
                        for g in groups}
             while futures:
                 finished, futures = wait(futures, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     committer.commit({r.frag: r.file for r in fut.result()})
     outcome = committer.summary(round(time.perf_counter() - t0, 3))
-    open_store(plan.store_uri, storage_options).put_text(committed_key(plan.job_id), outcome.model_dump_json())
+    open_store(plan.store_uri, storage_options).put_model(
+        committed_key(plan.job_id), CommitRecord(result=outcome, staged=committer.staged))
     if committer.changed:
         raise CommitError(
             f"columns {plan.output_columns} of table '{plan.table}': fragments {sorted(committer.changed)} were "
@@ -165,6 +183,7 @@ class _Committer:
         self.committed: list[int] = []
         self.vanished: list[int] = []
         self.changed: list[int] = []
+        self.staged: dict[int, str] = {}
         self.entries = {f.id: f for f in plan.fragments}
         self.rows = {f.id: f.rows for f in plan.fragments}
         self.base = {f.id: f.base_file for f in plan.fragments}
@@ -178,6 +197,7 @@ class _Committer:
             storage_options=self.storage_options)
         self.version = outcome.version
         self.committed += outcome.committed
+        self.staged.update({fid: files[fid].path for fid in outcome.committed})
         self.vanished += outcome.vanished
         self.changed += outcome.changed
         self.retries += outcome.retries

@@ -1,0 +1,89 @@
+"""Cost follows rows, not fragments: the same rows backfilled from 4 to 5,000 fragments.
+
+Why: tables fed by frequent small appends hold thousands of small fragments until compacted, and a
+backfill must not pay a Spark task (or a plan entry, or a commit) per fragment.  A trivial ``x*2``
+array UDF, warm ``local[2]`` session; each table is made once and backfilled once.
+
+Run ``python benchmarks/fragments_bench.py [--rows 100000 1000000] [--fragments 4 100 1000 5000]``.
+Targets: 1,000 fragments <= 1.5x and 5,000 fragments <= 2x the 4-fragment time for the same rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+from counting import counting_double, udf_rows
+
+import geneva_provider as gp
+from geneva_provider.stages import local_session
+
+TARGETS = {1_000: 1.5, 5_000: 2.0}
+
+
+def make_table(db: gp.Connection, name: str, rows: int, fragments: int) -> gp.Table:
+    """``rows`` rows in ``fragments`` fragments (written in one commit of many small files)."""
+    xs = pa.array(range(rows), pa.int64())
+    return db.create_table(name, pa.table({"id": xs, "x": xs}), max_rows_per_file=-(-rows // fragments))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--fragments", type=int, nargs="+", default=[4, 100, 1_000, 5_000])
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="geneva-fragments-bench-"))
+    calls = tmp / "calls"
+    calls.mkdir()
+    results: dict[tuple[int, int], tuple[float, dict[str, float], int]] = {}
+    try:
+        spark = local_session("local[2]", conf={"spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        db = gp.connect(str(tmp / "db"))
+        udf = counting_double(str(calls))
+        warm = make_table(db, "warm", 2_000, 2)
+        warm.add_columns({"y": udf})
+        warm.backfill("y", spark=spark)
+        udf_rows(calls)
+        print(f"pylance {lance.__version__}, local[2], x*2 array UDF", flush=True)
+        for rows in args.rows:
+            for frags in args.fragments:
+                tbl = make_table(db, f"t{rows}_{frags}", rows, frags)
+                tbl.add_columns({"y": udf})
+                t = time.perf_counter()
+                res = tbl.backfill("y", spark=spark)
+                wall = time.perf_counter() - t
+                computed = udf_rows(calls)
+                assert computed == rows and tbl.count_rows("y IS NULL OR y != x * 2") == 0
+                n = len(tbl.dataset().get_fragments())
+                results[(rows, frags)] = (wall, res.seconds, n)
+                secs = res.seconds
+                print(f"{rows:>9,} rows {n:>5} fragments: backfill {wall:6.2f} s  (plan {secs.get('plan', 0):.2f}, "
+                      f"apply {secs.get('apply', 0):.2f}, write+commit {secs.get('write_commit', 0):.2f})  "
+                      f"{res.fragments_committed} fragments committed", flush=True)
+                db.drop_table(tbl.name)
+        spark.stop()
+        print("\n| rows | fragments | backfill | plan | apply | write+commit | vs 4 fragments |")
+        print("|---|---|---|---|---|---|---|")
+        for (rows, _), (wall, secs, n) in results.items():
+            base = results.get((rows, args.fragments[0]), (wall,))[0]
+            print(f"| {rows:,} | {n:,} | {wall:.2f} s | {secs.get('plan', 0):.2f} s | {secs.get('apply', 0):.2f} s | "
+                  f"{secs.get('write_commit', 0):.2f} s | {wall / base:.2f}x |")
+        print()
+        for (rows, frags), (wall, _, _) in results.items():
+            if frags in TARGETS and (rows, args.fragments[0]) in results:
+                ratio = wall / results[(rows, args.fragments[0])][0]
+                verdict = "PASS" if ratio <= TARGETS[frags] else "MISS"
+                print(f"{verdict}  {rows:,} rows in {frags:,} fragments <= {TARGETS[frags]}x the "
+                      f"{args.fragments[0]}-fragment time: {ratio:.2f}x")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
