@@ -137,3 +137,48 @@ def test_output_errors_name_the_problem():
     with pytest.raises(UDFCallError) as exc:
         raises.evaluate(batch, ["x"])
     assert exc.value.index == 1 and isinstance(exc.value.original, ZeroDivisionError)
+
+
+def test_concurrency_keeps_order_and_runs_calls_in_flight_together():
+    import threading
+    import time
+
+    in_flight, peak, lock = [0], [0], threading.Lock()
+
+    def track(x):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        time.sleep(0.02)  # a remote call
+        with lock:
+            in_flight[0] -= 1
+        return x * 2
+
+    @gp.udf(data_type=pa.int64(), concurrency=8)
+    def remote(x: int) -> int:
+        return track(x)
+
+    assert remote.version == gp.udf(data_type=pa.int64())(remote.func).version  # what it computes is the same
+
+    @gp.udf(data_type=pa.int64(), input_columns=["x"], concurrency=4)
+    def remote_batch(x: pa.Array) -> pa.Array:
+        return pa.array([track(v) for v in x.to_pylist()], pa.int64())
+
+    batch = pa.record_batch({"x": pa.array(range(64), pa.int64())})
+    assert remote.evaluate(batch, ["x"]).to_pylist() == [2 * x for x in range(64)]
+    assert peak[0] == 8
+    peak[0] = 0
+    assert remote_batch.evaluate(batch, ["x"]).to_pylist() == [2 * x for x in range(64)]
+    assert peak[0] == 4
+
+    @gp.udf(data_type=pa.int64(), concurrency=8)
+    def fails(x: int) -> int:
+        if x in (11, 40):
+            raise ValueError(f"bad {x}")
+        return x
+
+    with pytest.raises(UDFCallError) as exc:
+        fails.evaluate(batch, ["x"])
+    assert exc.value.index == 11 and "bad 11" in str(exc.value)
+    with pytest.raises(gp.UDFDefinitionError, match="concurrency must be a positive integer, got 0"):
+        gp.udf(data_type=pa.int64(), concurrency=0)(lambda x: x)

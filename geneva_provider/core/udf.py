@@ -9,12 +9,14 @@ started anywhere can backfill it from the table URI alone.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import inspect
 import json
 import sys
 import typing
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -71,6 +73,7 @@ class UDF:
     name: str
     version: str
     stateful: bool = False
+    concurrency: int = 1  # calls in flight at once in each Spark task (for UDFs that wait on I/O)
     _instance: Any = field(default=None, repr=False, compare=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -87,18 +90,29 @@ class UDF:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str]) -> pa.Array:
-        """Computes the column for every row of ``batch``; returns an array of ``data_type``."""
+        """Computes the column for every row of ``batch``; returns an array of ``data_type``.
+
+        With ``concurrency`` above 1, that many calls run at once in threads (rows for a scalar UDF,
+        slices of the batch otherwise), and the results keep the rows' order.
+        """
         fn = self._callable()
         n = batch.num_rows
         if self.kind is UDFKind.SCALAR:
             columns = [batch.column(c).to_pylist() for c in input_columns]
-            values = []
-            for i, row in enumerate(zip(*columns, strict=True)) if columns else enumerate([()] * n):
+            rows = list(zip(*columns, strict=True)) if columns else [()] * n
+
+            def call(i: int) -> Any:
                 try:
-                    values.append(fn(*row))
+                    return fn(*rows[i])
                 except Exception as exc:  # reported with the row that failed
                     raise UDFCallError(f"{type(exc).__name__}: {exc}", index=i, original=exc) from exc
-            out: Any = values
+
+            out: Any = self._map(call, range(n))
+        elif self.concurrency > 1 and n > 1:
+            step = -(-n // self.concurrency)
+            parts = self._map(lambda s: self._serial().evaluate(batch.slice(s, step), input_columns),
+                              range(0, n, step))
+            out = pa.concat_arrays(parts)
         else:
             try:
                 if self.kind is UDFKind.ARRAY:
@@ -113,6 +127,19 @@ class UDF:
             except Exception as exc:  # reported with the batch that failed
                 raise UDFCallError(f"{type(exc).__name__}: {exc}", index=None, original=exc) from exc
         return self._to_output_array(out, n)
+
+    def _map(self, fn: Callable[[Any], Any], items: Any) -> list[Any]:
+        """``fn`` over ``items`` in order, ``concurrency`` at a time; the first failure (in order) is raised."""
+        if self.concurrency <= 1:
+            return [fn(item) for item in items]
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"udf-{self.name}") as pool:
+            return list(pool.map(fn, items))
+
+    def _serial(self) -> UDF:
+        """This UDF, one call at a time (sharing the stateful instance)."""
+        serial = dataclasses.replace(self, concurrency=1)
+        serial._instance = self._instance
+        return serial
 
     def _to_output_array(self, out: Any, n: int) -> pa.Array:
         if isinstance(out, pa.ChunkedArray):
@@ -217,6 +244,7 @@ def udf(
     input_columns: Sequence[str] | None = None,
     name: str | None = None,
     version: str | None = None,
+    concurrency: int = 1,
 ) -> Any:
     """Declares a UDF column function.
 
@@ -224,10 +252,17 @@ def udf(
     comes from the annotations: a ``pa.RecordBatch`` parameter makes a batch UDF, ``pa.Array``
     parameters an array UDF, anything else a scalar (row by row) UDF.  A class is a stateful
     UDF: it is instantiated once per worker and its ``__call__`` is the function.
+
+    ``concurrency`` is how many calls run at once in each Spark task, for UDFs limited by latency
+    (a remote model or API) rather than cores; the function must then be thread-safe.  It does not
+    change the UDF's version.
     """
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise UDFDefinitionError(f"@udf: concurrency must be a positive integer, got {concurrency!r}")
 
     def wrap(f: Callable[..., Any] | type) -> UDF:
-        return _make_udf(f, data_type=data_type, input_columns=input_columns, name=name, version=version)
+        made = _make_udf(f, data_type=data_type, input_columns=input_columns, name=name, version=version)
+        return dataclasses.replace(made, concurrency=concurrency) if concurrency > 1 else made
 
     if func is not None:
         return wrap(func)
