@@ -190,7 +190,10 @@ def test_maintenance_compacts_on_spark_without_recompute(dagbag, lance_db, tmp_p
 
     dr, states, tis, _ = run(dagbag.get_dag("geneva_maintenance"), run_conf={"target_rows_per_fragment": 5_000})
     assert dr.state == "success", states
-    assert states == {"plan_compaction": "success", "compact": "success", "cleanup_old_versions": "success"}
+    assert states == {"plan_compaction": "success", "compact": "success", "cleanup_checkpoints": "success",
+                      "cleanup_old_versions": "success"}
+    cleaned = tis["cleanup_checkpoints"].xcom_pull(task_ids="cleanup_checkpoints")
+    assert cleaned["table"] == "events" and cleaned["kept_for_live_jobs"] == 0
     planned = tis["plan_compaction"].xcom_pull(task_ids="plan_compaction")
     assert planned["kind"] == "compaction" and planned["fragments_to_compute"] == 12
     compacted = tis["compact"].xcom_pull(task_ids="compact")
