@@ -59,7 +59,7 @@ class DataFileRef(_Model):
 class FragmentPlan(_Model):
     """The plan of one fragment: its decision, the rows that need values, and what its result depends on.
 
-    About 200 bytes of JSON for a fragment with one input file (fields that are None are left out).
+    About 230 bytes of JSON for a fragment with one input file (fields that are None are left out).
     """
 
     id: int
