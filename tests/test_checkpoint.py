@@ -20,7 +20,7 @@ from geneva_provider.core.checkpoint import (
     parse_fragment_key,
     split_key_uri,
 )
-from geneva_provider.core.ranges import missing_ranges, split_range
+from geneva_provider.core.ranges import count_of, missing_ranges, positions_of, runs_of, slice_runs
 
 
 def test_key_format_is_the_documented_one_and_hashes_user_strings():
@@ -79,4 +79,6 @@ def test_range_arithmetic():
     assert missing_ranges(100, []) == [(0, 100)]
     assert missing_ranges(100, [(0, 10), (20, 30), (25, 40)]) == [(10, 20), (40, 100)]
     assert missing_ranges(100, [(0, 100)]) == []
-    assert split_range(10, 35, 10) == [(10, 20), (20, 30), (30, 35)]
+    assert runs_of([False, True, True, False, True]) == [(1, 3), (4, 5)] and runs_of([False]) == []
+    assert count_of([(1, 3), (4, 5)]) == 3 and positions_of([(1, 3), (4, 5)]).tolist() == [1, 2, 4]
+    assert slice_runs([(1, 3), (4, 5), (7, 9)], 1, 4) == [(2, 3), (4, 5), (7, 8)]

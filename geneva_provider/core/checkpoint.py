@@ -97,16 +97,6 @@ def parse_fragment_key(key: str) -> tuple[str, int] | None:
     return (m["prefix"], int(m["frag"])) if m else None
 
 
-def covered_ranges(store: CheckpointStore, prefix: str, frag_id: int) -> list[tuple[int, int]]:
-    """Ranges of ``frag_id`` already held by batch checkpoints under ``prefix``."""
-    out = []
-    for key in store.list_keys(f"{prefix}_frag-{frag_id}_range-"):
-        bk = parse_batch_key(key)
-        if bk is not None and bk.prefix == prefix and bk.frag_id == frag_id:
-            out.append((bk.start, bk.end))
-    return out
-
-
 # ------------------------------------------------------------------------- stores
 class CheckpointStore(ABC):
     """A key -> Arrow table store; values are small record batches or JSON documents."""

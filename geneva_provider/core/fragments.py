@@ -47,14 +47,6 @@ def output_files(fragment_meta: Any, leaf_ids: list[int]) -> str | None:
     return ";".join(files_holding(fragment_meta, leaf_ids)) or None
 
 
-def column_file(fragment_meta: Any, leaf_ids: list[int]) -> str | None:
-    """The data file holding exactly this column's leaves, or None if the column is all NULL here."""
-    for df in fragment_meta.files:
-        if sorted(df.fields) == sorted(leaf_ids):
-            return df.path
-    return None
-
-
 def deletion_marker(fragment: Any) -> str:
     """Identifies the fragment's set of live rows (its deletion file), '' when nothing is deleted."""
     return fragment.deletion_file() or ""

@@ -31,11 +31,6 @@ def uncovered(start: int, end: int, covered: Iterable[tuple[int, int]]) -> list[
     return [(max(s, start), e) for s, e in missing_ranges(end, covered) if e > start]
 
 
-def split_range(start: int, end: int, size: int) -> list[tuple[int, int]]:
-    """Splits ``[start, end)`` into pieces of at most ``size`` rows."""
-    return [(s, min(s + size, end)) for s in range(start, end, size)]
-
-
 def pack_tasks(work: list[tuple[int, int]], parallelism: int, min_rows: int, task_size: int | None = None
                ) -> list[list[tuple[int, int, int]]]:
     """Cuts ``(fragment, rows)`` work into tasks of ``(fragment, first, last)`` parts, sized by rows.
