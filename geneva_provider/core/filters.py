@@ -7,13 +7,10 @@ as one.  Lance also appends the Rust source location after ", /" -- it says noth
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from typing import Any
 
 from geneva_provider.core.errors import InvalidArgumentError
 
-_IDENT = re.compile(r"`([^`]+)`|\"([^\"]+)\"|([A-Za-z_][A-Za-z0-9_]*)")
 _USER_INPUT = "Invalid user input"
 
 
@@ -37,16 +34,3 @@ def check_where(ds: Any, where: str | None, subject: str) -> None:
         if not is_filter_error(exc):
             raise
         raise InvalidArgumentError(f"invalid where filter {where!r} for {subject}: {lance_reason(exc)}") from None
-
-
-def referenced_columns(where: str | None, column_names: Iterable[str]) -> list[str]:
-    """Columns a SQL filter may read: a superset found by matching identifiers to the schema."""
-    if not where:
-        return []
-    names = set(column_names)
-    found = set()
-    for quoted_bt, quoted_dq, bare in _IDENT.findall(where):
-        name = quoted_bt or quoted_dq or bare
-        if name in names:
-            found.add(name)
-    return sorted(found)

@@ -47,11 +47,6 @@ def output_files(fragment_meta: Any, leaf_ids: list[int]) -> str | None:
     return ";".join(files_holding(fragment_meta, leaf_ids)) or None
 
 
-def deletion_marker(fragment: Any) -> str:
-    """Identifies the fragment's set of live rows (its deletion file), '' when nothing is deleted."""
-    return fragment.deletion_file() or ""
-
-
 def live_row_addresses(fragment: Any) -> Any:
     """Row addresses of the fragment's live rows, in scan order (no data read)."""
     import numpy as np
@@ -60,4 +55,3 @@ def live_row_addresses(fragment: Any) -> Any:
         base = np.uint64(fragment.fragment_id) << np.uint64(32)
         return base + np.arange(fragment.physical_rows, dtype=np.uint64)
     return fragment.to_table(columns=[], with_row_address=True).column("_rowaddr").to_numpy()
-

@@ -72,9 +72,6 @@ class JobOptions:
         if lo > hi:
             raise InvalidArgumentError(f"{job}: min_checkpoint_size {lo} > max_checkpoint_size {hi}")
 
-    def as_dict(self) -> dict[str, Any]:
-        """The options that were set (for logs, and to pass them on)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     # ------------------------------------------------------------------ derived sizes
     def checkpoint_bounds(self) -> tuple[int, int]:
