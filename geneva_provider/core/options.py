@@ -72,7 +72,6 @@ class JobOptions:
         if lo > hi:
             raise InvalidArgumentError(f"{job}: min_checkpoint_size {lo} > max_checkpoint_size {hi}")
 
-
     # ------------------------------------------------------------------ derived sizes
     def checkpoint_bounds(self) -> tuple[int, int]:
         """``(min, max)`` checkpoint rows; a lone ``checkpoint_size`` fixes the size."""
