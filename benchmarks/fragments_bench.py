@@ -6,6 +6,10 @@ array UDF, warm ``local[2]`` session; each table is made once and backfilled onc
 
 Run ``python benchmarks/fragments_bench.py [--rows 100000 1000000] [--fragments 4 100 1000 5000]``.
 Targets: 1,000 fragments <= 1.5x and 5,000 fragments <= 2x the 4-fragment time for the same rows.
+
+Reference, same run: pylance's own ``add_columns`` with the same UDF over a copy of the same
+fragments (one process, no Spark, no checkpoints) -- the floor a column stored per fragment costs,
+since Lance writes one data file per fragment whatever does the computing.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 from counting import counting_double, udf_rows
 
 import geneva_provider as gp
@@ -32,6 +37,19 @@ def make_table(db: gp.Connection, name: str, rows: int, fragments: int) -> gp.Ta
     return db.create_table(name, pa.table({"id": xs, "x": xs}), max_rows_per_file=-(-rows // fragments))
 
 
+def pylance_add_columns(uri: str, rows: int, fragments: int) -> float:
+    """Seconds pylance's ``add_columns`` takes to add ``x*2`` to the same rows in the same fragments."""
+    xs = pa.array(range(rows), pa.int64())
+    ds = lance.write_dataset(pa.table({"id": xs, "x": xs}), uri, max_rows_per_file=-(-rows // fragments))
+
+    def double(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.record_batch([pc.multiply(batch["x"], 2)], names=["y"])
+
+    t = time.perf_counter()
+    ds.add_columns(double, read_columns=["x"])
+    return time.perf_counter() - t
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -41,6 +59,7 @@ def main() -> None:
     calls = tmp / "calls"
     calls.mkdir()
     results: dict[tuple[int, int], tuple[float, dict[str, float], int]] = {}
+    native: dict[tuple[int, int], float] = {}
     try:
         spark = local_session("local[2]", conf={"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
@@ -67,13 +86,17 @@ def main() -> None:
                       f"apply {secs.get('apply', 0):.2f}, write+commit {secs.get('write_commit', 0):.2f})  "
                       f"{res.fragments_committed} fragments committed", flush=True)
                 db.drop_table(tbl.name)
+                native[(rows, frags)] = pylance_add_columns(str(tmp / f"native{rows}_{frags}.lance"), rows, frags)
+                print(f"{'':>32}pylance add_columns {native[(rows, frags)]:6.2f} s", flush=True)
         spark.stop()
-        print("\n| rows | fragments | backfill | plan | apply | write+commit | vs 4 fragments |")
-        print("|---|---|---|---|---|---|---|")
-        for (rows, _), (wall, secs, n) in results.items():
+        print("\n| rows | fragments | backfill | plan | apply | write+commit | vs 4 fragments "
+              "| pylance add_columns | its vs 4 fragments |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for (rows, frags), (wall, secs, n) in results.items():
             base = results.get((rows, args.fragments[0]), (wall,))[0]
+            ref, ref_base = native[(rows, frags)], native.get((rows, args.fragments[0]), native[(rows, frags)])
             print(f"| {rows:,} | {n:,} | {wall:.2f} s | {secs.get('plan', 0):.2f} s | {secs.get('apply', 0):.2f} s | "
-                  f"{secs.get('write_commit', 0):.2f} s | {wall / base:.2f}x |")
+                  f"{secs.get('write_commit', 0):.2f} s | {wall / base:.2f}x | {ref:.2f} s | {ref / ref_base:.1f}x |")
         print()
         for (rows, frags), (wall, _, _) in results.items():
             if frags in TARGETS and (rows, args.fragments[0]) in results:
