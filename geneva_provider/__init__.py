@@ -39,6 +39,8 @@ _EXPORTS = {
     "CheckpointStore": "geneva_provider.core.checkpoint",
     "InMemoryCheckpointStore": "geneva_provider.core.checkpoint",
     "LanceCheckpointStore": "geneva_provider.core.checkpoint",
+    **{name: "geneva_provider.core.error_policy" for name in (
+        "ErrorPolicy", "Retry", "Skip", "Fail", "retry_transient", "retry_all", "skip_on_error", "fail_fast")},
     **{name: "geneva_provider.core.errors" for name in (
         "GenevaError", "InvalidArgumentError", "TableNotFoundError", "ColumnError", "UDFDefinitionError",
         "UDFExecutionError", "PlanFormatError", "CheckpointMissingError", "CommitError", "VerificationError")},
@@ -49,10 +51,21 @@ __all__ = [
     "CommitError", "Connection", "GenevaError", "InMemoryCheckpointStore", "InvalidArgumentError",
     "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "Table", "TableNotFoundError",
     "UDFDefinitionError", "UDFExecutionError", "UDFKind", "VerificationError", "__version__", "connect", "udf",
+    "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
 ]
 
 if TYPE_CHECKING:
     from geneva_provider.core.checkpoint import CheckpointStore, InMemoryCheckpointStore, LanceCheckpointStore
+    from geneva_provider.core.error_policy import (
+        ErrorPolicy,
+        Fail,
+        Retry,
+        Skip,
+        fail_fast,
+        retry_all,
+        retry_transient,
+        skip_on_error,
+    )
     from geneva_provider.core.errors import (
         CheckpointMissingError,
         ColumnError,

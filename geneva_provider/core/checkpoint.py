@@ -26,7 +26,9 @@ M = TypeVar("M", bound="BaseModel")
 
 KEY_SUFFIX = ".lance"
 ROWADDR = "_rowaddr"  # the row-address column of every batch checkpoint
-_BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)$")
+_BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)(?P<partial>_partial)?$")
+_PLAIN_VERSION = re.compile(r"[0-9A-Za-z]{1,16}")
+PARTIAL = "_partial"  # the suffix of a batch checkpoint holding rows the UDF's error policy skipped
 _FRAGMENT_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_file$")
 
 
@@ -42,8 +44,10 @@ def short_hash(text: str) -> str:
 
 def job_prefix(udf_name: str, udf_version: str, column: str, where: str | None, table_uri: str) -> str:
     """The part of every key shared by one column's backfills with the same UDF and filter."""
+    # A version is the user's string (a uuid, "v2-experimental"...): kept as is only while short and plain.
+    version = udf_version if _PLAIN_VERSION.fullmatch(udf_version) else short_hash(udf_version)
     return (
-        f"udf-{short_hash(udf_name)}_ver-{udf_version}_col-{short_hash(column)}"
+        f"udf-{short_hash(udf_name)}_ver-{version}_col-{short_hash(column)}"
         f"_where-{md5_hex(where or '')}_uri-{md5_hex(table_uri)}"
     )
 
@@ -58,9 +62,13 @@ def batch_prefix(job: str, src_files: list[str] | None = None, *, src_key: str |
     return f"{job}_srcfiles-{src_key or src_files_key(src_files or [])}"
 
 
-def batch_key(prefix: str, frag_id: int, start: int, end: int) -> str:
-    """Key of the checkpoint holding rows ``[start, end)`` (fragment-local, end exclusive)."""
-    return f"{prefix}_frag-{frag_id}_range-{start}-{end}"
+def batch_key(prefix: str, frag_id: int, start: int, end: int, *, partial: bool = False) -> str:
+    """Key of the checkpoint holding rows ``[start, end)`` (fragment-local, end exclusive).
+
+    A *partial* checkpoint holds some rows without a value (skipped by the UDF's error policy,
+    NULL fingerprint): it covers its range for the writer, but not for planning or resuming.
+    """
+    return f"{prefix}_frag-{frag_id}_range-{start}-{end}{PARTIAL if partial else ''}"
 
 
 def fragment_key(job: str, frag_id: int) -> str:
@@ -81,6 +89,11 @@ class BatchKey:
     frag_id: int
     start: int
     end: int
+    partial: bool = False
+
+    @property
+    def key(self) -> str:
+        return batch_key(self.prefix, self.frag_id, self.start, self.end, partial=self.partial)
 
 
 def parse_batch_key(key: str) -> BatchKey | None:
@@ -88,7 +101,7 @@ def parse_batch_key(key: str) -> BatchKey | None:
     m = _BATCH_RE.match(key)
     if not m:
         return None
-    return BatchKey(m["prefix"], int(m["frag"]), int(m["start"]), int(m["end"]))
+    return BatchKey(m["prefix"], int(m["frag"]), int(m["start"]), int(m["end"]), bool(m["partial"]))
 
 
 def parse_fragment_key(key: str) -> tuple[str, int] | None:

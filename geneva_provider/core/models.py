@@ -152,6 +152,9 @@ class JobSpec(_Model):
     udf: UdfRef | None = None
     source: SourceSpec | None = None
     rows_appended: int = 0
+    max_failed_rows: int | None = None        # the UDFs' skip limits: past them the job fails
+    max_failed_fraction: float | None = None  # of rows_total
+    rows_total: int = 0                       # live rows of the table at the read version
 
     def label(self) -> str:
         """How logs and errors name the job."""
@@ -247,6 +250,19 @@ class TaskError(_Model):
     frag: int
 
 
+class RowError(_Model):
+    """A row a UDF failed on (in at least one attempt): what the error store keeps of it."""
+
+    column: str
+    frag: int
+    row_address: int | None = None  # None: a whole batch failed and was retried
+    error_type: str
+    message: str
+    traceback: str = ""
+    attempts: int = 1
+    outcome: Literal["skipped", "recovered", "failed"]
+
+
 class ApplyTaskResult(_Model):
     """What one apply task did."""
 
@@ -256,6 +272,7 @@ class ApplyTaskResult(_Model):
     checkpoints: int = 0
     udf_seconds: float = 0.0
     error: TaskError | None = None
+    failures: list[RowError] = Field(default_factory=list)
 
 
 class WrittenFragment(_Model):
@@ -264,6 +281,7 @@ class WrittenFragment(_Model):
     frag: int
     file: DataFileRef
     rows: int
+    complete: bool = False  # every live row now holds a valid value (no row was skipped)
 
 
 class ApplyResult(_Model):
@@ -276,6 +294,8 @@ class ApplyResult(_Model):
     rows_reused: int
     checkpoints_written: int
     errors: int
+    rows_failed: int = 0     # rows skipped by the UDF's error policy (NULL, in the error store)
+    rows_retried: int = 0    # rows that failed an attempt and then succeeded
     seconds: float
 
 

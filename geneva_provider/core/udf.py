@@ -24,6 +24,7 @@ from typing import Any
 import cloudpickle
 import pyarrow as pa
 
+from geneva_provider.core.error_policy import ErrorPolicy, Outcome, RowFailure, call_with_policy, error_policy
 from geneva_provider.core.errors import UDFDefinitionError
 from geneva_provider.core.udf_identity import udf_fingerprint
 
@@ -35,6 +36,7 @@ META_INPUTS = META_PREFIX + "input_columns"
 META_PICKLE = META_PREFIX + "pickle"
 META_PICKLER = META_PREFIX + "pickler"
 META_COLUMN_UID = META_PREFIX + "column_uid"
+META_SKIP_LIMITS = META_PREFIX + "skip_limits"  # what the driver checks without unpickling the UDF
 
 _PY_TYPES: dict[Any, pa.DataType] = {
     int: pa.int64(),
@@ -74,6 +76,7 @@ class UDF:
     version: str
     stateful: bool = False
     concurrency: int = 1  # calls in flight at once in each Spark task (for UDFs that wait on I/O)
+    on_error: ErrorPolicy = field(default_factory=ErrorPolicy)  # what a failing row does: fail, retry, skip
     _instance: Any = field(default=None, repr=False, compare=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -89,44 +92,86 @@ class UDF:
         return self._instance
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str]) -> pa.Array:
+    def evaluate(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str],
+                 failures: list[RowFailure] | None = None) -> pa.Array:
         """Computes the column for every row of ``batch``; returns an array of ``data_type``.
 
         With ``concurrency`` above 1, that many calls run at once in threads (rows for a scalar UDF,
-        slices of the batch otherwise), and the results keep the rows' order.
+        slices of the batch otherwise), and the results keep the rows' order.  Errors go through the
+        UDF's ``on_error`` policy: a skipped row is NULL; every row that failed an attempt is appended
+        to ``failures``.  A batch or array UDF whose batch fails under a policy that can skip is
+        called again row by row, so only the rows that fail are skipped.
         """
         fn = self._callable()
         n = batch.num_rows
+        policy = self.on_error
         if self.kind is UDFKind.SCALAR:
             columns = [batch.column(c).to_pylist() for c in input_columns]
             rows = list(zip(*columns, strict=True)) if columns else [()] * n
 
             def call(i: int) -> Any:
-                try:
-                    return fn(*rows[i])
-                except Exception as exc:  # reported with the row that failed
-                    raise UDFCallError(f"{type(exc).__name__}: {exc}", index=i, original=exc) from exc
+                return self._settle(call_with_policy(policy, lambda: fn(*rows[i])), i, failures)
 
             out: Any = self._map(call, range(n))
         elif self.concurrency > 1 and n > 1:
             step = -(-n // self.concurrency)
-            parts = self._map(lambda s: self._serial().evaluate(batch.slice(s, step), input_columns),
-                              range(0, n, step))
-            out = pa.concat_arrays(parts)
+
+            def part(start: int) -> pa.Array:
+                found: list[RowFailure] = []
+                values = self._serial().evaluate(batch.slice(start, step), input_columns, found)
+                for f in found:
+                    if f.index >= 0:
+                        f.index += start
+                if failures is not None:
+                    failures.extend(found)
+                return values
+
+            out = pa.concat_arrays(self._map(part, range(0, n, step)))
         else:
-            try:
+            def whole() -> Any:
                 if self.kind is UDFKind.ARRAY:
-                    out = fn(*[_as_array(batch.column(c)) for c in input_columns])
-                else:
-                    selected = batch.select(list(input_columns))
-                    if isinstance(selected, pa.Table):
-                        selected = selected.combine_chunks().to_batches()[0] if n else pa.RecordBatch.from_pylist(
-                            [], schema=selected.schema
-                        )
-                    out = fn(selected)
-            except Exception as exc:  # reported with the batch that failed
-                raise UDFCallError(f"{type(exc).__name__}: {exc}", index=None, original=exc) from exc
+                    return fn(*[_as_array(batch.column(c)) for c in input_columns])
+                selected = batch.select(list(input_columns))
+                if isinstance(selected, pa.Table):
+                    selected = selected.combine_chunks().to_batches()[0] if n else pa.RecordBatch.from_pylist(
+                        [], schema=selected.schema)
+                return fn(selected)
+
+            outcome = call_with_policy(policy, whole)
+            if not outcome.ok and outcome.skipped and n > 1:
+                return self._row_by_row(batch, input_columns, failures)
+            out = self._settle(outcome, None if n > 1 else 0, failures)
+            if out is None:  # one skipped row
+                return pa.nulls(1, self.data_type)
         return self._to_output_array(out, n)
+
+    def _row_by_row(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str],
+                    failures: list[RowFailure] | None) -> pa.Array:
+        """Each row alone, under the same policy: finds the rows of a failed batch that fail."""
+        serial = self._serial()
+        values = []
+        for i in range(batch.num_rows):
+            try:
+                values.append(serial.evaluate(batch.slice(i, 1), input_columns, _Offset(failures, i)))
+            except UDFCallError as exc:
+                raise UDFCallError(str(exc), index=i, original=exc.original) from exc.original
+        return pa.concat_arrays(values)
+
+    @staticmethod
+    def _settle(outcome: Outcome, index: int | None, failures: list[RowFailure] | None) -> Any:
+        """The call's value, None for a skipped row; records any failure, raises when the job must fail."""
+        exc = outcome.error
+        if exc is None:
+            return outcome.value
+        state = "recovered" if outcome.ok else "skipped" if outcome.skipped else "failed"
+        if failures is not None:
+            failures.append(RowFailure(index=index if index is not None else -1, error_type=type(exc).__name__,
+                                       message=str(exc)[:2_000], traceback=outcome.trace,
+                                       attempts=outcome.attempts, outcome=state))
+        if outcome.ok or outcome.skipped:
+            return outcome.value
+        tries = f" (after {outcome.attempts} attempts)" if outcome.attempts > 1 else ""
+        raise UDFCallError(f"{type(exc).__name__}: {exc}{tries}", index=index, original=exc) from exc
 
     def _map(self, fn: Callable[[Any], Any], items: Any) -> list[Any]:
         """``fn`` over ``items`` in order, ``concurrency`` at a time; the first failure (in order) is raised."""
@@ -164,19 +209,47 @@ class UDF:
         ``column_uid`` names this incarnation of the column: Lance may give a dropped and
         re-added column the same field id, and its old staged files must not be reused.
         """
+        limits = {}
+        if self.on_error.can_skip:
+            max_rows, max_fraction = self.on_error.skip_limits
+            limits[META_SKIP_LIMITS] = json.dumps({"max_rows": max_rows, "max_fraction": max_fraction})
         return {
+            **limits,
             META_COLUMN_UID: uuid.uuid4().hex,
             META_NAME: self.name,
             META_VERSION: self.version,
             META_KIND: self.kind.value,
             META_INPUTS: json.dumps(list(input_columns) if input_columns is not None else None),
-            META_PICKLE: base64.b64encode(dumps_by_value(self)).decode("ascii"),
+            META_PICKLE: base64.b64encode(self.pickled()).decode("ascii"),
             META_PICKLER: "cloudpickle",
         }
+
+    def pickled(self) -> bytes:
+        """The UDF pickled by value; UDFDefinitionError naming what cannot be pickled (a lock, a socket...)."""
+        try:
+            return dumps_by_value(self)
+        except Exception as exc:  # noqa: BLE001 - cloudpickle raises TypeError, PicklingError, AttributeError...
+            raise UDFDefinitionError(
+                f"UDF '{self.name}' cannot be pickled to run on Spark executors ({type(exc).__name__}: {exc}); "
+                "create unpicklable state (locks, clients, connections) inside the function or in a stateful "
+                "UDF class's __init__") from None
 
     def field(self, column: str, input_columns: Sequence[str] | None) -> pa.Field:
         """The nullable Arrow field for ``column`` computed by this UDF."""
         return pa.field(column, self.data_type, nullable=True, metadata=self.to_field_metadata(input_columns))
+
+
+class _Offset(list):
+    """A failure list that shifts the row index of what is appended to it into a parent list."""
+
+    def __init__(self, parent: list[RowFailure] | None, offset: int) -> None:
+        super().__init__()
+        self.parent, self.offset = parent, offset
+
+    def append(self, failure: RowFailure) -> None:  # type: ignore[override]
+        failure.index = self.offset if failure.index < 0 else failure.index + self.offset
+        if self.parent is not None:
+            self.parent.append(failure)
 
 
 def dumps_by_value(obj: Any) -> bytes:
@@ -210,6 +283,8 @@ class UdfColumnInfo:
     input_columns: list[str] | None
     pickle: str = field(repr=False)
     column_uid: str = ""
+    max_failed_rows: int | None = None       # the error policy's skip limits (None: no limit, or no skipping)
+    max_failed_fraction: float | None = None
 
     def describe(self) -> dict[str, Any]:
         """The user-facing facts (no pickle)."""
@@ -223,9 +298,11 @@ def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | No
           for k, v in (field_metadata or {}).items()}
     if META_PICKLE not in md:
         return None
+    limits = json.loads(md.get(META_SKIP_LIMITS, "{}"))
     return UdfColumnInfo(name=md[META_NAME], version=md[META_VERSION], kind=md[META_KIND],
                          input_columns=json.loads(md[META_INPUTS]), pickle=md[META_PICKLE],
-                         column_uid=md.get(META_COLUMN_UID, ""))
+                         column_uid=md.get(META_COLUMN_UID, ""), max_failed_rows=limits.get("max_rows"),
+                         max_failed_fraction=limits.get("max_fraction"))
 
 
 def load_udf(pickle_b64: str) -> UDF:
@@ -245,6 +322,7 @@ def udf(
     name: str | None = None,
     version: str | None = None,
     concurrency: int = 1,
+    on_error: Any = None,
 ) -> Any:
     """Declares a UDF column function.
 
@@ -256,13 +334,18 @@ def udf(
     ``concurrency`` is how many calls run at once in each Spark task, for UDFs limited by latency
     (a remote model or API) rather than cores; the function must then be thread-safe.  It does not
     change the UDF's version.
+
+    ``on_error`` says what a failing row does (default: fail the job): ``retry_transient()``,
+    ``retry_all()``, ``skip_on_error()``, or an ordered list of ``Retry`` / ``Skip`` / ``Fail``
+    matchers (see :mod:`geneva_provider.core.error_policy`).  It does not change the UDF's version.
     """
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise UDFDefinitionError(f"@udf: concurrency must be a positive integer, got {concurrency!r}")
+    policy = error_policy(on_error, f"@udf{f' {name!r}' if name else ''}")
 
     def wrap(f: Callable[..., Any] | type) -> UDF:
         made = _make_udf(f, data_type=data_type, input_columns=input_columns, name=name, version=version)
-        return dataclasses.replace(made, concurrency=concurrency) if concurrency > 1 else made
+        return dataclasses.replace(made, concurrency=concurrency, on_error=policy)
 
     if func is not None:
         return wrap(func)

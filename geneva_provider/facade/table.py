@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.errors import ColumnError, InvalidArgumentError
+from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, is_fingerprint_column
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
@@ -116,7 +116,7 @@ class Table:
                     f"column '{column}': UDF '{fn.name}' reads {missing}, not found in table '{self.name}' "
                     f"(columns: {sorted(existing)})"
                 )
-            fields.append(fn.field(column, inputs))
+            fields.append(_udf_field(fn, column, inputs, self.name))
             if fingerprint_column(column) not in existing:
                 fields.append(fingerprint_field(column))
             existing.add(column)  # later columns of the same call may read it
@@ -230,6 +230,57 @@ class Table:
 
         parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
         return backfill(self.ref, column, parsed, spark=spark, store=checkpoint_store or self.checkpoint_store)
+
+    # ------------------------------------------------------------------ errors
+    def get_errors(self, job_id: str | None = None, column: str | None = None) -> pa.Table:
+        """The rows UDFs failed on (newest first): job, column, fragment, row address, error, traceback, attempts.
+
+        ``outcome`` says what became of the row: ``skipped`` (left NULL by a skip policy), ``failed``
+        (it failed the job), or ``recovered`` (a retry succeeded).
+        """
+        from geneva_provider.core.error_store import ErrorStore
+
+        return ErrorStore(self.uri, self.storage_options).read(job_id, column)
+
+    def get_failed_row_addresses(self, job_id: str | None = None, column: str | None = None) -> list[int]:
+        """Row addresses a job (every job: None) left without a value for ``column`` (every column: None)."""
+        from geneva_provider.core.error_store import ErrorStore
+
+        return ErrorStore(self.uri, self.storage_options).failed_row_addresses(job_id, column)
+
+    def retry_failed(
+        self,
+        column: str,
+        job_id: str | None = None,
+        *,
+        udf: UDF | None = None,
+        spark: SparkSession | None = None,
+        **options: Any,
+    ) -> BackfillResult:
+        """Computes again just the rows ``job_id`` (every job: None) left without a value for ``column``.
+
+        Pass the fixed ``udf`` to run it on those rows only: it replaces the column's code but keeps
+        the column's recorded version, so the values already computed stay valid (the fix is taken
+        to change only the rows that failed).  Rows found valid since are not computed again.
+        """
+        from geneva_provider.facade.table_errors import replace_udf
+
+        addresses = self.get_failed_row_addresses(job_id, column)
+        if udf is not None:
+            replace_udf(self.dataset(), self.name, column, udf)
+        if not addresses:
+            raise InvalidArgumentError(f"table '{self.name}' column '{column}': no failed rows recorded"
+                                       + (f" for job {job_id}" if job_id else ""))
+        where = f"_rowaddr IN ({', '.join(str(a) for a in addresses)})"
+        return self.backfill(column, where, spark=spark, **options)
+
+
+def _udf_field(fn: UDF, column: str, inputs: list[str] | None, table: str) -> pa.Field:
+    """The UDF column's field; UDFDefinitionError naming the column when the UDF cannot be stored."""
+    try:
+        return fn.field(column, inputs)
+    except UDFDefinitionError as exc:
+        raise UDFDefinitionError(f"column '{column}' of table '{table}': {exc}") from None
 
 
 def as_arrow(data: Any) -> Any:

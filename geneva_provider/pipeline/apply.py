@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from geneva_provider.core.checkpoint import (
     ROWADDR,
@@ -26,12 +27,13 @@ from geneva_provider.core.checkpoint import (
     batch_prefix,
     parse_batch_key,
 )
+from geneva_provider.core.error_store import ErrorStore
 from geneva_provider.core.errors import UDFExecutionError
 from geneva_provider.core.fragments import live_row_addresses
-from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, Task, TaskError, TaskPart
+from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.pipeline.context import StageContext
-from geneva_provider.pipeline.inputs import ComputeError, JobInput, input_for
+from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
 from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
 from geneva_provider.pipeline.runner import run_tasks
 
@@ -46,22 +48,39 @@ class _Checkpointer:
 
     def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, frag: int, prefix: str) -> None:
         self.ctx, self.store, self.work, self.frag, self.prefix = ctx, store, work, frag, prefix
+        self.failures: list[RowError] = []
 
     def save(self, positions: np.ndarray, addrs: np.ndarray) -> tuple[TaskError | None, float]:
-        """Computes the rows at ``positions`` and stores them under their range; returns (error, seconds)."""
+        """Computes the rows at ``positions`` and stores them under their range; returns (error, seconds).
+
+        A row the UDF's policy skipped is stored with a NULL value and a NULL fingerprint, so it stays
+        invalid: the next run computes it again (and the fragment is not recorded as valid).
+        """
         t0 = time.perf_counter()
         rows = self.work.read(positions)
         if rows.num_rows != len(positions):
             raise RuntimeError(f"fragment {self.frag}: read {rows.num_rows} of {len(positions)} rows; "
                                "the table changed under a pinned version")
         address = pa.array(addrs, pa.uint64())
+        failures: Failures = []
         try:
-            outputs = self.work.compute(rows)
+            outputs = self.work.compute(rows, failures)
         except ComputeError as exc:
             return _task_error(self.ctx, exc, self.frag, address), 0.0
-        outputs[self.ctx.job.output_columns[-1]] = self.work.fingerprints(rows)
+        finally:
+            self.failures += [RowError(
+                column=col, frag=self.frag, row_address=int(addrs[f.index]) if f.index >= 0 else None,
+                error_type=f.error_type, message=f.message, traceback=f.traceback, attempts=f.attempts,
+                outcome=f.outcome) for col, f in failures]
+        fingerprints = self.work.fingerprints(rows)
+        skipped = sorted({f.index for _, f in failures if f.outcome == "skipped"})
+        if skipped:
+            keep = np.ones(len(positions), bool)
+            keep[skipped] = False
+            fingerprints = pc.if_else(pa.array(keep), fingerprints, pa.scalar(None, fingerprints.type))
+        outputs[self.ctx.job.output_columns[-1]] = fingerprints
         seconds = time.perf_counter() - t0
-        key = batch_key(self.prefix, self.frag, int(positions[0]), int(positions[-1]) + 1)
+        key = batch_key(self.prefix, self.frag, int(positions[0]), int(positions[-1]) + 1, partial=bool(skipped))
         self.store[key] = pa.table({ROWADDR: address, **outputs})
         return None, seconds
 
@@ -89,8 +108,7 @@ class _Worker:
 
     def held(self, prefix: str, part: TaskPart) -> np.ndarray:
         """Row addresses that checkpoints overlapping ``part`` already hold."""
-        keys = [batch_key(prefix, k.frag_id, k.start, k.end) for k in self.keys.get((prefix, part.frag), [])
-                if k.start < part.end and k.end > part.start]
+        keys = [k for k in self.keys.get((prefix, part.frag), []) if k.start < part.end and k.end > part.start]
         return checkpointed_addresses(self.store, keys)
 
 
@@ -116,6 +134,8 @@ def apply_task(ctx: StageContext, task: Task, worker: _Worker | None = None) -> 
         while start < len(positions):
             end = min(start + size, len(positions))
             error, seconds = ckpt.save(positions[start:end], addrs[start:end])
+            result.failures += ckpt.failures
+            ckpt.failures = []
             if error:
                 return result.model_copy(update={"error": error, "frag": part.frag})
             result.rows_computed += end - start
@@ -153,7 +173,7 @@ def remaining_tasks(plan: Plan, store: CheckpointStore) -> list[Task]:
     covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for key in store.list_keys(plan.job_prefix):
         bk = parse_batch_key(key)
-        if bk is not None:
+        if bk is not None and not bk.partial:  # a partial checkpoint's skipped rows are computed again
             covered.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end))
     return [t for t in plan.tasks if any(
         uncovered(s, e, covered.get((batch_prefix(plan.job_prefix, src_key=p.src_key), p.frag), []))
@@ -173,13 +193,34 @@ def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None 
                         concurrency=plan.settings.concurrency) if tasks else []
     errors = [r.error for r in results if r.error]
     computed = sum(r.rows_computed for r in results)
+    failures = [f for r in results for f in r.failures]
+    ErrorStore(plan.table_uri, storage_options).append(plan.job_id, plan.table, failures)
+    failed = sum(1 for f in failures if f.outcome == "skipped")
     counts = ApplyResult(
         job_id=plan.job_id, tasks_run=len(tasks), rows_computed=computed,
         rows_reused=plan.rows_reused + (planned - computed if not errors else 0),
-        checkpoints_written=sum(r.checkpoints for r in results), errors=len(errors),
-        seconds=round(time.perf_counter() - t0, 3))
-    log.info("apply %s: %d rows checkpointed in %d checkpoints, %.1fs", plan.job_id, computed,
-             counts.checkpoints_written, counts.seconds)
+        checkpoints_written=sum(r.checkpoints for r in results), errors=len(errors), rows_failed=failed,
+        rows_retried=sum(1 for f in failures if f.outcome == "recovered"), seconds=round(time.perf_counter() - t0, 3))
+    log.info("apply %s: %d rows checkpointed in %d checkpoints (%d skipped by the error policy, %d recovered "
+             "by retries), %.1fs", plan.job_id, computed, counts.checkpoints_written, failed, counts.rows_retried,
+             counts.seconds)
     if errors:
-        raise UDFExecutionError(errors[0].message + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else ""))
+        raise UDFExecutionError(errors[0].message + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else "")
+                                + (f"; the failed rows are in the error store (job {plan.job_id})" if failures else ""))
+    _check_skip_limits(plan, failed)
     return counts
+
+
+def _check_skip_limits(plan: Plan, failed: int) -> None:
+    """Fails the job when the UDF skipped more rows than its policy allows (the values stay checkpointed)."""
+    over = []
+    if plan.max_failed_rows is not None and failed > plan.max_failed_rows:
+        over.append(f"max_rows={plan.max_failed_rows}")
+    # The fraction is of the table's rows, so a rerun that only retries the failed rows is held to
+    # the same bar as the run that failed on them.
+    if plan.max_failed_fraction is not None and failed > plan.max_failed_fraction * plan.rows_total:
+        over.append(f"max_fraction={plan.max_failed_fraction} of the table's {plan.rows_total} rows")
+    if over:
+        raise UDFExecutionError(
+            f"{plan.label()}: the UDF failed on {failed} rows, more than its skip policy allows ({', '.join(over)}); "
+            f"the failed rows are in the error store (job {plan.job_id}); nothing was committed")

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from geneva_provider.core.error_policy import RowFailure
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import row_fingerprints
 from geneva_provider.core.udf import UDF, UDFCallError, load_udf, udf_column_info
@@ -54,12 +55,26 @@ class ComputeError(Exception):
         self.column, self.udf_name, self.error = column, udf_name, error
 
 
+Failures = list[tuple[str, RowFailure]]  # (column, failure) of the rows a UDF failed on in a chunk
+
+
+def evaluate(column: str, fn: UDF, rows: pa.Table, inputs: list[str], failures: Failures) -> pa.Array:
+    """``fn`` over ``rows`` under its error policy; its failed rows go to ``failures`` tagged with ``column``."""
+    found: list[RowFailure] = []
+    try:
+        return fn.evaluate(rows, inputs, found)
+    except UDFCallError as exc:
+        raise ComputeError(column, fn.name, exc) from exc
+    finally:
+        failures.extend((column, f) for f in found)
+
+
 class JobInput(Protocol):
     """Reads some live rows of a fragment and computes the job's outputs and input fingerprints from them."""
 
     def read(self, positions: np.ndarray) -> pa.Table: ...
 
-    def compute(self, rows: pa.Table) -> dict[str, pa.Array]: ...
+    def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]: ...
 
     def fingerprints(self, rows: pa.Table) -> pa.Array: ...
 
@@ -101,11 +116,8 @@ class ScanInput:
         rows = read_positions(self.frag, positions, self.job.input_columns)
         return rows if rows.num_columns else pa.table({"__rows": pa.nulls(len(positions))})
 
-    def compute(self, rows: pa.Table) -> dict[str, pa.Array]:
-        try:
-            return {self.column: self.fn.evaluate(rows, self.job.input_columns)}
-        except UDFCallError as exc:
-            raise ComputeError(self.column, self.fn.name, exc) from exc
+    def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]:
+        return {self.column: evaluate(self.column, self.fn, rows, self.job.input_columns, failures)}
 
     def fingerprints(self, rows: pa.Table) -> pa.Array:
         return row_fingerprints([rows.column(c) for c in self.job.input_columns], self.seed, rows.num_rows)
@@ -136,14 +148,11 @@ class CopyInput:
                                f"source version {self.source.version}")
         return rows
 
-    def compute(self, rows: pa.Table) -> dict[str, pa.Array]:
+    def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]:
         out = {name: rows.column(col).combine_chunks().cast(self.types[name])
                for name, col in self.source.copied.items()}
         for name, fn in self.udfs.items():
-            try:
-                out[name] = fn.evaluate(rows, self.inputs[name])
-            except UDFCallError as exc:
-                raise ComputeError(name, fn.name, exc) from exc
+            out[name] = evaluate(name, fn, rows, self.inputs[name], failures)
         out[IS_SET] = pa.array(np.ones(rows.num_rows, bool))
         return out
 

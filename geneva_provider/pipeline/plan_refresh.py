@@ -89,10 +89,14 @@ def plan_refresh(
     prefix, column_uid = refresh_identity(ds, info, view)
     examiner = RefreshExaminer(ds, src, src_read, column_uid, info.stable)
     fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, column_uid, None)
+    udf_infos = [udf_column_info(ds.schema.field(c).metadata) for c in udf_cols]
+    rows_limits = [u.max_failed_rows for u in udf_infos if u and u.max_failed_rows is not None]
+    fraction_limits = [u.max_failed_fraction for u in udf_infos if u and u.max_failed_fraction is not None]
     job = JobSpec(
         kind="refresh", table=view.name, table_uri=view.uri, output_columns=output_columns, read_version=ds.version,
         output_field_ids=out_leaves, column_uid=column_uid, data_storage_version=str(ds.data_storage_version),
-        job_prefix=prefix, rows_appended=added,
+        job_prefix=prefix, rows_appended=added, max_failed_rows=min(rows_limits, default=None),
+        max_failed_fraction=min(fraction_limits, default=None), rows_total=ds.count_rows(),
         source=SourceSpec(uri=source.uri, version=src.version, copied=q.columns, udf_columns=udf_cols,
                           read_columns=src_read))
     return store_plan(job, fragments, work, options, store, parallelism or os.cpu_count() or 1,

@@ -24,6 +24,7 @@ import numpy as np
 
 from geneva_provider.core.checkpoint import (
     ROWADDR,
+    BatchKey,
     CheckpointStore,
     batch_prefix,
     fragment_key,
@@ -34,6 +35,7 @@ from geneva_provider.core.checkpoint import (
     src_files_key,
 )
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
 from geneva_provider.core.models import (
     Action,
@@ -118,11 +120,11 @@ def plan_fragments(
     whatever filter the job that computed them had.
     """
     ledger = load_ledger(store, job)
-    keys_by_frag: dict[tuple[str, int], list[str]] = {}
+    keys_by_frag: dict[tuple[str, int], list[BatchKey]] = {}
     for key in store.list_keys(job):
         bk = parse_batch_key(key)
         if bk is not None:
-            keys_by_frag.setdefault((bk.prefix, bk.frag_id), []).append(key)
+            keys_by_frag.setdefault((bk.prefix, bk.frag_id), []).append(bk)
 
     fragments: list[FragmentPlan] = []
     work: list[tuple[int, list[tuple[int, int]]]] = []
@@ -164,9 +166,16 @@ def plan_fragments(
     return fragments, work
 
 
-def checkpointed_addresses(store: CheckpointStore, keys: list[str]) -> np.ndarray:
-    """Row addresses held by the batch checkpoints ``keys``."""
-    parts = [store.get_columns(key, [ROWADDR]).column(ROWADDR).to_numpy() for key in keys]
+def checkpointed_addresses(store: CheckpointStore, keys: list[BatchKey]) -> np.ndarray:
+    """Row addresses the batch checkpoints ``keys`` hold a value for (a skipped row holds none)."""
+    parts = []
+    for bk in keys:
+        if not bk.partial:
+            parts.append(store.get_columns(bk.key, [ROWADDR]).column(ROWADDR).to_numpy())
+            continue
+        table = store[bk.key]
+        fp = next(name for name in table.column_names if is_fingerprint_column(name))
+        parts.append(table.filter(table.column(fp).is_valid()).column(ROWADDR).to_numpy())
     return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 

@@ -86,6 +86,12 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
             f"columns {job.output_columns[:-1]} of table '{job.table}': fragment {fid} has no checkpoint for "
             f"{len(missing)} of its {len(needed)} planned rows (first row address {int(missing[0])}); "
             "run the apply stage first")
+    # A row the UDF's error policy skipped has no fingerprint: the fragment is then not all valid,
+    # and a value computed for the row by a later run wins over the skipped one (later wins below).
+    valid = new.column(job.output_columns[-1]).is_valid()
+    complete = entry.complete and pc.all(valid).as_py() is not False
+    if not complete:
+        new = pa.concat_tables([new.filter(pc.invert(valid)), new.filter(valid)])
     if entry.base_file:
         # Rows not recomputed keep their current values: merge them in under the new ones.
         current = frag.to_table(columns=job.output_columns, with_row_address=True)
@@ -105,8 +111,8 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
         file_minor_version=minor, file_size_bytes=w.size_bytes))
     store.put_model(fragment_key(job.job_prefix, fid), FragmentCheckpoint(
         file=datafile, src_data_files=entry.src_files, output_field_ids=leaves, column_uid=job.column_uid,
-        base_file=entry.base_file, rows=entry.rows, where=job.where, complete=entry.complete))
-    return WrittenFragment(frag=fid, file=datafile, rows=entry.rows)
+        base_file=entry.base_file, rows=entry.rows, where=job.where, complete=complete))
+    return WrittenFragment(frag=fid, file=datafile, rows=entry.rows, complete=complete)
 
 
 def physical_index(physical_rows: int, addrs: pa.Array) -> pa.Array:
@@ -147,6 +153,7 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
     log.info("write %s: %d fragments to write in %d groups, %d reused fragments to commit",
              plan.job_id, len(to_write), len(groups), len(to_commit_now))
     if to_commit_now:
+        committer.complete.update(f.id for f in plan.fragments if f.action is Action.REUSE and f.complete)
         committer.commit(to_commit_now)
     if groups:
         description = f"geneva write {plan.table}.{','.join(plan.output_columns)}"
@@ -161,7 +168,9 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
             while futures:
                 finished, futures = wait(futures, return_when=FIRST_COMPLETED)
                 for fut in finished:
-                    committer.commit({r.frag: r.file for r in fut.result()})
+                    written = fut.result()
+                    committer.complete.update(r.frag for r in written if r.complete)
+                    committer.commit({r.frag: r.file for r in written})
     outcome = committer.summary(round(time.perf_counter() - t0, 3))
     open_store(plan.store_uri, storage_options).put_model(
         committed_key(plan.job_id), CommitRecord(result=outcome, staged=committer.staged))
@@ -187,6 +196,7 @@ class _Committer:
         self.entries = {f.id: f for f in plan.fragments}
         self.rows = {f.id: f.rows for f in plan.fragments}
         self.base = {f.id: f.base_file for f in plan.fragments}
+        self.complete: set[int] = set()  # staged fragments valid in every live row
         self.retries = 0
 
     def commit(self, files: dict[int, DataFileRef]) -> None:
@@ -210,7 +220,7 @@ class _Committer:
 
     def _record_valid(self, committed: list[int], version: int) -> None:
         """Fragments this commit made valid in every row go to the job's ledger, as of the commit's own version."""
-        complete = [fid for fid in committed if self.entries[fid].complete]
+        complete = [fid for fid in committed if fid in self.complete]
         if not complete:
             return
         import lance

@@ -1,0 +1,223 @@
+"""What a UDF does when a row fails: fail the job, retry, or skip the row (core).
+
+A policy is an ordered list of matchers (``Retry``, ``Skip``, ``Fail``); the first one whose
+exception types (and optional message pattern) match an error decides.  A ``Retry`` whose
+attempts are spent hands the error on to the next matcher that matches it, so
+``[Retry(TimeoutError), Skip()]`` retries timeouts and then skips what still fails.  An
+error no matcher takes fails the job, as without a policy.
+
+Retries run inside the Spark task (jittered exponential, fixed or linear backoff), so a transient error
+costs one row's retry, not a task's.  Every failed attempt is reported (see
+:class:`RowFailure`) so the error store can hold it with its traceback.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from geneva_provider.core.errors import UDFDefinitionError
+
+Backoff = Literal["exponential", "fixed", "linear"]
+TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OSError)
+
+
+@dataclass(frozen=True)
+class _Matcher:
+    exceptions: tuple[type[BaseException], ...] = (Exception,)
+    match: str | None = None  # a regular expression searched in the error message
+
+    def matches(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.exceptions) and (self.match is None or re.search(self.match, str(exc)) is not None)
+
+    def _check(self, where: str) -> None:
+        if not self.exceptions or not all(isinstance(e, type) and issubclass(e, BaseException)
+                                          for e in self.exceptions):
+            raise UDFDefinitionError(f"{where}: exceptions must be exception classes, got {self.exceptions!r}")
+        if self.match is not None:
+            try:
+                re.compile(self.match)
+            except re.error as exc:
+                raise UDFDefinitionError(f"{where}: match={self.match!r} is not a regular expression: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Retry(_Matcher):
+    """Retries a failing row (or batch) up to ``max_attempts`` calls in all, with backoff between them."""
+
+    max_attempts: int = 3
+    backoff: Backoff = "exponential"
+    initial_seconds: float = 1.0
+    max_seconds: float = 60.0
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise UDFDefinitionError(f"{where}: max_attempts must be a positive integer, got {self.max_attempts!r}")
+        if self.backoff not in ("exponential", "fixed", "linear"):
+            raise UDFDefinitionError(f"{where}: backoff must be 'exponential', 'fixed' or 'linear', "
+                                     f"got {self.backoff!r}")
+        if not (self.initial_seconds >= 0 and self.max_seconds >= 0):
+            raise UDFDefinitionError(f"{where}: initial_seconds and max_seconds must be >= 0")
+
+    def delay(self, failures: int) -> float:
+        """Seconds to wait after the ``failures``-th failure (exponential backoff is jittered)."""
+        if self.backoff == "fixed":
+            return min(self.initial_seconds, self.max_seconds)
+        if self.backoff == "linear":
+            return min(self.initial_seconds * failures, self.max_seconds)
+        return min(self.initial_seconds * 2 ** (failures - 1) + random.uniform(0, self.initial_seconds),
+                   self.max_seconds)
+
+
+@dataclass(frozen=True)
+class Skip(_Matcher):
+    """Writes NULL for a failing row, and records it; the job fails past ``max_rows`` or ``max_fraction``."""
+
+    max_rows: int | None = None
+    max_fraction: float | None = None
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if self.max_rows is not None and (not isinstance(self.max_rows, int) or self.max_rows < 0):
+            raise UDFDefinitionError(f"{where}: max_rows must be a non-negative integer, got {self.max_rows!r}")
+        if self.max_fraction is not None and not 0 <= self.max_fraction <= 1:
+            raise UDFDefinitionError(f"{where}: max_fraction must be within [0, 1], got {self.max_fraction!r}")
+
+
+@dataclass(frozen=True)
+class Fail(_Matcher):
+    """Fails the job (what happens to any error no matcher takes)."""
+
+
+Matcher = Retry | Skip | Fail
+
+
+@dataclass(frozen=True)
+class ErrorPolicy:
+    """An ordered list of matchers; the first that matches an error decides."""
+
+    matchers: tuple[Matcher, ...] = ()
+
+    @property
+    def can_skip(self) -> bool:
+        return any(isinstance(m, Skip) for m in self.matchers)
+
+    @property
+    def skip_limits(self) -> tuple[int | None, float | None]:
+        """The tightest ``max_rows`` and ``max_fraction`` of the policy's Skip matchers."""
+        skips = [m for m in self.matchers if isinstance(m, Skip)]
+        rows = [m.max_rows for m in skips if m.max_rows is not None]
+        fractions = [m.max_fraction for m in skips if m.max_fraction is not None]
+        return (min(rows) if rows else None, min(fractions) if fractions else None)
+
+    def first(self, exc: BaseException, after: int = -1) -> tuple[int, Matcher | None]:
+        """The first matcher past index ``after`` that takes ``exc`` (and its index)."""
+        for i, m in enumerate(self.matchers):
+            if i > after and m.matches(exc):
+                return i, m
+        return -1, None
+
+
+def error_policy(on_error: Any, where: str) -> ErrorPolicy:
+    """Normalises ``@udf(on_error=...)``: None, one matcher, a list of them, or an ErrorPolicy."""
+    if on_error is None:
+        return ErrorPolicy()
+    if isinstance(on_error, ErrorPolicy):
+        policy = on_error
+    elif isinstance(on_error, Retry | Skip | Fail):
+        policy = ErrorPolicy((on_error,))
+    elif isinstance(on_error, Sequence) and not isinstance(on_error, str):
+        bad = [m for m in on_error if not isinstance(m, Retry | Skip | Fail)]
+        if bad:
+            raise UDFDefinitionError(f"{where}: on_error takes Retry, Skip and Fail matchers, got {bad[0]!r}")
+        policy = ErrorPolicy(tuple(on_error))
+    else:
+        raise UDFDefinitionError(f"{where}: on_error must be a Retry, Skip or Fail matcher, a list of them, or one "
+                                 f"of retry_transient(), retry_all(), skip_on_error(), fail_fast(); got {on_error!r}")
+    for m in policy.matchers:
+        m._check(where)
+    return policy
+
+
+def fail_fast() -> ErrorPolicy:
+    """The default: any error fails the job."""
+    return ErrorPolicy()
+
+
+def retry_transient(max_attempts: int = 3, backoff: Backoff = "exponential", initial_seconds: float = 1.0,
+                    max_seconds: float = 60.0,
+                    exceptions: tuple[type[BaseException], ...] = TRANSIENT) -> ErrorPolicy:
+    """Retries network-like errors (ConnectionError, TimeoutError, OSError); anything else fails."""
+    return ErrorPolicy((Retry(tuple(exceptions), None, max_attempts, backoff, initial_seconds, max_seconds),))
+
+
+def retry_all(max_attempts: int = 3, backoff: Backoff = "exponential", initial_seconds: float = 1.0,
+              max_seconds: float = 60.0) -> ErrorPolicy:
+    """Retries any error."""
+    return ErrorPolicy((Retry((Exception,), None, max_attempts, backoff, initial_seconds, max_seconds),))
+
+
+def skip_on_error(max_rows: int | None = None, max_fraction: float | None = None,
+                  exceptions: tuple[type[BaseException], ...] = (Exception,)) -> ErrorPolicy:
+    """Skips failing rows (NULL, recorded in the error store), failing the job past a limit."""
+    return ErrorPolicy((Skip(tuple(exceptions), None, max_rows, max_fraction),))
+
+
+# ---------------------------------------------------------------------- running a call
+@dataclass
+class RowFailure:
+    """One row's failure as the UDF saw it: what was raised, how often, and what became of the row."""
+
+    index: int                   # the row within the evaluated batch
+    error_type: str
+    message: str
+    traceback: str
+    attempts: int
+    outcome: Literal["skipped", "recovered", "failed"]
+
+
+@dataclass
+class Outcome:
+    """The result of calling with a policy: the value, or why there is none."""
+
+    value: Any = None
+    ok: bool = True
+    attempts: int = 1
+    error: BaseException | None = None
+    skipped: bool = False
+    trace: str = field(default="", repr=False)
+
+
+def call_with_policy(policy: ErrorPolicy, fn: Callable[[], Any]) -> Outcome:
+    """Calls ``fn`` under ``policy``: retried per the first matching ``Retry``, then skipped or failed."""
+    attempts = 0
+    failures: dict[int, int] = {}  # matcher index -> failures it has taken
+    first_error: BaseException | None = None
+    while True:
+        attempts += 1
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - classified by the policy
+            first_error = first_error or exc
+            idx, matcher = policy.first(exc)
+            if isinstance(matcher, Retry):
+                failures[idx] = failures.get(idx, 0) + 1
+                if failures[idx] < matcher.max_attempts:
+                    time.sleep(matcher.delay(failures[idx]))
+                    continue
+                idx, matcher = policy.first(exc, idx)  # spent: the next matcher decides
+            return Outcome(ok=False, attempts=attempts, error=exc, skipped=isinstance(matcher, Skip),
+                           trace=_trace(exc))
+        if first_error is None:
+            return Outcome(value=value, attempts=attempts)
+        return Outcome(value=value, attempts=attempts, error=first_error, trace=_trace(first_error))
+
+
+def _trace(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8_000:]
