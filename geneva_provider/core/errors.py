@@ -45,3 +45,11 @@ class CommitError(GenevaError):
 
 class VerificationError(GenevaError):
     """Planned rows did not end up committed in the table."""
+
+
+class JobNotFoundError(GenevaError, LookupError):
+    """No job record with that id in the database."""
+
+
+class JobCancelledError(GenevaError):
+    """The job was cancelled through its handle; nothing of it was left half-committed."""

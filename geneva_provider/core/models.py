@@ -403,6 +403,43 @@ class VerifyResult(_Model):
     fragments_deleted: list[int] = Field(default_factory=list)
 
 
+class JobStatus(StrEnum):
+    """Where a job is: planned, running a stage, finished, or failed."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+class JobRecord(_Model):
+    """A job's history and progress, kept in its table's checkpoint store (``db.list_jobs()``).
+
+    Progress has the seed design's three states: rows checkpointed (computed by apply), ready to
+    commit (staged by the writer) and committed.
+    """
+
+    job_id: str
+    kind: Literal["backfill", "refresh", "compaction"]
+    table: str
+    column: str | None = None
+    status: JobStatus = JobStatus.PENDING
+    stage: str = "plan"
+    created_at: str
+    updated_at: str
+    finished_at: str | None = None
+    read_version: int | None = None
+    version: int | None = None          # the version the job's last commit made
+    rows_planned: int = 0
+    rows_checkpointed: int = 0
+    rows_ready: int = 0
+    rows_committed: int = 0
+    rows_failed: int = 0                # left NULL by the UDF's skip policy
+    rows_retried: int = 0               # recovered by a retry
+    error: str | None = None
+    airflow_run_id: str | None = None
+
+
 class BackfillResult(_Model):
     """What an in-process backfill or refresh did: rows the UDF ran on, rows reused, the new version."""
 
@@ -414,4 +451,6 @@ class BackfillResult(_Model):
     fragments_reused: int
     version: int
     fragments_vanished: list[int] = Field(default_factory=list)
+    rows_failed: int = 0   # rows the UDF's error policy skipped (NULL; see the error store)
+    rows_retried: int = 0  # rows that failed an attempt and were recovered by a retry
     seconds: dict[str, float] = Field(default_factory=dict)

@@ -8,6 +8,7 @@ from geneva_provider.core.catalog import DIRECTORY, Catalog
 from geneva_provider.core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    from geneva_provider.core.models import JobRecord
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table
 
@@ -66,6 +67,38 @@ class Connection:
         ref = create_view(self.catalog, name, query.table.ref, query.spec,
                           max_rows_per_fragment=max_rows_per_fragment)
         return Table(self, ref)
+
+    # ------------------------------------------------------------------ job records
+    def list_jobs(self, table: str | None = None, *, status: str | None = None, kind: str | None = None
+                  ) -> list[JobRecord]:
+        """Records of the backfills, refreshes and compactions run on this database's tables, newest first.
+
+        ``table``, ``status`` (PENDING, RUNNING, DONE, FAILED) and ``kind`` (backfill, refresh,
+        compaction) narrow the list.
+        """
+        from geneva_provider.core.models import JobStatus
+        from geneva_provider.pipeline.job_records import read_records
+
+        if status is not None and status not in JobStatus.__members__:
+            raise InvalidArgumentError(f"list_jobs: status must be one of {list(JobStatus.__members__)}, got "
+                                       f"{status!r}")
+        if kind is not None and kind not in ("backfill", "refresh", "compaction"):
+            raise InvalidArgumentError(f"list_jobs: kind must be backfill, refresh or compaction, got {kind!r}")
+        names = [table] if table is not None else self.table_names()
+        records = [r for name in names for r in read_records(self.catalog.ref(name).checkpoint_store())]
+        records = [r for r in records if (status is None or r.status == status) and (kind is None or r.kind == kind)]
+        return sorted(records, key=lambda r: r.created_at, reverse=True)
+
+    def get_job(self, job_id: str) -> JobRecord:
+        """The record of job ``job_id``; JobNotFoundError naming it otherwise."""
+        from geneva_provider.core.errors import JobNotFoundError
+        from geneva_provider.pipeline.job_records import read_record
+
+        for name in self.table_names():
+            record = read_record(self.catalog.ref(name).checkpoint_store(), job_id)
+            if record is not None:
+                return record
+        raise JobNotFoundError(f"no job {job_id!r} in database {self.uri} (jobs with nothing to do leave no record)")
 
     def drop_table(self, name: str) -> None:
         """Deletes the table and its checkpoints."""

@@ -13,14 +13,18 @@ from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udf import UDF, udf_column_info
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
     from geneva_provider.core.checkpoint import CheckpointStore
     from geneva_provider.core.models import BackfillResult, CompactionResult
     from geneva_provider.facade.connection import Connection
+    from geneva_provider.facade.job_handle import JobHandle
     from geneva_provider.facade.query import Query
     from geneva_provider.pipeline.cleanup import CleanupResult
+    from geneva_provider.pipeline.jobs import JobControl
 
 
 class Table:
@@ -157,18 +161,45 @@ class Table:
         *,
         spark: SparkSession | None = None,
         checkpoint_store: CheckpointStore | None = None,
+        progress: bool | None = None,
         **options: Any,
     ) -> BackfillResult:
         """Refreshes this materialized view from its source (only new and stale rows are computed).
 
         ``options`` are the tuning options of :class:`~geneva_provider.core.options.RefreshOptions`.
+        ``progress`` draws a progress bar (default: when stderr is a terminal).
         """
+        from geneva_provider.facade.job_handle import with_progress
+
+        run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options)
+        return with_progress(checkpoint_store or self.checkpoint_store, f"refresh {self.name}", run, progress)
+
+    def refresh_async(
+        self,
+        src_version: int | None = None,
+        max_rows_per_fragment: int | None = None,
+        *,
+        spark: SparkSession | None = None,
+        checkpoint_store: CheckpointStore | None = None,
+        **options: Any,
+    ) -> JobHandle:
+        """Starts :meth:`refresh` in a background thread; the handle has ``status()``, ``result()``, ``cancel()``.
+
+        The options are checked before this returns.
+        """
+        from geneva_provider.facade.job_handle import JobHandle
+
+        run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options)
+        return JobHandle(checkpoint_store or self.checkpoint_store, f"refresh {self.name}").start(run)
+
+    def _refresh_job(self, src_version: int | None, max_rows_per_fragment: int | None, spark: Any,
+                     store: CheckpointStore | None, options: dict[str, Any]) -> Callable[[JobControl], BackfillResult]:
         from geneva_provider.pipeline.jobs import refresh
 
         parsed = RefreshOptions.parse(options, job=f"refresh of view '{self.name}'", src_version=src_version,
                                       max_rows_per_fragment=max_rows_per_fragment)
-        return refresh(self.ref, parsed, resolve=self._conn.catalog.resolve, spark=spark,
-                       store=checkpoint_store or self.checkpoint_store)
+        return lambda control: refresh(self.ref, parsed, resolve=self._conn.catalog.resolve, spark=spark,
+                                       store=store or self.checkpoint_store, control=control)
 
     # ------------------------------------------------------------------ maintenance
     def compact(
@@ -218,6 +249,7 @@ class Table:
         *,
         spark: SparkSession | None = None,
         checkpoint_store: CheckpointStore | None = None,
+        progress: bool | None = None,
         **options: Any,
     ) -> BackfillResult:
         """Computes ``column`` for the rows that lack it (plan -> apply -> write -> commit -> verify).
@@ -225,11 +257,38 @@ class Table:
         ``options`` are those of :class:`~geneva_provider.core.options.BackfillOptions`
         (``read_version``, checkpoint and task sizes, ``commit_granularity``, ``concurrency``).
         Runs on ``spark``, the active session, or a local ``local[*]`` session created for the call.
+        ``progress`` draws a progress bar (default: when stderr is a terminal).
         """
+        from geneva_provider.facade.job_handle import with_progress
+
+        run = self._backfill_job(column, where, spark, checkpoint_store, options)
+        return with_progress(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}", run, progress)
+
+    def backfill_async(
+        self,
+        column: str,
+        where: str | None = None,
+        *,
+        spark: SparkSession | None = None,
+        checkpoint_store: CheckpointStore | None = None,
+        **options: Any,
+    ) -> JobHandle:
+        """Starts :meth:`backfill` in a background thread; the handle has ``status()``, ``result()``, ``cancel()``.
+
+        The options are checked before this returns.
+        """
+        from geneva_provider.facade.job_handle import JobHandle
+
+        run = self._backfill_job(column, where, spark, checkpoint_store, options)
+        return JobHandle(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}").start(run)
+
+    def _backfill_job(self, column: str, where: str | None, spark: Any, store: CheckpointStore | None,
+                      options: dict[str, Any]) -> Callable[[JobControl], BackfillResult]:
         from geneva_provider.pipeline.jobs import backfill
 
         parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
-        return backfill(self.ref, column, parsed, spark=spark, store=checkpoint_store or self.checkpoint_store)
+        return lambda control: backfill(self.ref, column, parsed, spark=spark, store=store or self.checkpoint_store,
+                                        control=control)
 
     # ------------------------------------------------------------------ errors
     def get_errors(self, job_id: str | None = None, column: str | None = None) -> pa.Table:

@@ -131,7 +131,7 @@ class GenevaVerifyOperator(BaseOperator):
 
         plan = PlanSummary.from_xcom(self.plan)
         hook = LanceHook(self.lance_conn_id)
-        result = verify(plan.plan_uri, hook.storage_options)
+        result = verify(plan, hook.storage_options)
         self._table_uri = hook.database.table_uri(result.table)
         self._column = result.column
         extra = {"table": result.table, "column": result.column, "version": result.version,

@@ -34,8 +34,9 @@ from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, RowE
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
+from geneva_provider.pipeline.job_records import job_stage, update_record
 from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
-from geneva_provider.pipeline.runner import run_tasks
+from geneva_provider.pipeline.runner import job_tag, run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,11 @@ def remaining_tasks(plan: Plan, store: CheckpointStore) -> list[Task]:
 def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> ApplyResult:
     """Apply stage: computes every missing planned range on Spark; returns counts."""
     plan, store = load_plan(plan_uri, storage_options)
+    with job_stage(store, plan.job_id, "apply"):
+        return _apply(plan, store, spark, storage_options)
+
+
+def _apply(plan: Plan, store: CheckpointStore, spark: Any, storage_options: dict[str, str] | None) -> ApplyResult:
     tasks = remaining_tasks(plan, store)
     planned = plan.rows_to_compute
     log.info("apply %s: %d of %d planned tasks still to run (%d rows planned)",
@@ -190,7 +196,8 @@ def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None 
     t0 = time.perf_counter()
     results = run_tasks(spark, tasks, partial(_apply_partition, StageContext.of(plan, storage_options)),
                         description=f"geneva apply {plan.table}.{','.join(plan.output_columns)}",
-                        concurrency=plan.settings.concurrency) if tasks else []
+                        concurrency=plan.settings.concurrency, progress=_ApplyProgress(plan, store, tasks),
+                        tag=job_tag(plan.job_id)) if tasks else []
     errors = [r.error for r in results if r.error]
     computed = sum(r.rows_computed for r in results)
     failures = [f for r in results for f in r.failures]
@@ -204,11 +211,33 @@ def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None 
     log.info("apply %s: %d rows checkpointed in %d checkpoints (%d skipped by the error policy, %d recovered "
              "by retries), %.1fs", plan.job_id, computed, counts.checkpoints_written, failed, counts.rows_retried,
              counts.seconds)
+    if not errors:
+        update_record(store, plan.job_id, rows_checkpointed=planned, rows_failed=failed,
+                      rows_retried=counts.rows_retried)
     if errors:
         raise UDFExecutionError(errors[0].message + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else "")
                                 + (f"; the failed rows are in the error store (job {plan.job_id})" if failures else ""))
     _check_skip_limits(plan, failed)
     return counts
+
+
+class _ApplyProgress:
+    """Rows checkpointed so far, from the names of the checkpoints written since the stage began."""
+
+    def __init__(self, plan: Plan, store: CheckpointStore, tasks: list[Task]) -> None:
+        self.plan, self.store = plan, store
+        self.before = set(store.list_keys(plan.job_prefix))
+        self.already = plan.rows_to_compute - sum(t.rows for t in tasks)
+        self.t0 = time.perf_counter()
+
+    def __call__(self) -> str:
+        new = sum(bk.end - bk.start for key in self.store.list_keys(self.plan.job_prefix)
+                  if key not in self.before and (bk := parse_batch_key(key)) is not None)
+        done = min(self.already + new, self.plan.rows_to_compute)
+        update_record(self.store, self.plan.job_id, rows_checkpointed=done)
+        elapsed = time.perf_counter() - self.t0
+        return (f"apply {self.plan.job_id} ({self.plan.label()}): {done:,} of {self.plan.rows_to_compute:,} rows "
+                f"checkpointed, {new / elapsed if elapsed else 0:,.0f} rows/s")
 
 
 def _check_skip_limits(plan: Plan, failed: int) -> None:

@@ -23,10 +23,19 @@ from typing import Any
 from geneva_provider.core.checkpoint import CheckpointStore, plan_key
 from geneva_provider.core.errors import CommitError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
-from geneva_provider.core.models import Action, CompactionPlan, CompactionResult, Plan, PlanSummary, plan_from_json
+from geneva_provider.core.models import (
+    Action,
+    CompactionPlan,
+    CompactionResult,
+    JobRecord,
+    Plan,
+    PlanSummary,
+    plan_from_json,
+)
 from geneva_provider.core.refs import TableRef
+from geneva_provider.pipeline.job_records import finish_record, job_stage, start_record
 from geneva_provider.pipeline.planning import open_plan
-from geneva_provider.pipeline.runner import run_tasks
+from geneva_provider.pipeline.runner import job_tag, run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +64,13 @@ def held_fragments(store: CheckpointStore, hours: float = LIVE_JOB_HOURS) -> set
 
 
 def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, store: CheckpointStore | None = None,
-                    exclude_live_jobs: bool = True) -> PlanSummary:
-    """Plans a compaction of ``table`` (``options``: lance.optimize.CompactionOptions) and stores the plan."""
+                    exclude_live_jobs: bool = True, airflow_run_id: str | None = None,
+                    record: bool = True) -> PlanSummary:
+    """Plans a compaction of ``table`` (``options``: lance.optimize.CompactionOptions) and stores the plan.
+
+    With nothing to compact, nothing is stored.  ``record`` writes the job's record (a replan
+    inside a running compaction does not: it continues the same job).
+    """
     from lance.optimize import Compaction, CompactionOptions
 
     store = store or table.checkpoint_store()
@@ -78,7 +92,16 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
         tasks=[base64.b64encode(pickle.dumps(t)).decode("ascii") for t in plan.tasks], fragments=fragments,
         rows=sum(live[f].count_rows() for f in fragments if f in live), excluded=excluded)
     key = plan_key(doc.job_id)
+    if not doc.tasks:
+        log.info("compaction plan %s: table '%s' at version %d has nothing to compact; nothing stored",
+                 doc.job_id, table.name, doc.read_version)
+        return doc.summary(store.key_uri(key))
     store.put_model(key, doc)
+    if record:
+        start_record(store, JobRecord(job_id=doc.job_id, kind="compaction", table=table.name,
+                                      created_at=doc.created_at, updated_at=doc.created_at,
+                                      read_version=doc.read_version, rows_planned=doc.rows,
+                                      airflow_run_id=airflow_run_id))
     log.info("compaction plan %s: table '%s' at version %d: %d tasks rewrite %d fragments (%d rows)%s",
              doc.job_id, table.name, doc.read_version, len(doc.tasks), len(fragments), doc.rows,
              f"; fragments {excluded} left alone (held by live jobs)" if excluded else "")
@@ -102,17 +125,25 @@ def run_compaction(plan_uri: str, spark: Any, storage_options: dict[str, str] | 
     compaction), the Rewrite conflicts: the compaction is planned again -- leaving that job's fragments
     alone -- and run again, a bounded number of times.  Nothing is lost either way.
     """
-    import lance
-    from lance.optimize import Compaction
-
     plan, store = open_plan(plan_uri, storage_options)
     if not isinstance(plan, CompactionPlan):
         raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan, not a compaction plan")
+    with job_stage(store, plan.job_id, "compact"):
+        result = _compact(plan, store, storage_options, spark)
+    finish_record(store, plan.job_id, version=result.version, rows_committed=plan.rows)
+    return result
+
+
+def _compact(plan: CompactionPlan, store: CheckpointStore, storage_options: dict[str, str] | None,
+             spark: Any) -> CompactionResult:
+    import lance
+    from lance.optimize import Compaction
+
     t0 = time.perf_counter()
     ref = TableRef(plan.table, plan.table_uri, storage_options)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         encoded = run_tasks(spark, plan.tasks, partial(_execute, plan.table_uri, storage_options),
-                            description=f"geneva compact {plan.table}")
+                            description=f"geneva compact {plan.table}", tag=job_tag(plan.job_id))
         results = [pickle.loads(base64.b64decode(r)) for r in encoded]
         try:
             metrics = Compaction.commit(ref.dataset(), results)
@@ -123,7 +154,8 @@ def run_compaction(plan_uri: str, spark: Any, storage_options: dict[str, str] | 
                                   "nothing was lost: plan it again") from None
             log.warning("compaction %s of table '%s' conflicted with a concurrent commit (%s); planning it again "
                         "(attempt %d of %d)", plan.job_id, plan.table, lance_reason(exc), attempt + 1, MAX_ATTEMPTS)
-            replanned, _ = open_plan(plan_compaction(ref, plan.options, store=store).plan_uri, storage_options)
+            replanned, _ = open_plan(plan_compaction(ref, plan.options, store=store, record=False).plan_uri,
+                                     storage_options)
             if not isinstance(replanned, CompactionPlan) or not replanned.tasks:
                 return CompactionResult(job_id=plan.job_id, version=ref.dataset().version, fragments_removed=0,
                                         fragments_added=0, files_removed=0, files_added=0,

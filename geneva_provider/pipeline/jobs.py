@@ -7,39 +7,64 @@ same stage functions the Airflow operators and ``spark_apps`` call one per task.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from geneva_provider.core.catalog import TableResolver
-from geneva_provider.core.checkpoint import CheckpointStore
-from geneva_provider.core.models import BackfillResult, CompactionResult, PlanSummary
+from geneva_provider.core.checkpoint import CheckpointStore, open_store, split_key_uri
+from geneva_provider.core.errors import JobCancelledError
+from geneva_provider.core.models import BackfillResult, CompactionResult, JobStatus, PlanSummary
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.apply import run_apply
 from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
+from geneva_provider.pipeline.job_records import update_record
 from geneva_provider.pipeline.plan_backfill import plan_backfill
 from geneva_provider.pipeline.plan_refresh import plan_refresh
-from geneva_provider.pipeline.runner import default_parallelism, local_session
+from geneva_provider.pipeline.runner import cancel_jobs, default_parallelism, local_session
 from geneva_provider.pipeline.verify import verify
 from geneva_provider.pipeline.write import run_write_commit
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class JobControl:
+    """How a caller follows and stops an in-process job: told its plan, asked to cancel between stages."""
+
+    on_plan: Callable[[PlanSummary], None] | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    spark: Any = None
+    summary: PlanSummary | None = None
+
+    def cancel(self) -> None:
+        """Stops the job: its running Spark jobs are cancelled, and no later stage starts."""
+        self.cancelled.set()
+        if self.spark is not None and self.summary is not None:
+            cancel_jobs(self.spark, self.summary.job_id)
+
+    def check(self, stage: str) -> None:
+        if self.cancelled.is_set():
+            raise JobCancelledError(f"job {self.summary.job_id if self.summary else ''} was cancelled before {stage}")
+
+
 def backfill(table: TableRef, column: str, options: BackfillOptions | None = None, *, spark: Any = None,
-             store: CheckpointStore | None = None) -> BackfillResult:
+             store: CheckpointStore | None = None, control: JobControl | None = None) -> BackfillResult:
     """Runs every stage of a backfill of ``column`` in this process, on ``spark`` or a local session."""
     return run_job(table, column, lambda parallelism: plan_backfill(
-        table, column, options, store=store, parallelism=parallelism), spark)
+        table, column, options, store=store, parallelism=parallelism), spark, control)
 
 
 def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: TableResolver | None = None,
-            spark: Any = None, store: CheckpointStore | None = None) -> BackfillResult:
+            spark: Any = None, store: CheckpointStore | None = None, control: JobControl | None = None
+            ) -> BackfillResult:
     """Refreshes a materialized view in this process: new source rows, then every stale fragment."""
     return run_job(view, "*", lambda parallelism: plan_refresh(
-        view, options, resolve=resolve, store=store, parallelism=parallelism), spark)
+        view, options, resolve=resolve, store=store, parallelism=parallelism), spark, control)
 
 
 def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Any = None,
@@ -71,38 +96,56 @@ def _session(spark: Any, app_name: str) -> Iterator[Any]:
         spark.stop()
 
 
-def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSummary], spark: Any) -> BackfillResult:
+def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSummary], spark: Any,
+            control: JobControl | None = None) -> BackfillResult:
     """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work)."""
+    control = control or JobControl()
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     # Plan first: bad input fails before any JVM starts.
     summary = plan(default_parallelism(spark) if spark is not None else None)
+    control.summary = summary
+    if control.on_plan is not None:
+        control.on_plan(summary)
     seconds["plan"] = time.perf_counter() - t0
     so = table.storage_options
     if summary.nothing_to_do:
         log.info("job %s on table '%s': up to date", summary.job_id, table.name)
-        verify(summary.plan_uri, so)
         seconds["total"] = time.perf_counter() - t0
         return BackfillResult(job_id=summary.job_id, column=column, rows_computed=0, rows_reused=summary.rows_reused,
                               fragments_committed=0, fragments_reused=0, version=table.dataset().version,
                               seconds=_rounded(seconds))
-    t = time.perf_counter()
-    with _session(spark, f"geneva-{table.name}-{column}") as session:
-        seconds["session"] = time.perf_counter() - t
+    try:
+        control.check("apply")
         t = time.perf_counter()
-        applied = run_apply(summary.plan_uri, session, so)
-        seconds["apply"] = time.perf_counter() - t
-        t = time.perf_counter()
-        written = run_write_commit(summary.plan_uri, session, so)
-        seconds["write_commit"] = time.perf_counter() - t
+        with _session(spark, f"geneva-{table.name}-{column}") as session:
+            control.spark = session
+            seconds["session"] = time.perf_counter() - t
+            t = time.perf_counter()
+            applied = run_apply(summary.plan_uri, session, so)
+            seconds["apply"] = time.perf_counter() - t
+            control.check("write+commit")
+            t = time.perf_counter()
+            written = run_write_commit(summary.plan_uri, session, so)
+            seconds["write_commit"] = time.perf_counter() - t
+            control.spark = None
+    except Exception as exc:
+        if not control.cancelled.is_set():
+            raise
+        store = open_store(split_key_uri(summary.plan_uri)[0], so)
+        update_record(store, summary.job_id, status=JobStatus.FAILED, error="cancelled")
+        if isinstance(exc, JobCancelledError):
+            raise
+        raise JobCancelledError(f"job {summary.job_id} was cancelled while running") from None
     t = time.perf_counter()
-    verify(summary.plan_uri, so)
+    verify(summary, so)
     seconds["verify"] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - t0
     result = BackfillResult(
         job_id=summary.job_id, column=column, rows_computed=applied.rows_computed, rows_reused=applied.rows_reused,
         fragments_committed=written.fragments_committed, fragments_reused=summary.fragments_reused,
-        version=written.version, fragments_vanished=written.fragments_vanished, seconds=_rounded(seconds))
+        version=written.version, fragments_vanished=written.fragments_vanished, rows_failed=applied.rows_failed,
+        rows_retried=applied.rows_retried, seconds=_rounded(seconds))
     log.info("job %s on table '%s' (%s): %d rows computed, %d reused, %d fragments committed, version %d",
              result.job_id, table.name, column, result.rows_computed, result.rows_reused,
              result.fragments_committed, result.version)

@@ -32,6 +32,7 @@ def plan_backfill(
     *,
     store: CheckpointStore | None = None,
     parallelism: int | None = None,
+    airflow_run_id: str | None = None,
 ) -> PlanSummary:
     """Plans a backfill of ``column``, stores the plan, and returns its small summary."""
     options = options or BackfillOptions()
@@ -62,7 +63,8 @@ def plan_backfill(
         column_uid=info.column_uid, data_storage_version=str(ds.data_storage_version), job_prefix=prefix,
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,
         max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows())
-    return store_plan(job, fragments, work, options, store, parallelism, f"table '{table.name}' column '{column}'")
+    return store_plan(job, fragments, work, options, store, parallelism, f"table '{table.name}' column '{column}'",
+                      airflow_run_id)
 
 
 class BackfillExaminer:

@@ -57,6 +57,7 @@ def plan_refresh(
     resolve: TableResolver | None = None,
     store: CheckpointStore | None = None,
     parallelism: int | None = None,
+    airflow_run_id: str | None = None,
 ) -> PlanSummary:
     """Plans a refresh: synchronises the view's rows with the source, then plans the stale values.
 
@@ -101,7 +102,7 @@ def plan_refresh(
                           read_columns=src_read))
     return store_plan(job, fragments, work, options, store, parallelism or os.cpu_count() or 1,
                       f"view '{view.name}' from source version {src.version} ({added} rows added, "
-                      f"{removed} removed)")
+                      f"{removed} removed)", airflow_run_id)
 
 
 def refresh_identity(ds: Any, info: ViewInfo, view: TableRef) -> tuple[str, str]:

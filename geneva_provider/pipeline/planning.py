@@ -39,10 +39,10 @@ from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
 from geneva_provider.core.models import (
     Action,
-    CommitRecord,
     CompactionPlan,
     FragmentCheckpoint,
     FragmentPlan,
+    JobRecord,
     JobSpec,
     Ledger,
     Plan,
@@ -50,11 +50,11 @@ from geneva_provider.core.models import (
     PlanSummary,
     Task,
     TaskPart,
-    WriteResult,
     plan_from_json,
 )
 from geneva_provider.core.options import JobOptions
 from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_runs
+from geneva_provider.pipeline.job_records import start_record
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +187,9 @@ def store_plan(
     store: CheckpointStore,
     parallelism: int,
     label: str,
+    airflow_run_id: str | None = None,
 ) -> PlanSummary:
-    """Cuts the work into tasks, stores the plan document, and returns its summary."""
+    """Cuts the work into tasks, stores the plan document and the job's record, and returns its summary."""
     if store.uri is None:
         raise InvalidArgumentError("the checkpoint store must be reachable from Spark executors (it has no URI)")
     src_keys = {f.id: f.src_key for f in fragments if f.src_key is not None}
@@ -213,12 +214,17 @@ def store_plan(
                 settings=settings, fragments=fragments, tasks=tasks, rows_to_compute=rows_to_compute,
                 rows_reused=reused)
     key = plan_key(job_id)
-    store.put_text(key, plan.model_dump_json(exclude_none=True))
     summary = plan.summary(store.key_uri(key))
-    if summary.nothing_to_do:  # nothing to commit: the job is never live
-        store.put_model(committed_key(job_id), CommitRecord(result=WriteResult(
-            job_id=job_id, version=plan.read_version, fragments_committed=0, rows_committed=0, fragments_vanished=[],
-            commit_retries=0, seconds=0.0)))
+    if summary.nothing_to_do:  # nothing to run or commit: no plan, no record, nothing left behind
+        log.info("plan %s: %s at version %d is up to date (%d fragments already valid); nothing stored",
+                 job_id, label, plan.read_version, summary.fragments_done)
+        return summary
+    store.put_text(key, plan.model_dump_json(exclude_none=True))
+    start_record(store, JobRecord(
+        job_id=job_id, kind=job.kind, table=job.table, column=job.column, created_at=plan.created_at,
+        updated_at=plan.created_at, read_version=plan.read_version, rows_planned=rows_to_compute,
+        rows_checkpointed=sum(f.rows for f in fragments if f.action is Action.COMPUTE) - rows_to_compute,
+        airflow_run_id=airflow_run_id))
     log.info("plan %s: %s at version %d: %d rows to compute in %d tasks over %d fragments; "
              "%d fragments reused, %d already valid, %d rows already checkpointed",
              job_id, label, plan.read_version, rows_to_compute, len(tasks), summary.fragments_to_compute,

@@ -77,11 +77,14 @@ def run_tasks(
     *,
     description: str,
     concurrency: int | None = None,
+    progress: Callable[[], str | None] | None = None,
+    tag: str | None = None,
 ) -> list[R]:
     """Runs ``partition_fn`` over ``tasks`` on the executors and returns its small results.
 
-    One task per partition, unless ``concurrency`` asks for fewer partitions; progress is
-    logged from Spark's status tracker while the job runs.
+    One task per partition, unless ``concurrency`` asks for fewer partitions.  Every few seconds
+    while the job runs, ``progress`` is called and what it returns is logged (rows, rows/s),
+    else Spark's task counts are.  ``tag`` marks the Spark jobs, so ``cancel_jobs(tag)`` stops them.
     """
     if not tasks:
         return []
@@ -91,8 +94,11 @@ def run_tasks(
     per_slice = [tasks[i::slices] for i in range(slices)]
     group = f"geneva-{uuid.uuid4().hex[:12]}"
     done = threading.Event()
-    reporter = threading.Thread(target=_report_progress, args=(sc, group, description, done), daemon=True)
+    reporter = threading.Thread(target=_report_progress, args=(sc, group, description, done, progress),
+                                daemon=True)
     sc.setJobGroup(group, description)
+    if tag:
+        sc.addJobTag(tag)
     reporter.start()
     try:
         rdd = sc.parallelize(per_slice, slices)
@@ -100,13 +106,34 @@ def run_tasks(
     finally:
         done.set()
         reporter.join()
+        if tag:
+            sc.removeJobTag(tag)
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
 
 
-def _report_progress(sc: Any, group: str, description: str, done: threading.Event) -> None:
+def job_tag(job_id: str) -> str:
+    """The Spark job tag of a geneva job's stages."""
+    return f"geneva-job-{job_id}"
+
+
+def cancel_jobs(spark: Any, job_id: str) -> None:
+    """Cancels the running Spark jobs of a geneva job."""
+    spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
+
+
+def _report_progress(sc: Any, group: str, description: str, done: threading.Event,
+                     progress: Callable[[], str | None] | None) -> None:
     tracker = sc.statusTracker()
     while not done.wait(PROGRESS_SECONDS):
+        if progress is not None:
+            try:
+                line = progress()
+            except Exception:  # noqa: BLE001 - progress reporting must never fail a job
+                line = None
+            if line:
+                log.info("%s", line)
+                continue
         try:
             for job_id in tracker.getJobIdsForGroup(group):
                 job = tracker.getJobInfo(job_id)

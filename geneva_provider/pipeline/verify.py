@@ -11,9 +11,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from geneva_provider.core.checkpoint import fragment_key
+from geneva_provider.core.checkpoint import CheckpointStore, fragment_key
 from geneva_provider.core.errors import VerificationError
-from geneva_provider.core.models import Action, CommitRecord, FragmentCheckpoint, FragmentPlan, VerifyResult
+from geneva_provider.core.models import (
+    Action,
+    CommitRecord,
+    FragmentCheckpoint,
+    FragmentPlan,
+    Plan,
+    PlanSummary,
+    VerifyResult,
+)
+from geneva_provider.pipeline.job_records import finish_record, job_stage
 from geneva_provider.pipeline.planning import committed_key, load_plan
 
 log = logging.getLogger(__name__)
@@ -21,11 +30,26 @@ log = logging.getLogger(__name__)
 _VERIFIED = (Action.COMPUTE, Action.REUSE)
 
 
-def verify(plan_uri: str, storage_options: dict[str, str] | None = None) -> VerifyResult:
-    """Checks the job's result in the latest table version; raises VerificationError naming what is missing."""
+def verify(plan: str | PlanSummary, storage_options: dict[str, str] | None = None) -> VerifyResult:
+    """Checks the job's result in the latest table version; raises VerificationError naming what is missing.
+
+    ``plan`` is the plan's URI or the plan stage's summary; a job that had nothing to do stored no
+    plan, and its summary verifies as is.
+    """
+    if isinstance(plan, PlanSummary) and plan.nothing_to_do:
+        log.info("verify %s: %s was up to date at version %d", plan.job_id, plan.table, plan.read_version)
+        return VerifyResult(job_id=plan.job_id, table=plan.table, column=plan.column, version=plan.read_version,
+                            fragments_verified=plan.fragments_done, rows_verified=plan.rows_reused)
+    doc, store = load_plan(plan.plan_uri if isinstance(plan, PlanSummary) else plan, storage_options)
+    with job_stage(store, doc.job_id, "verify"):
+        result = _verify(doc, store, storage_options)
+    finish_record(store, doc.job_id, version=result.version)
+    return result
+
+
+def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] | None) -> VerifyResult:
     import lance
 
-    plan, store = load_plan(plan_uri, storage_options)
     ds = lance.dataset(plan.table_uri, storage_options=storage_options)
     live = {f.fragment_id: f.metadata for f in ds.get_fragments()}
     record = committed_key(plan.job_id)

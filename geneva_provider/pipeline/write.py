@@ -38,8 +38,9 @@ from geneva_provider.core.models import (
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.pipeline.commit import commit_column_files
 from geneva_provider.pipeline.context import StageContext
+from geneva_provider.pipeline.job_records import job_stage, update_record
 from geneva_provider.pipeline.planning import committed_key, load_plan, record_valid, validity_signature
-from geneva_provider.pipeline.runner import run_tasks
+from geneva_provider.pipeline.runner import job_tag, run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,13 @@ def _write_partition(ctx: StageContext, entries: Iterable[FragmentPlan]) -> Iter
 
 # ---------------------------------------------------------------------- driver side
 def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> WriteResult:
-    """Write+commit stage: one Spark task per computed fragment, a commit every ``commit_granularity``."""
-    plan, _ = load_plan(plan_uri, storage_options)
+    """Write+commit stage: fragments dealt over a few Spark tasks, a commit every ``commit_granularity``."""
+    plan, store = load_plan(plan_uri, storage_options)
+    with job_stage(store, plan.job_id, "write_commit"):
+        return _write_commit(plan, spark, storage_options)
+
+
+def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None) -> WriteResult:
     t0 = time.perf_counter()
     to_write = [f for f in plan.fragments if f.action is Action.COMPUTE]
     to_commit_now = {f.id: f.file for f in plan.fragments if f.action is Action.REUSE and f.file is not None}
@@ -163,16 +169,18 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
         # fragments cost a few task launches, not one each.
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="geneva-writer") as pool:
             futures = {pool.submit(run_tasks, spark, sorted(g, key=lambda f: f.physical_rows, reverse=True),
-                                   partial(_write_partition, ctx), description=description, concurrency=slots)
+                                   partial(_write_partition, ctx), description=description, concurrency=slots,
+                                   tag=job_tag(plan.job_id))
                        for g in groups}
             while futures:
                 finished, futures = wait(futures, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     written = fut.result()
+                    committer.ready += sum(r.rows for r in written)
                     committer.complete.update(r.frag for r in written if r.complete)
                     committer.commit({r.frag: r.file for r in written})
     outcome = committer.summary(round(time.perf_counter() - t0, 3))
-    open_store(plan.store_uri, storage_options).put_model(
+    committer.store.put_model(
         committed_key(plan.job_id), CommitRecord(result=outcome, staged=committer.staged))
     if committer.changed:
         raise CommitError(
@@ -197,6 +205,9 @@ class _Committer:
         self.rows = {f.id: f.rows for f in plan.fragments}
         self.base = {f.id: f.base_file for f in plan.fragments}
         self.complete: set[int] = set()  # staged fragments valid in every live row
+        self.ready = sum(f.rows for f in plan.fragments if f.action is Action.REUSE)  # rows staged, to commit
+        self.total = sum(f.rows for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE))
+        self.store = open_store(plan.store_uri, storage_options)
         self.retries = 0
 
     def commit(self, files: dict[int, DataFileRef]) -> None:
@@ -215,8 +226,11 @@ class _Committer:
         if outcome.vanished:
             log.warning("write %s: fragments %s no longer exist (compacted or deleted); their rows were not "
                         "committed", plan.job_id, outcome.vanished)
-        log.info("commit %s: version %d, %d fragments (%d rows) committed so far", plan.job_id, self.version,
-                 len(self.committed), sum(self.rows[f] for f in self.committed))
+        committed_rows = sum(self.rows[f] for f in self.committed)
+        update_record(self.store, plan.job_id, rows_ready=self.ready, rows_committed=committed_rows,
+                      version=self.version)
+        log.info("commit %s: version %d, %d fragments (%d of %d rows) committed so far", plan.job_id, self.version,
+                 len(self.committed), committed_rows, self.total)
 
     def _record_valid(self, committed: list[int], version: int) -> None:
         """Fragments this commit made valid in every row go to the job's ledger, as of the commit's own version."""
@@ -228,7 +242,7 @@ class _Committer:
         plan = self.plan
         metas = {f.fragment_id: f.metadata for f in lance.dataset(
             plan.table_uri, version=version, storage_options=self.storage_options).get_fragments()}
-        record_valid(open_store(plan.store_uri, self.storage_options), plan.job_prefix, {
+        record_valid(self.store, plan.job_prefix, {
             fid: validity_signature(self.entries[fid].src_files, metas[fid], plan.output_field_ids)
             for fid in complete if fid in metas})
 
