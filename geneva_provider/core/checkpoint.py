@@ -18,6 +18,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from geneva_provider.core.errors import CorruptCheckpointError
+from geneva_provider.core.filters import lance_reason
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pydantic import BaseModel
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 M = TypeVar("M", bound="BaseModel")
 
 KEY_SUFFIX = ".lance"
+_MIN_FILE_BYTES = 40  # a Lance file's footer alone is longer
 ROWADDR = "_rowaddr"  # the row-address column of every batch checkpoint
 _BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)(?P<partial>_partial)?$")
 _PLAIN_VERSION = re.compile(r"[0-9A-Za-z]{1,16}")
@@ -153,8 +157,12 @@ class CheckpointStore(ABC):
         self.put_text(key, model.model_dump_json())
 
     def get_model(self, key: str, cls: type[M]) -> M:
-        """Reads back a typed contract stored with :meth:`put_model`."""
-        return cls.model_validate_json(self.get_text(key))
+        """Reads back a typed contract stored with :meth:`put_model`; CorruptCheckpointError if it does not parse."""
+        text = self.get_text(key)
+        try:
+            return cls.model_validate_json(text)
+        except ValueError as exc:
+            raise CorruptCheckpointError(f"{key} does not hold a {cls.__name__}: {str(exc)[:200]}") from None
 
     def key_uri(self, key: str) -> str:
         """A URI naming ``key`` in this store (what plan references carry)."""
@@ -235,18 +243,30 @@ class LanceCheckpointStore(CheckpointStore):
                 w.write_batch(b)
 
     def __getitem__(self, key: str) -> pa.Table:
-        try:
-            reader = self._session.open_reader(key + KEY_SUFFIX)
-        except ValueError as exc:
-            raise KeyError(key) from exc
-        return reader.read_all().to_table()
+        return self._read(key, None)
 
     def get_columns(self, key: str, columns: list[str]) -> pa.Table:
+        return self._read(key, columns)
+
+    def _read(self, key: str, columns: list[str] | None) -> pa.Table:
+        """Reads a key; KeyError when absent, CorruptCheckpointError when truncated or unreadable."""
+        name = key + KEY_SUFFIX
+        if self._local is not None:
+            try:
+                size = os.path.getsize(os.path.join(self._local, name))
+            except FileNotFoundError:
+                raise KeyError(key) from None
+            if size < _MIN_FILE_BYTES:  # Lance panics on a file too short to hold a footer
+                raise CorruptCheckpointError(f"checkpoint {key} in {self._root} is truncated ({size} bytes)")
         try:
-            reader = self._session.open_reader(key + KEY_SUFFIX, columns=columns)
-        except ValueError as exc:
-            raise KeyError(key) from exc
-        return reader.read_all().to_table()
+            return self._session.open_reader(name, columns=columns).read_all().to_table()
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
+                raise
+            if self._local is None and not self._session.contains(name):
+                raise KeyError(key) from None
+            raise CorruptCheckpointError(f"checkpoint {key} in {self._root} is unreadable: "
+                                         f"{type(exc).__name__}: {lance_reason(exc)}") from None
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self._session.contains(key + KEY_SUFFIX)

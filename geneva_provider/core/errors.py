@@ -53,3 +53,7 @@ class JobNotFoundError(GenevaError, LookupError):
 
 class JobCancelledError(GenevaError):
     """The job was cancelled through its handle; nothing of it was left half-committed."""
+
+
+class CorruptCheckpointError(GenevaError, OSError):
+    """A stored checkpoint is truncated or unreadable: it is removed and its rows are computed again."""

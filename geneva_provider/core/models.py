@@ -132,6 +132,8 @@ class PlanSettings(_Model):
     commit_granularity: int | None = None
     concurrency: int | None = None
     parallelism: int
+    commit_retries: int | None = None
+    commit_timeout: int | None = None
 
 
 class JobSpec(_Model):

@@ -37,6 +37,8 @@ class JobOptions:
     task_size: int | None = _option("rows per Spark task, all equal (default: guided, shrinking tasks)")
     commit_granularity: int | None = _option("fragments per DataReplacement commit")
     concurrency: int | None = _option("Spark partitions the tasks are dealt over")
+    commit_retries: int | None = _option("retries of a conflicting commit (default 8)")
+    commit_timeout: int | None = _option("seconds a commit may spend retrying conflicts (default 300)")
 
     # ------------------------------------------------------------------ declaration
     @classmethod

@@ -3,7 +3,8 @@
 Decided from the table's state, not from file ages: a batch or fragment checkpoint is garbage once
 its UDF version or column is gone, its fragment is gone, its fragment's inputs changed (it can never
 match again), or its fragment is known valid (the values are committed).  Plans are removed once
-finished (their commits done) or expired, and older than ``older_than``.  Everything of a live job
+finished (their commits done) or expired, and older than ``older_than``; so are the records of jobs
+that ended longer than ``older_than`` ago (the error store is kept).  Everything of a live job
 -- a recent plan whose commits are not done -- is kept, so a clean-up never breaks a running job.
 Staged data files that lose their last checkpoint are left to Lance's ``cleanup_old_versions``,
 which removes unreferenced files once they are old enough.
@@ -20,11 +21,12 @@ from typing import Any
 from geneva_provider.core.checkpoint import CheckpointStore, batch_prefix, parse_batch_key, parse_fragment_key
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids, output_files
-from geneva_provider.core.models import Action, FragmentCheckpoint, Plan, plan_from_json
+from geneva_provider.core.models import Action, FragmentCheckpoint, JobStatus, Plan, plan_from_json
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udf import udf_column_info
 from geneva_provider.core.view_meta import IS_SET, view_info
 from geneva_provider.pipeline.compaction import LIVE_JOB_HOURS
+from geneva_provider.pipeline.job_records import job_key, read_records
 from geneva_provider.pipeline.plan_backfill import backfill_prefix
 from geneva_provider.pipeline.plan_refresh import FP, refresh_identity
 from geneva_provider.pipeline.planning import ledger_key, load_ledger, validity_signature
@@ -80,6 +82,10 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
         m = _PLAN.match(key)
         if m and m["id"] in stale_plans:
             _remove(store, key, "plans" if not m["rest"] else "plan results", result)
+    for record in read_records(store):  # history of finished jobs, kept for older_than
+        ended = record.finished_at or record.updated_at
+        if record.status in (JobStatus.DONE, JobStatus.FAILED) and dt.datetime.fromisoformat(ended) < now - older_than:
+            _remove(store, job_key(record.job_id), "job records", result)
 
     ds = table.dataset()
     jobs = _current_jobs(ds, table)

@@ -20,8 +20,33 @@ from geneva_provider.core.fragments import leaf_field_ids, output_files
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RETRIES = 8
+DEFAULT_BUDGET_SECONDS = 300
 DEFAULT_BACKOFF_SECONDS = 0.2
 MAX_BACKOFF_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class CommitPolicy:
+    """How long a conflicting commit keeps trying: retries, a total time budget, jittered backoff."""
+
+    max_retries: int = DEFAULT_MAX_RETRIES
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS
+    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
+
+    @classmethod
+    def of(cls, settings: Any) -> CommitPolicy:
+        """The policy a plan's settings ask for (``commit_retries``, ``commit_timeout``)."""
+        return cls(max_retries=settings.commit_retries if settings.commit_retries is not None
+                   else DEFAULT_MAX_RETRIES,
+                   budget_seconds=settings.commit_timeout or DEFAULT_BUDGET_SECONDS)
+
+    def retrying(self, retry_on: Any) -> Any:
+        import tenacity
+
+        return tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.max_retries + 1) | tenacity.stop_after_delay(self.budget_seconds),
+            wait=tenacity.wait_exponential_jitter(self.backoff_seconds, MAX_BACKOFF_SECONDS),
+            retry=tenacity.retry_if_exception(retry_on), reraise=True)
 
 
 @dataclass
@@ -36,18 +61,24 @@ class CommitOutcome:
 
 
 def is_retryable_conflict(exc: BaseException) -> bool:
-    """True for Lance's retryable commit conflicts (raised as CommitConflictError or plain OSError)."""
-    retryable = getattr(exc, "retryable", None)
-    if retryable is not None:
-        return bool(retryable)
-    return isinstance(exc, OSError) and str(exc).startswith("Retryable commit conflict")
+    """True for Lance's retryable commit conflicts (``lance.commit.CommitConflictError`` with ``retryable``)."""
+    from lance.commit import CommitConflictError
+
+    return isinstance(exc, CommitConflictError) and exc.retryable
 
 
 def is_vanished_fragment(exc: BaseException) -> bool:
-    """True when a fragment being replaced was deleted or compacted away after the read version."""
+    """True when a fragment being replaced was deleted or compacted away after the read version.
+
+    Lance reports this as a plain error whose message is the only sign of it.
+    """
     text = str(exc)
     return isinstance(exc, OSError) and ("Fragment being replaced not found" in text
                                          or ("DataReplacement target fragment" in text and "was removed" in text))
+
+
+def _retry_on(exc: BaseException) -> bool:
+    return is_retryable_conflict(exc) or is_vanished_fragment(exc)
 
 
 def commit_column_files(
@@ -59,57 +90,77 @@ def commit_column_files(
     output_field_ids: list[int],
     base_files: dict[int, str | None] | None = None,
     storage_options: dict[str, str] | None = None,
-    max_retries: int = DEFAULT_MAX_RETRIES,
-    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+    policy: CommitPolicy | None = None,
 ) -> CommitOutcome:
     """Commits ``{fragment id: DataFile}`` holding ``columns`` as one DataReplacement.
 
     ``base_files`` names the output files each staged file was merged from; a fragment whose
     output files changed since then is not overwritten but reported in ``changed``, because
     committing it would erase the other writer's values.  Fragments deleted or compacted away
-    since the read version are dropped from the commit and reported in ``vanished``.
+    since the read version are dropped from the commit and reported in ``vanished``.  Conflicts
+    are retried at the latest version with jittered backoff, within ``policy``'s retries and time.
     """
     import lance
 
+    policy = policy or CommitPolicy()
     op_cls = lance.LanceOperation
     column = ", ".join(columns)
     pending = dict(files)
     outcome = CommitOutcome(version=read_version)
-    version = read_version
-    for attempt in range(max_retries + 1):
+    state = {"version": read_version}
+    t0 = time.monotonic()
+
+    def attempt() -> None:
         if not pending:
-            return outcome
+            return
+        op = op_cls.DataReplacement([op_cls.DataReplacementGroup(fid, df) for fid, df in sorted(pending.items())])
         try:
-            op = op_cls.DataReplacement([op_cls.DataReplacementGroup(fid, df) for fid, df in sorted(pending.items())])
-            ds = lance.LanceDataset.commit(table_uri, op, read_version=version, storage_options=storage_options)
-            outcome.version = ds.version
-            outcome.committed.extend(sorted(pending))
-            return outcome
+            ds = lance.LanceDataset.commit(table_uri, op, read_version=state["version"],
+                                           storage_options=storage_options)
         except Exception as exc:
-            if not is_retryable_conflict(exc) and not is_vanished_fragment(exc):
-                raise CommitError(f"commit of column(s) '{column}' to {table_uri} failed: "
-                                  f"{lance_reason(exc)}") from exc
-            if attempt == max_retries:
-                raise CommitError(f"commit of column(s) '{column}' to {table_uri} still conflicted after "
-                                  f"{max_retries} retries: {lance_reason(exc)}") from exc
-            delay = min(backoff_seconds * 2**attempt, MAX_BACKOFF_SECONDS)
-            log.warning("commit of column(s) '%s' conflicted (%s); retrying at the latest version in %.1fs",
-                        column, lance_reason(exc), delay)
-            time.sleep(delay)
-            latest = lance.dataset(table_uri, storage_options=storage_options)
-            _check_columns(latest, columns, output_field_ids, table_uri)
-            live = {f.fragment_id: f.metadata for f in latest.get_fragments()}
-            for fid in sorted(pending):
-                if fid not in live:
-                    outcome.vanished.append(fid)
-                    del pending[fid]
-                elif base_files is not None and output_files(live[fid], output_field_ids) != base_files.get(fid):
-                    outcome.changed.append(fid)
-                    del pending[fid]
-            version = latest.version
-            outcome.version = version
-            outcome.retries += 1
+            if _retry_on(exc):
+                log.warning("commit of column(s) '%s' conflicted (%s); retrying at the latest version",
+                            column, lance_reason(exc))
+                _rebase(outcome, pending, state, table_uri, columns, output_field_ids, base_files, storage_options)
+            raise
+        outcome.version = ds.version
+        outcome.committed.extend(sorted(pending))
+
+    try:
+        for tries in policy.retrying(_retry_on):
+            with tries:
+                attempt()
+    except CommitError:
+        raise
+    except Exception as exc:
+        if not _retry_on(exc):
+            raise CommitError(f"commit of column(s) '{column}' to {table_uri} failed: {lance_reason(exc)}") from exc
+        raise CommitError(
+            f"commit of column(s) '{column}' to {table_uri} still conflicted after {outcome.retries} retries in "
+            f"{time.monotonic() - t0:.0f}s (commit_retries={policy.max_retries}, "
+            f"commit_timeout={policy.budget_seconds:g}s): {lance_reason(exc)}") from exc
     return outcome
+
+
+def _rebase(outcome: CommitOutcome, pending: dict[int, Any], state: dict[str, int], table_uri: str,
+            columns: list[str], output_field_ids: list[int], base_files: dict[int, str | None] | None,
+            storage_options: dict[str, str] | None) -> None:
+    """Moves a conflicting commit to the latest version, dropping fragments it may no longer replace."""
+    import lance
+
+    latest = lance.dataset(table_uri, storage_options=storage_options)
+    _check_columns(latest, columns, output_field_ids, table_uri)
+    live = {f.fragment_id: f.metadata for f in latest.get_fragments()}
+    for fid in sorted(pending):
+        if fid not in live:
+            outcome.vanished.append(fid)
+            del pending[fid]
+        elif base_files is not None and output_files(live[fid], output_field_ids) != base_files.get(fid):
+            outcome.changed.append(fid)
+            del pending[fid]
+    state["version"] = latest.version
+    outcome.version = latest.version
+    outcome.retries += 1
 
 
 def _check_columns(ds: Any, columns: list[str], output_field_ids: list[int], uri: str) -> None:

@@ -25,7 +25,7 @@ from geneva_provider.pipeline.context import StageContext
 # A Python worker serves many tasks: unpickle each UDF (and build a stateful one) once per
 # process.  The key names the column incarnation, so a dropped and re-created table or column
 # never hits a stale entry; datasets are reopened per task for the same reason (it is cheap).
-_UDFS: dict[tuple[str, str, str], UDF] = {}
+_UDFS: dict[tuple[str, str, str, int], UDF] = {}
 
 
 def udf_for(ds: Any, column: str) -> UDF:
@@ -33,7 +33,7 @@ def udf_for(ds: Any, column: str) -> UDF:
     info = udf_column_info(ds.schema.field(column).metadata)
     if info is None:
         raise InvalidArgumentError(f"column '{column}' of {ds.uri} is not a UDF column")
-    key = (info.column_uid, info.version, column)
+    key = (info.column_uid, info.version, column, hash(info.pickle))  # retry_failed may swap the code
     if key not in _UDFS:
         _UDFS[key] = load_udf(info.pickle)
     return _UDFS[key]

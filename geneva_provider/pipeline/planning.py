@@ -34,7 +34,7 @@ from geneva_provider.core.checkpoint import (
     split_key_uri,
     src_files_key,
 )
-from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.errors import CorruptCheckpointError, InvalidArgumentError
 from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
 from geneva_provider.core.models import (
@@ -170,13 +170,23 @@ def checkpointed_addresses(store: CheckpointStore, keys: list[BatchKey]) -> np.n
     """Row addresses the batch checkpoints ``keys`` hold a value for (a skipped row holds none)."""
     parts = []
     for bk in keys:
-        if not bk.partial:
-            parts.append(store.get_columns(bk.key, [ROWADDR]).column(ROWADDR).to_numpy())
+        try:
+            if not bk.partial:
+                parts.append(store.get_columns(bk.key, [ROWADDR]).column(ROWADDR).to_numpy())
+                continue
+            table = store[bk.key]
+        except CorruptCheckpointError as exc:
+            discard_corrupt(store, bk.key, exc)
             continue
-        table = store[bk.key]
         fp = next(name for name in table.column_names if is_fingerprint_column(name))
         parts.append(table.filter(table.column(fp).is_valid()).column(ROWADDR).to_numpy())
     return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+
+
+def discard_corrupt(store: CheckpointStore, key: str, exc: Exception) -> None:
+    """Removes a truncated or unreadable checkpoint, so its rows are planned and computed again."""
+    log.warning("%s; removing it: its rows will be computed again", exc)
+    store.delete(key)
 
 
 def store_plan(
@@ -207,7 +217,8 @@ def store_plan(
     settings = PlanSettings(checkpoint_size=options.initial_checkpoint_size(), min_checkpoint_size=lo,
                             max_checkpoint_size=hi, task_size=options.task_size,
                             commit_granularity=options.commit_granularity, concurrency=options.concurrency,
-                            parallelism=parallelism)
+                            parallelism=parallelism, commit_retries=options.commit_retries,
+                            commit_timeout=options.commit_timeout)
     # Reused: rows already valid, held by a staged file, or checkpointed by an earlier run.
     reused = sum(f.rows for f in fragments if f.action is not Action.EMPTY) - rows_to_compute
     plan = Plan(**job.model_dump(), job_id=job_id, created_at=now.isoformat(), store_uri=store.uri,
@@ -272,7 +283,11 @@ def _reusable_checkpoint(
     key = fragment_key(job, fid)
     if key not in store:
         return None
-    ckpt = store.get_model(key, FragmentCheckpoint)
+    try:
+        ckpt = store.get_model(key, FragmentCheckpoint)
+    except CorruptCheckpointError as exc:
+        discard_corrupt(store, key, exc)
+        return None
     if ckpt.output_field_ids != out_leaves or ckpt.column_uid != column_uid or ckpt.src_data_files != src_files:
         return None
     if out_file == ckpt.file.path or ckpt.base_file != out_file:  # committed already, or staged over another file

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from geneva_provider.core.checkpoint import CheckpointStore, fragment_key
-from geneva_provider.core.errors import VerificationError
+from geneva_provider.core.errors import CorruptCheckpointError, VerificationError
 from geneva_provider.core.models import (
     Action,
     CommitRecord,
@@ -89,7 +89,10 @@ def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] 
 def _staged(store: Any, job_prefix: str, fid: int) -> str | None:
     """The file the job staged for a fragment, from its fragment checkpoint (when no commit record has it)."""
     key = fragment_key(job_prefix, fid)
-    return store.get_model(key, FragmentCheckpoint).file.path if key in store else None
+    try:
+        return store.get_model(key, FragmentCheckpoint).file.path if key in store else None
+    except CorruptCheckpointError:
+        return None
 
 
 def _rows_gone(ds: Any, planned: Any, entry: FragmentPlan) -> bool:

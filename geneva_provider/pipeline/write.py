@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from geneva_provider.core.checkpoint import ROWADDR, batch_prefix, fragment_key, open_store, parse_batch_key
-from geneva_provider.core.errors import CheckpointMissingError, CommitError
+from geneva_provider.core.errors import CheckpointMissingError, CommitError, CorruptCheckpointError
 from geneva_provider.core.fragments import live_row_addresses
 from geneva_provider.core.models import (
     Action,
@@ -36,10 +36,16 @@ from geneva_provider.core.models import (
     WrittenFragment,
 )
 from geneva_provider.core.ranges import positions_of
-from geneva_provider.pipeline.commit import commit_column_files
+from geneva_provider.pipeline.commit import CommitPolicy, commit_column_files
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import job_stage, update_record
-from geneva_provider.pipeline.planning import committed_key, load_plan, record_valid, validity_signature
+from geneva_provider.pipeline.planning import (
+    committed_key,
+    discard_corrupt,
+    load_plan,
+    record_valid,
+    validity_signature,
+)
 from geneva_provider.pipeline.runner import job_tag, run_tasks
 
 log = logging.getLogger(__name__)
@@ -76,7 +82,15 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
     fid = entry.id
     prefix = batch_prefix(job.job_prefix, src_key=entry.src_key)
     frag = ds.get_fragment(fid)
-    parts = [store[k] for _, _, k in sorted(writer.keys.get((prefix, fid), []))]
+    parts = []
+    for _, _, key in sorted(writer.keys.get((prefix, fid), [])):
+        try:
+            parts.append(store[key])
+        except CorruptCheckpointError as exc:
+            discard_corrupt(store, key, exc)
+            raise CheckpointMissingError(
+                f"columns {job.output_columns[:-1]} of table '{job.table}': {exc}; it was removed and nothing was "
+                "committed from it: run the job again (a new plan computes its rows again)") from None
     fields = [ds.schema.field(c) for c in job.output_columns]
     new = pa.concat_tables(parts) if parts else pa.table(
         {ROWADDR: pa.array([], pa.uint64()), **{f.name: pa.array([], f.type) for f in fields}})
@@ -215,7 +229,7 @@ class _Committer:
         outcome = commit_column_files(
             plan.table_uri, plan.output_columns, {fid: ref.to_lance() for fid, ref in files.items()},
             self.version, output_field_ids=plan.output_field_ids, base_files=self.base,
-            storage_options=self.storage_options)
+            storage_options=self.storage_options, policy=CommitPolicy.of(plan.settings))
         self.version = outcome.version
         self.committed += outcome.committed
         self.staged.update({fid: files[fid].path for fid in outcome.committed})

@@ -1,0 +1,261 @@
+"""Unattended-safe jobs: error policies and the error store, job records, checkpoints that heal.
+
+Real Spark (local[2]) and real Lance tables; UDF calls are counted across the Python workers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.core.checkpoint import parse_batch_key, parse_fragment_key
+from geneva_provider.core.models import JobStatus
+from geneva_provider.pipeline.context import StageContext
+from geneva_provider.pipeline.write import write_fragment
+from geneva_provider.stages import load_plan, plan_backfill, run_apply
+from tests.helpers import _log_calls, clear_calls, read_calls
+
+ROWS = 2_000
+
+
+def _table(db: gp.Connection, name: str = "t", rows: int = ROWS, per_file: int = 500) -> gp.Table:
+    return db.create_table(name, pa.table({"x": list(range(rows))}), max_rows_per_file=per_file)
+
+
+def _flaky_scalar(log_dir: str, bad: set[int], transient: set[int], flag_dir: str | None = None,
+                  **policy: object) -> gp.UDF:
+    """x*2; raises ValueError on ``bad`` rows, TimeoutError on the first attempt of ``transient`` rows."""
+
+    @gp.udf(data_type=pa.int64(), name="flaky", version="1", **policy)
+    def flaky(x: int) -> int:
+        _log_calls(log_dir, [x])
+        if x in bad:
+            raise ValueError(f"cannot compute x={x}")
+        if x in transient and flag_dir is not None:
+            marker = os.path.join(flag_dir, f"seen-{x}")
+            if not os.path.exists(marker):
+                Path(marker).touch()
+                raise TimeoutError(f"remote timed out for x={x}")
+        return x * 2
+
+    return flaky
+
+
+def test_skip_policy_records_rows_and_retry_failed_computes_only_them(db, spark, call_dir):
+    bad = set(range(7, ROWS, 100))  # 1 % of the rows
+    tbl = _table(db)
+    tbl.add_columns({"y": _flaky_scalar(str(call_dir), bad, set(), on_error=gp.skip_on_error(max_fraction=0.02))})
+
+    result = tbl.backfill("y", spark=spark)
+
+    assert result.rows_failed == len(bad)
+    job = db.get_job(result.job_id)
+    assert job.status is JobStatus.DONE and job.rows_failed == len(bad) and job.rows_committed == ROWS
+    values = {r["x"]: r["y"] for r in tbl.to_arrow(["x", "y"]).to_pylist()}
+    assert {x for x, y in values.items() if y is None} == bad
+    assert all(values[x] == 2 * x for x in values if x not in bad)
+    addresses = tbl.get_failed_row_addresses(result.job_id, "y")
+    by_address = {r["_rowaddr"]: r["x"] for r in tbl.dataset().to_table(
+        columns=["x"], with_row_address=True).to_pylist()}
+    assert sorted(by_address[a] for a in addresses) == sorted(bad)
+    errors = tbl.get_errors(job_id=result.job_id)
+    assert errors.num_rows == len(bad)
+    assert set(errors.column("outcome").to_pylist()) == {"skipped"}
+    assert set(errors.column("error_type").to_pylist()) == {"ValueError"}
+    assert all("cannot compute x=" in t and "Traceback" in t for t in errors.column("traceback").to_pylist())
+
+    clear_calls(call_dir)
+    fixed = _flaky_scalar(str(call_dir), set(), set())
+    again = tbl.retry_failed("y", result.job_id, udf=fixed, spark=spark)
+    assert sorted(read_calls(call_dir)) == sorted(bad)  # the failed rows and nothing else
+    assert again.rows_computed == len(bad)
+    assert tbl.count_rows("y IS NULL") == 0 and tbl.count_rows("y != x * 2") == 0
+    clear_calls(call_dir)
+    assert tbl.backfill("y", spark=spark).rows_computed == 0 and read_calls(call_dir) == []
+    tbl.dataset().validate()
+
+
+def test_skip_policy_past_its_limit_fails_the_job_and_commits_nothing(db, spark, call_dir):
+    bad = set(range(0, ROWS, 10))  # 10 %
+    tbl = _table(db)
+    tbl.add_columns({"y": _flaky_scalar(str(call_dir), bad, set(), on_error=gp.skip_on_error(max_rows=50))})
+    version = tbl.version
+    with pytest.raises(gp.UDFExecutionError, match=r"failed on 200 rows, more than its skip policy allows"):
+        tbl.backfill("y", spark=spark)
+    assert tbl.version == version
+    failed = [j for j in db.list_jobs(status="FAILED")]
+    assert len(failed) == 1 and "skip policy" in failed[0].error and failed[0].stage == "apply"
+    assert len(tbl.get_failed_row_addresses(failed[0].job_id, "y")) == len(bad)
+
+
+def test_retry_policy_recovers_transient_errors_and_records_attempts(db, spark, call_dir, tmp_path):
+    transient = set(range(3, ROWS, 20))  # 5 % fail on their first attempt
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    policy = gp.Retry((TimeoutError,), max_attempts=3, initial_seconds=0.001, max_seconds=0.01)
+    tbl = _table(db)
+    tbl.add_columns({"y": _flaky_scalar(str(call_dir), set(), transient, str(flags), on_error=[policy])})
+
+    result = tbl.backfill("y", spark=spark)
+
+    assert result.rows_failed == 0 and result.rows_retried == len(transient)
+    assert tbl.count_rows("y IS NULL OR y != x * 2") == 0
+    calls = read_calls(call_dir)
+    assert len(calls) == ROWS + len(transient)  # one retry per transient row, nothing else
+    errors = tbl.get_errors(result.job_id, "y")
+    assert errors.num_rows == len(transient)
+    assert set(errors.column("outcome").to_pylist()) == {"recovered"}
+    assert set(errors.column("attempt").to_pylist()) == {2}
+    assert tbl.get_failed_row_addresses(result.job_id) == []
+    record = db.get_job(result.job_id)
+    assert record.status is JobStatus.DONE and record.rows_retried == len(transient)
+
+
+def test_batch_udf_skip_isolates_the_failing_rows(db, spark):
+    @gp.udf(data_type=pa.int64(), input_columns=["x"], on_error=gp.skip_on_error())
+    def triple(x: pa.Array) -> pa.Array:
+        if pc.any(pc.equal(pc.bit_wise_and(x, 255), 255)).as_py():
+            raise ArithmeticError("a 255 in the batch")
+        return pc.multiply(x, 3)
+
+    tbl = _table(db)
+    tbl.add_columns({"y": triple})
+    result = tbl.backfill("y", spark=spark)
+    nulls = sorted(r["x"] for r in tbl.to_arrow(["x", "y"], filter="y IS NULL").to_pylist())
+    assert nulls == [x for x in range(ROWS) if x & 255 == 255]
+    assert result.rows_failed == len(nulls)
+    assert tbl.count_rows("y IS NOT NULL AND y != x * 3") == 0
+
+
+def test_fail_fast_records_the_failing_row_and_marks_the_job_failed(db, spark, call_dir):
+    tbl = _table(db)
+    tbl.add_columns({"y": _flaky_scalar(str(call_dir), {1234}, set())})
+    with pytest.raises(gp.UDFExecutionError, match=r"UDF 'flaky' failed computing column 'y' of table 't'.*x=1234"):
+        tbl.backfill("y", spark=spark)
+    (job,) = db.list_jobs("t")
+    assert job.status is JobStatus.FAILED and "ValueError" in job.error
+    errors = tbl.get_errors(job.job_id)
+    assert errors.column("outcome").to_pylist() == ["failed"]
+    assert errors.column("error_type").to_pylist() == ["ValueError"]
+
+
+def test_job_records_list_a_failed_a_skipped_rows_and_a_successful_job(db, spark, call_dir):
+    tbl = _table(db)
+    tbl.add_columns({"ok": _flaky_scalar(str(call_dir), set(), set()),
+                     "skips": _flaky_scalar(str(call_dir), {5, 6}, set(), on_error=gp.skip_on_error()),
+                     "fails": _flaky_scalar(str(call_dir), {5}, set())})
+    ok = tbl.backfill("ok", spark=spark)
+    skipped = tbl.backfill("skips", spark=spark)
+    with pytest.raises(gp.UDFExecutionError):
+        tbl.backfill("fails", spark=spark)
+    jobs = {j.column: j for j in db.list_jobs()}
+    assert set(jobs) == {"ok", "skips", "fails"}
+    assert (jobs["ok"].status, jobs["ok"].rows_planned, jobs["ok"].rows_committed) == (JobStatus.DONE, ROWS, ROWS)
+    assert (jobs["skips"].status, jobs["skips"].rows_failed, jobs["skips"].rows_committed) == (
+        JobStatus.DONE, 2, ROWS)
+    assert jobs["fails"].status is JobStatus.FAILED and jobs["fails"].rows_committed == 0
+    assert db.get_job(ok.job_id).version == ok.version
+    assert db.get_job(skipped.job_id).finished_at is not None
+    assert [j.column for j in db.list_jobs(status="FAILED")] == ["fails"]
+    with pytest.raises(gp.GenevaError, match="no job 'nope'"):
+        db.get_job("nope")
+    # A job with nothing to do leaves no plan and no record behind.
+    keys = set(tbl.checkpoint_store.list_keys())
+    assert tbl.backfill("ok", spark=spark).rows_computed == 0
+    assert set(tbl.checkpoint_store.list_keys()) == keys
+
+
+def test_backfill_async_reports_progress_and_can_be_cancelled(db, spark, call_dir):
+    tbl = _table(db, rows=400, per_file=100)
+
+    @gp.udf(data_type=pa.int64())
+    def slow(x: int) -> int:
+        time.sleep(0.05)
+        return x
+
+    tbl.add_columns({"y": slow})
+    handle = tbl.backfill_async("y", spark=spark, checkpoint_size=10)
+    deadline = time.time() + 60
+    while handle.job_id is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert handle.job_id is not None
+    time.sleep(1.0)
+    assert handle.cancel()
+    with pytest.raises(gp.GenevaError, match="cancelled"):
+        handle.result(timeout=60)
+    record = handle.status()
+    assert record.status is JobStatus.FAILED and record.error == "cancelled"
+    version = tbl.version
+
+    # The same job run again to the end: its checkpoints are kept, the table lands complete.
+    done = tbl.backfill_async("y", spark=spark, checkpoint_size=10)
+    result = done.result(timeout=120)
+    assert done.status().status is JobStatus.DONE and result.version > version
+    assert tbl.count_rows("y IS NULL OR y != x") == 0
+    tbl.dataset().validate()
+
+
+def _kill_after_apply(tbl: gp.Table, spark) -> None:
+    """Plans and applies a backfill, but never writes it (a job killed after its apply stage)."""
+    summary = plan_backfill(tbl.ref, "y")
+    run_apply(summary.plan_uri, spark)
+
+
+def test_a_truncated_batch_checkpoint_is_recomputed(db, spark, call_dir):
+    tbl = _table(db)
+    tbl.add_columns({"y": _flaky_scalar(str(call_dir), set(), set())})
+    _kill_after_apply(tbl, spark)
+    store = tbl.checkpoint_store
+    batch = sorted(k for k in store.list_keys() if parse_batch_key(k) is not None)
+    victim = parse_batch_key(batch[0])
+    path = Path(store.uri) / f"{batch[0]}.lance"
+    path.write_bytes(path.read_bytes()[:64])
+    clear_calls(call_dir)
+
+    tbl.backfill("y", spark=spark)
+
+    assert tbl.count_rows("y IS NULL OR y != x * 2") == 0
+    assert len(read_calls(call_dir)) == victim.end - victim.start  # that range, and nothing else
+    tbl.dataset().validate()
+
+
+def test_a_truncated_fragment_checkpoint_is_written_again(db, spark, call_dir):
+    tbl = _table(db)
+    tbl.add_columns({"y": _flaky_scalar(str(call_dir), set(), set())})
+    summary = plan_backfill(tbl.ref, "y")
+    run_apply(summary.plan_uri, spark)
+    # Killed between write and commit: every fragment staged, nothing committed.
+    plan, store = load_plan(summary.plan_uri)
+    ctx = StageContext.of(plan, None)
+    for entry in plan.fragments:
+        write_fragment(ctx, entry)
+    frag_keys = sorted(k for k in store.list_keys() if parse_fragment_key(k) is not None)
+    assert len(frag_keys) == len(plan.fragments)
+    (Path(store.uri) / f"{frag_keys[0]}.lance").write_bytes(b"")
+    (Path(store.uri) / f"{frag_keys[1]}.lance").write_bytes(b"\x00" * 100)
+    clear_calls(call_dir)
+
+    result = tbl.backfill("y", spark=spark)
+
+    assert read_calls(call_dir) == []  # rewritten from the batch checkpoints, not recomputed
+    assert result.fragments_reused == len(plan.fragments) - 2
+    assert tbl.count_rows("y IS NULL OR y != x * 2") == 0
+    tbl.dataset().validate()
+
+
+def test_long_udf_versions_keep_checkpoint_keys_short(db, spark, call_dir):
+    @gp.udf(data_type=pa.int64(), version="a" * 32 + "-experimental-" + "b" * 64)
+    def double(x: int) -> int:
+        return x * 2
+
+    tbl = _table(db, rows=100, per_file=50)
+    tbl.add_columns({"y": double})
+    tbl.backfill("y", spark=spark)
+    assert tbl.count_rows("y != x * 2 OR y IS NULL") == 0
+    assert max(len(k) for k in tbl.checkpoint_store.list_keys()) < 200
