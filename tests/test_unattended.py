@@ -18,7 +18,7 @@ from geneva_provider.core.checkpoint import parse_batch_key, parse_fragment_key
 from geneva_provider.core.models import JobStatus
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.write import write_fragment
-from geneva_provider.stages import load_plan, plan_backfill, run_apply
+from geneva_provider.stages import load_plan, plan_backfill, run_apply, run_write_commit
 from tests.helpers import _log_calls, clear_calls, read_calls
 
 ROWS = 2_000
@@ -259,3 +259,42 @@ def test_long_udf_versions_keep_checkpoint_keys_short(db, spark, call_dir):
     tbl.backfill("y", spark=spark)
     assert tbl.count_rows("y != x * 2 OR y IS NULL") == 0
     assert max(len(k) for k in tbl.checkpoint_store.list_keys()) < 200
+
+
+def _store_bytes(store) -> tuple[int, int]:
+    root = Path(store.uri)
+    files = [p for p in root.iterdir() if p.is_file()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+def test_a_week_of_hourly_runs_cleans_up_to_what_live_jobs_need(db, spark, call_dir, capsys):
+    import datetime as dt
+
+    tbl = db.create_table("events", pa.table({"x": list(range(200))}), max_rows_per_file=100)
+    tbl.add_columns({"y": _flaky_scalar(str(call_dir), {13}, set(), on_error=gp.skip_on_error())})
+    for hour in range(168):  # a week: ingest, then the hourly backfill (one row always fails and is skipped)
+        tbl.add(pa.table({"x": list(range(200 + 10 * hour, 210 + 10 * hour))}))
+        tbl.backfill("y", spark=spark, progress=False)
+    live = plan_backfill(tbl.ref, "y")  # the next hour's job, running: planned and applied, not committed
+    tbl.add(pa.table({"x": [99_999]}))
+    run_apply(live.plan_uri, spark)
+    store = tbl.checkpoint_store
+    files_before, bytes_before = _store_bytes(store)
+
+    result = tbl.cleanup_checkpoints(older_than=dt.timedelta(0))
+
+    files_after, bytes_after = _store_bytes(store)
+    with capsys.disabled():
+        print(f"\ncleanup after a week of hourly runs: {files_before} files ({bytes_before / 1e6:.2f} MB) -> "
+              f"{files_after} files ({bytes_after / 1e6:.2f} MB); removed {result.removed}")
+    keys = store.list_keys()
+    # Left: the live job's plan, record and checkpoints, and the ledger; no finished job's plan or record.
+    assert [k for k in keys if k.startswith("plan-")] == [f"plan-{live.job_id}"]
+    assert [k for k in keys if k.startswith("job-")] == [f"job-{live.job_id}"]
+    assert files_after <= 20 and bytes_after < bytes_before / 10
+    run_write_commit(live.plan_uri, spark)  # the running job still lands
+    clear_calls(call_dir)
+    tbl.backfill("y", spark=spark)
+    assert read_calls(call_dir) == [13]  # only the row that always fails is tried again
+    assert tbl.count_rows("y IS NULL") == 1 and tbl.count_rows("y != x * 2") == 0
+    tbl.dataset().validate()

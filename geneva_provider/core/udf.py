@@ -102,7 +102,10 @@ class UDF:
         to ``failures``.  A batch or array UDF whose batch fails under a policy that can skip is
         called again row by row, so only the rows that fail are skipped.
         """
-        fn = self._callable()
+        try:
+            fn = self._callable()
+        except Exception as exc:  # a stateful UDF whose __init__ fails: reported like a failing call
+            raise UDFCallError(f"{type(exc).__name__} while creating the stateful UDF: {exc}", original=exc) from exc
         n = batch.num_rows
         policy = self.on_error
         if self.kind is UDFKind.SCALAR:

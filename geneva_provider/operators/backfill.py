@@ -93,7 +93,8 @@ class GenevaPlanBackfillOperator(BaseOperator):
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
         self._table_uri = tbl.uri
         options = parse_options(BackfillOptions, self, f"backfill of table '{self.table}'")
-        summary = plan_backfill(tbl.ref, self.column, options, parallelism=self.parallelism)
+        summary = plan_backfill(tbl.ref, self.column, options, parallelism=self.parallelism,
+                                airflow_run_id=context.get("run_id"))
         self.log.info("Plan %s: %d rows to compute in %d tasks, %d fragments reused", summary.job_id,
                       summary.rows_to_compute, summary.tasks, summary.fragments_reused)
         return summary.to_xcom()

@@ -46,7 +46,7 @@ class GenevaPlanCompactionOperator(BaseOperator):
             options["target_rows_per_fragment"] = int(self.target_rows_per_fragment)
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
         summary = plan_compaction(tbl.ref, options, store=tbl.checkpoint_store,
-                                  exclude_live_jobs=self.exclude_live_jobs)
+                                  exclude_live_jobs=self.exclude_live_jobs, airflow_run_id=context.get("run_id"))
         self.log.info("Compaction plan %s for table '%s': %d rewrite tasks over %d fragments", summary.job_id,
                       self.table, summary.tasks, summary.fragments_to_compute)
         return summary.to_xcom()

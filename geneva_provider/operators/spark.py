@@ -12,6 +12,8 @@ import json
 import os
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.spark_apps import app_path
 from geneva_provider.spark_apps._runner import STORAGE_OPTIONS_ENV
+
+PROGRESS_SECONDS = 10.0
 
 if TYPE_CHECKING:
     from geneva_provider.core.models import PlanSummary
@@ -99,7 +103,8 @@ class _GenevaSparkStageOperator(BaseOperator):
             self._hook = SparkSubmitHook(**hook_kwargs)
         self.log.info("Submitting the %s stage of plan %s (%d rows to compute)", self.stage, plan.job_id,
                       plan.rows_to_compute)
-        self._hook.submit(app_path(self.stage))
+        with ProgressLogger(store, plan.job_id, self.stage, self.log):
+            self._hook.submit(app_path(self.stage))
         if result_key not in store:
             raise AirflowException(f"the {self.stage} job of plan {plan.job_id} wrote no result")
         report = store.get_model(result_key, StageReport)
@@ -110,6 +115,45 @@ class _GenevaSparkStageOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
+
+
+class ProgressLogger:
+    """Logs a running job's progress from its record at a steady cadence: rows, rows/s, not Spark task counts."""
+
+    def __init__(self, store: Any, job_id: str, stage: str, log: Any, seconds: float = PROGRESS_SECONDS) -> None:
+        self.store, self.job_id, self.stage, self.log, self.seconds = store, job_id, stage, log, seconds
+        self._t0 = time.monotonic()
+        self._first: int | None = None  # rows done when the stage began (a retry resumes)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"geneva-progress-{job_id}")
+
+    def __enter__(self) -> ProgressLogger:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._log()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.seconds):
+            self._log()
+
+    def _log(self) -> None:
+        from geneva_provider.pipeline.job_records import read_record
+
+        record = read_record(self.store, self.job_id)
+        if record is None:
+            return
+        done = record.rows_checkpointed if self.stage == "apply" else record.rows_committed
+        elapsed = max(time.monotonic() - self._t0, 1e-9)
+        if self._first is None:
+            self._first = done
+        first = self._first
+        self.log.info("%s %s: %s; %d of %d rows checkpointed, %d ready to commit, %d committed (%.0f rows/s)",
+                      self.stage, self.job_id, record.status, record.rows_checkpointed, record.rows_planned,
+                      record.rows_ready, record.rows_committed, (done - first) / elapsed)
 
 
 def package_zip() -> str:

@@ -95,7 +95,7 @@ class GenevaPlanRefreshOperator(BaseOperator):
         db = LanceHook(self.lance_conn_id).database
         options = parse_options(RefreshOptions, self, f"refresh of view '{self.view}'")
         summary = plan_refresh(db.catalog.ref(self.view), options, resolve=db.catalog.resolve,
-                               parallelism=self.parallelism)
+                               parallelism=self.parallelism, airflow_run_id=context.get("run_id"))
         self.log.info("Refresh plan %s for view '%s': %d rows to compute (%d source rows appended)",
                       summary.job_id, self.view, summary.rows_to_compute, summary.rows_appended)
         return summary.to_xcom()

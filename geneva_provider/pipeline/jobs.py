@@ -16,7 +16,7 @@ from typing import Any
 
 from geneva_provider.core.catalog import TableResolver
 from geneva_provider.core.checkpoint import CheckpointStore, open_store, split_key_uri
-from geneva_provider.core.errors import JobCancelledError
+from geneva_provider.core.errors import InvalidArgumentError, JobCancelledError
 from geneva_provider.core.models import BackfillResult, CompactionResult, JobStatus, PlanSummary
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
@@ -70,6 +70,9 @@ def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: T
 def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Any = None,
             store: CheckpointStore | None = None, exclude_live_jobs: bool = True) -> CompactionResult:
     """Compacts ``table`` with its rewrite tasks on Spark (no session is started when there is nothing to do)."""
+    if spark is not None and not hasattr(spark, "sparkContext"):
+        raise InvalidArgumentError(f"compaction of table '{table.name}': spark must be a SparkSession (or None), "
+                                   f"got {spark!r}")
     summary = plan_compaction(table, options, store=store, exclude_live_jobs=exclude_live_jobs)
     if summary.nothing_to_do:
         log.info("compaction of table '%s': nothing to compact", table.name)
@@ -100,6 +103,9 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
             control: JobControl | None = None) -> BackfillResult:
     """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work)."""
     control = control or JobControl()
+    if spark is not None and not hasattr(spark, "sparkContext"):
+        raise InvalidArgumentError(f"job on table '{table.name}': spark must be a SparkSession (or None for the "
+                                   f"active or a local one), got {spark!r}")
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     # Plan first: bad input fails before any JVM starts.

@@ -72,6 +72,11 @@ def plan_refresh(
     resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))
     source = resolve(info.base_table_db_uri, info.base_table)
     src = _source_at(source, options.src_version, view.name)
+    if src.version < info.base_table_version:
+        raise InvalidArgumentError(
+            f"refresh of view '{view.name}': src_version {src.version} is older than the source version "
+            f"{info.base_table_version} the view already holds; a view only moves forward (create a new view "
+            "to pin an older version)")
     if not info.stable and src.version != info.base_table_version:
         raise InvalidArgumentError(
             f"view '{view.name}' stores source row addresses (format 1), valid only at source version "
