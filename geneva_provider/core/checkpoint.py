@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from geneva_provider.core.errors import CorruptCheckpointError
+from geneva_provider.core.errors import CorruptCheckpointError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
 
 if TYPE_CHECKING:
@@ -296,7 +296,8 @@ def split_key_uri(key_uri: str) -> tuple[str, str]:
     """Splits a URI made by :meth:`CheckpointStore.key_uri` into ``(store uri, key)``."""
     root, _, name = key_uri.rstrip("/").rpartition("/")
     if not root or not name.endswith(KEY_SUFFIX):
-        raise ValueError(f"not a checkpoint reference: {key_uri!r}")
+        raise InvalidArgumentError(f"not a plan or checkpoint reference: {key_uri!r} (expected the plan_uri "
+                                   "the plan stage returned, '<store>/plan-<job id>.lance')")
     return root, name[: -len(KEY_SUFFIX)]
 
 

@@ -27,6 +27,7 @@ import pyarrow as pa
 from geneva_provider.core.catalog import Catalog, TableResolver
 from geneva_provider.core.checkpoint import CheckpointStore, job_prefix
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids
 from geneva_provider.core.models import JobSpec, PlanSummary, SourceSpec
@@ -72,11 +73,12 @@ def plan_refresh(
     resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))
     source = resolve(info.base_table_db_uri, info.base_table)
     src = _source_at(source, options.src_version, view.name)
-    if src.version < info.base_table_version:
+    missing = [c for c in info.query.source_columns() if c not in src.schema.names]
+    if missing:  # e.g. a version older than a column the view reads
         raise InvalidArgumentError(
-            f"refresh of view '{view.name}': src_version {src.version} is older than the source version "
-            f"{info.base_table_version} the view already holds; a view only moves forward (create a new view "
-            "to pin an older version)")
+            f"refresh of view '{view.name}': source table '{info.base_table}' at version {src.version} has no "
+            f"column(s) {missing}, which the view reads; refresh to a version that has them")
+    check_where(src, info.query.where, f"view '{view.name}' at source version {src.version}")
     if not info.stable and src.version != info.base_table_version:
         raise InvalidArgumentError(
             f"view '{view.name}' stores source row addresses (format 1), valid only at source version "
