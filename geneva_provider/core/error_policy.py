@@ -35,10 +35,19 @@ class _Matcher:
     def matches(self, exc: BaseException) -> bool:
         return isinstance(exc, self.exceptions) and (self.match is None or re.search(self.match, str(exc)) is not None)
 
+    def __post_init__(self) -> None:
+        if isinstance(self.exceptions, type):  # Retry(TimeoutError): one class, as a tuple
+            object.__setattr__(self, "exceptions", (self.exceptions,))
+        elif isinstance(self.exceptions, list):
+            object.__setattr__(self, "exceptions", tuple(self.exceptions))
+        elif not isinstance(self.exceptions, tuple):
+            object.__setattr__(self, "exceptions", (self.exceptions,))  # refused, naming it, by _check
+
     def _check(self, where: str) -> None:
-        if not self.exceptions or not all(isinstance(e, type) and issubclass(e, BaseException)
-                                          for e in self.exceptions):
-            raise UDFDefinitionError(f"{where}: exceptions must be exception classes, got {self.exceptions!r}")
+        classes = self.exceptions
+        if not isinstance(classes, tuple) or not classes or not all(
+                isinstance(e, type) and issubclass(e, BaseException) for e in classes):
+            raise UDFDefinitionError(f"{where}: exceptions must be exception classes, got {classes!r}")
         if self.match is not None:
             try:
                 re.compile(self.match)

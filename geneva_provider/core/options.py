@@ -63,6 +63,18 @@ class JobOptions:
         options.validate(job)
         return options
 
+    @classmethod
+    def coerce(cls, options: Any, job: str) -> Self:
+        """These options from an instance, a dict of (templated) values, or None (the defaults); validated."""
+        if options is None:
+            options = cls()
+        elif isinstance(options, dict):
+            return cls.parse(options, job=job)
+        elif not isinstance(options, cls):
+            raise InvalidArgumentError(f"{job}: options must be a {cls.__name__} or a dict, got {options!r}")
+        options.validate(job)
+        return options
+
     def validate(self, job: str = "job") -> None:
         """Rejects non-positive sizes and inverted bounds, naming the argument."""
         for f in dataclasses.fields(self):

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from geneva_provider.core.errors import InvalidArgumentError
+
 CHECKPOINT_DIR = "_checkpoints"
 
 
@@ -25,7 +27,17 @@ class TableRef:
         """The table's ``lance.LanceDataset`` (latest, or at ``version``)."""
         import lance
 
-        return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+        if version is None:
+            return lance.dataset(self.uri, storage_options=self.storage_options)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise InvalidArgumentError(f"table '{self.name}': a version is a positive integer, got {version!r}")
+        try:
+            return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+        except (ValueError, OSError) as exc:
+            if "not found" not in str(exc).lower() and "does not exist" not in str(exc).lower():
+                raise
+            raise InvalidArgumentError(f"table '{self.name}' has no version {version} (it may have been cleaned "
+                                       "up)") from None
 
     @property
     def checkpoint_uri(self) -> str:

@@ -344,6 +344,9 @@ def udf(
     """
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise UDFDefinitionError(f"@udf: concurrency must be a positive integer, got {concurrency!r}")
+    for arg, value in (("name", name), ("version", version)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise UDFDefinitionError(f"@udf: {arg} must be a non-empty string, got {value!r}")
     policy = error_policy(on_error, f"@udf{f' {name!r}' if name else ''}")
 
     def wrap(f: Callable[..., Any] | type) -> UDF:

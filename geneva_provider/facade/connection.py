@@ -18,6 +18,10 @@ class Connection:
 
     def __init__(self, uri: str, storage_options: dict[str, str] | None = None, *,
                  namespace_impl: str = DIRECTORY, namespace_properties: dict[str, str] | None = None) -> None:
+        if not isinstance(uri, str) or not uri.strip():
+            raise InvalidArgumentError(f"connect: uri must be a database path or URI, got {uri!r}")
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise InvalidArgumentError("connect: storage_options must be a dict of strings")
         self.catalog = Catalog(uri, storage_options, impl=namespace_impl, properties=namespace_properties)
         self.uri: str = self.catalog.uri
         self.storage_options: dict[str, str] | None = self.catalog.storage_options
@@ -45,12 +49,15 @@ class Connection:
         """Writes ``data`` (Arrow table, record batches, a list of dicts or a dict of columns) as a new table."""
         from geneva_provider.facade.table import Table, as_arrow
 
-        if max_rows_per_file is not None and max_rows_per_file <= 0:
-            raise InvalidArgumentError(f"max_rows_per_file must be positive, got {max_rows_per_file}")
+        if max_rows_per_file is not None and (not isinstance(max_rows_per_file, int)
+                                              or isinstance(max_rows_per_file, bool) or max_rows_per_file <= 0):
+            raise InvalidArgumentError(f"create_table '{name}': max_rows_per_file must be a positive integer, got "
+                                       f"{max_rows_per_file!r}")
         options: dict[str, Any] = {"enable_stable_row_ids": stable_row_ids}
         if max_rows_per_file is not None:
             options["max_rows_per_file"] = max_rows_per_file
-        return Table(self, self.catalog.create(name, as_arrow(data), mode=mode, **options))
+        rows = as_arrow(data, f"create_table '{name}'")
+        return Table(self, self.catalog.create(name, rows, mode=mode, **options))
 
     def open_table(self, name: str) -> Table:
         """Opens an existing table; raises TableNotFoundError naming it otherwise."""
@@ -61,8 +68,13 @@ class Connection:
     def create_materialized_view(self, name: str, query: Query, *, max_rows_per_fragment: int | None = None
                                  ) -> Table:
         """Creates view ``name`` from ``table.search(None)...`` (placeholders only: call ``refresh()``)."""
+        from geneva_provider.facade.query import Query
         from geneva_provider.facade.table import Table
         from geneva_provider.pipeline.view_create import create_view
+
+        if not isinstance(query, Query):
+            raise InvalidArgumentError(f"create_materialized_view '{name}': query must be a Query "
+                                       f"(table.search(None).select(...)), got {query!r}")
 
         ref = create_view(self.catalog, name, query.table.ref, query.spec,
                           max_rows_per_fragment=max_rows_per_fragment)

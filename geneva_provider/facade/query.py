@@ -62,16 +62,16 @@ class Query:
         return self._with(columns=copied, udf_columns=udfs)
 
     def shuffle(self, seed: int | None = None) -> Query:
+        """Rows in a random order, the same for the same ``seed`` (a non-negative integer)."""
+        _check_count("seed", seed)
         return self._with(shuffle=True, seed=seed)
 
     def limit(self, n: int | None) -> Query:
-        if n is not None and n < 0:
-            raise InvalidArgumentError(f"limit must be >= 0, got {n}")
+        _check_count("limit", n)
         return self._with(limit=n)
 
     def offset(self, n: int | None) -> Query:
-        if n is not None and n < 0:
-            raise InvalidArgumentError(f"offset must be >= 0, got {n}")
+        _check_count("offset", n)
         return self._with(offset=n)
 
     @property
@@ -84,3 +84,8 @@ class Query:
 
     def create_materialized_view(self, db: Connection, name: str) -> Table:
         return db.create_materialized_view(name, self)
+
+
+def _check_count(name: str, n: Any) -> None:
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+        raise InvalidArgumentError(f"view query: {name} must be a non-negative integer, got {n!r}")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
+from geneva_provider.core.filters import check_where, lance_reason
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, is_fingerprint_column
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
@@ -68,24 +69,43 @@ class Table:
         return self.dataset().schema
 
     def count_rows(self, filter: str | None = None) -> int:
-        return self.dataset().count_rows(filter=filter)
+        ds = self.dataset()
+        check_where(ds, filter, f"table '{self.name}'")
+        return ds.count_rows(filter=filter)
 
     def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         """The table's rows (by default every column but the fingerprint columns that track validity)."""
         ds = self.dataset()
         if columns is None:
             columns = [n for n in ds.schema.names if not is_fingerprint_column(n)]
+        elif isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise InvalidArgumentError(f"to_arrow on table '{self.name}': columns must be a list of column names, "
+                                       f"got {columns!r}")
+        unknown = [c for c in columns if c not in ds.schema.names]
+        if unknown:
+            raise ColumnError(f"column(s) {unknown} not found in table '{self.name}' (columns: {ds.schema.names})")
+        check_where(ds, filter, f"table '{self.name}'")
         return ds.to_table(columns=list(columns), filter=filter)
 
     def add(self, data: Any) -> int:
         """Appends rows (UDF columns may be omitted: they stay NULL until a backfill). Returns the version."""
         import lance
 
-        ds = lance.write_dataset(as_arrow(data), self.uri, mode="append", storage_options=self.storage_options)
+        ds = self.dataset()
+        rows = conform(as_arrow(data, f"add to table '{self.name}'"), ds.schema, self.name)
+        try:
+            ds = lance.write_dataset(rows, self.uri, mode="append", storage_options=self.storage_options)
+        except (OSError, ValueError) as exc:
+            raise InvalidArgumentError(f"add to table '{self.name}': {lance_reason(exc)}") from None
         return ds.version
 
     def delete(self, where: str) -> None:
-        self.dataset().delete(where)
+        """Deletes the rows matching ``where`` (required: delete everything with ``"true"``)."""
+        if not isinstance(where, str) or not where.strip():
+            raise InvalidArgumentError(f"delete on table '{self.name}' needs a filter, got {where!r}")
+        ds = self.dataset()
+        check_where(ds, where, f"table '{self.name}'")
+        ds.delete(where)
 
     # ------------------------------------------------------------------ UDF columns
     def add_columns(self, columns: dict[str, UDF | tuple[UDF, Sequence[str]]]) -> int:
@@ -94,19 +114,26 @@ class Table:
         ``{"y": double}`` reads the UDF's own input columns; ``{"y": (double, ["a"])}`` maps its
         parameters onto other columns.
         """
-        if not columns:
-            raise InvalidArgumentError(f"add_columns on table '{self.name}': no columns given")
+        if not isinstance(columns, Mapping) or not columns:
+            raise InvalidArgumentError(f"add_columns on table '{self.name}': no columns given; pass a dict of column "
+                                       f"name -> @udf function (or (udf, [input columns])), got {columns!r}")
         ds = self.dataset()
         existing = set(ds.schema.names)
         fields = []
         for column, spec in columns.items():
+            if column in existing:
+                raise ColumnError(f"column '{column}' already exists in table '{self.name}'")
+            check_column_name(column, self.name)
+            if isinstance(spec, tuple) and (len(spec) != 2 or isinstance(spec[1], str)
+                                            or not isinstance(spec[1], Sequence)):
+                raise InvalidArgumentError(
+                    f"add_columns on table '{self.name}': column '{column}' takes a @udf function or a pair "
+                    f"(udf, [input columns]), got {spec!r}")
             fn, inputs = spec if isinstance(spec, tuple) else (spec, None)
             if not isinstance(fn, UDF):
                 raise InvalidArgumentError(
                     f"add_columns on table '{self.name}': column '{column}' needs a @udf function, got {fn!r}"
                 )
-            if column in existing:
-                raise ColumnError(f"column '{column}' already exists in table '{self.name}'")
             if inputs is None:
                 inputs = fn.input_columns if fn.input_columns is not None else sorted(existing)
             inputs = list(inputs)
@@ -124,7 +151,12 @@ class Table:
             if fingerprint_column(column) not in existing:
                 fields.append(fingerprint_field(column))
             existing.add(column)  # later columns of the same call may read it
-        ds.add_columns(fields)
+        try:
+            ds.add_columns(fields)
+        except (OSError, ValueError, TypeError) as exc:
+            types = ", ".join(f"column '{f.name}' ({f.type})" for f in fields if not is_fingerprint_column(f.name))
+            raise UDFDefinitionError(f"add_columns on table '{self.name}': {types} cannot be stored by Lance: "
+                                     f"{lance_reason(exc)}") from None
         return self.version
 
     def drop_columns(self, columns: Sequence[str]) -> None:
@@ -198,6 +230,7 @@ class Table:
 
         parsed = RefreshOptions.parse(options, job=f"refresh of view '{self.name}'", src_version=src_version,
                                       max_rows_per_fragment=max_rows_per_fragment)
+        _check_store(store, f"refresh of view '{self.name}'")
         return lambda control: refresh(self.ref, parsed, resolve=self._conn.catalog.resolve, spark=spark,
                                        store=store or self.checkpoint_store, control=control)
 
@@ -232,6 +265,10 @@ class Table:
         """
         from geneva_provider.pipeline.cleanup import cleanup_checkpoints
 
+        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+            shown = str(older_than) if isinstance(older_than, timedelta) else repr(older_than)
+            raise InvalidArgumentError(f"cleanup_checkpoints on table '{self.name}': older_than must be a "
+                                       f"non-negative datetime.timedelta, got {shown}")
         return cleanup_checkpoints(self.ref, self.checkpoint_store, older_than)
 
     # ------------------------------------------------------------------ backfill
@@ -287,6 +324,7 @@ class Table:
         from geneva_provider.pipeline.jobs import backfill
 
         parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
+        _check_store(store, f"backfill of table '{self.name}'")
         return lambda control: backfill(self.ref, column, parsed, spark=spark, store=store or self.checkpoint_store,
                                         control=control)
 
@@ -297,15 +335,25 @@ class Table:
         ``outcome`` says what became of the row: ``skipped`` (left NULL by a skip policy), ``failed``
         (it failed the job), or ``recovered`` (a retry succeeded).
         """
-        from geneva_provider.core.error_store import ErrorStore
-
-        return ErrorStore(self.uri, self.storage_options).read(job_id, column)
+        return self._errors(job_id, column).read(job_id, column)
 
     def get_failed_row_addresses(self, job_id: str | None = None, column: str | None = None) -> list[int]:
         """Row addresses a job (every job: None) left without a value for ``column`` (every column: None)."""
-        from geneva_provider.core.error_store import ErrorStore
+        return self._errors(job_id, column).failed_row_addresses(job_id, column)
 
-        return ErrorStore(self.uri, self.storage_options).failed_row_addresses(job_id, column)
+    def _errors(self, job_id: str | None, column: str | None) -> Any:
+        """The table's error store, once ``column`` and ``job_id`` are known to name a column and a job."""
+        from geneva_provider.core.error_store import ErrorStore
+        from geneva_provider.core.errors import JobNotFoundError
+        from geneva_provider.pipeline.job_records import read_record
+
+        if column is not None and column not in self.schema.names:
+            raise ColumnError(f"column '{column}' not found in table '{self.name}' (columns: {self.schema.names})")
+        store = ErrorStore(self.uri, self.storage_options)
+        if job_id is not None and read_record(self.checkpoint_store, job_id) is None and not store.read(
+                job_id).num_rows:
+            raise JobNotFoundError(f"no job {job_id!r} on table '{self.name}'")
+        return store
 
     def retry_failed(
         self,
@@ -322,14 +370,18 @@ class Table:
         the column's recorded version, so the values already computed stay valid (the fix is taken
         to change only the rows that failed).  Rows found valid since are not computed again.
         """
-        from geneva_provider.facade.table_errors import replace_udf
+        from geneva_provider.facade.table_errors import check_replacement, replace_udf
+        from geneva_provider.pipeline.plan_backfill import udf_of
 
+        udf_of(self.dataset(), self.name, column)  # a UDF column of this table, or ColumnError
         addresses = self.get_failed_row_addresses(job_id, column)
         if udf is not None:
-            replace_udf(self.dataset(), self.name, column, udf)
+            check_replacement(self.dataset(), self.name, column, udf)
         if not addresses:
             raise InvalidArgumentError(f"table '{self.name}' column '{column}': no failed rows recorded"
                                        + (f" for job {job_id}" if job_id else ""))
+        if udf is not None:
+            replace_udf(self.dataset(), self.name, column, udf)
         where = f"_rowaddr IN ({', '.join(str(a) for a in addresses)})"
         return self.backfill(column, where, spark=spark, **options)
 
@@ -342,12 +394,76 @@ def _udf_field(fn: UDF, column: str, inputs: list[str] | None, table: str) -> pa
         raise UDFDefinitionError(f"column '{column}' of table '{table}': {exc}") from None
 
 
-def as_arrow(data: Any) -> Any:
-    """Arrow data from a list of row dicts or a dict of columns; anything else is passed to Lance as is."""
+_RESERVED = ("_rowid", "_rowaddr", "_rowoffset", "_distance", "_score")
+
+
+def check_column_name(column: Any, table: str) -> None:
+    """A new column's name: a non-empty string, not one Lance or the fingerprints reserve."""
+    if not isinstance(column, str) or not column.strip():
+        raise InvalidArgumentError(f"add_columns on table '{table}': column names must be non-empty strings, "
+                                   f"got {column!r}")
+    if column in _RESERVED or is_fingerprint_column(column) or "." in column:
+        raise InvalidArgumentError(f"add_columns on table '{table}': column name {column!r} is reserved or not "
+                                   "allowed (no '.', not _rowid/_rowaddr/__geneva_fp...)")
+
+
+def _check_store(store: Any, job: str) -> None:
+    from geneva_provider.core.checkpoint import CheckpointStore
+
+    if store is not None and not isinstance(store, CheckpointStore):
+        raise InvalidArgumentError(f"{job}: checkpoint_store must be a CheckpointStore, got {store!r}")
+
+
+def as_arrow(data: Any, what: str) -> Any:
+    """An Arrow table from a table, record batches, a list of row dicts or a dict of columns.
+
+    InvalidArgumentError naming ``what`` ("add to table 'events'") for anything else, ragged
+    columns, or data without columns.
+    """
     import pyarrow as pa
 
-    if isinstance(data, list):
-        return pa.Table.from_pylist(data)
-    if isinstance(data, dict):
-        return pa.table(data)
-    return data
+    try:
+        if isinstance(data, pa.Table):
+            table = data
+        elif isinstance(data, pa.RecordBatch):
+            table = pa.Table.from_batches([data])
+        elif isinstance(data, list) and data and all(isinstance(b, pa.RecordBatch) for b in data):
+            table = pa.Table.from_batches(data)
+        elif isinstance(data, list) and all(isinstance(r, dict) for r in data):
+            table = pa.Table.from_pylist(data)
+        elif isinstance(data, dict):
+            table = pa.table(data)
+        elif hasattr(data, "__arrow_c_stream__") or type(data).__name__ == "DataFrame":
+            table = pa.table(data)
+        else:
+            raise InvalidArgumentError(f"{what}: data must be an Arrow table, record batches, a list of row dicts or a "
+                                       f"dict of columns, got {type(data).__name__}")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidArgumentError):
+            raise
+        raise InvalidArgumentError(f"{what}: the data does not convert to an Arrow table: {exc}") from None
+    if table.num_columns == 0:
+        raise InvalidArgumentError(f"{what}: the data has no columns")
+    return table
+
+
+def conform(rows: pa.Table, schema: pa.Schema, table: str) -> pa.Table:
+    """``rows`` in the table's schema (columns it lacks are NULL); InvalidArgumentError naming what does not fit."""
+    import pyarrow as pa
+
+    unknown = [c for c in rows.column_names if c not in schema.names]
+    if unknown:
+        raise InvalidArgumentError(f"add to table '{table}': column(s) {unknown} are not in the table "
+                                   f"(columns: {[n for n in schema.names if not is_fingerprint_column(n)]})")
+    columns = []
+    for field in schema:
+        if field.name not in rows.column_names:
+            columns.append(pa.nulls(rows.num_rows, field.type))
+            continue
+        try:
+            columns.append(rows.column(field.name).cast(field.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise InvalidArgumentError(f"add to table '{table}': column '{field.name}' holds "
+                                       f"{rows.column(field.name).type}, which does not convert to the table's "
+                                       f"{field.type}: {exc}") from None
+    return pa.Table.from_arrays(columns, schema=schema)

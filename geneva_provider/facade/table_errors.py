@@ -14,6 +14,14 @@ def replace_udf(ds: Any, table: str, column: str, fixed: UDF) -> None:
     The type and the number of inputs must match: the stored values and their fingerprints stay
     as they are, so only rows without a valid value (the failed ones) are computed by the fix.
     """
+    info, metadata = check_replacement(ds, table, column, fixed)
+    kept = {k: getattr(info, a) for k, a in ((META_NAME, "name"), (META_VERSION, "version"),
+                                             (META_COLUMN_UID, "column_uid"))}
+    ds.update_field_metadata({column: {**metadata, **kept}}, replace=True)
+
+
+def check_replacement(ds: Any, table: str, column: str, fixed: UDF) -> tuple[Any, dict[str, str]]:
+    """Checks ``fixed`` can replace ``column``'s UDF; returns the column's UDF info and the fix's field metadata."""
     if column not in ds.schema.names:
         raise ColumnError(f"column '{column}' not found in table '{table}'")
     field = ds.schema.field(column)
@@ -33,6 +41,4 @@ def replace_udf(ds: Any, table: str, column: str, fixed: UDF) -> None:
         metadata = fixed.to_field_metadata(inputs)
     except UDFDefinitionError as exc:
         raise UDFDefinitionError(f"column '{column}' of table '{table}': {exc}") from None
-    kept = {k: getattr(info, a) for k, a in ((META_NAME, "name"), (META_VERSION, "version"),
-                                             (META_COLUMN_UID, "column_uid"))}
-    ds.update_field_metadata({column: {**metadata, **kept}}, replace=True)
+    return info, metadata

@@ -15,6 +15,7 @@ import logging
 import pickle
 import re
 import time
+import typing
 import uuid
 from collections.abc import Iterable, Iterator
 from functools import partial
@@ -79,6 +80,8 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
     if unknown:
         raise InvalidArgumentError(f"compaction of table '{table.name}': unknown option(s) {unknown}; valid options: "
                                    f"{sorted(CompactionOptions.__annotations__)}")
+    for key, value in options.items():
+        _check_compaction_option(table.name, key, value, CompactionOptions.__annotations__[key])
     ds = table.dataset()
     excluded = sorted(set(options.pop("excluded_fragment_ids", None) or [])
                       | (held_fragments(store) if exclude_live_jobs else set()))
@@ -106,6 +109,26 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
              doc.job_id, table.name, doc.read_version, len(doc.tasks), len(fragments), doc.rows,
              f"; fragments {excluded} left alone (held by live jobs)" if excluded else "")
     return doc.summary(store.key_uri(key))
+
+
+def _check_compaction_option(table: str, key: str, value: Any, hint: Any) -> None:
+    """A compaction option of the declared type: positive integers, booleans, fractions, choices."""
+    if value is None:
+        return
+    kinds = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
+    kind = kinds[0]
+    if kind is bool:
+        ok, want = isinstance(value, bool), "True or False"
+    elif kind is int:
+        ok, want = isinstance(value, int) and not isinstance(value, bool) and value > 0, "a positive integer"
+    elif kind is float:
+        ok, want = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1, "within [0, 1]"
+    elif typing.get_origin(kind) is typing.Literal:
+        ok, want = value in typing.get_args(kind), f"one of {list(typing.get_args(kind))}"
+    else:
+        return
+    if not ok:
+        raise InvalidArgumentError(f"compaction of table '{table}': {key} must be {want}, got {value!r}")
 
 
 def _execute(uri: str, storage_options: dict[str, str] | None, tasks: Iterable[str]) -> Iterator[str]:

@@ -35,12 +35,15 @@ def plan_backfill(
     airflow_run_id: str | None = None,
 ) -> PlanSummary:
     """Plans a backfill of ``column``, stores the plan, and returns its small summary."""
-    options = options or BackfillOptions()
-    options.validate(f"backfill of table '{table.name}'")
+    options = BackfillOptions.coerce(options, f"backfill of table '{table.name}'")
     store = store or table.checkpoint_store()
     parallelism = parallelism or os.cpu_count() or 1
 
-    ds = table.dataset(options.read_version)
+    try:
+        ds = table.dataset(options.read_version)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"backfill of table '{table.name}': read_version {options.read_version}: "
+                                   f"{exc}") from None
     info = udf_of(ds, table.name, column)
     inputs = info.input_columns or []
     names = ds.schema.names

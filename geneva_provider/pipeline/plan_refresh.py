@@ -65,8 +65,7 @@ def plan_refresh(
     ``resolve`` finds the source table from the view's metadata (default: a directory database
     at the recorded URI).  Fails before changing anything when the source version cannot be had.
     """
-    options = options or RefreshOptions()
-    options.validate(f"refresh of view '{view.name}'")
+    options = RefreshOptions.coerce(options, f"refresh of view '{view.name}'")
     store = store or view.checkpoint_store()
     ds = view.dataset()
     info = view_info(ds.schema.metadata, view.name)

@@ -30,12 +30,14 @@ log = logging.getLogger(__name__)
 _VERIFIED = (Action.COMPUTE, Action.REUSE)
 
 
-def verify(plan: str | PlanSummary, storage_options: dict[str, str] | None = None) -> VerifyResult:
+def verify(plan: str | PlanSummary | dict[str, Any], storage_options: dict[str, str] | None = None) -> VerifyResult:
     """Checks the job's result in the latest table version; raises VerificationError naming what is missing.
 
     ``plan`` is the plan's URI or the plan stage's summary; a job that had nothing to do stored no
     plan, and its summary verifies as is.
     """
+    if not isinstance(plan, str | PlanSummary):
+        plan = PlanSummary.from_xcom(plan)  # the summary as XCom carries it, or InvalidArgumentError
     if isinstance(plan, PlanSummary) and plan.nothing_to_do:
         log.info("verify %s: %s was up to date at version %d", plan.job_id, plan.table, plan.read_version)
         return VerifyResult(job_id=plan.job_id, table=plan.table, column=plan.column, version=plan.read_version,

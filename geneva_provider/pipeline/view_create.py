@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from geneva_provider.core.catalog import Catalog
-from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.core.filters import check_where
+from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
+from geneva_provider.core.filters import check_where, lance_reason
 from geneva_provider.core.fingerprints import fingerprint_field
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID, ViewQuery, view_metadata
@@ -29,7 +29,8 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
     """Creates view ``name`` in ``catalog`` over ``source`` (placeholders only: refresh computes it)."""
     if not query.columns and not query.udf_columns:
         raise InvalidArgumentError(f"view '{name}': the query selects no columns; call .select(...)")
-    if max_rows_per_fragment is not None and max_rows_per_fragment <= 0:
+    if max_rows_per_fragment is not None and (not isinstance(max_rows_per_fragment, int)
+                                              or isinstance(max_rows_per_fragment, bool) or max_rows_per_fragment <= 0):
         raise InvalidArgumentError(f"view '{name}': max_rows_per_fragment must be positive, got "
                                    f"{max_rows_per_fragment}")
     if catalog.exists(name):
@@ -55,12 +56,20 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
     if max_rows_per_fragment:
         write_options["max_rows_per_file"] = max_rows_per_fragment
     fields = [pa.field(out, src.schema.field(col).type, nullable=True) for out, col in query.columns.items()]
-    fields += [fn.field(out, inputs) for out, (fn, inputs) in query.udf_columns.items()]
+    for out, (fn, inputs) in query.udf_columns.items():
+        try:
+            fields.append(fn.field(out, inputs))
+        except UDFDefinitionError as exc:
+            raise UDFDefinitionError(f"view '{name}' column '{out}': {exc}") from None
     view = catalog.create(name, placeholders, **write_options)
     try:
         view.dataset().add_columns([*fields, pa.field(IS_SET, pa.bool_(), nullable=True), fingerprint_field(None)])
-    except BaseException:
+    except BaseException as exc:
         catalog.drop(name)  # no half-made view is left behind
+        if isinstance(exc, OSError | ValueError | TypeError):
+            types = {f.name: str(f.type) for f in fields}
+            raise UDFDefinitionError(f"view '{name}': its columns {types} cannot be stored by Lance: "
+                                     f"{lance_reason(exc)}") from None
         raise
     log.info("view '%s': %d placeholder rows from table '%s' version %d (format %s)", name, len(ids),
              query.base_table, src.version, "2" if stable else "1")
