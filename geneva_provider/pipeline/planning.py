@@ -30,6 +30,7 @@ from geneva_provider.core.checkpoint import (
     fragment_key,
     open_store,
     parse_batch_key,
+    parse_fragment_key,
     plan_key,
     split_key_uri,
     src_files_key,
@@ -121,10 +122,13 @@ def plan_fragments(
     """
     ledger = load_ledger(store, job)
     keys_by_frag: dict[tuple[str, int], list[BatchKey]] = {}
+    staged_frags: set[int] = set()  # fragments with a fragment checkpoint (one listing, not a lookup each)
     for key in store.list_keys(job):
         bk = parse_batch_key(key)
         if bk is not None:
             keys_by_frag.setdefault((bk.prefix, bk.frag_id), []).append(bk)
+        elif (fk := parse_fragment_key(key)) is not None and fk[0] == job:
+            staged_frags.add(fk[1])
 
     fragments: list[FragmentPlan] = []
     work: list[tuple[int, list[tuple[int, int]]]] = []
@@ -138,7 +142,8 @@ def plan_fragments(
         if ledger.fragments.get(fid) == signature:
             fragments.append(FragmentPlan(**common, rows=frag.count_rows(), action=Action.DONE))
             continue
-        staged = _reusable_checkpoint(store, job, fid, src_files, out_leaves, column_uid, out_file, where)
+        staged = _reusable_checkpoint(store, job, fid, src_files, out_leaves, column_uid, out_file, where
+                                      ) if fid in staged_frags else None
         if staged is not None:
             fragments.append(FragmentPlan(**common, rows=staged.rows, action=Action.REUSE, file=staged.file,
                                           complete=staged.complete))
@@ -153,13 +158,14 @@ def plan_fragments(
             fragments.append(FragmentPlan(**common, rows=0, action=Action.EMPTY))
             continue
         src_key = src_files_key(src_files)
+        needed_runs = runs_of(exam.needed)
         todo = exam.needed
         keys = keys_by_frag.get((batch_prefix(job, src_key=src_key), fid))
         if keys:
             todo = todo & ~np.isin(live_row_addresses(frag), checkpointed_addresses(store, keys))
         fragments.append(FragmentPlan(**common, rows=needed, action=Action.COMPUTE, src_key=src_key,
-                                      needed=runs_of(exam.needed), complete=needed == exam.invalid))
-        todo_runs = runs_of(todo)
+                                      needed=needed_runs, complete=needed == exam.invalid))
+        todo_runs = needed_runs if todo is exam.needed else runs_of(todo)
         if todo_runs:
             work.append((fid, todo_runs))
     record_valid(store, job, newly_valid)
@@ -281,10 +287,10 @@ def _reusable_checkpoint(
 ) -> FragmentCheckpoint | None:
     """A staged file still to commit, while it matches the inputs, the output and the job's filter."""
     key = fragment_key(job, fid)
-    if key not in store:
-        return None
     try:
         ckpt = store.get_model(key, FragmentCheckpoint)
+    except KeyError:
+        return None
     except CorruptCheckpointError as exc:
         discard_corrupt(store, key, exc)
         return None
