@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -46,7 +47,7 @@ def test_commit_granularity_makes_the_advertised_versions_with_packed_fragments(
         ds.validate()
         counts.append(ds.count_rows(filter="y IS NOT NULL"))
     # Each version lands one whole group (groups are written at once and committed as they finish).
-    assert sorted(b - a for a, b in zip(counts, counts[1:], strict=False)) == [600, 800, 800, 800]
+    assert sorted(b - a for a, b in itertools.pairwise(counts)) == [600, 800, 800, 800]
 
 
 def test_a_killed_packed_task_resumes_recomputing_at_most_the_task_in_flight(db, spark, call_dir):
