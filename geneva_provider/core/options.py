@@ -20,11 +20,13 @@ DEFAULT_MIN_CHECKPOINT_SIZE = 1_000
 DEFAULT_MAX_CHECKPOINT_SIZE = 100_000
 DEFAULT_CHECKPOINT_SIZE = 10_000
 _POSITIVE = "positive"
+_NON_NEGATIVE = "non-negative"
 
 
-def _option(doc: str, *, positive: bool = True) -> Any:
-    """An option field: None by default (sized to the data), with its doc and whether it must be > 0."""
-    return dataclasses.field(default=None, metadata={"doc": doc, "check": _POSITIVE if positive else None})
+def _option(doc: str, *, positive: bool = True, zero: bool = False) -> Any:
+    """An option field: None by default (sized to the data), with its doc and whether it must be > 0 (or >= 0)."""
+    check = (_NON_NEGATIVE if zero else _POSITIVE) if positive else None
+    return dataclasses.field(default=None, metadata={"doc": doc, "check": check})
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class JobOptions:
     task_size: int | None = _option("rows per Spark task, all equal (default: guided, shrinking tasks)")
     commit_granularity: int | None = _option("fragments per DataReplacement commit")
     concurrency: int | None = _option("Spark partitions the tasks are dealt over")
-    commit_retries: int | None = _option("retries of a conflicting commit (default 8)")
+    commit_retries: int | None = _option("retries of a conflicting commit (default 8; 0: none)", zero=True)
     commit_timeout: int | None = _option("seconds a commit may spend retrying conflicts (default 300)")
 
     # ------------------------------------------------------------------ declaration
@@ -79,9 +81,11 @@ class JobOptions:
         """Rejects non-positive sizes and inverted bounds, naming the argument."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.metadata.get("check") == _POSITIVE and value is not None and (
-                    not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise InvalidArgumentError(f"{job}: {f.name} must be a positive integer, got {value!r}")
+            check = f.metadata.get("check")
+            if check is None or value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if check == _NON_NEGATIVE else 1):
+                raise InvalidArgumentError(f"{job}: {f.name} must be a {check} integer, got {value!r}")
         lo, hi = self.checkpoint_bounds()
         if lo > hi:
             raise InvalidArgumentError(f"{job}: min_checkpoint_size {lo} > max_checkpoint_size {hi}")

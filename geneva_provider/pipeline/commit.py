@@ -110,7 +110,12 @@ def commit_column_files(
     state = {"version": read_version}
     t0 = time.monotonic()
 
+    conflicted = False
+
     def attempt() -> None:
+        nonlocal conflicted
+        if conflicted:  # a retry: move to the latest version first
+            _rebase(outcome, pending, state, table_uri, columns, output_field_ids, base_files, storage_options)
         if not pending:
             return
         op = op_cls.DataReplacement([op_cls.DataReplacementGroup(fid, df) for fid, df in sorted(pending.items())])
@@ -118,10 +123,10 @@ def commit_column_files(
             ds = lance.LanceDataset.commit(table_uri, op, read_version=state["version"],
                                            storage_options=storage_options)
         except Exception as exc:
-            if _retry_on(exc):
+            conflicted = _retry_on(exc)
+            if conflicted:
                 log.warning("commit of column(s) '%s' conflicted (%s); retrying at the latest version",
                             column, lance_reason(exc))
-                _rebase(outcome, pending, state, table_uri, columns, output_field_ids, base_files, storage_options)
             raise
         outcome.version = ds.version
         outcome.committed.extend(sorted(pending))
