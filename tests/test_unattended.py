@@ -299,3 +299,22 @@ def test_a_week_of_hourly_runs_cleans_up_to_what_live_jobs_need(db, spark, call_
     assert sorted(read_calls(call_dir)) == [13, 99_999]
     assert tbl.count_rows("y IS NULL") == 1 and tbl.count_rows("y != x * 2") == 0
     tbl.dataset().validate()
+
+
+def test_refresh_async_and_compaction_leave_job_records(db, spark, call_dir):
+    src = db.create_table("src", pa.table({"x": list(range(1_000))}), max_rows_per_file=100)
+    bad = {5, 6, 7}
+    view = db.create_materialized_view("v", src.search(None).where("x % 2 = 1").select(
+        {"x": "x", "y": _flaky_scalar(str(call_dir), bad, set(), on_error=gp.skip_on_error())}))
+    handle = view.refresh_async(spark=spark)
+    result = handle.result(timeout=120)
+    record = handle.status()
+    assert record.kind == "refresh" and record.status is JobStatus.DONE and record.rows_planned == 500
+    assert result.rows_failed == 2 and record.rows_failed == 2  # x = 5 and 7 (6 is not in the view)
+    assert view.count_rows("y IS NULL") == 2 and view.count_rows("y != x * 2") == 0
+    assert sorted(view.get_errors(result.job_id).column("error_type").to_pylist()) == ["ValueError"] * 2
+
+    compacted = src.compact(target_rows_per_fragment=1_000, spark=spark)
+    (job,) = db.list_jobs("src", kind="compaction")
+    assert job.job_id == compacted.job_id and job.status is JobStatus.DONE and job.version == compacted.version
+    assert job.rows_planned == 1_000

@@ -10,6 +10,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from geneva_provider.core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from geneva_provider.facade.connection import Connection
@@ -41,12 +44,18 @@ class LanceHook(BaseHook):
         """The core database connection (opened once per hook)."""
         import geneva_provider as gp
 
-        conn = self.get_connection(self.lance_conn_id)
+        try:
+            conn = self.get_connection(self.lance_conn_id)
+        except AirflowNotFoundException:
+            raise InvalidArgumentError(
+                f"lance_conn_id '{self.lance_conn_id}': no such Airflow connection; define it (type 'lance', "
+                "host = the database URI) in the UI, with `airflow connections add`, or as "
+                f"AIRFLOW_CONN_{self.lance_conn_id.upper()}") from None
         extra = conn.extra_dejson or {}
         uri = extra.get("uri") or conn.host
         if not uri:
-            raise ValueError(f"connection '{self.lance_conn_id}' has no database URI: set its host "
-                             "(or extra 'uri') to a directory or object-store prefix")
+            raise InvalidArgumentError(f"connection '{self.lance_conn_id}' has no database URI: set its host "
+                                       "(or extra 'uri') to a directory or object-store prefix")
         options = _string_map(extra.get("storage_options"), "storage_options", self.lance_conn_id)
         properties = _string_map(extra.get("namespace_properties"), "namespace_properties", self.lance_conn_id)
         _mask(options)
@@ -82,10 +91,11 @@ def _string_map(raw: Any, key: str, conn_id: str) -> dict[str, str] | None:
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
-        except json.JSONDecodeError:
-            raise ValueError(f"connection '{conn_id}': extra '{key}' is not a JSON object") from None
+        except json.JSONDecodeError:  # the message quotes no part of the value: it may hold secrets
+            raise InvalidArgumentError(f"connection '{conn_id}': extra '{key}' is not a JSON object") from None
     if not isinstance(raw, dict):
-        raise ValueError(f"connection '{conn_id}': extra '{key}' must be a JSON object")
+        raise InvalidArgumentError(f"connection '{conn_id}': extra '{key}' must be a JSON object, "
+                                   f"not a JSON {type(raw).__name__}")
     return {str(k): str(v) for k, v in raw.items()}
 
 

@@ -6,8 +6,15 @@ the scheduler and dag-processor, where only DAG structure matters.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
+import re
+from collections.abc import Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+
+from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
 
 if TYPE_CHECKING:
     from geneva_provider.core.options import JobOptions
@@ -16,9 +23,47 @@ if TYPE_CHECKING:
 SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package")
 
 
-def take_options(cls: type[JobOptions], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Removes ``cls``'s options from an operator's kwargs (None when not given); the rest are BaseOperator's."""
-    return {name: kwargs.pop(name, None) for name in cls.names()}
+class UDFImportError(UDFDefinitionError, ImportError):
+    """A UDF reference that cannot be imported: a UDFDefinitionError, and an ImportError as it always was."""
+
+
+def take_options(cls: type[JobOptions], kwargs: dict[str, Any], operator: type | None = None) -> dict[str, Any]:
+    """Removes ``cls``'s options from an operator's kwargs (None when not given); the rest are BaseOperator's.
+
+    With ``operator`` (the operator class), a remaining kwarg that BaseOperator does not take either
+    is refused with :class:`InvalidArgumentError` naming it and listing the valid options, rather
+    than with Airflow's generic ``TypeError``.
+    """
+    options = {name: kwargs.pop(name, None) for name in cls.names()}
+    if operator is not None:
+        reject_unknown_kwargs(operator, kwargs, valid=(*_own_parameters(operator), *cls.names()))
+    return options
+
+
+def reject_unknown_kwargs(operator: type, kwargs: dict[str, Any], valid: Iterable[str]) -> None:
+    """Raises InvalidArgumentError for the kwargs that neither the operator nor BaseOperator takes."""
+    unknown = sorted(set(kwargs) - base_operator_parameters())
+    if unknown:
+        raise InvalidArgumentError(
+            f"{operator.__name__} (task_id {kwargs.get('task_id')!r}): unknown argument(s) {unknown}; "
+            f"valid options: {sorted(set(valid))}, and any BaseOperator argument (retries, pool, queue, ...)")
+
+
+@functools.cache
+def base_operator_parameters() -> frozenset[str]:
+    """The keyword arguments ``airflow.sdk.BaseOperator`` accepts."""
+    from airflow.sdk import BaseOperator
+
+    names = {name for name, p in inspect.signature(BaseOperator.__init__).parameters.items()
+             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name != "self"}
+    return frozenset({*names, "_airflow_mapped_validation_only"})
+
+
+def _own_parameters(operator: type) -> list[str]:
+    """The keyword arguments an operator class declares itself (not BaseOperator's)."""
+    base = base_operator_parameters()
+    return [name for name, p in inspect.signature(operator.__init__).parameters.items()
+            if p.kind is p.KEYWORD_ONLY and name not in base]
 
 
 def parse_options(cls: type[JobOptions], operator: Any, job: str) -> JobOptions:
@@ -26,20 +71,116 @@ def parse_options(cls: type[JobOptions], operator: Any, job: str) -> JobOptions:
     return cls.parse({name: getattr(operator, name) for name in cls.names()}, job=job)
 
 
-def import_udf(reference: str) -> UDF:
-    """Imports a UDF from ``"package.module:name"`` (or ``"package.module.name"``)."""
+def import_udf(reference: str, column: str) -> UDF:
+    """Imports the UDF of ``column`` from ``"package.module:name"`` (or ``"package.module.name"``).
+
+    Raises :class:`UDFDefinitionError` naming the column and the reference when it cannot be
+    imported (:class:`UDFImportError`, also an ``ImportError``) or is not a ``@udf`` function
+    (also a ``TypeError``).
+    """
     from geneva_provider.core.udf import UDF
 
+    if not isinstance(reference, str):
+        raise UDFDefinitionError(f"column '{column}': a UDF reference is a 'package.module:name' string, "
+                                 f"got {reference!r}")
     module_name, sep, attr = reference.partition(":")
     if not sep:
         module_name, _, attr = reference.rpartition(".")
     try:
         obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ImportError(f"cannot import UDF {reference!r}: {exc}") from exc
+    except Exception as exc:  # any failure to import the module is the reference's fault
+        raise UDFImportError(f"column '{column}': cannot import UDF {reference!r}: "
+                             f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(obj, UDF):
-        raise TypeError(f"{reference!r} is a {type(obj).__name__}, not a @udf function")
+        raise UDFDefinitionError(f"column '{column}': {reference!r} is a {type(obj).__name__}, "
+                                 "not a @udf function")
     return obj
+
+
+_NONE = ("", "None", "none", "null")
+
+
+def positive_int(value: Any, name: str, job: str) -> int | None:
+    """A (templated) positive integer option: None when unset, else an int, or InvalidArgumentError naming it."""
+    if value is None or (isinstance(value, str) and value.strip() in _NONE):
+        return None
+    parsed: Any = value
+    if isinstance(value, str):
+        try:
+            parsed = int(value.strip())
+        except ValueError:
+            parsed = None
+    if not isinstance(parsed, int) or isinstance(parsed, bool) or parsed <= 0:
+        raise InvalidArgumentError(f"{job}: {name} must be a positive integer, got {value!r}")
+    return parsed
+
+
+_UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+          "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+          "h": 3600, "hr": 3600, "hrs": 3600, "hour": 3600, "hours": 3600,
+          "d": 86400, "day": 86400, "days": 86400,
+          "w": 604800, "week": 604800, "weeks": 604800}
+_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]+)\s*,?", re.IGNORECASE)
+_ISO = re.compile(r"P(?:(?P<w>\d+(?:\.\d+)?)W)?(?:(?P<d>\d+(?:\.\d+)?)D)?"
+                  r"(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?",
+                  re.IGNORECASE)
+_CLOCK = re.compile(r"(?:(\d+) days?, )?(\d+):(\d{2}):(\d{2}(?:\.\d+)?)")
+
+
+def duration(value: Any, name: str, job: str) -> timedelta:
+    """A non-negative duration from a timedelta, a number of seconds, an ISO-8601 duration ('P7D',
+    'PT12H') or a phrase like '7 days' / '1 day 12 hours' / '90m' (templated values are strings)."""
+    parsed = _duration(value)
+    if parsed is None:
+        raise InvalidArgumentError(
+            f"{job}: {name} must be a timedelta, a number of seconds, an ISO-8601 duration ('P7D') or a "
+            f"duration like '7 days', got {value!r}")
+    if parsed < timedelta(0):
+        raise InvalidArgumentError(f"{job}: {name} must not be negative, got {value!r}")
+    return parsed
+
+
+def _duration(value: Any) -> timedelta | None:
+    try:
+        return _parse_duration(value)
+    except (OverflowError, ValueError):  # beyond timedelta's range, or not a number
+        return None
+
+
+def _parse_duration(value: Any) -> timedelta | None:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return timedelta(seconds=value) if value == value else None  # NaN is no duration
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return timedelta(seconds=seconds) if seconds == seconds else None
+    clock = _CLOCK.fullmatch(text)  # str(timedelta): '7 days, 0:00:00', '1:30:00'
+    if clock:
+        days, hours, minutes, seconds = clock.groups()
+        return timedelta(days=int(days or 0), hours=int(hours), minutes=int(minutes), seconds=float(seconds))
+    sign = -1 if text.startswith("-") else 1
+    body = text.lstrip("+-").strip()
+    iso = _ISO.fullmatch(body)
+    if iso and body.upper() not in ("P", "PT") and not body.upper().endswith("T"):
+        parts = {k: float(v) for k, v in iso.groupdict().items() if v}
+        return sign * timedelta(weeks=parts.get("w", 0), days=parts.get("d", 0), hours=parts.get("h", 0),
+                                minutes=parts.get("m", 0), seconds=parts.get("s", 0))
+    total, pos = 0.0, 0
+    for match in _PART.finditer(body):
+        if match.start() != pos or match.group(2).lower() not in _UNITS:
+            return None
+        total += float(match.group(1)) * _UNITS[match.group(2).lower()]
+        pos = match.end()
+    if pos == 0 or pos != len(body):
+        return None
+    return sign * timedelta(seconds=total)
 
 
 def lineage(table_uri: str | None, table: str, column: str | None) -> Any:

@@ -44,7 +44,7 @@ class GenevaAddColumnsOperator(BaseOperator):
         kept = []
         for column, spec in self.columns.items():
             ref, inputs = (spec[0], list(spec[1])) if isinstance(spec, (list, tuple)) else (spec, None)
-            fn = import_udf(ref)
+            fn = import_udf(ref, column)
             if column in declared:
                 if declared[column]["version"] != fn.version:
                     raise ColumnError(
@@ -77,7 +77,7 @@ class GenevaPlanBackfillOperator(BaseOperator):
 
     def __init__(self, *, table: str, column: str, parallelism: int | None = None,
                  lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
-        options = take_options(BackfillOptions, kwargs)
+        options = take_options(BackfillOptions, kwargs, type(self))
         super().__init__(**kwargs)
         self.table = table
         self.column = column

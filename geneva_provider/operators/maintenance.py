@@ -13,6 +13,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.operators._common import duration, positive_int
 from geneva_provider.operators.spark import _GenevaSparkStageOperator
 
 
@@ -42,8 +43,10 @@ class GenevaPlanCompactionOperator(BaseOperator):
         from geneva_provider.pipeline.compaction import plan_compaction
 
         options = dict(self.options)
-        if self.target_rows_per_fragment not in (None, "", "None"):
-            options["target_rows_per_fragment"] = int(self.target_rows_per_fragment)
+        target = positive_int(self.target_rows_per_fragment, "target_rows_per_fragment",
+                              f"compaction of table '{self.table}'")
+        if target is not None:
+            options["target_rows_per_fragment"] = target
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
         summary = plan_compaction(tbl.ref, options, store=tbl.checkpoint_store,
                                   exclude_live_jobs=self.exclude_live_jobs, airflow_run_id=context.get("run_id"))
@@ -59,17 +62,30 @@ class GenevaSparkCompactOperator(_GenevaSparkStageOperator):
 
 
 class _GenevaTableCleanupOperator(BaseOperator):
-    """A clean-up of one table of things older than ``older_than``."""
+    """A clean-up of one table of things older than ``older_than``.
 
-    template_fields: Sequence[str] = ("table",)
+    ``older_than`` (templated) is a ``timedelta``, a number of seconds, an ISO-8601 duration
+    (``"P7D"``, ``"PT12H"``) or a phrase such as ``"7 days"`` / ``"1 day 12 hours"``; never negative.
+    """
+
+    template_fields: Sequence[str] = ("table", "older_than")
     ui_color = "#f0e8f8"
 
-    def __init__(self, *, table: str, older_than: timedelta = timedelta(days=7),
+    def __init__(self, *, table: str, older_than: timedelta | float | str = timedelta(days=7),
                  lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
+        if isinstance(older_than, (timedelta, int, float)) or (isinstance(older_than, str) and "{{" not in older_than):
+            duration(older_than, "older_than", self._job(table))  # templates and XComArgs: once rendered
         super().__init__(**kwargs)
         self.table = table
         self.older_than = older_than
         self.lance_conn_id = lance_conn_id
+
+    def _job(self, table: str) -> str:
+        return f"{type(self).__name__} of table '{table}'"
+
+    def older_than_delta(self) -> timedelta:
+        """The rendered ``older_than`` as a validated timedelta."""
+        return duration(self.older_than, "older_than", self._job(self.table))
 
 
 class GenevaCleanupOldVersionsOperator(_GenevaTableCleanupOperator):
@@ -79,7 +95,8 @@ class GenevaCleanupOldVersionsOperator(_GenevaTableCleanupOperator):
     """
 
     def execute(self, context: Any) -> dict[str, Any]:
-        stats = LanceHook(self.lance_conn_id).dataset(self.table).cleanup_old_versions(older_than=self.older_than)
+        stats = LanceHook(self.lance_conn_id).dataset(self.table).cleanup_old_versions(
+            older_than=self.older_than_delta())
         result = {"table": self.table, "old_versions": stats.old_versions, "bytes_removed": stats.bytes_removed}
         self.log.info("Cleaned up table '%s': %d old versions, %d bytes removed", self.table, stats.old_versions,
                       stats.bytes_removed)
@@ -93,7 +110,8 @@ class GenevaCleanupCheckpointsOperator(_GenevaTableCleanupOperator):
     """
 
     def execute(self, context: Any) -> dict[str, Any]:
-        result = LanceHook(self.lance_conn_id).open_table(self.table).cleanup_checkpoints(older_than=self.older_than)
+        older_than = self.older_than_delta()
+        result = LanceHook(self.lance_conn_id).open_table(self.table).cleanup_checkpoints(older_than=older_than)
         self.log.info("Checkpoint clean-up of table '%s': removed %s; kept %d keys of live jobs", self.table,
                       result.removed or "nothing", result.kept_for_live_jobs)
         return {"table": self.table, "removed": result.removed, "kept_for_live_jobs": result.kept_for_live_jobs}

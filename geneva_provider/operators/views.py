@@ -50,7 +50,7 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
 
         db = LanceHook(self.lance_conn_id).database
         query = db.open_table(self.source_table).search(None).where(self.where or None).select(
-            {out: import_udf(ref) if ":" in ref else ref for out, ref in self.columns.items()})
+            {out: import_udf(ref, out) if ":" in ref else ref for out, ref in self.columns.items()})
         if self.shuffle:
             query = query.shuffle(seed=self.seed)
         query = query.offset(self.offset).limit(self.limit)
@@ -81,7 +81,7 @@ class GenevaPlanRefreshOperator(BaseOperator):
 
     def __init__(self, *, view: str, parallelism: int | None = None, lance_conn_id: str = LanceHook.default_conn_name,
                  **kwargs: Any) -> None:
-        options = take_options(RefreshOptions, kwargs)
+        options = take_options(RefreshOptions, kwargs, type(self))
         super().__init__(**kwargs)
         self.view = view
         for name, value in options.items():
