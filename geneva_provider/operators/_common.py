@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import re
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -115,72 +114,34 @@ def positive_int(value: Any, name: str, job: str) -> int | None:
     return parsed
 
 
-_UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
-          "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
-          "h": 3600, "hr": 3600, "hrs": 3600, "hour": 3600, "hours": 3600,
-          "d": 86400, "day": 86400, "days": 86400,
-          "w": 604800, "week": 604800, "weeks": 604800}
-_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]+)\s*,?", re.IGNORECASE)
-_ISO = re.compile(r"P(?:(?P<w>\d+(?:\.\d+)?)W)?(?:(?P<d>\d+(?:\.\d+)?)D)?"
-                  r"(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?",
-                  re.IGNORECASE)
-_CLOCK = re.compile(r"(?:(\d+) days?, )?(\d+):(\d{2}):(\d{2}(?:\.\d+)?)")
-
-
 def duration(value: Any, name: str, job: str) -> timedelta:
-    """A non-negative duration from a timedelta, a number of seconds, an ISO-8601 duration ('P7D',
-    'PT12H') or a phrase like '7 days' / '1 day 12 hours' / '90m' (templated values are strings)."""
+    """A non-negative duration: a timedelta, a number of seconds, or an ISO-8601 duration ('P7D', 'PT12H')."""
     parsed = _duration(value)
     if parsed is None:
-        raise InvalidArgumentError(
-            f"{job}: {name} must be a timedelta, a number of seconds, an ISO-8601 duration ('P7D') or a "
-            f"duration like '7 days', got {value!r}")
+        raise InvalidArgumentError(f"{job}: {name} must be a timedelta, a number of seconds or an ISO-8601 "
+                                   f"duration ('P7D'), got {value!r}")
     if parsed < timedelta(0):
         raise InvalidArgumentError(f"{job}: {name} must not be negative, got {value!r}")
     return parsed
 
 
 def _duration(value: Any) -> timedelta | None:
-    try:
-        return _parse_duration(value)
-    except (OverflowError, ValueError):  # beyond timedelta's range, or not a number
-        return None
+    import pendulum
 
-
-def _parse_duration(value: Any) -> timedelta | None:
     if isinstance(value, timedelta):
         return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return timedelta(seconds=value) if value == value else None  # NaN is no duration
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
     try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return timedelta(seconds=seconds) if seconds == seconds else None
-    clock = _CLOCK.fullmatch(text)  # str(timedelta): '7 days, 0:00:00', '1:30:00'
-    if clock:
-        days, hours, minutes, seconds = clock.groups()
-        return timedelta(days=int(days or 0), hours=int(hours), minutes=int(minutes), seconds=float(seconds))
-    sign = -1 if text.startswith("-") else 1
-    body = text.lstrip("+-").strip()
-    iso = _ISO.fullmatch(body)
-    if iso and body.upper() not in ("P", "PT") and not body.upper().endswith("T"):
-        parts = {k: float(v) for k, v in iso.groupdict().items() if v}
-        return sign * timedelta(weeks=parts.get("w", 0), days=parts.get("d", 0), hours=parts.get("h", 0),
-                                minutes=parts.get("m", 0), seconds=parts.get("s", 0))
-    total, pos = 0.0, 0
-    for match in _PART.finditer(body):
-        if match.start() != pos or match.group(2).lower() not in _UNITS:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return timedelta(seconds=value)
+        if not isinstance(value, str):
             return None
-        total += float(match.group(1)) * _UNITS[match.group(2).lower()]
-        pos = match.end()
-    if pos == 0 or pos != len(body):
+        try:
+            return timedelta(seconds=float(value))
+        except ValueError:
+            parsed = pendulum.parse(value.strip())
+    except (OverflowError, ValueError, pendulum.parsing.exceptions.ParserError):
         return None
-    return sign * timedelta(seconds=total)
+    return parsed if isinstance(parsed, timedelta) else None
 
 
 def lineage(table_uri: str | None, table: str, column: str | None) -> Any:
