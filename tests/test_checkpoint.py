@@ -13,12 +13,12 @@ from geneva_provider.core.checkpoint import (
     LanceCheckpointStore,
     batch_key,
     batch_prefix,
-    fragment_key,
     job_prefix,
     md5_hex,
     parse_batch_key,
-    parse_fragment_key,
+    parse_staged_key,
     split_key_uri,
+    staged_key,
 )
 from geneva_provider.core.ranges import count_of, missing_ranges, positions_of, runs_of, slice_runs
 
@@ -41,8 +41,8 @@ def test_keys_parse_from_the_right():
     prefix = "udf-a_ver-b_col-c_where-d_uri-e_srcfiles-f_frag-9_range-1-2"  # a prefix that looks like a key
     parsed = parse_batch_key(batch_key(prefix, 3, 100, 200))
     assert (parsed.prefix, parsed.frag_id, parsed.start, parsed.end) == (prefix, 3, 100, 200)
-    assert parse_fragment_key(fragment_key("job_x", 7)) == ("job_x", 7)
-    assert parse_batch_key(fragment_key("job_x", 7)) is None
+    assert parse_staged_key(staged_key("job_x_frag-3")) == "job_x_frag-3"
+    assert parse_batch_key(staged_key("job_x")) is None and parse_staged_key(batch_key("job_x", 1, 0, 5)) is None
 
 
 @pytest.mark.parametrize("kind", ["memory", "lance"])

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.checkpoint import ROWADDR, parse_batch_key, parse_fragment_key
+from geneva_provider.core.checkpoint import ROWADDR, parse_batch_key
 from tests.helpers import clear_calls, counting_double, events_table, read_calls
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,12 +42,11 @@ def _rounds() -> list[tuple[str, int]]:
     return out
 
 
-def _reached(stage: str, k: int, tbl: gp.Table, v0: int) -> bool:
-    keys = tbl.checkpoint_store.list_keys("udf-")
+def _reached(stage: str, k: int, tbl: gp.Table, v0: int, files0: int) -> bool:
     if stage == "apply":
-        return sum(1 for key in keys if parse_batch_key(key) is not None) >= k
-    if stage == "write":
-        return sum(1 for key in keys if parse_fragment_key(key) is not None) >= k
+        return sum(1 for key in tbl.checkpoint_store.list_keys("udf-") if parse_batch_key(key) is not None) >= k
+    if stage == "write":  # column files staged by the writers
+        return len(os.listdir(Path(tbl.uri) / "data")) - files0 >= k
     return tbl.version >= v0 + k
 
 
@@ -65,7 +64,7 @@ def _held_rows(tbl: gp.Table) -> set[int]:
 
 def _kill_at(db_uri: str, stage: str, k: int, tbl: gp.Table) -> bool:
     """Runs the backfill in a child process and SIGKILLs it once ``stage`` reached ``k``; False if it finished."""
-    v0 = tbl.version
+    v0, files0 = tbl.version, len(os.listdir(Path(tbl.uri) / "data"))
     script = textwrap.dedent(f"""
         import geneva_provider as gp
         from geneva_provider.stages import local_session
@@ -78,7 +77,7 @@ def _kill_at(db_uri: str, stage: str, k: int, tbl: gp.Table) -> bool:
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.monotonic() + 180
-        while not _reached(stage, k, tbl, v0):
+        while not _reached(stage, k, tbl, v0, files0):
             if proc.poll() is not None:
                 return False
             assert time.monotonic() < deadline, f"{stage} never reached {k}"

@@ -14,10 +14,10 @@ import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.checkpoint import parse_batch_key, parse_fragment_key
-from geneva_provider.core.models import JobStatus
+from geneva_provider.core.checkpoint import parse_batch_key, parse_staged_key
+from geneva_provider.core.models import JobStatus, StagedFiles
 from geneva_provider.pipeline.context import StageContext
-from geneva_provider.pipeline.write import write_fragment
+from geneva_provider.pipeline.write import _Writer, write_fragment
 from geneva_provider.stages import load_plan, plan_backfill, run_apply, run_write_commit
 from tests.helpers import _log_calls, clear_calls, read_calls
 
@@ -225,26 +225,29 @@ def test_a_truncated_batch_checkpoint_is_recomputed(db, spark, call_dir):
     tbl.dataset().validate()
 
 
-def test_a_truncated_fragment_checkpoint_is_written_again(db, spark, call_dir):
+def test_a_truncated_staged_files_record_is_written_again(db, spark, call_dir):
     tbl = _table(db)
     tbl.add_columns({"y": _flaky_scalar(str(call_dir), set(), set())})
     summary = plan_backfill(tbl.ref, "y")
     run_apply(summary.plan_uri, spark)
-    # Killed between write and commit: every fragment staged, nothing committed.
+    # Killed between write and commit: every fragment staged by two writers, nothing committed.
     plan, store = load_plan(summary.plan_uri)
     ctx = StageContext.of(plan, None)
-    for entry in plan.fragments:
-        write_fragment(ctx, entry)
-    frag_keys = sorted(k for k in store.list_keys() if parse_fragment_key(k) is not None)
-    assert len(frag_keys) == len(plan.fragments)
-    (Path(store.uri) / f"{frag_keys[0]}.lance").write_bytes(b"")
-    (Path(store.uri) / f"{frag_keys[1]}.lance").write_bytes(b"\x00" * 100)
+    for half in (plan.fragments[:1], plan.fragments[1:]):
+        writer = _Writer(ctx)
+        for entry in half:
+            write_fragment(ctx, entry, writer)
+        writer.flush()
+    records = sorted(k for k in store.list_keys() if parse_staged_key(k) is not None)
+    assert len(records) == 2
+    broken = next(k for k in records if len(store.get_model(k, StagedFiles).files) == 1)
+    (Path(store.uri) / f"{broken}.lance").write_bytes(b"\x00" * 100)
     clear_calls(call_dir)
 
     result = tbl.backfill("y", spark=spark)
 
-    assert read_calls(call_dir) == []  # rewritten from the batch checkpoints, not recomputed
-    assert result.fragments_reused == len(plan.fragments) - 2
+    assert read_calls(call_dir) == []  # written again from the batch checkpoints, not recomputed
+    assert result.fragments_reused == len(plan.fragments) - 1
     assert tbl.count_rows("y IS NULL OR y != x * 2") == 0
     tbl.dataset().validate()
 

@@ -1,8 +1,8 @@
 """Checkpoint stores and the key formats that name what they hold (core).
 
 Stages talk to each other only through the store: apply writes one batch checkpoint per
-computed range, the writer reads them back and records a fragment checkpoint, and plans
-are documents in the same store.  Keys become file names, so every user-supplied string
+computed range, the writer reads them back and records the files it staged (one record for
+many fragments), and plans are documents in the same store.  Keys become file names, so every user-supplied string
 is hashed, and keys are parsed from the right, where the structure is fixed.
 """
 
@@ -33,7 +33,7 @@ ROWADDR = "_rowaddr"  # the row-address column of every batch checkpoint
 _BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)(?P<partial>_partial)?$")
 _PLAIN_VERSION = re.compile(r"[0-9A-Za-z]{1,16}")
 PARTIAL = "_partial"  # the suffix of a batch checkpoint holding rows the UDF's error policy skipped
-_FRAGMENT_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_file$")
+_STAGED_RE = re.compile(r"^(?P<prefix>.+)_staged-[0-9a-f]{32}$")
 
 
 def md5_hex(text: str) -> str:
@@ -75,9 +75,9 @@ def batch_key(prefix: str, frag_id: int, start: int, end: int, *, partial: bool 
     return f"{prefix}_frag-{frag_id}_range-{start}-{end}{PARTIAL if partial else ''}"
 
 
-def fragment_key(job: str, frag_id: int) -> str:
-    """Key of the fragment checkpoint: the staged data file written for one fragment."""
-    return f"{job}_frag-{frag_id}_file"
+def staged_key(job: str) -> str:
+    """A new key for a staged-files record: the data files one writer staged for some fragments."""
+    return f"{job}_staged-{uuid.uuid4().hex}"
 
 
 def plan_key(job_id: str) -> str:
@@ -108,10 +108,10 @@ def parse_batch_key(key: str) -> BatchKey | None:
     return BatchKey(m["prefix"], int(m["frag"]), int(m["start"]), int(m["end"]), bool(m["partial"]))
 
 
-def parse_fragment_key(key: str) -> tuple[str, int] | None:
-    """Parses a fragment checkpoint key into ``(job prefix, fragment id)``."""
-    m = _FRAGMENT_RE.match(key)
-    return (m["prefix"], int(m["frag"])) if m else None
+def parse_staged_key(key: str) -> str | None:
+    """The job prefix of a staged-files record key (None for keys of other kinds)."""
+    m = _STAGED_RE.match(key)
+    return m["prefix"] if m else None
 
 
 # ------------------------------------------------------------------------- stores
@@ -143,7 +143,7 @@ class CheckpointStore(ABC):
         return self[key].select(columns)
 
     def put_text(self, key: str, text: str) -> None:
-        """Stores a document (plans, fragment checkpoints, stage reports) as a one-row table."""
+        """Stores a document (plans, staged-files records, stage reports) as a one-row table."""
         import pyarrow as pa
 
         self[key] = pa.table({"json": [text]})

@@ -28,7 +28,7 @@ class Action(StrEnum):
     """What the planner decided for a fragment."""
 
     COMPUTE = "compute"  # some rows need their value: compute those not checkpointed yet, then write and commit
-    REUSE = "reuse"      # a fragment checkpoint holds a staged file that covers the job: commit it, compute nothing
+    REUSE = "reuse"      # a staged-files record holds a file that covers the job: commit it, compute nothing
     DONE = "done"        # every row's value is valid (its fingerprint matches its inputs): nothing to do
     EMPTY = "empty"      # no selected row needs a value: nothing to compute or commit
 
@@ -242,6 +242,12 @@ class FragmentCheckpoint(_Model):
     rows: int
     where: str | None = None  # the filter of the job that staged it
     complete: bool = False    # the staged file holds a valid value for every live row
+
+
+class StagedFiles(_Model):
+    """What one writer staged: a column file per fragment, not yet known committed (one record, many fragments)."""
+
+    files: dict[int, FragmentCheckpoint]
 
 
 class TaskError(_Model):

@@ -259,7 +259,7 @@ class Table:
     def cleanup_checkpoints(self, older_than: timedelta = timedelta(days=7)) -> CleanupResult:
         """Removes checkpoints and plans that no live job needs and no future job can use.
 
-        Batch and fragment checkpoints go once their UDF version, column, fragment or inputs are gone
+        Batch checkpoints and staged-files records go once their UDF version, column, fragment or inputs are gone
         or their values are committed; plans once finished (or expired) and older than ``older_than``.
         A running job's checkpoints are never removed.
         """

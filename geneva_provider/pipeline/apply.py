@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -44,54 +45,83 @@ TARGET_CHECKPOINT_SECONDS = 10.0
 
 
 # ---------------------------------------------------------------------- executor side
-class _Checkpointer:
-    """Computes chunks of one fragment's rows and stores each as a batch checkpoint, adapting the chunk size."""
+@dataclass
+class _Piece:
+    """Some live rows of one fragment that a chunk computes, and the checkpoint prefix they go under."""
 
-    def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, frag: int, prefix: str) -> None:
-        self.ctx, self.store, self.work, self.frag, self.prefix = ctx, store, work, frag, prefix
+    frag: int
+    prefix: str
+    positions: np.ndarray  # live-row positions, ascending
+    addrs: np.ndarray      # their row addresses
+    whole: bool            # every live row of the fragment: read with the other whole ones in one scan
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def slice(self, start: int, end: int) -> _Piece:
+        whole = self.whole and start == 0 and end == len(self)
+        return _Piece(self.frag, self.prefix, self.positions[start:end], self.addrs[start:end], whole)
+
+
+class _Checkpointer:
+    """Computes chunks of a task's rows -- one UDF call over the parts of many fragments -- and stores one
+    batch checkpoint per fragment part, adapting the chunk size."""
+
+    def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput) -> None:
+        self.ctx, self.store, self.work = ctx, store, work
+        self.size = ctx.settings.checkpoint_size  # rows per chunk, adapted to the UDF's speed
         self.failures: list[RowError] = []
 
-    def save(self, positions: np.ndarray, addrs: np.ndarray) -> tuple[TaskError | None, float]:
-        """Computes the rows at ``positions`` and stores them under their range; returns (error, seconds).
+    def save(self, pieces: list[_Piece]) -> tuple[TaskError | None, float]:
+        """Computes the pieces' rows and stores each piece under its range; returns (error, seconds).
 
         A row the UDF's policy skipped is stored with a NULL value and a NULL fingerprint, so it stays
         invalid: the next run computes it again (and the fragment is not recorded as valid).
         """
         t0 = time.perf_counter()
-        rows = self.work.read(positions)
-        if rows.num_rows != len(positions):
-            raise RuntimeError(f"fragment {self.frag}: read {rows.num_rows} of {len(positions)} rows; "
+        n = sum(len(p) for p in pieces)
+        rows = self.work.read([(p.frag, p.positions, p.whole) for p in pieces])
+        if rows.num_rows != n:
+            raise RuntimeError(f"fragments {[p.frag for p in pieces]}: read {rows.num_rows} of {n} rows; "
                                "the table changed under a pinned version")
+        addrs = np.concatenate([p.addrs for p in pieces])
         address = pa.array(addrs, pa.uint64())
         failures: Failures = []
         try:
             outputs = self.work.compute(rows, failures)
         except ComputeError as exc:
-            return _task_error(self.ctx, exc, self.frag, address), 0.0
+            return _task_error(self.ctx, exc, pieces[0].frag, address), 0.0
         finally:
             self.failures += [RowError(
-                column=col, frag=self.frag, row_address=int(addrs[f.index]) if f.index >= 0 else None,
-                error_type=f.error_type, message=f.message, traceback=f.traceback, attempts=f.attempts,
-                outcome=f.outcome) for col, f in failures]
+                column=col, frag=int(addrs[max(f.index, 0)]) >> 32,
+                row_address=int(addrs[f.index]) if f.index >= 0 else None, error_type=f.error_type,
+                message=f.message, traceback=f.traceback, attempts=f.attempts, outcome=f.outcome)
+                for col, f in failures]
         fingerprints = self.work.fingerprints(rows)
-        skipped = sorted({f.index for _, f in failures if f.outcome == "skipped"})
-        if skipped:
-            keep = np.ones(len(positions), bool)
-            keep[skipped] = False
+        keep = np.ones(n, bool)
+        keep[[f.index for _, f in failures if f.outcome == "skipped"]] = False
+        if not keep.all():
             fingerprints = pc.if_else(pa.array(keep), fingerprints, pa.scalar(None, fingerprints.type))
         outputs[self.ctx.job.output_columns[-1]] = fingerprints
+        computed = pa.table({ROWADDR: address, **outputs})
         seconds = time.perf_counter() - t0
-        key = batch_key(self.prefix, self.frag, int(positions[0]), int(positions[-1]) + 1, partial=bool(skipped))
-        self.store[key] = pa.table({ROWADDR: address, **outputs})
+        offset = 0
+        for p in pieces:
+            k = len(p)
+            key = batch_key(p.prefix, p.frag, int(p.positions[0]), int(p.positions[-1]) + 1,
+                            partial=not keep[offset:offset + k].all())
+            self.store[key] = computed.slice(offset, k)
+            offset += k
         return None, seconds
 
-    def adapt(self, size: int, seconds: float) -> int:
-        """Grows checkpoints while they are quick, shrinks them when the UDF is slow."""
+    def adapt(self, seconds: float) -> None:
+        """Grows chunks while they are quick, shrinks them when the UDF is slow."""
+        size = self.size
         if seconds < TARGET_CHECKPOINT_SECONDS / 2:
             size *= 2
         elif seconds > TARGET_CHECKPOINT_SECONDS * 2:
             size //= 2
-        return max(self.ctx.settings.min_checkpoint_size, min(self.ctx.settings.max_checkpoint_size, size))
+        self.size = max(self.ctx.settings.min_checkpoint_size, min(self.ctx.settings.max_checkpoint_size, size))
 
 
 class _Worker:
@@ -101,6 +131,7 @@ class _Worker:
         self.ctx = ctx
         self.store = ctx.store()
         self.ds = ctx.dataset()
+        self.work = input_for(ctx, self.ds)
         self.keys: dict[tuple[str, int], list[BatchKey]] = {}
         for key in self.store.list_keys(ctx.job.job_prefix):
             bk = parse_batch_key(key)
@@ -112,39 +143,63 @@ class _Worker:
         keys = [k for k in self.keys.get((prefix, part.frag), []) if k.start < part.end and k.end > part.start]
         return checkpointed_addresses(self.store, keys)
 
+    def pieces(self, task: Task) -> tuple[list[_Piece], int]:
+        """The task's rows still to compute, part by part; and how many rows checkpoints already hold."""
+        pieces, held_rows = [], 0
+        for part in task.parts:
+            prefix = batch_prefix(self.ctx.job.job_prefix, src_key=part.src_key)
+            live = live_row_addresses(self.ds.get_fragment(part.frag))
+            positions = positions_of(part.ranges)
+            addrs = live[positions]
+            held = self.held(prefix, part)
+            if len(held):
+                keep = ~np.isin(addrs, held)
+                positions, addrs = positions[keep], addrs[keep]
+            held_rows += part.rows - len(positions)
+            if len(positions):
+                pieces.append(_Piece(part.frag, prefix, positions, addrs, whole=len(positions) == len(live)))
+        return pieces, held_rows
+
 
 def apply_task(ctx: StageContext, task: Task, worker: _Worker | None = None) -> ApplyTaskResult:
-    """Computes the task's rows, fragment by fragment, in checkpointed chunks; skips rows a checkpoint holds."""
+    """Computes the task's rows in checkpointed chunks that span its fragments; skips rows a checkpoint holds.
+
+    Many small fragments cost one read and one UDF call per chunk, not per fragment; each fragment part
+    still gets its own checkpoint, so resuming, planning and writing keep their per-fragment meaning.
+    """
     worker = worker or _Worker(ctx)
     result = ApplyTaskResult(frag=task.parts[0].frag)
-    size = ctx.settings.checkpoint_size
-    for part in task.parts:
-        prefix = batch_prefix(ctx.job.job_prefix, src_key=part.src_key)
-        frag = worker.ds.get_fragment(part.frag)
-        positions = positions_of(part.ranges)
-        addrs = live_row_addresses(frag)[positions]
-        held = worker.held(prefix, part)
-        if len(held):
-            keep = ~np.isin(addrs, held)
-            positions, addrs = positions[keep], addrs[keep]
-        result.rows_skipped += part.rows - len(positions)
-        if not len(positions):
-            continue
-        ckpt = _Checkpointer(ctx, worker.store, input_for(ctx, worker.ds, part.frag), part.frag, prefix)
-        start = 0
-        while start < len(positions):
-            end = min(start + size, len(positions))
-            error, seconds = ckpt.save(positions[start:end], addrs[start:end])
-            result.failures += ckpt.failures
-            ckpt.failures = []
-            if error:
-                return result.model_copy(update={"error": error, "frag": part.frag})
-            result.rows_computed += end - start
-            result.checkpoints += 1
-            result.udf_seconds += seconds
-            start = end
-            size = ckpt.adapt(size, seconds)
+    pieces, result.rows_skipped = worker.pieces(task)
+    ckpt = _Checkpointer(ctx, worker.store, worker.work)
+    for chunk in _chunks(pieces, ckpt):
+        error, seconds = ckpt.save(chunk)
+        result.failures += ckpt.failures
+        ckpt.failures = []
+        if error:
+            return result.model_copy(update={"error": error, "frag": error.frag})
+        result.rows_computed += sum(len(p) for p in chunk)
+        result.checkpoints += len(chunk)
+        result.udf_seconds += seconds
+        ckpt.adapt(seconds)
     return result
+
+
+def _chunks(pieces: list[_Piece], sizer: _Checkpointer) -> Iterator[list[_Piece]]:
+    """Consecutive pieces cut into chunks of ``sizer.size`` rows (read anew as it adapts), in order."""
+    chunk: list[_Piece] = []
+    filled = 0
+    for piece in pieces:
+        start = 0
+        while start < len(piece):
+            take = min(sizer.size - filled, len(piece) - start)
+            chunk.append(piece.slice(start, start + take))
+            filled += take
+            start += take
+            if filled >= sizer.size:
+                yield chunk
+                chunk, filled = [], 0
+    if chunk:
+        yield chunk
 
 
 def _task_error(ctx: StageContext, exc: ComputeError, frag_id: int, addrs: pa.Array) -> TaskError:

@@ -1,6 +1,6 @@
 """Checkpoint clean-up: remove what no live job needs and no future job can use.
 
-Decided from the table's state, not from file ages: a batch or fragment checkpoint is garbage once
+Decided from the table's state, not from file ages: a batch checkpoint or staged-files record is garbage once
 its UDF version or column is gone, its fragment is gone, its fragment's inputs changed (it can never
 match again), or its fragment is known valid (the values are committed).  Plans are removed once
 finished (their commits done) or expired, and older than ``older_than``; so are the records of jobs
@@ -18,10 +18,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from geneva_provider.core.checkpoint import CheckpointStore, batch_prefix, parse_batch_key, parse_fragment_key
+from geneva_provider.core.checkpoint import CheckpointStore, batch_prefix, parse_batch_key, parse_staged_key
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids, output_files
-from geneva_provider.core.models import Action, FragmentCheckpoint, JobStatus, Plan, plan_from_json
+from geneva_provider.core.models import Action, JobStatus, Plan, StagedFiles, plan_from_json
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udf import udf_column_info
 from geneva_provider.core.view_meta import IS_SET, view_info
@@ -57,7 +57,7 @@ class _Job:
 
 
 def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.timedelta) -> CleanupResult:
-    """Removes the plans, batch and fragment checkpoints and ledgers nothing can use any more."""
+    """Removes the plans, batch checkpoints, staged-files records and ledgers nothing can use any more."""
     now = dt.datetime.now(dt.UTC)
     keys = store.list_keys("")
     result = CleanupResult()
@@ -92,37 +92,32 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
     fragments = {f.fragment_id: f for f in ds.get_fragments()}
     ledgers = {prefix: load_ledger(store, prefix) for prefix in jobs}
     for key in keys:
+        if (staged_job := parse_staged_key(key)) is not None:
+            _clean_staged(store, key, staged_job, jobs, fragments, result)
+            continue
         batch = parse_batch_key(key)
-        frag_file = parse_fragment_key(key) if batch is None else None
-        if batch is None and frag_file is None:
+        if batch is None:
             if key.startswith("ledger-") and key not in {ledger_key(p) for p in jobs}:
                 _remove(store, key, "ledgers", result)
             continue
-        job = batch.prefix.rsplit("_srcfiles-", 1)[0] if batch else frag_file[0]
-        fid = batch.frag_id if batch else frag_file[1]
+        job, fid = batch.prefix.rsplit("_srcfiles-", 1)[0], batch.frag_id
         if fid in live.get(job, ()):
             result.kept_for_live_jobs += 1
             continue
         spec, frag = jobs.get(job), fragments.get(fid)
         if spec is None or frag is None:
-            _remove(store, key, "batch checkpoints" if batch else "fragment checkpoints", result)
+            _remove(store, key, "batch checkpoints", result)
             continue
-        src_files = files_holding(frag.metadata, spec.read_ids) if spec.read_ids is not None else None
         valid = ledgers[job].fragments.get(fid)
-        if batch:
-            if src_files is not None:
-                useless = batch_prefix(job, src_files) != batch.prefix or (
-                    valid == validity_signature(src_files, frag.metadata, spec.out_leaves))
-            else:  # a view: its values were committed and found valid since
-                outputs = files_holding(frag.metadata, spec.out_leaves)
-                useless = valid is not None and bool(outputs) and set(outputs) <= set(valid)
-            if useless:
-                _remove(store, key, "batch checkpoints", result)
-        else:
-            ckpt = _fragment_checkpoint(store, key)
-            current = output_files(frag.metadata, spec.out_leaves)
-            if ckpt is None or ckpt.base_file != current or (current and ckpt.file.path in current.split(";")):
-                _remove(store, key, "fragment checkpoints", result)
+        if spec.read_ids is not None:
+            src_files = files_holding(frag.metadata, spec.read_ids)
+            useless = batch_prefix(job, src_files) != batch.prefix or (
+                valid == validity_signature(src_files, frag.metadata, spec.out_leaves))
+        else:  # a view: its values were committed and found valid since
+            outputs = files_holding(frag.metadata, spec.out_leaves)
+            useless = valid is not None and bool(outputs) and set(outputs) <= set(valid)
+        if useless:
+            _remove(store, key, "batch checkpoints", result)
     log.info("checkpoint clean-up of table '%s': removed %s; kept %d keys of live jobs", table.name,
              result.removed or "nothing", result.kept_for_live_jobs)
     return result
@@ -151,11 +146,27 @@ def _current_jobs(ds: Any, table: TableRef) -> dict[str, _Job]:
     return jobs
 
 
-def _fragment_checkpoint(store: CheckpointStore, key: str) -> FragmentCheckpoint | None:
+def _clean_staged(store: CheckpointStore, key: str, job: str, jobs: dict[str, _Job], fragments: dict[int, Any],
+                  result: CleanupResult) -> None:
+    """Removes a staged-files record once none of its files can still be committed.
+
+    A file is committable while its fragment's output files are still those it was merged over; one
+    a running job staged and has yet to commit is, so a running job never loses its staged files.
+    """
     try:
-        return store.get_model(key, FragmentCheckpoint)
-    except (ValueError, KeyError, OSError):
-        return None
+        record: StagedFiles | None = store.get_model(key, StagedFiles)
+    except (KeyError, OSError):
+        record = None
+    spec = jobs.get(job)
+    if spec is not None and record is not None:
+        for fid, ckpt in record.files.items():
+            frag = fragments.get(fid)
+            if frag is None:
+                continue
+            current = output_files(frag.metadata, spec.out_leaves)
+            if ckpt.base_file == current and not (current and ckpt.file.path in current.split(";")):
+                return  # still committable
+    _remove(store, key, "staged-file records", result)
 
 
 def _remove(store: CheckpointStore, key: str, kind: str, result: CleanupResult) -> None:

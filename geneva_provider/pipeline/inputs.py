@@ -39,12 +39,35 @@ def udf_for(ds: Any, column: str) -> UDF:
     return _UDFS[key]
 
 
+Pieces = list[tuple[int, np.ndarray, bool]]  # (fragment id, live-row positions, whether that is every live row)
+
+
 def read_positions(frag: Any, positions: np.ndarray, columns: list[str]) -> pa.Table:
     """The live rows at ``positions`` (ascending) of a fragment: one range read, or a take."""
     first, n = int(positions[0]), len(positions)
     if int(positions[-1]) - first + 1 == n:
         return frag.to_table(columns=columns, offset=first, limit=n)
     return frag.take(positions.tolist(), columns=columns)
+
+
+def read_pieces(ds: Any, pieces: Pieces, columns: list[str]) -> pa.Table:
+    """``columns`` of the pieces' rows, in order: consecutive whole fragments in one scan, other parts each."""
+    parts: list[pa.Table] = []
+    wholes: list[Any] = []
+
+    def scan_wholes() -> None:
+        if wholes:
+            parts.append(ds.scanner(columns=columns, fragments=list(wholes), scan_in_order=True).to_table())
+            wholes.clear()
+
+    for fid, positions, whole in pieces:
+        if whole:
+            wholes.append(ds.get_fragment(fid))
+            continue
+        scan_wholes()
+        parts.append(read_positions(ds.get_fragment(fid), positions, columns))
+    scan_wholes()
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
 class ComputeError(Exception):
@@ -70,16 +93,16 @@ def evaluate(column: str, fn: UDF, rows: pa.Table, inputs: list[str], failures: 
 
 
 class JobInput(Protocol):
-    """Reads some live rows of a fragment and computes the job's outputs and input fingerprints from them."""
+    """Reads some live rows of some fragments and computes the job's outputs and input fingerprints from them."""
 
-    def read(self, positions: np.ndarray) -> pa.Table: ...
+    def read(self, pieces: Pieces) -> pa.Table: ...
 
     def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]: ...
 
     def fingerprints(self, rows: pa.Table) -> pa.Array: ...
 
 
-InputFactory = Callable[[StageContext, Any, int], JobInput]
+InputFactory = Callable[[StageContext, Any], JobInput]
 _REGISTRY: dict[str, InputFactory] = {}
 
 
@@ -92,29 +115,30 @@ def register_input(kind: str) -> Callable[[InputFactory], InputFactory]:
     return add
 
 
-def input_for(ctx: StageContext, ds: Any, frag_id: int) -> JobInput:
-    """The input of the job's kind, for fragment ``frag_id`` of ``ds``."""
+def input_for(ctx: StageContext, ds: Any) -> JobInput:
+    """The input of the job's kind, over ``ds`` (the table at the job's read version)."""
     try:
         factory = _REGISTRY[ctx.job.kind]
     except KeyError:
         raise InvalidArgumentError(f"no input registered for jobs of kind {ctx.job.kind!r}") from None
-    return factory(ctx, ds, frag_id)
+    return factory(ctx, ds)
 
 
 @register_input("backfill")
 class ScanInput:
     """Backfill input: the fragment's own rows, one UDF column out."""
 
-    def __init__(self, ctx: StageContext, ds: Any, frag_id: int) -> None:
+    def __init__(self, ctx: StageContext, ds: Any) -> None:
         self.job = ctx.job
+        self.ds = ds
         self.column = ctx.job.output_columns[0]
-        self.frag = ds.get_fragment(frag_id)
         self.fn = udf_for(ds, self.column)
         self.seed = self.job.udf.version if self.job.udf else ""
 
-    def read(self, positions: np.ndarray) -> pa.Table:
-        rows = read_positions(self.frag, positions, self.job.input_columns)
-        return rows if rows.num_columns else pa.table({"__rows": pa.nulls(len(positions))})
+    def read(self, pieces: Pieces) -> pa.Table:
+        if not self.job.input_columns:  # a UDF of no column: only the row count matters
+            return pa.table({"__rows": pa.nulls(sum(len(p) for _, p, _ in pieces))})
+        return read_pieces(self.ds, pieces, self.job.input_columns)
 
     def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]:
         return {self.column: evaluate(self.column, self.fn, rows, self.job.input_columns, failures)}
@@ -127,25 +151,25 @@ class ScanInput:
 class CopyInput:
     """Refresh input: a view fragment's ``__source_row_id``s, the source rows they name, the view columns out."""
 
-    def __init__(self, ctx: StageContext, ds: Any, frag_id: int) -> None:
+    def __init__(self, ctx: StageContext, ds: Any) -> None:
         import lance
 
         if ctx.job.source is None:
             raise InvalidArgumentError(f"refresh plan of view '{ctx.job.table}' names no source")
         self.source = ctx.job.source
-        self.frag = ds.get_fragment(frag_id)
+        self.ds = ds
         self.src = lance.dataset(self.source.uri, version=self.source.version, storage_options=ctx.storage_options)
         self.udfs = {c: udf_for(ds, c) for c in self.source.udf_columns}
         self.inputs = {c: udf_column_info(ds.schema.field(c).metadata).input_columns for c in self.source.udf_columns}
         self.types = {name: ds.schema.field(name).type for name in self.source.copied}
         self.seed = ctx.job.column_uid
 
-    def read(self, positions: np.ndarray) -> pa.Table:
-        ids = read_positions(self.frag, positions, [SOURCE_ROW_ID]).column(SOURCE_ROW_ID)
+    def read(self, pieces: Pieces) -> pa.Table:
+        ids = read_pieces(self.ds, pieces, [SOURCE_ROW_ID]).column(SOURCE_ROW_ID)
         rows = self.src._take_rows(ids.combine_chunks().cast(pa.uint64()), columns=self.source.read_columns)
         if rows.num_rows != len(ids):
-            raise RuntimeError(f"view '{self.frag}' names {len(ids)} source rows but only {rows.num_rows} exist at "
-                               f"source version {self.source.version}")
+            raise RuntimeError(f"view '{self.ds.uri}' names {len(ids)} source rows but only {rows.num_rows} exist "
+                               f"at source version {self.source.version}")
         return rows
 
     def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]:

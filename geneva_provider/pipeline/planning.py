@@ -27,10 +27,9 @@ from geneva_provider.core.checkpoint import (
     BatchKey,
     CheckpointStore,
     batch_prefix,
-    fragment_key,
     open_store,
     parse_batch_key,
-    parse_fragment_key,
+    parse_staged_key,
     plan_key,
     split_key_uri,
     src_files_key,
@@ -49,6 +48,7 @@ from geneva_provider.core.models import (
     Plan,
     PlanSettings,
     PlanSummary,
+    StagedFiles,
     Task,
     TaskPart,
     plan_from_json,
@@ -122,13 +122,11 @@ def plan_fragments(
     """
     ledger = load_ledger(store, job)
     keys_by_frag: dict[tuple[str, int], list[BatchKey]] = {}
-    staged_frags: set[int] = set()  # fragments with a fragment checkpoint (one listing, not a lookup each)
     for key in store.list_keys(job):
         bk = parse_batch_key(key)
         if bk is not None:
             keys_by_frag.setdefault((bk.prefix, bk.frag_id), []).append(bk)
-        elif (fk := parse_fragment_key(key)) is not None and fk[0] == job:
-            staged_frags.add(fk[1])
+    staged = staged_files(store, job)
 
     fragments: list[FragmentPlan] = []
     work: list[tuple[int, list[tuple[int, int]]]] = []
@@ -142,11 +140,11 @@ def plan_fragments(
         if ledger.fragments.get(fid) == signature:
             fragments.append(FragmentPlan(**common, rows=frag.count_rows(), action=Action.DONE))
             continue
-        staged = _reusable_checkpoint(store, job, fid, src_files, out_leaves, column_uid, out_file, where
-                                      ) if fid in staged_frags else None
-        if staged is not None:
-            fragments.append(FragmentPlan(**common, rows=staged.rows, action=Action.REUSE, file=staged.file,
-                                          complete=staged.complete))
+        reusable = next((c for c in staged.get(fid, ()) if _reusable(c, src_files, out_leaves, column_uid,
+                                                                       out_file, where)), None)
+        if reusable is not None:
+            fragments.append(FragmentPlan(**common, rows=reusable.rows, action=Action.REUSE, file=reusable.file,
+                                          complete=reusable.complete))
             continue
         exam = examiner.examine(frag)
         if exam.invalid == 0:
@@ -275,27 +273,35 @@ def committed_key(job_id: str) -> str:
     return f"{plan_key(job_id)}-committed"
 
 
-def _reusable_checkpoint(
-    store: CheckpointStore,
-    job: str,
-    fid: int,
-    src_files: list[str],
-    out_leaves: list[int],
-    column_uid: str,
-    out_file: str | None,
-    where: str | None,
-) -> FragmentCheckpoint | None:
+def staged_records(store: CheckpointStore, job: str) -> dict[str, StagedFiles]:
+    """The job's staged-files records by key (an unreadable one is removed: its fragments are written again)."""
+    records = {}
+    for key in store.list_keys(job):
+        if parse_staged_key(key) != job:
+            continue
+        try:
+            records[key] = store.get_model(key, StagedFiles)
+        except KeyError:
+            continue
+        except CorruptCheckpointError as exc:
+            discard_corrupt(store, key, exc)
+    return records
+
+
+def staged_files(store: CheckpointStore, job: str) -> dict[int, list[FragmentCheckpoint]]:
+    """Every file the job's writers staged, by fragment."""
+    files: dict[int, list[FragmentCheckpoint]] = {}
+    for record in staged_records(store, job).values():
+        for fid, ckpt in record.files.items():
+            files.setdefault(fid, []).append(ckpt)
+    return files
+
+
+def _reusable(ckpt: FragmentCheckpoint, src_files: list[str], out_leaves: list[int], column_uid: str,
+              out_file: str | None, where: str | None) -> bool:
     """A staged file still to commit, while it matches the inputs, the output and the job's filter."""
-    key = fragment_key(job, fid)
-    try:
-        ckpt = store.get_model(key, FragmentCheckpoint)
-    except KeyError:
-        return None
-    except CorruptCheckpointError as exc:
-        discard_corrupt(store, key, exc)
-        return None
     if ckpt.output_field_ids != out_leaves or ckpt.column_uid != column_uid or ckpt.src_data_files != src_files:
-        return None
+        return False
     if out_file == ckpt.file.path or ckpt.base_file != out_file:  # committed already, or staged over another file
-        return None
-    return ckpt if ckpt.complete or ckpt.where == where else None
+        return False
+    return ckpt.complete or ckpt.where == where

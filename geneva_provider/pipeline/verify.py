@@ -11,21 +11,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from geneva_provider.core.checkpoint import CheckpointStore, fragment_key
-from geneva_provider.core.errors import CorruptCheckpointError, VerificationError
+from geneva_provider.core.checkpoint import CheckpointStore
+from geneva_provider.core.errors import VerificationError
 from geneva_provider.core.models import (
     Action,
     CommitRecord,
-    FragmentCheckpoint,
     FragmentPlan,
     Plan,
     PlanSummary,
     VerifyResult,
 )
 from geneva_provider.pipeline.job_records import finish_record, job_stage
-from geneva_provider.pipeline.planning import committed_key, load_plan
+from geneva_provider.pipeline.planning import committed_key, load_plan, staged_files
 
 log = logging.getLogger(__name__)
+
 
 _VERIFIED = (Action.COMPUTE, Action.REUSE)
 
@@ -57,6 +57,7 @@ def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] 
     record = committed_key(plan.job_id)
     committed = store.get_model(record, CommitRecord).staged if record in store else {}
     problems, deleted, rows_ok, frags_ok = [], [], 0, 0
+    staged: dict[int, set[str]] | None = None  # read only when a commit record does not tell
     for entry in plan.fragments:
         if entry.action not in _VERIFIED:
             continue
@@ -69,10 +70,14 @@ def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] 
                 problems.append(f"fragment {entry.id} ({entry.rows} rows) no longer exists: it was compacted or "
                                 "rewritten during the job, so its rows were not committed")
             continue
-        staged = committed.get(entry.id) or _staged(store, plan.job_prefix, entry.id)
-        if staged is None or staged not in {df.path for df in meta.files}:
-            problems.append(f"fragment {entry.id}: {entry.rows} rows lack their computed value")
-            continue
+        files = {df.path for df in meta.files}
+        if committed.get(entry.id) not in files:
+            if staged is None:
+                staged = {fid: {c.file.path for c in ckpts}
+                          for fid, ckpts in staged_files(store, plan.job_prefix).items()}
+            if not staged.get(entry.id, set()) & files:
+                problems.append(f"fragment {entry.id}: {entry.rows} rows lack their computed value")
+                continue
         rows_ok += entry.rows
         frags_ok += 1
     if problems:
@@ -86,15 +91,6 @@ def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] 
              plan.job_id, frags_ok, rows_ok, plan.label(), ds.version)
     return VerifyResult(job_id=plan.job_id, table=plan.table, column=plan.column, version=ds.version,
                         fragments_verified=frags_ok, rows_verified=rows_ok, fragments_deleted=deleted)
-
-
-def _staged(store: Any, job_prefix: str, fid: int) -> str | None:
-    """The file the job staged for a fragment, from its fragment checkpoint (when no commit record has it)."""
-    key = fragment_key(job_prefix, fid)
-    try:
-        return store.get_model(key, FragmentCheckpoint).file.path if key in store else None
-    except CorruptCheckpointError:
-        return None
 
 
 def _rows_gone(ds: Any, planned: Any, entry: FragmentPlan) -> bool:

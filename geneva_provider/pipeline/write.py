@@ -2,9 +2,9 @@
 
 A Lance data file must hold a value for every physical row of its fragment, so the writer
 restores the physical layout from the checkpointed row addresses: deleted rows become
-NULL, rows a ``where`` did not select keep their current value.  Each staged file is
-recorded in a fragment checkpoint before it is committed, so a rerun commits it again
-instead of recomputing it.
+NULL, rows a ``where`` did not select keep their current value.  The files a writer staged
+are recorded (one record per few hundred fragments) before any is committed, so a rerun
+commits them again instead of writing them again.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.core.checkpoint import ROWADDR, batch_prefix, fragment_key, open_store, parse_batch_key
+from geneva_provider.core.checkpoint import ROWADDR, batch_prefix, open_store, parse_batch_key, staged_key
 from geneva_provider.core.errors import CheckpointMissingError, CommitError, CorruptCheckpointError
 from geneva_provider.core.fragments import live_row_addresses
 from geneva_provider.core.models import (
@@ -32,6 +32,7 @@ from geneva_provider.core.models import (
     FragmentCheckpoint,
     FragmentPlan,
     Plan,
+    StagedFiles,
     WriteResult,
     WrittenFragment,
 )
@@ -50,6 +51,8 @@ from geneva_provider.pipeline.runner import job_tag, run_tasks
 
 log = logging.getLogger(__name__)
 
+STAGED_PER_RECORD = 256  # staged files per record: one small document for many fragments
+
 _OFFSET_MASK = pa.scalar(0xFFFFFFFF, pa.uint64())
 
 
@@ -58,17 +61,32 @@ class _Writer:
     """What one Spark partition opens once for all its fragments: the table, the store, and its checkpoint keys."""
 
     def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
         self.store = ctx.store()
         self.ds = ctx.dataset()
+        self.fields = [self.ds.schema.field(c) for c in ctx.job.output_columns]
+        self.staged: dict[int, FragmentCheckpoint] = {}
         self.keys: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
         for key in self.store.list_keys(ctx.job.job_prefix):
             bk = parse_batch_key(key)
             if bk is not None:
                 self.keys.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end, key))
 
+    def stage(self, fid: int, ckpt: FragmentCheckpoint) -> None:
+        """Records a staged file; every ``STAGED_PER_RECORD`` files become one record in the store."""
+        self.staged[fid] = ckpt
+        if len(self.staged) >= STAGED_PER_RECORD:
+            self.flush()
+
+    def flush(self) -> None:
+        """Writes the staged files not yet recorded (before the driver commits any of them)."""
+        if self.staged:
+            self.store.put_model(staged_key(self.ctx.job.job_prefix), StagedFiles(files=self.staged))
+            self.staged = {}
+
 
 def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | None = None) -> WrittenFragment:
-    """Writes one fragment's output file from its checkpoints over its current values; records a fragment checkpoint.
+    """Writes one fragment's output file from its checkpoints over its current values; stages it with the writer.
 
     Every live row keeps its current value and fingerprint unless a checkpoint holds a newer one, so
     rows a filter left out, and rows whose value was still valid, are carried over unchanged.
@@ -91,7 +109,7 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
             raise CheckpointMissingError(
                 f"columns {job.output_columns[:-1]} of table '{job.table}': {exc}; it was removed and nothing was "
                 "committed from it: run the job again (a new plan computes its rows again)") from None
-    fields = [ds.schema.field(c) for c in job.output_columns]
+    fields = writer.fields
     new = pa.concat_tables(parts) if parts else pa.table(
         {ROWADDR: pa.array([], pa.uint64()), **{f.name: pa.array([], f.type) for f in fields}})
     needed = live_row_addresses(frag)[positions_of(entry.needed)]
@@ -124,7 +142,7 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
     datafile = DataFileRef.from_lance(DataFile(
         rel, fields=leaves, column_indices=list(range(len(leaves))), file_major_version=major,
         file_minor_version=minor, file_size_bytes=w.size_bytes))
-    store.put_model(fragment_key(job.job_prefix, fid), FragmentCheckpoint(
+    writer.stage(fid, FragmentCheckpoint(
         file=datafile, src_data_files=entry.src_files, output_field_ids=leaves, column_uid=job.column_uid,
         base_file=entry.base_file, rows=entry.rows, where=job.where, complete=complete))
     return WrittenFragment(frag=fid, file=datafile, rows=entry.rows, complete=complete)
@@ -150,8 +168,9 @@ def physical_index(physical_rows: int, addrs: pa.Array) -> pa.Array:
 
 def _write_partition(ctx: StageContext, entries: Iterable[FragmentPlan]) -> Iterator[WrittenFragment]:
     writer = _Writer(ctx)
-    for entry in entries:
-        yield write_fragment(ctx, entry, writer)
+    written = [write_fragment(ctx, entry, writer) for entry in entries]
+    writer.flush()  # recorded before the driver sees (and commits) any of them
+    yield from written
 
 
 # ---------------------------------------------------------------------- driver side
