@@ -61,6 +61,9 @@ def test_backfill_after_ingest(dagbag, lance_db, capfd):
     got = tbl.to_arrow(["text", "words"]).to_pydict()
     assert got["words"] == [words_of(t) for t in got["text"]] and len(got["words"]) == 8_000
     tbl.dataset().validate()
+    # The job's record, written by the stages across the DAG's tasks, names the Airflow run.
+    record = lance_db.get_job(plan["job_id"])
+    assert (record.status, record.airflow_run_id, record.rows_committed) == ("DONE", dr.run_id, 8_000)
 
     # No new data: both Spark tasks are skipped and the run takes seconds.
     dr, states, tis, noop_s = run(backfill)
