@@ -96,15 +96,24 @@ def events_table(n: int, start: int = 0) -> pa.Table:
 
 @gp.udf(data_type=pa.int64(), name="flaky_double")
 def flaky_double(x: int) -> int:
-    """x*2, logging calls to $GENEVA_TEST_CALL_DIR; fails once at x == 3500 if $GENEVA_TEST_FAIL_FLAG exists.
+    """x*2, logging calls to $GENEVA_TEST_CALL_DIR; its worker dies once at x == 3500 if $GENEVA_TEST_FAIL_FLAG exists.
 
-    The flag is removed by the failing call, so the retry succeeds (a fault injected once).
+    A lost executor, not a UDF bug: Airflow retries the task.  The flag is removed first, so the
+    retry succeeds (a fault injected once).
     """
     flag = os.environ.get("GENEVA_TEST_FAIL_FLAG", "")
     if x == 3500 and flag and os.path.exists(flag):
         os.remove(flag)
-        raise RuntimeError("injected failure")
+        os._exit(1)
     _log_calls(os.environ["GENEVA_TEST_CALL_DIR"], [x])
+    return x * 2
+
+
+@gp.udf(data_type=pa.int64(), name="broken_double")
+def broken_double(x: int) -> int:
+    """A UDF with a bug: it fails on x == 7 every time (a deterministic failure, never worth a retry)."""
+    if x == 7:
+        raise ValueError(f"cannot double x={x}")
     return x * 2
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -135,6 +136,24 @@ def test_apply_retry_recomputes_nothing_already_checkpointed(dagbag, lance_db, t
     got = tbl.to_arrow(["x", "y"]).to_pydict()
     assert got["y"] == [2 * x for x in got["x"]]
     tbl.dataset().validate()
+
+
+def test_a_udf_bug_fails_its_task_once_with_the_udfs_message_first(dagbag, lance_db, capfd):
+    from tests.helpers import events_table
+
+    lance_db.create_table("buggy", events_table(1_000), max_rows_per_file=500)
+    dr, states, tis, _ = run(dagbag.get_dag("geneva_test_udf_bug"))
+    assert dr.state == "failed"
+    assert states["backfill_y.plan"] == "success" and states["backfill_y.apply"] == "failed"
+    assert tis["backfill_y.apply"].try_number == 1  # retries=2, yet not retried: a retry cannot fix a bug
+    out, err = capfd.readouterr()  # dag.test() prints the task logs
+    message = next(line for line in (out + err).splitlines() if "AirflowFailException: the apply stage" in line)
+    # The package's reason first: the UDF, the column, the table, the row, the original error.
+    assert re.search(r"the apply stage of plan \S+ failed: UDFExecutionError: UDF 'broken_double' failed computing "
+                     r"column 'y' of table 'buggy'.*x=7", message)
+    assert lance_db.open_table("buggy").count_rows("y IS NOT NULL") == 0  # nothing committed
+    (job,) = lance_db.list_jobs("buggy")
+    assert job.status == "FAILED" and "cannot double x=7" in job.error
 
 
 @pytest.mark.slow

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 
 class GenevaError(Exception):
-    """Base class of every error raised by geneva_provider."""
+    """Base class of every error raised by geneva_provider.
+
+    ``retryable`` says whether running the same task again can help: bad input, a failing UDF or a
+    missing value fail the same way every time (Airflow fails such a task without retrying it).
+    """
+
+    retryable: bool = False
 
 
 class InvalidArgumentError(GenevaError, ValueError):
@@ -41,6 +47,8 @@ class CheckpointMissingError(GenevaError):
 
 class CommitError(GenevaError):
     """A commit could not be applied (non-retryable conflict or retries exhausted)."""
+
+    retryable = True  # a later attempt meets other concurrent writers
 
 
 class VerificationError(GenevaError):

@@ -393,6 +393,7 @@ class StageReport(_Model):
 
     status: Literal["success", "failed"]
     error: str | None = None
+    retryable: bool = True  # False: the failure is deterministic (bad input, a UDF bug), a retry cannot help
     result: ApplyResult | WriteResult | CompactionResult | None = Field(default=None, discriminator="stage")
 
     def to_xcom(self) -> dict[str, Any]:

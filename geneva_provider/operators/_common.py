@@ -9,17 +9,37 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
+from geneva_provider.core.errors import GenevaError, InvalidArgumentError, UDFDefinitionError
 
 if TYPE_CHECKING:
     from geneva_provider.core.options import JobOptions
     from geneva_provider.core.udf import UDF
 
 SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package")
+
+
+def fails_without_retry(execute: Callable[..., Any]) -> Callable[..., Any]:
+    """Makes an operator's ``execute`` fail for good on a deterministic error (bad input, a UDF bug).
+
+    The package's errors that a retry cannot fix become ``AirflowFailException`` (Airflow does not
+    retry it), with the package's message first; conflicts and infrastructure errors still retry.
+    """
+    @functools.wraps(execute)
+    def run(self: Any, context: Any) -> Any:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        try:
+            return execute(self, context)
+        except GenevaError as exc:
+            if exc.retryable:
+                raise
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+
+    return run
 
 
 class UDFImportError(UDFDefinitionError, ImportError):

@@ -13,7 +13,7 @@ from airflow.sdk import BaseOperator
 
 from geneva_provider.core.options import BackfillOptions
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import import_udf, lineage, parse_options, take_options
+from geneva_provider.operators._common import fails_without_retry, import_udf, lineage, parse_options, take_options
 
 
 class GenevaAddColumnsOperator(BaseOperator):
@@ -34,6 +34,7 @@ class GenevaAddColumnsOperator(BaseOperator):
         self.columns = columns
         self.lance_conn_id = lance_conn_id
 
+    @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.core.errors import ColumnError
 
@@ -87,6 +88,7 @@ class GenevaPlanBackfillOperator(BaseOperator):
         self.lance_conn_id = lance_conn_id
         self._table_uri: str | None = None
 
+    @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.pipeline.plan_backfill import plan_backfill
 
@@ -126,6 +128,7 @@ class GenevaVerifyOperator(BaseOperator):
         self._table_uri: str | None = None
         self._column: str | None = None
 
+    @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.core.models import PlanSummary
         from geneva_provider.pipeline.verify import verify

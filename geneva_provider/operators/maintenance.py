@@ -13,7 +13,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import duration, positive_int
+from geneva_provider.operators._common import duration, fails_without_retry, positive_int
 from geneva_provider.operators.spark import _GenevaSparkStageOperator
 
 
@@ -39,6 +39,7 @@ class GenevaPlanCompactionOperator(BaseOperator):
         self.exclude_live_jobs = exclude_live_jobs
         self.lance_conn_id = lance_conn_id
 
+    @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.pipeline.compaction import plan_compaction
 
@@ -94,6 +95,7 @@ class GenevaCleanupOldVersionsOperator(_GenevaTableCleanupOperator):
     Never ``delete_unverified``: files a running job has staged but not committed yet are kept.
     """
 
+    @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         stats = LanceHook(self.lance_conn_id).dataset(self.table).cleanup_old_versions(
             older_than=self.older_than_delta())
@@ -109,6 +111,7 @@ class GenevaCleanupCheckpointsOperator(_GenevaTableCleanupOperator):
     Never those of a running job: a clean-up may run beside backfills.
     """
 
+    @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         older_than = self.older_than_delta()
         result = LanceHook(self.lance_conn_id).open_table(self.table).cleanup_checkpoints(older_than=older_than)

@@ -103,14 +103,31 @@ class _GenevaSparkStageOperator(BaseOperator):
             self._hook = SparkSubmitHook(**hook_kwargs)
         self.log.info("Submitting the %s stage of plan %s (%d rows to compute)", self.stage, plan.job_id,
                       plan.rows_to_compute)
+        submit_error: Exception | None = None
         with ProgressLogger(store, plan.job_id, self.stage, self.log):
-            self._hook.submit(app_path(self.stage))
-        if result_key not in store:
-            raise AirflowException(f"the {self.stage} job of plan {plan.job_id} wrote no result")
-        report = store.get_model(result_key, StageReport)
-        if report.status != "success":
-            raise AirflowException(f"the {self.stage} job of plan {plan.job_id} failed: {report.error}")
-        return report.to_xcom()
+            try:
+                self._hook.submit(app_path(self.stage))
+            except AirflowException as exc:  # the provider's generic "Cannot execute: spark-submit ..."
+                submit_error = exc
+        report = store.get_model(result_key, StageReport) if result_key in store else None
+        if report is not None and report.status == "success" and submit_error is None:
+            return report.to_xcom()
+        raise self._failure(plan.job_id, report)
+
+    def _failure(self, job_id: str, report: Any) -> Exception:
+        """The stage's failure with the package's reason first, then the last lines Spark printed.
+
+        A deterministic failure (bad input, a UDF bug) fails the task for good; others may retry.
+        """
+        from airflow.sdk.exceptions import AirflowFailException
+
+        reason = report.error if report is not None and report.error else "it wrote no report (see Spark's output)"
+        # The provider keeps (and masks) the last lines spark-submit printed.
+        tail = getattr(self._hook, "_submit_log_tail", "")
+        message = f"the {self.stage} stage of plan {job_id} failed: {reason}{tail}"
+        if report is not None and not report.retryable:
+            return AirflowFailException(message)
+        return AirflowException(message)
 
     def on_kill(self) -> None:
         if self._hook is not None:

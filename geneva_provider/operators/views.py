@@ -12,7 +12,7 @@ from airflow.sdk import BaseOperator
 
 from geneva_provider.core.options import RefreshOptions
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import import_udf, parse_options, take_options
+from geneva_provider.operators._common import fails_without_retry, import_udf, parse_options, take_options
 
 
 class GenevaCreateMaterializedViewOperator(BaseOperator):
@@ -44,6 +44,7 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
         self.max_rows_per_fragment = max_rows_per_fragment
         self.lance_conn_id = lance_conn_id
 
+    @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.core.errors import InvalidArgumentError
         from geneva_provider.core.view_meta import view_info
@@ -89,6 +90,7 @@ class GenevaPlanRefreshOperator(BaseOperator):
         self.parallelism = parallelism
         self.lance_conn_id = lance_conn_id
 
+    @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.pipeline.plan_refresh import plan_refresh
 
