@@ -26,8 +26,8 @@ PLAN_ARGUMENTS = ("parallelism",)
 def backfill_task_group(group_id: str, table: str, column: str, **kwargs: Any) -> TaskGroup:
     """plan -> Spark apply -> Spark write+commit -> verify of ``column``, each task retried on its own.
 
-    When the plan has nothing to compute, both Spark tasks are skipped and verify still runs (and
-    emits the column's Asset); when the group's upstream is skipped, the whole group is skipped.
+    When the plan has nothing to compute, the Spark tasks and verify are skipped (no Asset event);
+    when the group's upstream is skipped, the whole group is skipped.
     """
     with TaskGroup(group_id=group_id, tooltip=f"backfill {table}.{column}") as group:
         _wire(GenevaPlanBackfillOperator, BackfillOptions, {"table": table, "column": column}, table, column, kwargs)

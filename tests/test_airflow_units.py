@@ -11,7 +11,13 @@ from types import SimpleNamespace
 import jsonschema
 import pyarrow as pa
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException, TaskDeferred
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    TaskDeferred,
+)
 
 import geneva_provider as gp
 from geneva_provider.get_provider_info import get_provider_info
@@ -80,13 +86,18 @@ def test_add_columns_operator_is_idempotent_and_refuses_redefinitions(events):
     assert again["added"] == [] and again["existing"] == ["e", "w"] and events.version == version
     assert events.udf_columns()["e"]["input_columns"] == ["id"]
     other = GenevaAddColumnsOperator(task_id="x", table="events", columns={"w": "geneva_provider.examples:embed"})
-    with pytest.raises(gp.ColumnError, match="column 'w' of table 'events' is computed by UDF 'flaky_double'"):
+    # Deterministic errors fail the task for good (AirflowFailException: no retry), as the package's errors.
+    with pytest.raises(gp.ColumnError, match="column 'w' of table 'events' is computed by UDF 'flaky_double'"
+                       ) as failed:
         other.execute(context())
-    with pytest.raises(TypeError, match="not a @udf function"):
+    assert isinstance(failed.value, AirflowFailException)
+    with pytest.raises(TypeError, match="not a @udf function") as failed:
         GenevaAddColumnsOperator(task_id="y", table="events", columns={"z": "geneva_provider.examples:sample"}
                                  ).execute(context())
-    with pytest.raises(ImportError, match=r"cannot import UDF 'nope\.nope:f'"):
+    assert isinstance(failed.value, AirflowFailException)
+    with pytest.raises(ImportError, match=r"cannot import UDF 'nope\.nope:f'") as failed:
         GenevaAddColumnsOperator(task_id="z", table="events", columns={"z": "nope.nope:f"}).execute(context())
+    assert isinstance(failed.value, AirflowFailException)
 
 
 def test_plan_and_verify_operators(events, spark):

@@ -394,6 +394,7 @@ class StageReport(_Model):
     status: Literal["success", "failed"]
     error: str | None = None
     retryable: bool = True  # False: the failure is deterministic (bad input, a UDF bug), a retry cannot help
+    error_type: str | None = None  # the exception's class name (one of the package's errors, or another)
     result: ApplyResult | WriteResult | CompactionResult | None = Field(default=None, discriminator="stage")
 
     def to_xcom(self) -> dict[str, Any]:

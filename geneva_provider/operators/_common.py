@@ -25,21 +25,35 @@ SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package")
 def fails_without_retry(execute: Callable[..., Any]) -> Callable[..., Any]:
     """Makes an operator's ``execute`` fail for good on a deterministic error (bad input, a UDF bug).
 
-    The package's errors that a retry cannot fix become ``AirflowFailException`` (Airflow does not
-    retry it), with the package's message first; conflicts and infrastructure errors still retry.
+    A package error that a retry cannot fix is raised again as itself *and* an
+    ``AirflowFailException`` (which Airflow does not retry): callers still catch ``ColumnError``,
+    ``InvalidArgumentError``...; conflicts and infrastructure errors still retry.
     """
     @functools.wraps(execute)
     def run(self: Any, context: Any) -> Any:
-        from airflow.sdk.exceptions import AirflowFailException
-
         try:
             return execute(self, context)
         except GenevaError as exc:
             if exc.retryable:
                 raise
-            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+            raise no_retry(exc) from exc
 
     return run
+
+
+def no_retry(exc: GenevaError) -> Exception:
+    """``exc`` as an instance of its own class and of ``AirflowFailException`` (same message)."""
+    failed = _no_retry_class(type(exc))(*exc.args)
+    failed.__traceback__ = exc.__traceback__
+    return failed
+
+
+@functools.cache
+def _no_retry_class(cls: type[GenevaError]) -> type[Exception]:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    return type(cls.__name__, (cls, AirflowFailException), {"__module__": cls.__module__,
+                                                              "__doc__": cls.__doc__})
 
 
 class UDFImportError(UDFDefinitionError, ImportError):

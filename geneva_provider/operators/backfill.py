@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
 
 from geneva_provider.core.options import BackfillOptions
 from geneva_provider.hooks.lance import LanceHook
@@ -108,6 +109,9 @@ class GenevaPlanBackfillOperator(BaseOperator):
 class GenevaVerifyOperator(BaseOperator):
     """Fails loudly if any planned row lacks its value; on success emits the table's Asset event.
 
+    A plan that had nothing to do skips the task instead, so no Asset event wakes downstream DAGs
+    for nothing.
+
     :param plan: the plan summary returned by :class:`GenevaPlanBackfillOperator` (or the refresh plan).
     :param table: with ``column``, names the default outlet ``lance://<conn id>/<table>/<column>``.
     """
@@ -134,6 +138,9 @@ class GenevaVerifyOperator(BaseOperator):
         from geneva_provider.pipeline.verify import verify
 
         plan = PlanSummary.from_xcom(self.plan)
+        if plan.nothing_to_do:  # honest signals: a run that changed nothing emits no Asset event
+            raise AirflowSkipException(f"{plan.kind} {plan.job_id} of '{plan.table}' had nothing to compute or "
+                                       f"commit (up to date at version {plan.read_version}): no Asset event")
         hook = LanceHook(self.lance_conn_id)
         result = verify(plan, hook.storage_options)
         self._table_uri = hook.database.table_uri(result.table)

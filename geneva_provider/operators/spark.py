@@ -21,6 +21,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.operators._common import no_retry
 from geneva_provider.spark_apps import app_path
 from geneva_provider.spark_apps._runner import STORAGE_OPTIONS_ENV
 
@@ -119,14 +120,15 @@ class _GenevaSparkStageOperator(BaseOperator):
 
         A deterministic failure (bad input, a UDF bug) fails the task for good; others may retry.
         """
-        from airflow.sdk.exceptions import AirflowFailException
+        from geneva_provider.core import errors
 
         reason = report.error if report is not None and report.error else "it wrote no report (see Spark's output)"
         # The provider keeps (and masks) the last lines spark-submit printed.
         tail = getattr(self._hook, "_submit_log_tail", "")
         message = f"the {self.stage} stage of plan {job_id} failed: {reason}{tail}"
-        if report is not None and not report.retryable:
-            return AirflowFailException(message)
+        cls = getattr(errors, report.error_type or "", None) if report is not None else None
+        if isinstance(cls, type) and issubclass(cls, errors.GenevaError):  # the package's error, as itself
+            return cls(message) if report.retryable else no_retry(cls(message))
         return AirflowException(message)
 
     def on_kill(self) -> None:
