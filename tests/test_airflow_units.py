@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
+from datetime import datetime, timedelta
 from importlib import resources
 from types import SimpleNamespace
 
@@ -67,7 +68,15 @@ def test_hook_opens_the_database_and_masks_its_secrets(events):
     assert hook.storage_options == {"aws_secret_access_key": FAKE_SECRET}
     assert FAKE_SECRET not in repr(hook.get_conn())
     assert FAKE_SECRET not in str(_secrets_masker().redact(f"key={FAKE_SECRET}"))
-    assert hook.test_connection() == (True, "1 tables")
+    ok, message = hook.test_connection()
+    assert ok and message.startswith("1 tables in ")
+
+
+def test_connection_test_fails_for_a_missing_database(monkeypatch, tmp_path):
+    missing = tmp_path / "no-such-lake"
+    monkeypatch.setenv("AIRFLOW_CONN_MISSING_LANCE", json.dumps({"conn_type": "lance", "host": str(missing)}))
+    assert LanceHook("missing_lance").test_connection() == (False, f"database directory {missing} does not exist")
+    assert not missing.exists()  # testing the connection created nothing
 
 
 def test_hook_without_uri_says_what_to_set(monkeypatch):
@@ -252,3 +261,53 @@ def test_airflow_lists_the_provider():
                          timeout=300).stdout
     providers = {p["package_name"]: p for p in json.loads(out[out.index("["):])}
     assert providers["airflow-provider-geneva"]["version"] == gp.__version__
+
+
+@pytest.mark.parametrize("connection", [
+    {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}},
+    {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "client"}},
+    {"conn_type": "spark", "host": "k8s://https://k8s-api:6443", "extra": {"deploy-mode": "cluster"}},
+], ids=["yarn-cluster", "yarn-client", "k8s"])
+def test_storage_options_never_reach_a_yarn_or_kubernetes_command_line(monkeypatch, connection):
+    from geneva_provider.core.models import PlanSummary
+    from geneva_provider.spark_apps import app_path
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps(connection))
+    plan = PlanSummary(job_id="j", plan_uri="/x/plan-j.lance", table="t", column="c", tasks=1, rows_to_compute=5,
+                       rows_reused=0, read_version=3, fragments_to_compute=1, fragments_reused=0, fragments_done=0,
+                       nothing_to_do=False)
+    secrets = LanceHook().storage_options
+    assert FAKE_SECRET in secrets.values()
+    refused = GenevaSparkApplyOperator(task_id="a", plan=plan, spark_conn_id="spark_cluster")
+    with pytest.raises(gp.InvalidArgumentError, match="cluster_credentials=True") as failed:
+        refused.make_hook(plan, secrets, "r")
+    assert FAKE_SECRET not in str(failed.value)
+    if "k8s" in connection["host"]:
+        return  # building a Kubernetes submit needs the kubernetes client, not installed here
+    allowed = GenevaSparkApplyOperator(task_id="a", plan=plan, spark_conn_id="spark_cluster",
+                                       cluster_credentials=True)
+    command = " ".join(allowed.make_hook(plan, secrets, "r")._build_spark_submit_command(app_path("apply")))
+    assert "--plan-uri /x/plan-j.lance" in command and FAKE_SECRET not in command
+    assert "GENEVA_STORAGE_OPTIONS" not in command
+    # A local master passes them in the process environment only.
+    local = GenevaSparkApplyOperator(task_id="a", plan=plan).make_hook(plan, secrets, "r")
+    assert FAKE_SECRET not in " ".join(local._build_spark_submit_command(app_path("apply")))
+    assert FAKE_SECRET in local._env["GENEVA_STORAGE_OPTIONS"]
+
+
+def test_task_groups_pass_any_base_operator_argument_to_every_task():
+    from airflow.sdk import DAG
+
+    from geneva_provider.task_groups import backfill_task_group
+
+    with DAG(dag_id="pass_through", schedule=None, start_date=datetime(2026, 1, 1)):
+        group = backfill_task_group("g", "events", "w", pool="small_cluster", queue="spark", priority_weight=7,
+                                    execution_timeout=timedelta(minutes=30), retries=4, checkpoint_size=500,
+                                    conf={"spark.executor.memory": "2g"})
+    tasks = {t.task_id.split(".")[-1]: t for t in group.children.values()}
+    assert set(tasks) == {"plan", "apply", "write_commit", "verify"}
+    for task in tasks.values():
+        assert (task.pool, task.queue, task.priority_weight, task.retries) == ("small_cluster", "spark", 7, 4)
+        assert task.execution_timeout == timedelta(minutes=30)
+    assert tasks["plan"].checkpoint_size == 500
+    assert tasks["apply"].conf == tasks["write_commit"].conf == {"spark.executor.memory": "2g"}

@@ -78,11 +78,21 @@ class LanceHook(BaseHook):
         return self.open_table(table).dataset()
 
     def test_connection(self) -> tuple[bool, str]:
+        """Succeeds only for a database that exists and can be listed (a missing directory fails)."""
+        import os
+
         try:
-            names = self.database.table_names()
+            db = self.database
+            uri = db.uri
+            local = uri[len("file://"):] if uri.startswith("file://") else None if "://" in uri else uri
+            if local is not None and not os.path.isdir(local):
+                return False, f"database directory {local} does not exist"
+            if local is not None and not os.access(local, os.R_OK | os.X_OK):
+                return False, f"database directory {local} is not readable"
+            names = db.table_names()
         except Exception as exc:  # noqa: BLE001 - reported to the UI, not raised
-            return False, str(exc)
-        return True, f"{len(names)} tables"
+            return False, f"{type(exc).__name__}: {exc}"
+        return True, f"{len(names)} tables in {uri}"
 
 
 def _string_map(raw: Any, key: str, conn_id: str) -> dict[str, str] | None:

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
+from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import no_retry
+from geneva_provider.operators._common import fails_without_retry, no_retry
 from geneva_provider.spark_apps import app_path
 from geneva_provider.spark_apps._runner import STORAGE_OPTIONS_ENV
 
@@ -53,10 +54,12 @@ class _GenevaSparkStageOperator(BaseOperator):
         env_vars: dict[str, str] | None = None,
         spark_binary: str | None = None,
         ship_package: bool = False,
+        cluster_credentials: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.ship_package = ship_package
+        self.cluster_credentials = cluster_credentials
         self.plan = plan
         self.spark_conn_id = spark_conn_id
         self.lance_conn_id = lance_conn_id
@@ -69,9 +72,8 @@ class _GenevaSparkStageOperator(BaseOperator):
     def nothing_to_do(self, plan: PlanSummary) -> bool:
         return plan.nothing_to_do
 
+    @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
         from geneva_provider.core.checkpoint import open_store, split_key_uri
         from geneva_provider.core.models import PlanSummary, StageReport
 
@@ -84,24 +86,7 @@ class _GenevaSparkStageOperator(BaseOperator):
         result_key = f"{plan_key}-{self.stage}-result"
         store.delete(result_key)  # a retry must not read an earlier attempt's result
 
-        env = {**self.env_vars}
-        if storage_options:
-            env[STORAGE_OPTIONS_ENV] = json.dumps(storage_options)
-        conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-                **self.conf}
-        binary = self.spark_binary or _spark_submit_binary(env)
-        py_files = self.py_files
-        if self.ship_package:
-            py_files = ",".join(p for p in (py_files, package_zip()) if p)
-        hook_kwargs = dict(
-            conn_id=self.spark_conn_id, conf=conf, py_files=py_files, env_vars=env,
-            spark_binary=binary, name=f"geneva-{self.stage}-{plan.table}-{plan.column or plan.kind}",
-            application_args=["--plan-uri", plan.plan_uri, "--result-key", result_key],
-        )
-        self._hook = SparkSubmitHook(**hook_kwargs)
-        if str(self._hook._connection.get("master", "")).startswith("local") and "SPARK_LOCAL_IP" not in env:
-            env["SPARK_LOCAL_IP"] = "127.0.0.1"  # local Spark listens on loopback only
-            self._hook = SparkSubmitHook(**hook_kwargs)
+        self._hook = self.make_hook(plan, storage_options, result_key)
         self.log.info("Submitting the %s stage of plan %s (%d rows to compute)", self.stage, plan.job_id,
                       plan.rows_to_compute)
         submit_error: Exception | None = None
@@ -114,6 +99,43 @@ class _GenevaSparkStageOperator(BaseOperator):
         if report is not None and report.status == "success" and submit_error is None:
             return report.to_xcom()
         raise self._failure(plan.job_id, report)
+
+    def make_hook(self, plan: PlanSummary, storage_options: dict[str, str] | None, result_key: str) -> Any:
+        """The ``SparkSubmitHook`` that runs the stage: the package's program, the plan, the storage options.
+
+        Storage options travel in the spark-submit process's environment, never on its command line.
+        On YARN and Kubernetes (and standalone cluster mode) the Spark provider can only pass
+        environment variables as ``--conf`` arguments, so there they are refused unless
+        ``cluster_credentials=True`` says the cluster reaches the tables with its own credentials.
+        """
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
+                **self.conf}
+        spark_conn = SparkSubmitHook.get_connection(self.spark_conn_id)
+        master = f"{spark_conn.host}:{spark_conn.port}" if spark_conn.port else str(spark_conn.host or "")
+        deploy_mode = (spark_conn.extra_dejson or {}).get("deploy-mode")
+        env_on_command_line = "yarn" in master or "k8s" in master or (
+            master.startswith("spark://") and deploy_mode == "cluster")
+        env = {**self.env_vars}
+        if storage_options and not (env_on_command_line and self.cluster_credentials):
+            if env_on_command_line:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__} '{self.task_id}': the Spark connection '{self.spark_conn_id}' "
+                    f"(master {master}, deploy mode {deploy_mode}) would put the lance connection's storage options "
+                    "on the spark-submit command line; give the cluster its own credentials (instance roles, "
+                    "spark-defaults) and set cluster_credentials=True, or use client mode / a local master")
+            env[STORAGE_OPTIONS_ENV] = json.dumps(storage_options)
+        if master.startswith("local") and "SPARK_LOCAL_IP" not in env:
+            env["SPARK_LOCAL_IP"] = "127.0.0.1"  # local Spark listens on loopback only
+        binary = self.spark_binary or _spark_submit_binary(env)
+        py_files = self.py_files
+        if self.ship_package:
+            py_files = ",".join(p for p in (py_files, package_zip()) if p)
+        return SparkSubmitHook(
+            conn_id=self.spark_conn_id, conf=conf, py_files=py_files, env_vars=env or None,
+            spark_binary=binary, name=f"geneva-{self.stage}-{plan.table}-{plan.column or plan.kind}",
+            application_args=["--plan-uri", plan.plan_uri, "--result-key", result_key])
 
     def _failure(self, job_id: str, report: Any) -> Exception:
         """The stage's failure with the package's reason first, then the last lines Spark printed.
