@@ -36,6 +36,7 @@ os.environ.update({
                                               "extra": {"storage_options": {"aws_secret_access_key": FAKE_SECRET}}}),
     "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
     "GENEVA_HOURLY_WAIT_SECONDS": "3",
+    "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",  # the sensors honour it (the tests check deferral)
 })
 
 

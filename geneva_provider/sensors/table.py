@@ -1,13 +1,16 @@
-"""Sensors on Lance tables: deferrable by default, so waiting holds no worker slot.
+"""Sensors on Lance tables: deferrable (as ``default_deferrable`` says), so waiting holds no worker slot.
 
 Imported by the scheduler and dag-processor: the table facts are imported inside ``poke``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Sequence
 from typing import Any
 
+from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
@@ -16,10 +19,13 @@ from geneva_provider.triggers.table import GenevaColumnBackfilledTrigger, Geneva
 
 
 class _GenevaDeferrableSensor(BaseSensorOperator):
-    """Deferrable unless ``deferrable=False``: waiting for new data is what these sensors do most."""
+    """Deferrable as the deployment's ``[operators] default_deferrable`` says (or ``deferrable=``).
+
+    It logs what it waits for and its absolute deadline when it starts, and why it ended.
+    """
 
     def __init__(self, *, table: str, lance_conn_id: str = LanceHook.default_conn_name,
-                 deferrable: bool = True,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.table = table
@@ -29,22 +35,37 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
     def _dataset(self) -> Any:
         return LanceHook(self.lance_conn_id).dataset(self.table)
 
-    def _trigger(self) -> Any:
+    def _trigger(self, deadline: float | None) -> Any:
+        raise NotImplementedError
+
+    def waiting_for(self) -> str:
+        """What the sensor waits for, in words (for its log)."""
         raise NotImplementedError
 
     def execute(self, context: Any) -> Any:
+        deadline = time.time() + self.timeout if self.timeout is not None else None
+        when = dt.datetime.fromtimestamp(deadline, dt.UTC).isoformat(timespec="seconds") if deadline else "none"
+        self.log.info("Waiting for %s; %s every %gs, deadline %s", self.waiting_for(),
+                      "deferred to the triggerer, polling" if self.deferrable else "poking", self.poke_interval, when)
         if not self.deferrable:
-            return super().execute(context)
+            result = super().execute(context)
+            self.log.info("Done: %s", result)
+            return result
         first = self.poke(context)  # no deferral when the condition already holds
         if first.is_done:
+            self.log.info("Done at once: %s", first.xcom_value)
             return first.xcom_value
-        self.defer(trigger=self._trigger(), method_name="execute_complete")
+        self.defer(trigger=self._trigger(deadline), method_name="execute_complete")
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         status = event.get("status")
         if status == "success":
-            return {k: v for k, v in event.items() if k != "status"}
-        message = f"{type(self).__name__} on table '{self.table}': {event.get('message', status)}"
+            result = {k: v for k, v in event.items() if k != "status"}
+            self.log.info("Done: %s holds (%s)", self.waiting_for(), result)
+            return result
+        message = f"{type(self).__name__} on table '{self.table}' waiting for {self.waiting_for()}: " \
+                  f"{event.get('message', status)}"
+        self.log.info("Ended: %s", message)
         if status == "timeout":
             if self.soft_fail:
                 raise AirflowSkipException(message)
@@ -81,11 +102,18 @@ class GenevaTableChangedSensor(_GenevaDeferrableSensor):
         status = table_changed(self._dataset(), *self._watermarks(), self.column, self.table)
         return PokeReturnValue(is_done=status is not None, xcom_value={"table": self.table, **(status or {})})
 
-    def _trigger(self) -> GenevaTableChangedTrigger:
+    def _trigger(self, deadline: float | None) -> GenevaTableChangedTrigger:
         min_version, min_rows = self._watermarks()
         return GenevaTableChangedTrigger(table=self.table, lance_conn_id=self.lance_conn_id, min_version=min_version,
                                          min_rows=min_rows, column=self.column, poll_interval=self.poke_interval,
-                                         timeout=self.timeout)
+                                         deadline=deadline)
+
+    def waiting_for(self) -> str:
+        min_version, min_rows = self._watermarks()
+        wants = [f"a version above {min_version}" if min_version is not None else "",
+                 f"more than {min_rows} rows" if min_rows is not None else "",
+                 f"rows whose column '{self.column}' was never computed" if self.column else ""]
+        return f"table '{self.table}' to reach " + " or ".join(w for w in wants if w)
 
 
 class GenevaColumnBackfilledSensor(_GenevaDeferrableSensor):
@@ -106,6 +134,9 @@ class GenevaColumnBackfilledSensor(_GenevaDeferrableSensor):
         return PokeReturnValue(is_done=backlog["fragments_pending"] == 0,
                                xcom_value={"table": self.table, "column": self.column, **backlog})
 
-    def _trigger(self) -> GenevaColumnBackfilledTrigger:
+    def _trigger(self, deadline: float | None) -> GenevaColumnBackfilledTrigger:
         return GenevaColumnBackfilledTrigger(table=self.table, column=self.column, lance_conn_id=self.lance_conn_id,
-                                             poll_interval=self.poke_interval, timeout=self.timeout)
+                                             poll_interval=self.poke_interval, deadline=deadline)
+
+    def waiting_for(self) -> str:
+        return f"every fragment of table '{self.table}' to hold column '{self.column}'"

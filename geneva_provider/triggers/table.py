@@ -7,6 +7,7 @@ triggerer looks the connection up itself.  Lance calls are blocking, so they run
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,12 +18,22 @@ from geneva_provider.hooks.lance import LanceHook
 
 
 class _PollingTrigger(BaseTrigger):
-    def __init__(self, table: str, lance_conn_id: str, poll_interval: float, timeout: float | None) -> None:
+    """Polls a table until ``check`` says done, or until ``deadline`` (an absolute time, seconds since the
+    epoch) passes -- absolute, so a triggerer restart resumes the wait instead of starting it over."""
+
+    def __init__(self, table: str, lance_conn_id: str, poll_interval: float, deadline: float | None = None,
+                 timeout: float | None = None) -> None:
         super().__init__()
         self.table = table
         self.lance_conn_id = lance_conn_id
         self.poll_interval = float(poll_interval)
-        self.timeout = float(timeout) if timeout is not None else None
+        if deadline is None and timeout is not None:  # a relative timeout starts now
+            deadline = time.time() + float(timeout)
+        self.deadline = float(deadline) if deadline is not None else None
+
+    def _common(self) -> dict[str, Any]:
+        return {"table": self.table, "lance_conn_id": self.lance_conn_id, "poll_interval": self.poll_interval,
+                "deadline": self.deadline}
 
     def check(self) -> dict[str, Any] | None:
         """Returns the event payload when done, else None (runs in a thread)."""
@@ -32,7 +43,6 @@ class _PollingTrigger(BaseTrigger):
         return LanceHook(self.lance_conn_id).dataset(self.table)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        started = time.monotonic()
         while True:
             try:
                 payload = await asyncio.to_thread(self.check)
@@ -42,12 +52,12 @@ class _PollingTrigger(BaseTrigger):
             if payload is not None:
                 yield TriggerEvent({"status": "success", "table": self.table, **payload})
                 return
-            waited = time.monotonic() - started
-            if self.timeout is not None and waited >= self.timeout:
+            remaining = self.deadline - time.time() if self.deadline is not None else self.poll_interval
+            if remaining <= 0:
+                when = dt.datetime.fromtimestamp(self.deadline, dt.UTC).isoformat(timespec="seconds")
                 yield TriggerEvent({"status": "timeout", "table": self.table,
-                                    "message": f"condition not met within {self.timeout:g}s"})
+                                    "message": f"condition not met by the deadline {when}"})
                 return
-            remaining = self.timeout - waited if self.timeout is not None else self.poll_interval
             await asyncio.sleep(min(self.poll_interval, remaining))
 
 
@@ -56,17 +66,15 @@ class GenevaTableChangedTrigger(_PollingTrigger):
 
     def __init__(self, table: str, lance_conn_id: str = LanceHook.default_conn_name, min_version: int | None = None,
                  min_rows: int | None = None, column: str | None = None, poll_interval: float = 60.0,
-                 timeout: float | None = None) -> None:
-        super().__init__(table, lance_conn_id, poll_interval, timeout)
+                 deadline: float | None = None, timeout: float | None = None) -> None:
+        super().__init__(table, lance_conn_id, poll_interval, deadline, timeout)
         self.min_version = min_version
         self.min_rows = min_rows
         self.column = column
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"table": self.table, "lance_conn_id": self.lance_conn_id, "min_version": self.min_version,
-                 "min_rows": self.min_rows, "column": self.column, "poll_interval": self.poll_interval,
-                 "timeout": self.timeout})
+                {**self._common(), "min_version": self.min_version, "min_rows": self.min_rows, "column": self.column})
 
     def check(self) -> dict[str, Any] | None:
         from geneva_provider.core.table_status import table_changed
@@ -78,14 +86,12 @@ class GenevaColumnBackfilledTrigger(_PollingTrigger):
     """Fires when no fragment of the table still lacks ``column``."""
 
     def __init__(self, table: str, column: str, lance_conn_id: str = LanceHook.default_conn_name,
-                 poll_interval: float = 60.0, timeout: float | None = None) -> None:
-        super().__init__(table, lance_conn_id, poll_interval, timeout)
+                 poll_interval: float = 60.0, deadline: float | None = None, timeout: float | None = None) -> None:
+        super().__init__(table, lance_conn_id, poll_interval, deadline, timeout)
         self.column = column
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"table": self.table, "column": self.column, "lance_conn_id": self.lance_conn_id,
-                 "poll_interval": self.poll_interval, "timeout": self.timeout})
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {**self._common(), "column": self.column})
 
     def check(self) -> dict[str, Any] | None:
         from geneva_provider.core.table_status import column_backlog
