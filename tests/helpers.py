@@ -109,6 +109,12 @@ def flaky_double(x: int) -> int:
     return x * 2
 
 
+@gp.udf(data_type=pa.int64(), name="plain_double")
+def plain_double(x: int) -> int:
+    """x*2, importable by reference from a DAG."""
+    return x * 2
+
+
 @gp.udf(data_type=pa.int64(), name="broken_double")
 def broken_double(x: int) -> int:
     """A UDF with a bug: it fails on x == 7 every time (a deterministic failure, never worth a retry)."""

@@ -88,3 +88,43 @@ def test_a_lance_connection_names_the_namespace_and_its_storage_options(s3, monk
     assert ok and message.startswith("1 tables in s3://")
     secret = s3.storage_options["aws_secret_access_key"]
     assert secret not in repr(hook.database) and secret not in str(_secrets_masker().redact(f"key={secret}"))
+
+
+def test_a_view_refresh_and_an_error_store_on_an_object_store(s3, spark):
+    db = gp.connect(f"s3://{s3.bucket}/views", storage_options=s3.storage_options)
+    src = db.create_table("events", events_table(2_000), max_rows_per_file=500)
+
+    @gp.udf(on_error=gp.skip_on_error())
+    def checked(x: int) -> int:
+        if x == 1_001:
+            raise ValueError("x=1001 is refused")
+        return x + 1
+
+    view = db.create_materialized_view("odd", src.search(None).where("x % 2 = 1").select({"x": "x", "z": checked}))
+    first = view.refresh(spark=spark)
+    assert first.rows_computed == 1_000 and first.rows_failed == 1
+    src.add(events_table(100, start=2_000))
+    assert view.refresh(spark=spark).rows_computed == 50 + 1  # the new odd rows, and the failed one again
+    got = view.to_arrow(["x", "z"]).to_pydict()
+    assert sorted(got["x"]) == list(range(1, 2_100, 2))
+    assert all(z == x + 1 for x, z in zip(got["x"], got["z"], strict=True) if x != 1_001)
+    errors = view.get_errors(first.job_id)
+    assert errors.column("message").to_pylist() == ["x=1001 is refused"]
+    assert view.uri.startswith(f"s3://{s3.bucket}/views/") and db.get_job(first.job_id).status == "DONE"
+    view.dataset().validate()
+
+
+def test_a_dag_run_on_an_object_store_with_credentials_only_in_the_connection(s3, dagbag, monkeypatch):
+    import json
+
+    monkeypatch.setenv("AIRFLOW_CONN_LANCE_S3", json.dumps({
+        "conn_type": "lance", "host": f"s3://{s3.bucket}/dag", "extra": {"storage_options": s3.storage_options}}))
+    db = gp.connect(f"s3://{s3.bucket}/dag", storage_options=s3.storage_options)
+    db.create_table("events", events_table(3_000), max_rows_per_file=1_000)
+    dr = dagbag.get_dag("geneva_test_s3").test()
+    states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
+    assert dr.state == "success", states
+    got = db.open_table("events").to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == 3_000
+    (job,) = db.list_jobs("events")
+    assert job.status == "DONE" and job.rows_committed == 3_000 and job.airflow_run_id == dr.run_id
