@@ -25,7 +25,7 @@ from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
 from geneva_provider.pipeline.job_records import update_record
 from geneva_provider.pipeline.plan_backfill import plan_backfill
 from geneva_provider.pipeline.plan_refresh import plan_refresh
-from geneva_provider.pipeline.runner import cancel_jobs, default_parallelism, local_session
+from geneva_provider.pipeline.runner import cancel_jobs, default_parallelism, is_session, local_session
 from geneva_provider.pipeline.verify import verify
 from geneva_provider.pipeline.write import run_write_commit
 
@@ -70,7 +70,7 @@ def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: T
 def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Any = None,
             store: CheckpointStore | None = None, exclude_live_jobs: bool = True) -> CompactionResult:
     """Compacts ``table`` with its rewrite tasks on Spark (no session is started when there is nothing to do)."""
-    if spark is not None and not hasattr(spark, "sparkContext"):
+    if spark is not None and not is_session(spark):
         raise InvalidArgumentError(f"compaction of table '{table.name}': spark must be a SparkSession (or None), "
                                    f"got {spark!r}")
     summary = plan_compaction(table, options, store=store, exclude_live_jobs=exclude_live_jobs)
@@ -103,9 +103,9 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
             control: JobControl | None = None) -> BackfillResult:
     """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work)."""
     control = control or JobControl()
-    if spark is not None and not hasattr(spark, "sparkContext"):
-        raise InvalidArgumentError(f"job on table '{table.name}': spark must be a SparkSession (or None for the "
-                                   f"active or a local one), got {spark!r}")
+    if spark is not None and not is_session(spark):
+        raise InvalidArgumentError(f"job on table '{table.name}': spark must be a SparkSession, classic or Spark "
+                                   f"Connect (or None for the active or a local one), got {spark!r}")
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     # Plan first: bad input fails before any JVM starts.

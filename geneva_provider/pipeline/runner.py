@@ -65,8 +65,23 @@ def check_versions(spark: Any) -> None:
         )
 
 
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session (no SparkContext, no RDDs: tasks run through ``mapInArrow``)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def is_session(spark: Any) -> bool:
+    """True for a classic or a Spark Connect SparkSession."""
+    return hasattr(spark, "sparkContext") or is_connect(spark)
+
+
 def default_parallelism(spark: Any) -> int:
-    """How many tasks the session runs at once."""
+    """How many tasks the session runs at once (over Connect: its ``spark.default.parallelism``, else the CPUs)."""
+    if is_connect(spark):
+        try:
+            return max(int(spark.conf.get("spark.default.parallelism")), 1)
+        except Exception:  # noqa: BLE001 - unset on a local server: the machine's cores
+            return os.cpu_count() or 1
     return max(int(spark.sparkContext.defaultParallelism), 1)
 
 
@@ -88,10 +103,12 @@ def run_tasks(
     """
     if not tasks:
         return []
-    sc = spark.sparkContext
     slices = min(len(tasks), concurrency) if concurrency else len(tasks)
     # One list of tasks per partition, dealt round-robin so (size-sorted) tasks balance out.
     per_slice = [tasks[i::slices] for i in range(slices)]
+    if is_connect(spark):
+        return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag)
+    sc = spark.sparkContext
     group = f"geneva-{uuid.uuid4().hex[:12]}"
     done = threading.Event()
     reporter = threading.Thread(target=_report_progress, args=(sc, group, description, done, progress),
@@ -112,6 +129,36 @@ def run_tasks(
         sc.setLocalProperty("spark.job.description", None)
 
 
+def _run_over_connect(spark: Any, per_slice: list[Sequence[T]], partition_fn: Callable[[Iterator[T]], Iterable[R]],
+                      description: str, progress: Callable[[], str | None] | None, tag: str | None) -> list[R]:
+    """The same partitions over Spark Connect: ``spark.range(n).mapInArrow``, one row per partition in, each
+    result pickled into a binary column out (tasks and results stay small; table data never moves)."""
+    import pickle
+
+    import pyarrow as pa
+
+    def run_slices(batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                results = [pickle.dumps(r) for r in partition_fn(iter(per_slice[index]))]
+                yield pa.RecordBatch.from_pydict({"result": pa.array(results, pa.binary())})
+
+    done = threading.Event()
+    reporter = threading.Thread(target=_report_progress, args=(None, "", description, done, progress), daemon=True)
+    if tag:
+        spark.addTag(tag)
+    reporter.start()
+    try:
+        rows = (spark.range(0, len(per_slice), 1, len(per_slice))
+                .mapInArrow(run_slices, "result binary").collect())
+    finally:
+        done.set()
+        reporter.join()
+        if tag:
+            spark.removeTag(tag)
+    return [pickle.loads(row.result) for row in rows]
+
+
 def job_tag(job_id: str) -> str:
     """The Spark job tag of a geneva job's stages."""
     return f"geneva-job-{job_id}"
@@ -119,12 +166,15 @@ def job_tag(job_id: str) -> str:
 
 def cancel_jobs(spark: Any, job_id: str) -> None:
     """Cancels the running Spark jobs of a geneva job."""
-    spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
+    if is_connect(spark):
+        spark.interruptTag(job_tag(job_id))
+    else:
+        spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
 
 
 def _report_progress(sc: Any, group: str, description: str, done: threading.Event,
                      progress: Callable[[], str | None] | None) -> None:
-    tracker = sc.statusTracker()
+    tracker = sc.statusTracker() if sc is not None else None
     while not done.wait(PROGRESS_SECONDS):
         if progress is not None:
             try:
@@ -134,6 +184,8 @@ def _report_progress(sc: Any, group: str, description: str, done: threading.Even
             if line:
                 log.info("%s", line)
                 continue
+        if tracker is None:  # Spark Connect: no status tracker on the client
+            continue
         try:
             for job_id in tracker.getJobIdsForGroup(group):
                 job = tracker.getJobInfo(job_id)

@@ -1,0 +1,47 @@
+"""The same stages over Spark Connect: a backfill, a view refresh and a compaction from a Connect client."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.connect_server import ConnectServer
+from tests.helpers import clear_calls, counting_double, events_table, read_calls
+
+
+@pytest.fixture(scope="module")
+def connect_spark():
+    from pyspark.sql import SparkSession
+
+    with ConnectServer() as server:
+        session = SparkSession.builder.remote(server.url).getOrCreate()
+        try:
+            yield session
+        finally:
+            session.stop()
+
+
+def test_a_backfill_a_refresh_and_a_compaction_over_spark_connect(db, connect_spark, call_dir):
+    from geneva_provider.pipeline.runner import is_connect
+
+    assert is_connect(connect_spark)
+    tbl = db.create_table("events", events_table(4_000), max_rows_per_file=500)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    result = tbl.backfill("y", spark=connect_spark, checkpoint_size=500)
+    assert result.rows_computed == 4_000 and sorted(read_calls(call_dir)) == list(range(4_000))
+    assert tbl.count_rows("y IS NULL OR y != x * 2") == 0
+    assert db.get_job(result.job_id).status == "DONE"
+
+    tbl.add(events_table(100, start=4_000))
+    clear_calls(call_dir)
+    assert tbl.backfill("y", spark=connect_spark).rows_computed == 100
+    assert sorted(read_calls(call_dir)) == list(range(4_000, 4_100))
+
+    view = db.create_materialized_view("evens", tbl.search(None).where("x % 2 = 0").select({"x": "x", "y": "y"}))
+    assert view.refresh(spark=connect_spark).rows_computed == 2_050
+    assert view.count_rows("y != x * 2") == 0
+
+    compacted = tbl.compact(target_rows_per_fragment=10_000, spark=connect_spark)
+    assert compacted.fragments_added == 1 and len(tbl.dataset().get_fragments()) == 1
+    clear_calls(call_dir)
+    assert tbl.backfill("y", spark=connect_spark).rows_computed == 0 and read_calls(call_dir) == []
+    tbl.dataset().validate()
