@@ -10,10 +10,12 @@ from tests.helpers import clear_calls, counting_double, events_table, read_calls
 
 @pytest.fixture(scope="module")
 def connect_spark():
-    from pyspark.sql import SparkSession
+    # The Connect client class itself: this test process also holds the suite's classic session,
+    # beside which pyspark.sql.SparkSession.builder.remote() refuses to start a remote one.
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
     with ConnectServer() as server:
-        session = SparkSession.builder.remote(server.url).getOrCreate()
+        session = RemoteSparkSession.builder.remote(server.url).getOrCreate()
         try:
             yield session
         finally:
