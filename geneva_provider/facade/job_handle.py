@@ -23,12 +23,8 @@ class JobHandle:
     def __init__(self, store: CheckpointStore, label: str) -> None:
         self.store = store
         self.label = label
-        self.control = JobControl(on_plan=self._planned)
+        self.control = JobControl()  # it learns the job's plan summary (and id) when planned
         self.future: Future[BackfillResult] = Future()
-        self._planned_event = threading.Event()
-
-    def _planned(self, summary: PlanSummary) -> None:
-        self._planned_event.set()
 
     def start(self, run: Callable[[JobControl], BackfillResult]) -> JobHandle:
         def target() -> None:
@@ -36,8 +32,6 @@ class JobHandle:
                 self.future.set_result(run(self.control))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever calls result()
                 self.future.set_exception(exc)
-            finally:
-                self._planned_event.set()
 
         self.future.set_running_or_notify_cancel()
         threading.Thread(target=target, name=f"geneva-{self.label}", daemon=True).start()
