@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from geneva_provider.core.version import __version__
 
 # Public name -> the module that defines it.
 _EXPORTS = {
@@ -43,13 +43,15 @@ _EXPORTS = {
         "ErrorPolicy", "Retry", "Skip", "Fail", "retry_transient", "retry_all", "skip_on_error", "fail_fast")},
     **{name: "geneva_provider.core.errors" for name in (
         "GenevaError", "InvalidArgumentError", "TableNotFoundError", "ColumnError", "UDFDefinitionError",
-        "UDFExecutionError", "PlanFormatError", "CheckpointMissingError", "CommitError", "VerificationError")},
+        "UDFExecutionError", "PlanFormatError", "CheckpointMissingError", "CommitError", "VerificationError",
+        "SparkEnvironmentError")},
 }
 
 __all__ = [
     "UDF", "BackfillOptions", "BackfillResult", "CheckpointMissingError", "CheckpointStore", "ColumnError",
     "CommitError", "Connection", "GenevaError", "InMemoryCheckpointStore", "InvalidArgumentError",
-    "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "Table", "TableNotFoundError",
+    "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "SparkEnvironmentError", "Table",
+    "TableNotFoundError",
     "UDFDefinitionError", "UDFExecutionError", "UDFKind", "VerificationError", "__version__", "connect", "udf",
     "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
 ]
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
         GenevaError,
         InvalidArgumentError,
         PlanFormatError,
+        SparkEnvironmentError,
         TableNotFoundError,
         UDFDefinitionError,
         UDFExecutionError,

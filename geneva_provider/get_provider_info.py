@@ -31,10 +31,13 @@ def get_provider_info() -> dict[str, Any]:
                 "relabeling": {"host": "Database URI"},
                 "placeholders": {"host": "s3://bucket/lake or /data/lake"},
             },
+            # The extras holding credentials are named secret_*: Airflow's API and UI mask every value
+            # below a key containing "secret" (they redact extras by key name only).
             "conn-fields": {
-                "storage_options": {
+                "secret_storage_options": {
                     "label": "Storage options",
-                    "description": "Object-store options for Lance (credentials, region...), a JSON object",
+                    "description": "Object-store options for Lance (credentials, region...), a JSON object; "
+                                   "every value is masked in the API and UI",
                     "schema": {"type": ["object", "null"]},
                 },
                 "namespace_impl": {
@@ -42,9 +45,10 @@ def get_provider_info() -> dict[str, Any]:
                     "description": "dir (default), rest, or a lance_namespace implementation's class path",
                     "schema": {"type": ["string", "null"]},
                 },
-                "namespace_properties": {
+                "secret_namespace_properties": {
                     "label": "Namespace properties",
-                    "description": "Properties of the namespace implementation, a JSON object",
+                    "description": "Properties of the namespace implementation, a JSON object; "
+                                   "every value is masked in the API and UI",
                     "schema": {"type": ["object", "null"]},
                 },
             },

@@ -50,8 +50,7 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any]
     except Exception as exc:  # noqa: BLE001 - every failure becomes an exit code and a message
         if not isinstance(exc, GenevaError):  # the package's own errors say what is wrong; others need the trace
             traceback.print_exc(file=sys.stderr)
-        report = StageReport(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
-                             retryable=not isinstance(exc, GenevaError) or exc.retryable)
+        report = StageReport.failed(exc)
         print(f"geneva {name} failed: {report.error}", file=sys.stderr)
         code = 1
     finally:

@@ -50,6 +50,20 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """A long-lived Spark Connect server on 127.0.0.1 (local[2]), started for the tests that use it and stopped after.
+
+    A killed client's orphaned query is given up after 2 s (the default server allows 15 s).
+    """
+    from geneva_provider.connect_server import LocalConnectServer
+
+    conf = {"spark.connect.execute.manager.detachedTimeout": "2s",
+            "spark.connect.execute.manager.maintenanceInterval": "1s"}
+    with LocalConnectServer(0, master="local[2]", directory=tmp_path_factory.mktemp("connect"), conf=conf) as server:
+        yield server
+
+
 @pytest.fixture
 def db(tmp_path):
     import geneva_provider as gp

@@ -17,11 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS_PER_FRAGMENT = 10_000
 
 
-def _checkpointed_rows(store) -> set[int]:
+def _checkpointed_rows(store, rows_per_fragment: int = ROWS_PER_FRAGMENT) -> set[int]:
+    """The row numbers (x) in the range checkpoints, from their row addresses."""
     rows: set[int] = set()
     for key in store.list_keys("udf-"):
         if "_range-" in key:
-            rows.update((a & 0xFFFFFFFF) + (a >> 32) * ROWS_PER_FRAGMENT
+            rows.update((a & 0xFFFFFFFF) + (a >> 32) * rows_per_fragment
                         for a in store[key].column(ROWADDR).to_pylist())
     return rows
 

@@ -37,6 +37,14 @@ class UDFExecutionError(GenevaError):
     """A UDF raised or returned something unusable while computing a column."""
 
 
+class SparkEnvironmentError(GenevaError):
+    """The Spark cluster cannot run the stages as configured (versions, missing packages, unreachable server).
+
+    Mismatched versions or packages fail the same way on every attempt; an unreachable server is
+    marked ``retryable`` (it may be restarting).
+    """
+
+
 class PlanFormatError(InvalidArgumentError):
     """A stored plan was written by another version of the package (plan format N, expected M)."""
 

@@ -400,6 +400,14 @@ class StageReport(_Model):
     def to_xcom(self) -> dict[str, Any]:
         return {"status": self.status, **(self.result.model_dump(mode="json") if self.result else {})}
 
+    @classmethod
+    def failed(cls, exc: BaseException) -> StageReport:
+        """The report of a stage that raised ``exc``: the package's errors say whether a retry can help."""
+        from geneva_provider.core.errors import GenevaError
+
+        return cls(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
+                   retryable=not isinstance(exc, GenevaError) or exc.retryable)
+
 
 class VerifyResult(_Model):
     """The verify stage's outcome: every planned fragment holds its computed value."""

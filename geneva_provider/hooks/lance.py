@@ -6,6 +6,7 @@ Imported by Airflow in every process: nothing heavy at module load (the core is 
 from __future__ import annotations
 
 import json
+import re
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -23,11 +24,21 @@ class LanceHook(BaseHook):
     """Opens the geneva database named by a ``lance`` connection.
 
     The connection's ``host`` (or extra ``uri``) is the database URI: a directory or an
-    object-store prefix such as ``s3://bucket/lake``.  Extras: ``storage_options`` (a JSON object
-    of credentials and settings for the object store), and optionally ``namespace_impl`` ("dir" by
-    default, "rest", or a ``lance_namespace`` implementation's class path) with
-    ``namespace_properties``.  Option values are registered as secrets, so they are masked in task
-    logs, and they are never returned in XCom.
+    object-store prefix such as ``s3://bucket/lake``.  Extras: ``secret_storage_options`` (a JSON
+    object of credentials and settings for the object store), and optionally ``namespace_impl``
+    ("dir" by default, "rest", or a ``lance_namespace`` implementation's class path) with
+    ``secret_namespace_properties``.
+
+    Why the ``secret_`` prefix: Airflow's API and UI redact a connection's extra by key name only,
+    and hide a whole sub-object when its key contains a sensitive word ("secret", "token" ...).
+    Under ``storage_options`` a key such as ``azure_storage_account_key`` would come back in clear
+    from ``GET /api/v2/connections``; under ``secret_storage_options`` every value is masked, and
+    the UI's edit form round-trips the masked values.  The older names ``storage_options`` and
+    ``namespace_properties`` still work (merged with the new ones), with a warning, unless the
+    deployment lists them in ``[core] sensitive_var_conn_names``.
+
+    Option values are also registered as secrets, so they are masked in task logs, and they are
+    never returned in XCom.
     """
 
     conn_name_attr = "lance_conn_id"
@@ -38,6 +49,7 @@ class LanceHook(BaseHook):
     def __init__(self, lance_conn_id: str = default_conn_name) -> None:
         super().__init__()
         self.lance_conn_id = lance_conn_id
+        self.legacy_extras: list[str] = []  # extras read under an older name, which the API shows in clear
 
     @cached_property
     def database(self) -> Connection:
@@ -56,12 +68,37 @@ class LanceHook(BaseHook):
         if not uri:
             raise InvalidArgumentError(f"connection '{self.lance_conn_id}' has no database URI: set its host "
                                        "(or extra 'uri') to a directory or object-store prefix")
-        options = _string_map(extra.get("storage_options"), "storage_options", self.lance_conn_id)
-        properties = _string_map(extra.get("namespace_properties"), "namespace_properties", self.lance_conn_id)
+        options = self._secret_map(extra, STORAGE_OPTIONS)
+        properties = self._secret_map(extra, NAMESPACE_PROPERTIES)
         _mask(options)
         _mask(properties)
         return gp.connect(uri, storage_options=options, namespace_impl=extra.get("namespace_impl") or "dir",
                           namespace_properties=properties)
+
+    def _secret_map(self, extra: dict[str, Any], key: str) -> dict[str, str] | None:
+        """The string map under ``key``, merged with the one under its older, unmasked name.
+
+        The older name is warned about once per connection and process (the triggerer builds a
+        hook at every poll), and a key set under both names is refused rather than guessed.
+        """
+        legacy = LEGACY_NAMES[key]
+        masked = _string_map(extra.get(key), key, self.lance_conn_id)
+        clear = _string_map(extra.get(legacy), legacy, self.lance_conn_id)
+        if clear is None:
+            return masked
+        if not _hidden_by_config(legacy):
+            self.legacy_extras.append(legacy)
+            if (self.lance_conn_id, legacy) not in _WARNED:
+                _WARNED.add((self.lance_conn_id, legacy))
+                self.log.warning(
+                    "Connection '%s': extra '%s' is shown in clear by the Airflow API and UI "
+                    "(GET /api/v2/connections); rename it to '%s', whose values Airflow masks", self.lance_conn_id,
+                    legacy, key)
+        both = sorted(set(clear) & set(masked or {}))
+        if both:  # names only: the values may be secrets
+            raise InvalidArgumentError(f"connection '{self.lance_conn_id}': {both} set in both extra '{key}' "
+                                       f"and extra '{legacy}'; keep them in '{key}' only")
+        return {**clear, **(masked or {})}
 
     def get_conn(self) -> Connection:
         return self.database
@@ -92,7 +129,31 @@ class LanceHook(BaseHook):
             names = db.table_names()
         except Exception as exc:  # noqa: BLE001 - reported to the UI, not raised
             return False, f"{type(exc).__name__}: {exc}"
-        return True, f"{len(names)} tables in {uri}"
+        renames = ", ".join(f"'{old}' to '{new}'" for new, old in LEGACY_NAMES.items() if old in self.legacy_extras)
+        note = f" (rename extra {renames}: the API and UI show its values in clear)" if renames else ""
+        return True, f"{len(names)} tables in {uri}{note}"
+
+
+STORAGE_OPTIONS = "secret_storage_options"
+NAMESPACE_PROPERTIES = "secret_namespace_properties"
+# The masked extra -> its older name, still read.  Airflow's redactor hides every value below a
+# key whose name contains "secret"; it hides nothing below "storage_options".
+LEGACY_NAMES = {STORAGE_OPTIONS: "storage_options", NAMESPACE_PROPERTIES: "namespace_properties"}
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _hidden_by_config(key: str) -> bool:
+    """Whether the deployment's ``[core] sensitive_var_conn_names`` already hides ``key`` in the API.
+
+    The same test as Airflow's ``should_hide_value_for_key``: a listed word within the key.
+    """
+    from airflow.sdk import conf
+
+    if not conf.getboolean("core", "hide_sensitive_var_conn_fields", fallback=True):
+        return False
+    normalized = re.sub(r"\W+", "_", key.strip().lower())
+    words = [w.strip() for w in conf.get("core", "sensitive_var_conn_names", fallback="").split(",")]
+    return any(w and w in normalized for w in words)
 
 
 def _string_map(raw: Any, key: str, conn_id: str) -> dict[str, str] | None:

@@ -60,6 +60,7 @@ class GenevaSparkCompactOperator(_GenevaSparkStageOperator):
     """Runs a compaction plan on Spark: one Spark task per rewrite, one commit; skipped when nothing to compact."""
 
     stage = "compact"
+    stage_function = "run_compaction"
 
 
 class _GenevaTableCleanupOperator(BaseOperator):

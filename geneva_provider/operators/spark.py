@@ -1,9 +1,12 @@
-"""Operators that launch the Spark stages of a plan through ``SparkSubmitHook``.
+"""Operators that run the Spark stages of a plan: over Spark Connect, or with ``spark-submit``.
 
-The Spark connection decides where the job runs (``local[*]``, a standalone master, YARN,
-Kubernetes); the operator adds what every Geneva job needs: the program shipped in the
-package, the interpreter for the Python workers, the plan reference, and the storage options
-in the environment (never on the command line).  The job's JSON result becomes the XCom.
+The Spark connection decides how and where.  A ``spark_connect`` connection (the Spark provider's
+``SparkConnectHook``) runs the stage in the Airflow worker as a client of a long-lived Spark
+Connect server: no JVM starts per task, the package travels as session artifacts.  A ``spark``
+connection submits the stage's program with ``SparkSubmitHook`` (``local[*]``, a standalone
+master, YARN, Kubernetes), adding the interpreter for the Python workers, the plan reference and
+the storage options in the environment (never on the command line).  Either way the stage's
+result becomes the XCom and a failure says the package's reason first.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import shutil
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +31,7 @@ from geneva_provider.spark_apps import app_path
 from geneva_provider.spark_apps._runner import STORAGE_OPTIONS_ENV
 
 PROGRESS_SECONDS = 10.0
+SPARK_CONNECT_CONN_TYPE = "spark_connect"  # the Spark provider's SparkConnectHook connection type
 
 if TYPE_CHECKING:
     from geneva_provider.core.models import PlanSummary
@@ -40,6 +45,7 @@ class _GenevaSparkStageOperator(BaseOperator):
     """
 
     stage: str = ""
+    stage_function: str = ""  # the function of geneva_provider.stages that runs the stage over Spark Connect
     template_fields: Sequence[str] = ("plan", "conf", "py_files", "env_vars")
     ui_color = "#fcefe3"
 
@@ -68,24 +74,74 @@ class _GenevaSparkStageOperator(BaseOperator):
         self.env_vars = env_vars or {}
         self.spark_binary = spark_binary
         self._hook: Any = None
+        self._session: Any = None  # the Spark Connect client session while a stage runs over Connect
 
     def nothing_to_do(self, plan: PlanSummary) -> bool:
         return plan.nothing_to_do
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk import BaseHook
+
         from geneva_provider.core.checkpoint import open_store, split_key_uri
-        from geneva_provider.core.models import PlanSummary, StageReport
+        from geneva_provider.core.models import PlanSummary
 
         plan = PlanSummary.from_xcom(self.plan)
         if self.nothing_to_do(plan):
             raise AirflowSkipException(f"plan {plan.job_id} has nothing for the {self.stage} stage to do")
         storage_options = LanceHook(self.lance_conn_id).storage_options
-        store_uri, plan_key = split_key_uri(plan.plan_uri)
-        store = open_store(store_uri, storage_options)
-        result_key = f"{plan_key}-{self.stage}-result"
-        store.delete(result_key)  # a retry must not read an earlier attempt's result
+        store = open_store(split_key_uri(plan.plan_uri)[0], storage_options)
+        if BaseHook.get_connection(self.spark_conn_id).conn_type == SPARK_CONNECT_CONN_TYPE:
+            return self._run_over_connect(plan, storage_options, store)
+        return self._run_with_spark_submit(plan, storage_options, store)
 
+    def _run_over_connect(self, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any
+                          ) -> dict[str, Any]:
+        """Runs the stage in this worker as a client of the connection's Spark Connect server.
+
+        No JVM starts here: a client session (with this package and ``py_files`` shipped as
+        artifacts, versions checked) drives the server's executors, and the stage's own code
+        commits from this process exactly as a spark-submit driver would.
+        """
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from geneva_provider import stages
+        from geneva_provider.core.checkpoint import split_key_uri
+        from geneva_provider.core.models import StageReport
+        from geneva_provider.pipeline.connect import connect_session, interrupt_sessions
+
+        url = SparkConnectHook(self.spark_conn_id).get_connection_url()
+        pyfiles = [package_zip(), *(p for p in (self.py_files or "").split(",") if p)]
+        self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'), %d rows to compute",
+                      self.stage, plan.job_id, self.spark_conn_id, plan.rows_to_compute)
+        # Every attempt's session id is kept beside the plan: an attempt whose worker died leaves
+        # its query running on the server, and the next attempt stops it before starting over.
+        sessions_key = f"{split_key_uri(plan.plan_uri)[1]}-{self.stage}-connect-sessions"
+        earlier = store.get_text(sessions_key).split() if sessions_key in store else []
+        if earlier and interrupt_sessions(url, earlier):
+            self.log.warning("Stopped the Spark work an earlier attempt of this %s stage left running", self.stage)
+        session_id = str(uuid.uuid4())
+        store.put_text(sessions_key, "\n".join([*earlier, session_id]))
+        try:
+            self._session = connect_session(url, pyfiles=pyfiles, session_id=session_id)
+            with ProgressLogger(store, plan.job_id, self.stage, self.log):
+                result = getattr(stages, self.stage_function)(plan.plan_uri, self._session, storage_options)
+        except Exception as exc:  # reported with the package's reason first
+            raise self._failure(plan.job_id, StageReport.failed(exc)) from exc
+        finally:
+            if self._session is not None:
+                self._session.stop()
+                self._session = None
+        return StageReport(status="success", result=result).to_xcom()
+
+    def _run_with_spark_submit(self, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any
+                               ) -> dict[str, Any]:
+        """Submits the stage's program with spark-submit; the program leaves its report beside the plan."""
+        from geneva_provider.core.checkpoint import split_key_uri
+        from geneva_provider.core.models import StageReport
+
+        result_key = f"{split_key_uri(plan.plan_uri)[1]}-{self.stage}-result"
+        store.delete(result_key)  # a retry must not read an earlier attempt's result
         self._hook = self.make_hook(plan, storage_options, result_key)
         self.log.info("Submitting the %s stage of plan %s (%d rows to compute)", self.stage, plan.job_id,
                       plan.rows_to_compute)
@@ -156,6 +212,9 @@ class _GenevaSparkStageOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
+        if self._session is not None:  # stop the server's work for this session, then release it
+            self._session.interruptAll()
+            self._session.stop()
 
 
 class ProgressLogger:
@@ -223,6 +282,7 @@ class GenevaSparkApplyOperator(_GenevaSparkStageOperator):
     """Apply stage on Spark: computes every planned range not yet checkpointed (a retry resumes)."""
 
     stage = "apply"
+    stage_function = "run_apply"
 
     def nothing_to_do(self, plan: PlanSummary) -> bool:
         return plan.nothing_to_do or not plan.tasks
@@ -232,6 +292,7 @@ class GenevaSparkWriteCommitOperator(_GenevaSparkStageOperator):
     """Write+commit stage on Spark: one column file per fragment, DataReplacement commits."""
 
     stage = "write_commit"
+    stage_function = "run_write_commit"
 
 
 def _spark_submit_binary(env: dict[str, str]) -> str:

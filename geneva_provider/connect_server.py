@@ -1,0 +1,221 @@
+"""A long-lived local Spark Connect server for the embedded default, from the pyspark wheel alone.
+
+``python -m geneva_provider.connect_server start`` starts it (bound to 127.0.0.1) and returns once
+it accepts sessions; ``stop`` stops it; ``status`` says whether it runs.  Its pid, port and log
+live in ``--dir`` (default ``~/.geneva/connect``), so any shell can stop what another started.
+Airflow then reaches it through a ``spark_connect`` connection, e.g.
+``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": 15002}'``,
+and every Spark stage runs in the Airflow worker as a Connect client: no JVM starts per task.
+
+The server is ``SparkConnectServer`` run by the wheel's ``spark-submit`` on ``local[*]``; its
+Python workers run this interpreter, so they have the same packages as the Airflow worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from geneva_provider.pipeline.runner import LOCAL_JVM_OPTIONS
+
+DEFAULT_PORT = 15002  # Spark Connect's own default port
+DEFAULT_DIR = Path.home() / ".geneva" / "connect"
+START_TIMEOUT_SECONDS = 120.0
+STOP_TIMEOUT_SECONDS = 30.0
+
+
+class ConnectServerError(RuntimeError):
+    """The local server could not start (its log's last lines say why) or could not be stopped."""
+
+
+class LocalConnectServer:
+    """A Spark Connect server on 127.0.0.1:``port``; ``with LocalConnectServer() as server:`` starts and stops it.
+
+    ``port=0`` picks a free port.  ``start()`` returns at once when this directory's server is
+    already running.  ``conf`` adds Spark settings (``spark.executor.memory``...).
+    """
+
+    def __init__(self, port: int = DEFAULT_PORT, *, master: str = "local[*]", directory: str | Path = DEFAULT_DIR,
+                 conf: dict[str, str] | None = None) -> None:
+        self.directory = Path(directory)
+        self.port = port or _free_port()
+        self.master = master
+        self.conf = conf or {}
+        self._started_here = False
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "server.log"
+
+    @property
+    def _state_path(self) -> Path:
+        return self.directory / "server.json"
+
+    def running(self) -> dict[str, Any] | None:
+        """The running server's state (pid, port, url), or None when none runs from this directory."""
+        try:
+            state = json.loads(self._state_path.read_text())
+            os.kill(state["pid"], 0)
+        except (OSError, ValueError, KeyError):
+            return None
+        return state if _accepts(state["port"]) else None
+
+    def start(self) -> str:
+        """Starts the server (or finds it running) and returns its ``sc://`` URL once it accepts sessions."""
+        state = self.running()
+        if state is not None:
+            self.port = state["port"]
+            return self.url
+        import pyspark
+
+        home = Path(pyspark.__file__).parent
+        self.directory.mkdir(parents=True, exist_ok=True)
+        conf = {
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.ui.enabled": "false",
+            "spark.pyspark.python": sys.executable,
+            "spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS,
+            # A client that dies (a killed Airflow task) leaves its query running until the server
+            # gives up waiting for it to reattach: keep that short, so a retry does not race it long.
+            "spark.connect.execute.manager.detachedTimeout": "15s",
+            "spark.connect.execute.manager.maintenanceInterval": "5s",
+            **self.conf,
+        }
+        command = [str(home / "bin" / "spark-submit"), "--class",
+                   "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", self.master,
+                   "--name", "geneva-connect-server"]
+        for key, value in conf.items():
+            command += ["--conf", f"{key}={value}"]
+        command.append("spark-internal")
+        # Spark Connect runs Python workers with $PYSPARK_PYTHON, whatever spark.pyspark.python says.
+        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYSPARK_PYTHON": conf["spark.pyspark.python"],
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        with open(self.log_path, "w") as out:
+            proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=self.directory)
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while not _accepts(self.port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                _stop_group(proc.pid)
+                raise ConnectServerError(f"the Spark Connect server did not start on port {self.port} "
+                                         f"(log {self.log_path}):\n{self._log_tail()}")
+            time.sleep(0.25)
+        self._state_path.write_text(json.dumps({"pid": proc.pid, "port": self.port, "url": self.url}))
+        self._started_here = True
+        return self.url
+
+    def stop(self) -> bool:
+        """Stops this directory's server; False when none was running."""
+        try:
+            state = json.loads(self._state_path.read_text())
+        except (OSError, ValueError):
+            return False
+        self._state_path.unlink(missing_ok=True)
+        return _stop_group(state["pid"])
+
+    def _log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text().splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> LocalConnectServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._started_here:
+            self.stop()
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_group(pid: int) -> bool:
+    """SIGTERM to the server's process group (JVM and Python workers), SIGKILL if it lingers."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            break
+        _reap(pid)
+        time.sleep(0.2)
+    else:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _reap(pid)
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collects the exit status when this process started the server (else it lingers as a zombie)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m geneva_provider.connect_server", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"gRPC port on 127.0.0.1 ({DEFAULT_PORT})")
+    parser.add_argument("--master", default="local[*]", help="Spark master of the server (local[*])")
+    parser.add_argument("--dir", default=str(DEFAULT_DIR), help=f"state and log directory ({DEFAULT_DIR})")
+    args = parser.parse_args(argv)
+    server = LocalConnectServer(args.port, master=args.master, directory=args.dir)
+    if args.action == "start":
+        already = server.running()
+        started = time.perf_counter()
+        try:
+            url = server.start()
+        except ConnectServerError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"Spark Connect server {'already running' if already else 'started'} at {url} "
+              f"({time.perf_counter() - started:.1f}s; log {server.log_path})")
+    elif args.action == "stop":
+        print("Spark Connect server stopped" if server.stop() else "no Spark Connect server was running")
+    else:
+        state = server.running()
+        print(f"running at {state['url']} (pid {state['pid']})" if state else "not running")
+        return 0 if state else 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

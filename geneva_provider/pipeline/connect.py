@@ -1,0 +1,174 @@
+"""Spark Connect client sessions for the stages (pipeline).
+
+An Airflow worker that talks to a long-lived Spark Connect server pays no JVM start-up per stage:
+it opens a client session (under a second), ships this package's code with ``addArtifacts`` and
+runs the stage's tasks through ``mapInArrow``.  Before any work, one tiny probe job checks that
+the server's Python workers can run the stages -- same Python minor version as this client, the
+same pyspark, pyarrow and pylance importable, this package's version -- so a mismatched cluster
+fails the task in seconds with a message saying what differs, not with a pickling error deep in
+a Spark log.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from geneva_provider.core.errors import SparkEnvironmentError
+
+log = logging.getLogger(__name__)
+
+
+def connect_session(url: str, *, pyfiles: Sequence[str] = (), check: bool = True, session_id: str | None = None
+                    ) -> Any:
+    """A new Spark Connect client session on ``url`` with ``pyfiles`` shipped and the environment checked.
+
+    Always a session of its own (never a default session another caller shares), so stopping it
+    releases only what this stage used; ``session_id`` names it, so that a later attempt can stop
+    its work with :func:`interrupt_sessions` if this process dies.  ``url`` may carry a token:
+    it is never logged.
+    """
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    started = time.monotonic()
+    try:
+        spark = RemoteSparkSession.builder.remote(_with_session_id(url, session_id)).create()
+    except Exception as exc:  # noqa: BLE001 - the URL may hold a token: name the server by host only
+        error = SparkEnvironmentError(f"cannot open a Spark Connect session on {_host(url)}: "
+                                      f"{type(exc).__name__}: {_reason(exc)}")
+        error.retryable = True  # the server may be restarting
+        raise error from None
+    try:
+        for path in pyfiles:
+            spark.addArtifacts(path, pyfile=True)
+        if check:
+            check_environment(spark, _host(url))
+    except BaseException:
+        spark.stop()
+        raise
+    log.info("Spark Connect session on %s ready in %.1fs (Spark %s)", _host(url), time.monotonic() - started,
+             spark.version)
+    return spark
+
+
+def interrupt_sessions(url: str, session_ids: Sequence[str]) -> int:
+    """Stops what earlier sessions still run on the server and releases them; returns the operations stopped.
+
+    A client that dies (a SIGKILLed Airflow worker) leaves its query running on the server; the
+    next attempt of the same stage attaches to the dead attempt's session by id, interrupts it and
+    releases it, so two attempts never compute the same rows side by side.  Sessions already
+    released (the attempt ended normally) are skipped.
+    """
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    stopped = 0
+    for session_id in session_ids:
+        try:
+            spark = RemoteSparkSession.builder.remote(_with_session_id(url, session_id)).create()
+        except Exception:  # noqa: BLE001 - nothing to stop
+            continue
+        try:
+            stopped += len(spark.interruptAll())
+        except Exception:  # noqa: BLE001 - released already (SESSION_CLOSED): nothing runs there
+            pass
+        finally:
+            try:
+                spark.stop()
+            except Exception:  # noqa: BLE001 - releasing a closed session may fail; nothing is left
+                pass
+    if stopped:
+        log.info("stopped %d Spark Connect operations left running by an earlier attempt", stopped)
+    return stopped
+
+
+def _with_session_id(url: str, session_id: str | None) -> str:
+    if session_id is None:
+        return url
+    return f"{url};session_id={session_id}" if "/;" in url else f"{url.rstrip('/')}/;session_id={session_id}"
+
+
+def check_environment(spark: Any, server: str = "the Spark Connect server") -> None:
+    """Fails with :class:`SparkEnvironmentError` unless the server's Python workers match this client.
+
+    Runs one task that reports its interpreter and package versions.  Spark refuses a worker
+    whose Python minor version differs from the client's before the probe runs; that refusal is
+    turned into the same clear error.
+    """
+    import pyspark
+
+    from geneva_provider.core.version import __version__
+
+    client_python = "{}.{}".format(*sys.version_info[:2])
+    if pyspark.__version__ != spark.version:
+        raise SparkEnvironmentError(
+            f"{server} runs Spark {spark.version} but this client has pyspark {pyspark.__version__}: "
+            "the stages' Python code must run on the same pyspark version as the server")
+    try:
+        rows = spark.range(0, 1, 1, 1).mapInArrow(_probe, _PROBE_SCHEMA).collect()
+    except Exception as exc:  # noqa: BLE001 - any failure here means the workers cannot run the stages
+        text = str(exc)
+        if "PYTHON_VERSION_MISMATCH" in text or "different version" in text:
+            raise SparkEnvironmentError(
+                f"{server}: its Python workers run another Python minor version than this client "
+                f"(Python {client_python}); run the server's workers (spark.pyspark.python) on Python "
+                f"{client_python}: {_reason(exc)}") from None
+        raise SparkEnvironmentError(f"{server}: its Python workers cannot run the stages: {_reason(exc)}") from None
+    found = rows[0].asDict()
+    problems = []
+    if found["python"] != client_python:
+        problems.append(f"Python {found['python']} (this client: {client_python})")
+    if found["pyspark"] != pyspark.__version__:
+        problems.append(f"pyspark {found['pyspark']} (this client: {pyspark.__version__})")
+    if found["geneva_provider"] != __version__:
+        problems.append(f"geneva_provider {found['geneva_provider']} (this client: {__version__})")
+    if found["missing"]:
+        problems.append(f"cannot import {found['missing']}")
+    if problems:
+        raise SparkEnvironmentError(f"{server}: its Python workers ({found['executable']}) have "
+                                    + "; ".join(problems) + ": install the same versions there")
+
+
+_PROBE_SCHEMA = "python string, pyspark string, geneva_provider string, executable string, missing string"
+
+
+def _probe(batches: Iterator[Any]) -> Iterator[Any]:
+    """Runs on a Python worker: what it runs and what it cannot import."""
+    import importlib
+    import sys
+
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    missing = []
+    versions = {}
+    for module in ("pyspark", "lance", "cloudpickle", "geneva_provider.core.version"):
+        try:
+            versions[module] = getattr(importlib.import_module(module), "__version__", "?")
+        except Exception as exc:  # noqa: BLE001 - reported to the client
+            missing.append(f"{module.split('.')[0]} ({type(exc).__name__}: {exc})")
+            versions[module] = ""
+    yield pa.RecordBatch.from_pydict({
+        "python": ["{}.{}".format(*sys.version_info[:2])], "pyspark": [versions["pyspark"]],
+        "geneva_provider": [versions["geneva_provider.core.version"]], "executable": [sys.executable],
+        "missing": ["; ".join(missing)]})
+
+
+def _host(url: str) -> str:
+    """``sc://host:port`` of a Connect URL, without its parameters (a token lives there)."""
+    return url.split(";", 1)[0].split("/;", 1)[0].rstrip("/")
+
+
+_ERROR_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b: .+")
+
+
+def _reason(exc: BaseException) -> str:
+    """The line that says what went wrong: a worker's own error (``ModuleNotFoundError: ...``) over Spark's
+    "An exception was thrown from the Python worker" wrapper."""
+    lines = str(exc).strip().splitlines()
+    worker = [line.strip() for line in lines[1:] if _ERROR_LINE.match(line)]
+    return worker[-1] if worker else (lines[0] if lines else type(exc).__name__)
