@@ -9,14 +9,17 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint setup clean
 
 # The demo runs the example DAGs with `airflow dags test` on the embedded default:
-# Airflow on SQLite in .demo/airflow, tables in .demo/lake, Spark local[*].
+# Airflow on SQLite in .demo/airflow, tables in .demo/lake, and the Spark stages over a local
+# Spark Connect server (local[*] on 127.0.0.1:15002) that the demo starts and stops.
+# For the spark-submit path instead: make demo SPARK_CONN='{"conn_type": "spark", "host": "local[*]"}'.
+SPARK_CONN ?= {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": 15002}
 DEMO_ENV = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
 	AIRFLOW_HOME="$(CURDIR)/.demo/airflow" \
 	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags_examples" \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False \
 	AIRFLOW_CONN_LANCE_DEFAULT='{"conn_type": "lance", "host": "$(CURDIR)/.demo/lake"}' \
-	AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}'
+	AIRFLOW_CONN_SPARK_DEFAULT='$(SPARK_CONN)'
 
 demo: $(STAMP)
 	rm -rf .demo && mkdir -p .demo/airflow
