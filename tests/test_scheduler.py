@@ -9,9 +9,10 @@ The deployment is the one ``airflow standalone`` would start (scheduler, dag-pro
 triggerer, api-server) on a SQLite metadata DB -- Airflow 3 accepts the LocalExecutor on SQLite --
 each component a separate process group with its own log file, with a clean environment of its
 own: the ``AIRFLOW_*`` variables conftest sets for the in-process suites never reach it.  The
-only listening socket is the api-server's on 127.0.0.1 (the log servers are switched off with
-``--skip-serve-logs``: they cannot be bound to loopback); the module's fixture stops every
-process it started and checks that the port is closed.
+api-server listens on 127.0.0.1; the log servers are switched off with ``--skip-serve-logs``
+(they cannot be bound to loopback).  The listening sockets of every process of the deployment,
+task processes and Spark's JVMs included, are sampled at each poll and must all be on loopback;
+the module's fixture stops every process it started and checks that the port is closed.
 """
 
 from __future__ import annotations
@@ -175,22 +176,30 @@ class AirflowStack:
         self.sockets_seen.update(out)
         return out
 
-    def stop(self) -> tuple[list[psutil.Process], list[int]]:
-        """SIGTERM each component's process group and every descendant, SIGKILL what is left after 30 s.
+    def stop(self) -> tuple[list[psutil.Process], list[str]]:
+        """SIGTERM each component's process group, and each descendant outside those groups; SIGKILL
+        what is left after 30 s.
 
         Task processes run in process groups of their own, so they are signalled by pid, collected
-        before anything dies (an orphan leaves the tree).  Returns the processes signalled and the
-        pids that needed SIGKILL.
+        before anything dies (an orphan leaves the tree).  Nothing is signalled twice: a second
+        SIGTERM makes the scheduler abandon its executor's shutdown (idle LocalExecutor workers,
+        which ignore SIGTERM, would then be left behind) and the triggerer force its exit.
+        Returns the processes signalled and those that needed SIGKILL.
         """
         procs = self.tree()
-        for proc in self.procs.values():
+        groups = {proc.pid for proc in self.procs.values()}
+        for pgid in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(pgid, signal.SIGTERM)
         for proc in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+                if os.getpgid(proc.pid) not in groups:
+                    proc.send_signal(signal.SIGTERM)
         _, alive = psutil.wait_procs(procs, timeout=30)
-        killed = [p.pid for p in alive]
+        killed = []
+        for proc in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                killed.append(f"{proc.pid} {' '.join(proc.cmdline())[:80]}")
         for proc in self.procs.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -231,7 +240,7 @@ class AirflowStack:
             self.listening()
             try:
                 value = check()
-            except (httpx.TransportError, KeyError) as exc:  # the api-server is still starting
+            except httpx.TransportError as exc:  # the api-server is still starting
                 value, last = None, exc
             if value is not None:
                 return value
@@ -301,7 +310,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         deployment.start()
 
         def healthy() -> dict[str, Any] | None:
-            health = deployment.client.get("/api/v2/monitor/health").json()
+            response = deployment.client.get("/api/v2/monitor/health")
+            if response.status_code != 200:
+                return None
+            health = response.json()
             ok = all(health.get(c, {}).get("status") == "healthy"
                      for c in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
             return health if ok else None
@@ -452,8 +464,10 @@ def test_a_deferrable_sensor_waits_in_the_triggerer(stack: AirflowStack) -> None
                    timeout=60)
     listening = stack.listening()  # while the sensor waits: the api-server's socket only
     assert {(ip, port) for _, ip, port in listening} == {("127.0.0.1", stack.port)}, listening
-    time.sleep(3)  # a poll or two with the condition still false: the task stays deferred
+    time.sleep(3)  # a poll or two with the condition still false: the task stays deferred ...
     assert stack.get(path)["state"] == "deferred"
+    pool = stack.get("/pools/default_pool")  # ... and holds no worker slot
+    assert (pool["deferred_slots"], pool["running_slots"], pool["occupied_slots"]) == (1, 0, 0), pool
 
     table.add(sample(50, start=100))
     stack.wait_for_run("geneva_test_sensor", run_id, timeout=90)
