@@ -181,3 +181,31 @@ def test_a_server_whose_workers_cannot_run_the_stages_fails_before_any_work(tmp_
     assert "the apply stage of plan" in line and "pyarrow" in line, line
     assert "its Python workers cannot run the stages: ModuleNotFoundError" in line, line
     assert tbl.count_rows("y IS NOT NULL") == 0 and read_calls(tmp_path) == []
+
+
+def test_an_unreachable_server_fails_the_task_soon_and_retryably_without_its_token(lance_db, monkeypatch):
+    """No server on the port: the apply task fails in seconds (not pyspark's 10 minutes of back-off), as an
+    error Airflow retries (the server may be restarting), and the connection's token is in no message."""
+    import socket
+
+    import geneva_provider as gp
+    from geneva_provider.operators.backfill import GenevaPlanBackfillOperator
+    from geneva_provider.operators.spark import GenevaSparkApplyOperator
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": port, "password": "TOKEN-5be1c0de"}))
+    tbl = lance_db.create_table("slow", events_table(100))
+    tbl.add_columns({"y": counting_double(str(lance_db.uri))})
+    plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y").execute({})
+    with pytest.raises(gp.SparkEnvironmentError) as err:
+        GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
+    from airflow.sdk.exceptions import AirflowFailException
+
+    assert err.value.retryable and not isinstance(err.value, AirflowFailException)
+    message = str(err.value)
+    assert f"cannot open a Spark Connect session on sc://127.0.0.1:{port}" in message and "refused" in message
+    assert "TOKEN-5be1c0de" not in message and "token" not in message
+    assert tbl.count_rows("y IS NOT NULL") == 0

@@ -206,7 +206,9 @@ class _GenevaSparkStageOperator(BaseOperator):
         message = f"the {self.stage} stage of plan {job_id} failed: {reason}{tail}"
         cls = getattr(errors, report.error_type or "", None) if report is not None else None
         if isinstance(cls, type) and issubclass(cls, errors.GenevaError):  # the package's error, as itself
-            return cls(message) if report.retryable else no_retry(cls(message))
+            error = cls(message)
+            error.retryable = report.retryable
+            return error if report.retryable else no_retry(error)
         return AirflowException(message)
 
     def on_kill(self) -> None:

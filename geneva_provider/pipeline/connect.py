@@ -22,6 +22,8 @@ from geneva_provider.core.errors import SparkEnvironmentError
 
 log = logging.getLogger(__name__)
 
+FIRST_CONTACT_RETRIES = 5  # 0.05 s, x4 each time: about 17 s of back-off before a server counts as unreachable
+
 
 def connect_session(url: str, *, pyfiles: Sequence[str] = (), check: bool = True, session_id: str | None = None
                     ) -> Any:
@@ -37,6 +39,7 @@ def connect_session(url: str, *, pyfiles: Sequence[str] = (), check: bool = True
     started = time.monotonic()
     try:
         spark = RemoteSparkSession.builder.remote(_with_session_id(url, session_id)).create()
+        version = _first_contact(spark)
     except Exception as exc:  # noqa: BLE001 - the URL may hold a token: name the server by host only
         error = SparkEnvironmentError(f"cannot open a Spark Connect session on {_host(url)}: "
                                       f"{type(exc).__name__}: {_reason(exc)}")
@@ -51,8 +54,34 @@ def connect_session(url: str, *, pyfiles: Sequence[str] = (), check: bool = True
         spark.stop()
         raise
     log.info("Spark Connect session on %s ready in %.1fs (Spark %s)", _host(url), time.monotonic() - started,
-             spark.version)
+             version)
     return spark
+
+
+def _first_contact(spark: Any) -> str:
+    """The server's Spark version: the session's first call, retried for ~20 s (not the client's 10 minutes).
+
+    An unreachable server then fails the task soon, with a retryable error, and Airflow's retries
+    (not a task stuck in gRPC back-off) decide how long to wait for it; once reached, the
+    session keeps pyspark's patient retry policy for the work itself.
+    """
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    client = spark.client
+    patient = client.get_retry_policies()
+    client.set_retry_policies([DefaultPolicy(max_retries=FIRST_CONTACT_RETRIES)])
+    try:
+        version = spark.version
+    except BaseException:
+        # Release the session without back-off now: else its exit hook would retry for minutes.
+        client.set_retry_policies([DefaultPolicy(max_retries=0)])
+        try:
+            spark.stop()
+        except Exception:  # noqa: BLE001 - the server is unreachable; nothing to release there
+            pass
+        raise
+    client.set_retry_policies(patient)
+    return version
 
 
 def interrupt_sessions(url: str, session_ids: Sequence[str]) -> int:
@@ -169,6 +198,10 @@ _ERROR_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b
 def _reason(exc: BaseException) -> str:
     """The line that says what went wrong: a worker's own error (``ModuleNotFoundError: ...``) over Spark's
     "An exception was thrown from the Python worker" wrapper."""
-    lines = str(exc).strip().splitlines()
+    text = str(exc).strip()
+    grpc = re.search(r'details = "([^"]+)"', text)  # a gRPC error: its status details say it
+    if grpc:
+        return grpc[1]
+    lines = text.splitlines()
     worker = [line.strip() for line in lines[1:] if _ERROR_LINE.match(line)]
     return worker[-1] if worker else (lines[0] if lines else type(exc).__name__)
