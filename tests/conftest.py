@@ -32,8 +32,9 @@ os.environ.update({
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
     "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(_AIRFLOW_TMP / "logs"),
-    "AIRFLOW_CONN_LANCE_DEFAULT": json.dumps({"conn_type": "lance", "host": str(LANCE_DB),
-                                              "extra": {"storage_options": {"aws_secret_access_key": FAKE_SECRET}}}),
+    "AIRFLOW_CONN_LANCE_DEFAULT": json.dumps({
+        "conn_type": "lance", "host": str(LANCE_DB),
+        "extra": {"secret_storage_options": {"aws_secret_access_key": FAKE_SECRET}}}),
     "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
     "GENEVA_HOURLY_WAIT_SECONDS": "3",
     "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",  # the sensors honour it (the tests check deferral)

@@ -79,8 +79,8 @@ def test_a_lance_connection_names_the_namespace_and_its_storage_options(s3, monk
     db.create_table("events", events_table(10))
     monkeypatch.setenv("AIRFLOW_CONN_LANCE_S3", json.dumps({
         "conn_type": "lance", "host": f"s3://{s3.bucket}/hooked",
-        "extra": {"storage_options": s3.storage_options, "namespace_impl": "dir",
-                  "namespace_properties": {"dir_listing_enabled": "true"}}}))
+        "extra": {"secret_storage_options": s3.storage_options, "namespace_impl": "dir",
+                  "secret_namespace_properties": {"dir_listing_enabled": "true"}}}))
     hook = LanceHook("lance_s3")
     assert hook.database.table_names() == ["events"]
     assert hook.open_table("events").count_rows() == 10
@@ -118,7 +118,8 @@ def test_a_dag_run_on_an_object_store_with_credentials_only_in_the_connection(s3
     import json
 
     monkeypatch.setenv("AIRFLOW_CONN_LANCE_S3", json.dumps({
-        "conn_type": "lance", "host": f"s3://{s3.bucket}/dag", "extra": {"storage_options": s3.storage_options}}))
+        "conn_type": "lance", "host": f"s3://{s3.bucket}/dag",
+        "extra": {"secret_storage_options": s3.storage_options}}))
     db = gp.connect(f"s3://{s3.bucket}/dag", storage_options=s3.storage_options)
     db.create_table("events", events_table(3_000), max_rows_per_file=1_000)
     dr = dagbag.get_dag("geneva_test_s3").test()
