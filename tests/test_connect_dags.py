@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -208,4 +209,34 @@ def test_an_unreachable_server_fails_the_task_soon_and_retryably_without_its_tok
     message = str(err.value)
     assert f"cannot open a Spark Connect session on sc://127.0.0.1:{port}" in message and "refused" in message
     assert "TOKEN-5be1c0de" not in message and "token" not in message
+    assert tbl.count_rows("y IS NOT NULL") == 0
+
+
+def test_a_udf_bug_fails_its_task_once_over_spark_connect(dagbag, lance_db, over_connect, capfd, caplog):
+    lance_db.create_table("buggy", events_table(1_000), max_rows_per_file=500)
+    dr, states, tis, _ = run(dagbag.get_dag("geneva_test_udf_bug"))
+    assert dr.state == "failed" and states["backfill_y.apply"] == "failed", states
+    assert tis["backfill_y.apply"].try_number == 1  # retries=2, yet not retried: a retry cannot fix a bug
+    logs = _task_logs(capfd, caplog)
+    line = next(x for x in logs.splitlines() if "UDFExecutionError: the apply stage" in x)
+    assert re.search(r"the apply stage of plan \S+ failed: UDFExecutionError: UDF 'broken_double' failed computing "
+                     r"column 'y' of table 'buggy'.*x=7", line), line
+    assert "over Spark Connect" in logs
+    assert lance_db.open_table("buggy").count_rows("y IS NOT NULL") == 0
+
+
+@pytest.mark.slow
+def test_a_stage_past_its_execution_timeout_stops_its_spark_work(dagbag, lance_db, over_connect, call_dir):
+    """execution_timeout bounds a stage: the task fails at 6 s and the server stops computing for it."""
+    rows = 20_000
+    tbl = lance_db.create_table("slow", events_table(rows), max_rows_per_file=rows // 2)
+    tbl.add_columns({"y": counting_double(call_dir, sleep=0.001)})
+    started = time.monotonic()
+    dr, states, _, _ = run(dagbag.get_dag("geneva_test_timeout"))
+    assert dr.state == "failed" and states["backfill_y.apply"] == "failed", states
+    assert time.monotonic() - started < 60
+    time.sleep(3)  # the interrupted tasks' Python workers are stopped within Spark's kill timeout (2 s)
+    done = len(read_calls(call_dir))
+    time.sleep(3)
+    assert len(read_calls(call_dir)) == done < rows  # nothing computes any more
     assert tbl.count_rows("y IS NOT NULL") == 0
