@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 from tests.conftest import FAKE_SECRET
 from tests.helpers import clear_calls, counting_double, events_table, read_calls
 from tests.test_example_dags import run, words_of
-from tests.test_resume_kill import _checkpointed_rows
+from tests.test_resume_kill import _checkpointed_rows, run_and_kill_after_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,20 +121,8 @@ def test_apply_killed_over_spark_connect_resumes_from_its_checkpoints(lance_db, 
         print("FINISHED", flush=True)
     """)
     env = {**os.environ, "AIRFLOW_CONN_SPARK_DEFAULT": over_connect}
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     store = tbl.checkpoint_store
-    try:
-        deadline = time.monotonic() + 180
-        while len([k for k in store.list_keys("udf-") if "_range-" in k]) < 6:
-            assert proc.poll() is None, "the apply task ended before it could be killed"
-            assert time.monotonic() < deadline, "no checkpoints appeared"
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    out = proc.stdout.read().splitlines()
-    assert "FINISHED" not in out
+    out = run_and_kill_after_checkpoints(script, store, 6, env)
     plan = json.loads(next(line for line in out if line.startswith('{"job_id"')))
     assert tbl.version == v and tbl.count_rows("y IS NOT NULL") == 0  # nothing committed
     checkpointed = _checkpointed_rows(store, rows // 2)

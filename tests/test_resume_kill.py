@@ -17,6 +17,26 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS_PER_FRAGMENT = 10_000
 
 
+def run_and_kill_after_checkpoints(script: str, store, checkpoints: int, env: dict[str, str] | None = None
+                                   ) -> list[str]:
+    """Runs ``script`` in a process group of its own, SIGKILLs it once ``checkpoints`` range checkpoints exist,
+    and returns what it printed (it must not have finished)."""
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len([k for k in store.list_keys("udf-") if "_range-" in k]) < checkpoints:
+            assert proc.poll() is None, "the process ended before it could be killed"
+            assert time.monotonic() < deadline, "no checkpoints appeared"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    out = proc.stdout.read().splitlines()
+    assert "FINISHED" not in out
+    return out
+
+
 def _checkpointed_rows(store, rows_per_fragment: int = ROWS_PER_FRAGMENT) -> set[int]:
     """The row numbers (x) in the range checkpoints, from their row addresses."""
     rows: set[int] = set()
@@ -38,19 +58,8 @@ def test_killed_backfill_resumes_without_recomputing_checkpoints(db, spark, call
         gp.connect({db.uri!r}).open_table("events").backfill("y", spark=spark, checkpoint_size=500)
         print("FINISHED")
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     store = tbl.checkpoint_store
-    try:
-        deadline = time.monotonic() + 180
-        while len([k for k in store.list_keys("udf-") if "_range-" in k]) < 6:
-            assert proc.poll() is None, "the backfill ended before it could be killed"
-            assert time.monotonic() < deadline, "no checkpoints appeared"
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    assert "FINISHED" not in proc.stdout.read()
+    run_and_kill_after_checkpoints(script, store, 6)
 
     # Killed before commit: the table is as it was, and checkpoints cover only part of it.
     assert tbl.version == v and tbl.to_arrow(["y"]).column("y").null_count == 2 * ROWS_PER_FRAGMENT
