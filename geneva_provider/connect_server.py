@@ -94,6 +94,9 @@ class LocalConnectServer:
             # gives up waiting for it to reattach: keep that short, so a retry does not race it long.
             "spark.connect.execute.manager.detachedTimeout": "15s",
             "spark.connect.execute.manager.maintenanceInterval": "5s",
+            # A job's session is kept open between its apply and write+commit tasks; one whose DAG
+            # never reached write+commit is released after this long without a client.
+            "spark.connect.session.manager.defaultSessionTimeout": "20m",
             **self.conf,
         }
         command = [str(home / "bin" / "spark-submit"), "--class",

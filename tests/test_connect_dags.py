@@ -54,6 +54,7 @@ def test_backfill_dag_over_spark_connect(dagbag, lance_db, over_connect, capfd, 
     assert got["words"] == [words_of(t) for t in got["text"]] and len(got["words"]) == 8_000
     logs = _task_logs(capfd, caplog)
     assert "over Spark Connect (connection 'spark_default')" in logs and "Spark Connect session on" in logs
+    assert "Reusing the job's Spark Connect session" in logs  # write+commit found apply's warm session
     assert "Spark-Submit cmd" not in logs and FAKE_SECRET not in logs  # no spark-submit, no secret in a log
 
     dr, states, _, noop_s = run(backfill)  # nothing new: the Spark tasks are skipped, no session opened

@@ -46,6 +46,7 @@ class _GenevaSparkStageOperator(BaseOperator):
 
     stage: str = ""
     stage_function: str = ""  # the function of geneva_provider.stages that runs the stage over Spark Connect
+    keeps_session: bool = False  # over Spark Connect: leave the session open for the job's next Spark stage
     template_fields: Sequence[str] = ("plan", "conf", "py_files", "env_vars")
     ui_color = "#fcefe3"
 
@@ -108,31 +109,48 @@ class _GenevaSparkStageOperator(BaseOperator):
         from geneva_provider import stages
         from geneva_provider.core.checkpoint import split_key_uri
         from geneva_provider.core.models import StageReport
-        from geneva_provider.pipeline.connect import connect_session, interrupt_sessions
+        from geneva_provider.pipeline.connect import close_session
 
         url = SparkConnectHook(self.spark_conn_id).get_connection_url()
-        pyfiles = [package_zip(), *(p for p in (self.py_files or "").split(",") if p)]
         self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'), %d rows to compute",
                       self.stage, plan.job_id, self.spark_conn_id, plan.rows_to_compute)
-        # Every attempt's session id is kept beside the plan: an attempt whose worker died leaves
-        # its query running on the server, and the next attempt stops it before starting over.
-        sessions_key = f"{split_key_uri(plan.plan_uri)[1]}-{self.stage}-connect-sessions"
-        earlier = store.get_text(sessions_key).split() if sessions_key in store else []
-        if earlier and interrupt_sessions(url, earlier):
-            self.log.warning("Stopped the Spark work an earlier attempt of this %s stage left running", self.stage)
-        session_id = str(uuid.uuid4())
-        store.put_text(sessions_key, "\n".join([*earlier, session_id]))
+        keep = False
         try:
-            self._session = connect_session(url, pyfiles=pyfiles, session_id=session_id)
+            self._session = self._job_session(url, store, split_key_uri(plan.plan_uri)[1])
             with ProgressLogger(store, plan.job_id, self.stage, self.log):
                 result = getattr(stages, self.stage_function)(plan.plan_uri, self._session, storage_options)
+            keep = self.keeps_session
         except Exception as exc:  # reported with the package's reason first
             raise self._failure(plan.job_id, StageReport.failed(exc)) from exc
         finally:
             if self._session is not None:
-                self._session.stop()
+                close_session(self._session, keep=keep)
                 self._session = None
         return StageReport(status="success", result=result).to_xcom()
+
+    def _job_session(self, url: str, store: Any, plan_key: str) -> Any:
+        """The job's Spark Connect session: the one an earlier stage (or a dead attempt) left, else a new one.
+
+        Its id is kept beside the plan, so the write+commit stage reuses apply's warm Python
+        workers, and a retry finds -- and stops -- whatever the attempt it replaces left running.
+        """
+        from geneva_provider.pipeline.connect import connect_session, resume_session
+
+        pyfiles = [package_zip(), *(p for p in (self.py_files or "").split(",") if p)]
+        session_key = f"{plan_key}-connect-session"
+        if session_key in store:
+            session_id = store.get_text(session_key)
+            resumed = resume_session(url, session_id, pyfiles=pyfiles)
+            if resumed is not None:
+                spark, stopped = resumed
+                if stopped:
+                    self.log.warning("Stopped the Spark work an earlier attempt of this %s stage left running",
+                                     self.stage)
+                self.log.info("Reusing the job's Spark Connect session %s", session_id)
+                return spark
+        session_id = str(uuid.uuid4())
+        store.put_text(session_key, session_id)  # before any work: a retry must find it if this process dies
+        return connect_session(url, pyfiles=pyfiles, session_id=session_id)
 
     def _run_with_spark_submit(self, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any
                                ) -> dict[str, Any]:
@@ -215,8 +233,10 @@ class _GenevaSparkStageOperator(BaseOperator):
         if self._hook is not None:
             self._hook.on_kill()
         if self._session is not None:  # stop the server's work for this session, then release it
+            from geneva_provider.pipeline.connect import close_session
+
             self._session.interruptAll()
-            self._session.stop()
+            close_session(self._session)
 
 
 class ProgressLogger:
@@ -285,6 +305,7 @@ class GenevaSparkApplyOperator(_GenevaSparkStageOperator):
 
     stage = "apply"
     stage_function = "run_apply"
+    keeps_session = True  # write+commit reuses its warm Python workers
 
     def nothing_to_do(self, plan: PlanSummary) -> bool:
         return plan.nothing_to_do or not plan.tasks

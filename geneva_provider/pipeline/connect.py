@@ -31,7 +31,7 @@ def connect_session(url: str, *, pyfiles: Sequence[str] = (), check: bool = True
 
     Always a session of its own (never a default session another caller shares), so stopping it
     releases only what this stage used; ``session_id`` names it, so that a later attempt can stop
-    its work with :func:`interrupt_sessions` if this process dies.  ``url`` may carry a token:
+    its work with :func:`resume_session` if this process dies.  ``url`` may carry a token:
     it is never logged.
     """
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
@@ -51,7 +51,7 @@ def connect_session(url: str, *, pyfiles: Sequence[str] = (), check: bool = True
         if check:
             check_environment(spark, _host(url))
     except BaseException:
-        spark.stop()
+        close_session(spark)
         raise
     log.info("Spark Connect session on %s ready in %.1fs (Spark %s)", _host(url), time.monotonic() - started,
              version)
@@ -75,43 +75,54 @@ def _first_contact(spark: Any) -> str:
     except BaseException:
         # Release the session without back-off now: else its exit hook would retry for minutes.
         client.set_retry_policies([DefaultPolicy(max_retries=0)])
-        try:
-            spark.stop()
-        except Exception:  # noqa: BLE001 - the server is unreachable; nothing to release there
-            pass
+        close_session(spark)
         raise
     client.set_retry_policies(patient)
     return version
 
 
-def interrupt_sessions(url: str, session_ids: Sequence[str]) -> int:
-    """Stops what earlier sessions still run on the server and releases them; returns the operations stopped.
+def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) -> tuple[Any, int] | None:
+    """Attaches to the session an earlier stage of the job left open: ``(session, operations stopped)``.
 
-    A client that dies (a SIGKILLed Airflow worker) leaves its query running on the server; the
-    next attempt of the same stage attaches to the dead attempt's session by id, interrupts it and
-    releases it, so two attempts never compute the same rows side by side.  Sessions already
-    released (the attempt ended normally) are skipped.
+    The next stage reuses the job's session so it finds warm Python workers (this package and
+    pylance imported, the table open) instead of paying a new session's worker start-up.  Whatever
+    still runs there -- the query of an attempt whose worker died -- is interrupted first, so
+    two attempts never compute the same rows side by side.  ``pyfiles`` are shipped again (the
+    same content is accepted; a restarted server has forgotten them) and the probe runs again.
+    None when the session cannot be used (released, or its artifacts changed): open a new one.
     """
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
-    stopped = 0
-    for session_id in session_ids:
-        try:
-            spark = RemoteSparkSession.builder.remote(_with_session_id(url, session_id)).create()
-        except Exception:  # noqa: BLE001 - nothing to stop
-            continue
-        try:
-            stopped += len(spark.interruptAll())
-        except Exception:  # noqa: BLE001 - released already (SESSION_CLOSED): nothing runs there
-            pass
-        finally:
-            try:
-                spark.stop()
-            except Exception:  # noqa: BLE001 - releasing a closed session may fail; nothing is left
-                pass
+    spark = RemoteSparkSession.builder.remote(_with_session_id(url, session_id)).create()
+    try:
+        _first_contact(spark)
+        stopped = len(spark.interruptAll())
+        for path in pyfiles:
+            spark.addArtifacts(path, pyfile=True)
+        check_environment(spark, _host(url))
+    except Exception as exc:  # noqa: BLE001 - released (SESSION_CLOSED) or unusable: a new session will do
+        log.info("the job's Spark Connect session %s cannot be reused (%s): opening a new one", session_id,
+                 _reason(exc))
+        close_session(spark)
+        return None
     if stopped:
         log.info("stopped %d Spark Connect operations left running by an earlier attempt", stopped)
-    return stopped
+    return spark, stopped
+
+
+def close_session(spark: Any, *, keep: bool = False) -> None:
+    """Releases the session on the server; ``keep=True`` only closes this client's connection, leaving
+    the session (and its warm Python workers) for the job's next stage to :func:`resume_session`.
+
+    A kept session that no stage resumes is released by the server after its idle timeout
+    (``spark.connect.session.manager.defaultSessionTimeout``).
+    """
+    if keep:
+        spark.release_session_on_close = False
+    try:
+        spark.stop()
+    except Exception:  # noqa: BLE001 - releasing a closed session may fail; nothing is left to release
+        pass
 
 
 def _with_session_id(url: str, session_id: str | None) -> str:
