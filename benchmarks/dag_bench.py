@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from machine_load import LoadMeter
 
 import geneva_provider as gp
 
@@ -165,39 +166,6 @@ class Timing:
         return f"others {self.other_cores:.2f} cores, steal {self.steal_pct:.0f}%"
 
 
-def _machine_jiffies() -> tuple[int, int, int]:
-    """(busy, steal, total) CPU jiffies of the whole machine since boot."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
-    busy = user + nice + system + irq + softirq  # guest time is already inside user
-    return busy, steal, busy + idle + iowait + steal
-
-
-def _tree_jiffies(root: int) -> int:
-    """CPU jiffies of ``root`` and its live descendants, including their reaped children."""
-    stats: dict[int, tuple[int, int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        # After the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15), 0-based here.
-        stats[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += stats.get(pid, (0, 0))[1]
-        todo.extend(children.get(pid, []))
-    return total
-
-
 def timed(fn: Callable[[], Any], after: Callable[[], Any] | None = None) -> tuple[Any, Timing]:
     """Runs ``fn``; returns its result and a :class:`Timing` of it.
 
@@ -205,23 +173,16 @@ def timed(fn: Callable[[], Any], after: Callable[[], Any] | None = None) -> tupl
     reaps what ``fn``'s child left running).  The Connect server is a child of this process, so
     its CPU counts as ours, not as "others".
     """
-    try:
-        m0, t0 = _machine_jiffies(), _tree_jiffies(os.getpid())
-    except (OSError, ValueError):
-        m0 = t0 = None
+    meter = LoadMeter()
     t = time.perf_counter()
     out = fn()
     timing = Timing(wall=time.perf_counter() - t)
     if after is not None:
         after()
     window = time.perf_counter() - t
-    if m0 is not None and t0 is not None:
-        m1, t1 = _machine_jiffies(), _tree_jiffies(os.getpid())
-        hz = os.sysconf("SC_CLK_TCK")
-        tree = (t1 - t0) / hz
-        timing.tree_cpu = tree
-        timing.other_cores = max(0.0, ((m1[0] - m0[0]) / hz - tree) / window)
-        timing.steal_pct = 100.0 * (m1[1] - m0[1]) / max(1, m1[2] - m0[2])
+    load = meter.load(window)
+    if load is not None:
+        timing.tree_cpu, timing.other_cores, timing.steal_pct = load.tree_cpu, load.other_cores, load.steal_pct
     return out, timing
 
 
