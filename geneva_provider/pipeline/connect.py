@@ -25,8 +25,7 @@ log = logging.getLogger(__name__)
 FIRST_CONTACT_RETRIES = 5  # 0.05 s, x4 each time: about 17 s of back-off before a server counts as unreachable
 
 
-def connect_session(url: str, *, pyfiles: Sequence[str] = (), check: bool = True, session_id: str | None = None
-                    ) -> Any:
+def connect_session(url: str, *, pyfiles: Sequence[str] = (), session_id: str | None = None) -> Any:
     """A new Spark Connect client session on ``url`` with ``pyfiles`` shipped and the environment checked.
 
     Always a session of its own (never a default session another caller shares), so stopping it
@@ -46,10 +45,7 @@ def connect_session(url: str, *, pyfiles: Sequence[str] = (), check: bool = True
         error.retryable = True  # the server may be restarting
         raise error from None
     try:
-        for path in pyfiles:
-            spark.addArtifacts(path, pyfile=True)
-        if check:
-            check_environment(spark, _host(url))
+        _prepare(spark, pyfiles, _host(url))
     except BaseException:
         close_session(spark)
         raise
@@ -87,9 +83,10 @@ def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) ->
     The next stage reuses the job's session so it finds warm Python workers (this package and
     pylance imported, the table open) instead of paying a new session's worker start-up.  Whatever
     still runs there -- the query of an attempt whose worker died -- is interrupted first, so
-    two attempts never compute the same rows side by side.  ``pyfiles`` are shipped again (the
-    same content is accepted; a restarted server has forgotten them) and the probe runs again.
-    None when the session cannot be used (released, or its artifacts changed): open a new one.
+    two attempts never compute the same rows side by side.  ``pyfiles`` are shipped and the probe
+    runs again only if the session lacks its marker of them (a restarted server recreates the
+    session empty).  None when the session cannot be used (released, or its artifacts changed):
+    open a new one.
     """
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
@@ -97,9 +94,7 @@ def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) ->
     try:
         _first_contact(spark)
         stopped = len(spark.interruptAll())
-        for path in pyfiles:
-            spark.addArtifacts(path, pyfile=True)
-        check_environment(spark, _host(url))
+        _prepare(spark, pyfiles, _host(url))
     except Exception as exc:  # noqa: BLE001 - released (SESSION_CLOSED) or unusable: a new session will do
         log.info("the job's Spark Connect session %s cannot be reused (%s): opening a new one", session_id,
                  _reason(exc))
@@ -108,6 +103,34 @@ def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) ->
     if stopped:
         log.info("stopped %d Spark Connect operations left running by an earlier attempt", stopped)
     return spark, stopped
+
+
+PREPARED_CONF = "spark.geneva.session.prepared"  # a session conf: what was shipped to and checked in it
+
+
+def _prepare(spark: Any, pyfiles: Sequence[str], server: str) -> None:
+    """Ships ``pyfiles`` and probes the workers, unless this session already holds exactly that.
+
+    The marker (a hash of the files and of this client's versions) is a session conf, so it lives
+    and dies with the server-side session a later stage resumes.
+    """
+    import hashlib
+
+    import pyspark
+
+    from geneva_provider.core.version import __version__
+
+    digest = hashlib.sha256(f"{sys.version_info[:2]} {pyspark.__version__} {__version__}".encode())
+    for path in pyfiles:
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    marker = digest.hexdigest()
+    if spark.conf.get(PREPARED_CONF, "") == marker:
+        return
+    for path in pyfiles:
+        spark.addArtifacts(path, pyfile=True)
+    check_environment(spark, server)
+    spark.conf.set(PREPARED_CONF, marker)
 
 
 def close_session(spark: Any, *, keep: bool = False) -> None:
