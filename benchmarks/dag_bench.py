@@ -245,6 +245,7 @@ class Run:
     config: str
     timing: Timing
     run_seconds: float | None = None  # dag_run end - start
+    span_seconds: float | None = None  # first task's start -> last task's end (no DAG parsing, no run set-up)
     tasks: dict[str, tuple[str, float]] = field(default_factory=dict)  # task -> (state, seconds)
     notebook: dict[str, Any] | None = None  # the notebook child's own figures
 
@@ -327,11 +328,11 @@ class Bench:
 
     def dag(self, config: str, dag_id: str, spark_conn: dict[str, Any] | None) -> Run:
         _, timing = self.child(f"{config}-{dag_id}", [self.airflow, "dags", "test", dag_id], self.env(spark_conn))
-        run_seconds, tasks = self.last_dag_run(dag_id)
-        return Run(config, timing, run_seconds=run_seconds, tasks=tasks)
+        run_seconds, span_seconds, tasks = self.last_dag_run(dag_id)
+        return Run(config, timing, run_seconds=run_seconds, span_seconds=span_seconds, tasks=tasks)
 
-    def last_dag_run(self, dag_id: str) -> tuple[float, dict[str, tuple[str, float]]]:
-        """The latest run of ``dag_id`` in the metadata DB: its duration and each task's (state, seconds)."""
+    def last_dag_run(self, dag_id: str) -> tuple[float, float, dict[str, tuple[str, float]]]:
+        """The latest run of ``dag_id`` in the metadata DB: its duration, its tasks' span, each task's (state, s)."""
         db = sqlite3.connect(f"file:{self.home / 'airflow.db'}?mode=ro", uri=True)
         try:
             row = db.execute("SELECT run_id, state, start_date, end_date FROM dag_run WHERE dag_id = ? "
@@ -346,10 +347,13 @@ class Bench:
         finally:
             db.close()
         tasks = {}
+        starts = [t[2] for t in tis if t[2]]
+        ends = [t[3] for t in tis if t[3]]
+        span = _seconds(min(starts), max(ends)) if starts and ends else _seconds(start, end)
         for task_id, ti_state, ti_start, ti_end, duration in tis:
             seconds = _seconds(ti_start, ti_end) if ti_start and ti_end else (duration or 0.0)
             tasks[task_id.rsplit(".", 1)[-1]] = (ti_state, seconds)
-        return _seconds(start, end), {t: tasks[t] for t in TASKS if t in tasks} | tasks
+        return _seconds(start, end), span, {t: tasks[t] for t in TASKS if t in tasks} | tasks
 
     def record(self, run: Run) -> Run:
         self.runs.setdefault(run.config, []).append(run)
@@ -433,8 +437,9 @@ def print_table(bench: Bench, labels: dict[str, str], repeat: int) -> None:
     for r in rows:
         print(line.format(*r))
     print("(seconds; process = wall time of the child process; DAG run = dag_run end - start from the metadata DB "
-          "(dags test takes the start\n before it parses the DAG folder); run-tasks = the DAG run's time outside its "
-          "tasks; others = max cores other processes used during a run)")
+          "(dags test takes the start\n before it parses the DAG folder and sets the run up, ~1 s); tasks span = first "
+          "task start to last task end; run-tasks = the DAG run's time outside its tasks;\n others = max cores other "
+          "processes used during a run)")
 
 
 def report(bench: Bench, labels: dict[str, str], repeat: int, rows: int) -> None:
@@ -467,10 +472,13 @@ def report(bench: Bench, labels: dict[str, str], repeat: int, rows: int) -> None
     connect, empty, noop = run_med("connect"), run_med("empty"), run_med("noop")
     submit = run_med("submit")
     connect_proc = med([r.timing.wall for r in bench.runs["connect"]])
+    connect_span = med([r.span_seconds for r in bench.runs["connect"] if r.span_seconds is not None])
     print("-" * 110)
     print("comparisons (medians):")
     print(f"  Connect DAG run {connect:.2f} s vs notebook fresh process {notebook:.2f} s: "
           f"{connect / notebook:.2f}x")
+    print(f"  Connect DAG run's tasks, first start to last end (no DAG parsing or run set-up by dags test) "
+          f"{connect_span:.2f} s vs notebook fresh process {notebook:.2f} s: {connect_span / notebook:.2f}x")
     print(f"  Connect DAG run minus empty DAG run (Geneva tasks above Airflow's overhead) {connect - empty:.2f} s vs "
           f"notebook fresh process {notebook:.2f} s: {(connect - empty) / notebook:.2f}x")
     print(f"  Connect `airflow dags test` process {connect_proc:.2f} s vs notebook fresh process {notebook:.2f} s: "
@@ -488,6 +496,8 @@ def report(bench: Bench, labels: dict[str, str], repeat: int, rows: int) -> None
     checks = [
         ("(a) Connect DAG run <= fresh-process notebook backfill [DAG run duration vs notebook process wall]",
          connect <= notebook, f"{connect:.2f} s vs {notebook:.2f} s"),
+        ("(a) Connect DAG run <= fresh-process notebook backfill [first task start to last task end vs notebook "
+         "process wall]", connect_span <= notebook, f"{connect_span:.2f} s vs {notebook:.2f} s"),
         ("(a) Connect DAG run <= fresh-process notebook backfill [DAG run minus empty DAG run vs notebook process "
          "wall]", connect - empty <= notebook, f"{connect - empty:.2f} s ({connect:.2f} - {empty:.2f}) vs "
          f"{notebook:.2f} s"),
