@@ -46,7 +46,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from machine_load import LoadMeter
+from machine_load import LoadMeter, MachineLoad
 
 import geneva_provider as gp
 from geneva_provider.stages import local_session
@@ -114,19 +114,11 @@ def burn_all(xs: list[int], iters: int) -> list[int]:
 
 # ---------------------------------------------------------------------- measuring
 @dataclass
-class Timing:
+class Timing(MachineLoad):
     """One timed call, with how busy the rest of the machine was meanwhile (Linux /proc; else None)."""
 
     wall: float
     cpu: float  # this Python process
-    tree_cpu: float | None = None  # this process and its descendants: the JVM and the Python workers
-    other_cores: float | None = None  # average cores used by every other process on the machine
-    steal_pct: float | None = None  # share of the machine's CPU time the hypervisor gave to other guests
-
-    def load_text(self) -> str:
-        if self.other_cores is None:
-            return "n/a"
-        return f"others {self.other_cores:.2f} cores, steal {self.steal_pct:.0f}%"
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, Timing]:
@@ -135,9 +127,7 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, Timing]:
     c, t = time.process_time(), time.perf_counter()
     out = fn()
     timing = Timing(wall=time.perf_counter() - t, cpu=time.process_time() - c)
-    load = meter.load(timing.wall)
-    if load is not None:
-        timing.tree_cpu, timing.other_cores, timing.steal_pct = load.tree_cpu, load.other_cores, load.steal_pct
+    timing.take(meter.load(timing.wall))
     return out, timing
 
 

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from machine_load import LoadMeter
+from machine_load import LoadMeter, MachineLoad
 
 import geneva_provider as gp
 
@@ -152,18 +152,10 @@ def dag_file_source(backfills: dict[str, str]) -> str:
 
 # ---------------------------------------------------------------------- measuring (as backfill_bench.py)
 @dataclass
-class Timing:
+class Timing(MachineLoad):
     """One timed call, with how busy the rest of the machine was meanwhile (Linux /proc; else None)."""
 
     wall: float
-    tree_cpu: float | None = None  # this process and its descendants (the child, the Connect server)
-    other_cores: float | None = None  # average cores used by every other process on the machine
-    steal_pct: float | None = None  # share of the machine's CPU time the hypervisor gave to other guests
-
-    def load_text(self) -> str:
-        if self.other_cores is None:
-            return "n/a"
-        return f"others {self.other_cores:.2f} cores, steal {self.steal_pct:.0f}%"
 
 
 def timed(fn: Callable[[], Any], after: Callable[[], Any] | None = None) -> tuple[Any, Timing]:
@@ -180,9 +172,7 @@ def timed(fn: Callable[[], Any], after: Callable[[], Any] | None = None) -> tupl
     if after is not None:
         after()
     window = time.perf_counter() - t
-    load = meter.load(window)
-    if load is not None:
-        timing.tree_cpu, timing.other_cores, timing.steal_pct = load.tree_cpu, load.other_cores, load.steal_pct
+    timing.take(meter.load(window))
     return out, timing
 
 

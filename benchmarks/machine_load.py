@@ -52,6 +52,24 @@ class Load:
     steal_pct: float
 
 
+@dataclass(kw_only=True)
+class MachineLoad:
+    """The load fields of a benchmark's timing: None where /proc is missing."""
+
+    tree_cpu: float | None = None  # this process and its descendants (children, JVMs, Python workers)
+    other_cores: float | None = None  # average cores used by every other process on the machine
+    steal_pct: float | None = None  # share of the machine's CPU time the hypervisor gave to other guests
+
+    def take(self, load: Load | None) -> None:
+        if load is not None:
+            self.tree_cpu, self.other_cores, self.steal_pct = load.tree_cpu, load.other_cores, load.steal_pct
+
+    def load_text(self) -> str:
+        if self.other_cores is None:
+            return "n/a"
+        return f"others {self.other_cores:.2f} cores, steal {self.steal_pct:.0f}%"
+
+
 class LoadMeter:
     """``meter = LoadMeter()`` before the timed work, ``meter.load(seconds)`` after: None where /proc is missing."""
 
