@@ -41,7 +41,7 @@ def _task_logs(capfd, caplog) -> str:
 
 
 @pytest.mark.slow
-def test_backfill_dag_over_spark_connect(dagbag, lance_db, over_connect, capfd, caplog):
+def test_backfill_dag_over_spark_connect(dagbag, lance_db, over_connect, connect_server, capfd, caplog):
     ingest, backfill = dagbag.get_dag("geneva_ingest_events"), dagbag.get_dag("geneva_backfill_after_ingest")
     assert run(ingest, run_conf={"rows": 8_000})[0].state == "success"
 
@@ -68,6 +68,10 @@ def test_backfill_dag_over_spark_connect(dagbag, lance_db, over_connect, capfd, 
     got = tbl.to_arrow(["text", "words"]).to_pydict()
     assert got["words"] == [words_of(t) for t in got["text"]] and len(got["words"]) == 10_000
     tbl.dataset().validate()
+    # The server logs the plans it runs, pickled task functions included: the storage options
+    # reached the executors as a session artifact, so their values are in no log line there.
+    server_log = connect_server.log_path.read_text(errors="replace")
+    assert "geneva-options-" in server_log and FAKE_SECRET not in server_log
     with capfd.disabled():
         print(f"\nbackfill DAG over Spark Connect: first run {first_s:.1f}s, no-op run {noop_s:.1f}s")
 

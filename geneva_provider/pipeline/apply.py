@@ -37,7 +37,7 @@ from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
 from geneva_provider.pipeline.job_records import job_stage, update_record
 from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
-from geneva_provider.pipeline.runner import job_tag, run_tasks
+from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,8 @@ def _apply(plan: Plan, store: CheckpointStore, spark: Any, storage_options: dict
     log.info("apply %s: %d of %d planned tasks still to run (%d rows planned)",
              plan.job_id, len(tasks), len(plan.tasks), planned)
     t0 = time.perf_counter()
-    results = run_tasks(spark, tasks, partial(_apply_partition, StageContext.of(plan, storage_options)),
+    ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if tasks else storage_options)
+    results = run_tasks(spark, tasks, partial(_apply_partition, ctx),
                         description=f"geneva apply {plan.table}.{','.join(plan.output_columns)}",
                         concurrency=plan.settings.concurrency, progress=_ApplyProgress(plan, store, tasks),
                         tag=job_tag(plan.job_id)) if tasks else []

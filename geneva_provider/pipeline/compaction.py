@@ -36,7 +36,7 @@ from geneva_provider.core.models import (
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.job_records import finish_record, job_stage, start_record
 from geneva_provider.pipeline.planning import open_plan
-from geneva_provider.pipeline.runner import job_tag, run_tasks
+from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +164,9 @@ def _compact(plan: CompactionPlan, store: CheckpointStore, storage_options: dict
 
     t0 = time.perf_counter()
     ref = TableRef(plan.table, plan.table_uri, storage_options)
+    task_options = options_for_tasks(spark, storage_options)
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        encoded = run_tasks(spark, plan.tasks, partial(_execute, plan.table_uri, storage_options),
+        encoded = run_tasks(spark, plan.tasks, partial(_execute, plan.table_uri, task_options),
                             description=f"geneva compact {plan.table}", tag=job_tag(plan.job_id))
         results = [pickle.loads(base64.b64decode(r)) for r in encoded]
         try:

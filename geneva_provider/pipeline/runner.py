@@ -159,6 +159,59 @@ def _run_over_connect(spark: Any, per_slice: list[Sequence[T]], partition_fn: Ca
     return [pickle.loads(row.result) for row in rows]
 
 
+class ShippedOptions(dict):
+    """Storage options whose pickled form is only the name of a Spark Connect session artifact holding them.
+
+    A Connect server logs the plans it runs -- the pickled task functions included -- so values
+    inside a task's closure would reach its log.  Tasks get this dict instead: the driver side
+    uses it as the options themselves; a task unpickles it by reading the artifact file, which
+    lives in the session's directory on the server and goes with the session.
+    """
+
+    def __init__(self, options: dict[str, str], artifact: str) -> None:
+        super().__init__(options)
+        self.artifact = artifact
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return _load_shipped_options, (self.artifact,)
+
+
+def _load_shipped_options(artifact: str) -> dict[str, str]:
+    import json
+
+    from pyspark import SparkFiles
+
+    with open(SparkFiles.get(artifact)) as f:
+        return json.load(f)
+
+
+def options_for_tasks(spark: Any, storage_options: dict[str, str] | None) -> dict[str, str] | None:
+    """The storage options as a stage's tasks should carry them: as they are on a classic session
+    (the closure stays inside Spark), as a :class:`ShippedOptions` over Spark Connect."""
+    if not storage_options or not is_connect(spark):
+        return storage_options
+    import hashlib
+    import json
+    import shutil
+    import tempfile
+
+    text = json.dumps(storage_options, sort_keys=True)
+    artifact = f"geneva-options-{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
+    directory = tempfile.mkdtemp(prefix="geneva-options-")  # private (0700): the file holds secrets
+    try:
+        path = os.path.join(directory, artifact)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(text)
+        try:
+            spark.addArtifacts(path, file=True)
+        except Exception as exc:  # a resumed session holds it already (same name, same content)
+            if "ARTIFACT_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                raise
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return ShippedOptions(storage_options, artifact)
+
+
 def job_tag(job_id: str) -> str:
     """The Spark job tag of a geneva job's stages."""
     return f"geneva-job-{job_id}"

@@ -47,7 +47,7 @@ from geneva_provider.pipeline.planning import (
     record_valid,
     validity_signature,
 )
-from geneva_provider.pipeline.runner import job_tag, run_tasks
+from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None
     to_write = [f for f in plan.fragments if f.action is Action.COMPUTE]
     to_commit_now = {f.id: f.file for f in plan.fragments if f.action is Action.REUSE and f.file is not None}
     granularity = plan.settings.commit_granularity or max(len(to_write) + len(to_commit_now), 1)
-    ctx = StageContext.of(plan, storage_options)
+    ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if to_write else storage_options)
     committer = _Committer(plan, storage_options)
     groups = [to_write[i:i + granularity] for i in range(0, len(to_write), granularity)]
     log.info("write %s: %d fragments to write in %d groups, %d reused fragments to commit",
