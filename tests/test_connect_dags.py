@@ -231,3 +231,23 @@ def test_a_stage_past_its_execution_timeout_stops_its_spark_work(dagbag, lance_d
     time.sleep(3)
     assert len(read_calls(call_dir)) == done < rows  # nothing computes any more
     assert tbl.count_rows("y IS NOT NULL") == 0
+
+
+@pytest.mark.slow
+def test_maintenance_dag_compacts_over_spark_connect(dagbag, lance_db, over_connect, call_dir, spark, capfd, caplog):
+    """The compaction operator runs its rewrite tasks over Connect too; nothing is recomputed after it."""
+    from geneva_provider.examples import sample
+
+    tbl = lance_db.create_table("events", sample(6_000), max_rows_per_file=500)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    tbl.backfill("y", spark=spark)
+    before = tbl.to_arrow(["id", "y"]).sort_by("id")
+    clear_calls(call_dir)
+    dr, states, tis, _ = run(dagbag.get_dag("geneva_maintenance"), run_conf={"target_rows_per_fragment": 3_000})
+    assert dr.state == "success", states
+    compacted = tis["compact"].xcom_pull(task_ids="compact")
+    assert compacted["status"] == "success" and compacted["fragments_removed"] == 12
+    assert len(tbl.dataset().get_fragments()) == 2 and tbl.to_arrow(["id", "y"]).sort_by("id").equals(before)
+    assert "Running the compact stage of plan" in _task_logs(capfd, caplog)
+    assert tbl.backfill("y", spark=spark).rows_computed == 0 and read_calls(call_dir) == []
+    tbl.dataset().validate()
