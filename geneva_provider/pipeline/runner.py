@@ -1,8 +1,10 @@
-"""Running pipeline tasks on Spark: the local session and the RDD-of-tasks pattern (pipeline).
+"""Running pipeline tasks on Spark: the local session and the task runner (pipeline).
 
-Tasks are small typed models spread with ``parallelize(tasks, n).mapPartitions(fn)``; every task
-opens Lance itself inside the Python worker and returns a small result, so no table data
-passes through the JVM or the driver.
+Tasks are small typed models spread with ``parallelize(tasks, n).mapPartitions(fn)`` on a
+classic session, or with ``spark.range(n).mapInArrow(fn)`` over Spark Connect (no RDDs there);
+every task opens Lance itself inside the Python worker and returns a small result, so no table
+data passes through the JVM or the driver.  Over Connect the storage options travel as a session
+artifact (:class:`ShippedOptions`), never inside a pickled task.
 """
 
 from __future__ import annotations
