@@ -49,7 +49,7 @@ class LocalConnectServer:
         self.port = port or _free_port()
         self.master = master
         self.conf = conf or {}
-        self._started_here = False
+        self.started_here = False  # True once start() launched the server (not found it running)
 
     @property
     def url(self) -> str:
@@ -120,7 +120,7 @@ class LocalConnectServer:
                                          f"(log {self.log_path}):\n{self._log_tail()}")
             time.sleep(0.25)
         self._state_path.write_text(json.dumps({"pid": proc.pid, "port": self.port, "url": self.url}))
-        self._started_here = True
+        self.started_here = True
         return self.url
 
     def stop(self) -> bool:
@@ -143,7 +143,7 @@ class LocalConnectServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._started_here:
+        if self.started_here:
             self.stop()
 
 

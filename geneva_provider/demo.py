@@ -79,13 +79,11 @@ def run_dags(args: argparse.Namespace) -> None:
 
     server = LocalConnectServer(int(spark_conn.get("port") or 15002), directory=".demo/connect")
     t0 = time.perf_counter()
-    url = server.start()
-    print(f"Spark stages run over Spark Connect: local server {url} started in {time.perf_counter() - t0:.1f}s "
-          f"(log {server.log_path})")
-    try:
+    with server:  # stops the server at the end only if it started it here
+        print(f"Spark stages run over Spark Connect: local server {server.url} ready in "
+              f"{time.perf_counter() - t0:.1f}s (log {server.log_path})")
         _run_dag_steps(args)
-    finally:
-        server.stop()
+    if server.started_here:
         print("local Spark Connect server stopped")
 
 
