@@ -147,6 +147,35 @@ def test_rerun_after_udf_failure_computes_only_missing_ranges(db, spark, call_di
     tbl.dataset().validate()
 
 
+def test_a_lost_checkpoint_fails_the_write_naming_the_fragment_and_commits_nothing(db, spark, call_dir):
+    """The writer checks every planned row against the checkpoints before writing anything of the fragment."""
+    tbl = db.create_table("events", events_table(30_000), max_rows_per_file=10_000)
+    tbl.delete("x >= 12000 AND x < 12100")
+    tbl.add_columns({"y": counting_double(call_dir)})
+    v = tbl.version
+    plan_uri = plan_backfill(tbl.ref, "y", BackfillOptions(checkpoint_size=1_000, task_size=10_000)).plan_uri
+    run_apply(plan_uri, spark)
+    store = tbl.checkpoint_store
+    lost = sorted((k for k in store.list_keys("udf-") if "_frag-1_range-" in k),
+                  key=lambda k: int(k.rsplit("_range-", 1)[1].split("-")[0]))[2]
+    rows = store[lost].num_rows
+    store.delete(lost)
+    with pytest.raises(gp.CheckpointMissingError) as exc:
+        run_write_commit(plan_uri, spark)
+    msg = str(exc.value)
+    for needle in ("table 'events'", "fragment 1", f"no checkpoint for {rows} of its 9900 planned rows",
+                   "run the apply stage first"):
+        assert needle in msg, msg
+    assert tbl.version == v and tbl.to_arrow(["y"]).column("y").null_count == 29_900
+    tbl.dataset().validate()
+    clear_calls(call_dir)
+    res = tbl.backfill("y", spark=spark)
+    assert sorted(read_calls(call_dir)) and len(read_calls(call_dir)) == rows
+    assert res.rows_computed == rows
+    assert column(tbl, "y") == {x: 2 * x for x in range(30_000) if not 12_000 <= x < 12_100}
+    tbl.dataset().validate()
+
+
 def test_dropped_and_readded_column_does_not_reuse_old_fragment_files(db, spark, call_dir):
     tbl = db.create_table("events", events_table(20_000), max_rows_per_file=10_000)
     double = counting_double(call_dir)

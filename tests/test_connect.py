@@ -45,3 +45,22 @@ def test_a_backfill_a_refresh_and_a_compaction_over_spark_connect(db, connect_sp
     clear_calls(call_dir)
     assert tbl.backfill("y", spark=connect_spark).rows_computed == 0 and read_calls(call_dir) == []
     tbl.dataset().validate()
+
+
+@pytest.mark.parametrize("which", ["classic", "connect"])
+def test_a_package_error_raised_in_a_task_reaches_the_caller_as_itself(request, which):
+    """Not Spark's wrapper around it: the caller (an operator) catches the package's type and message."""
+    import geneva_provider as gp
+    from geneva_provider.pipeline.runner import run_tasks
+
+    session = request.getfixturevalue("spark" if which == "classic" else "connect_spark")
+
+    def _fail_at_three(tasks):  # defined here: pickled by value (the server's workers cannot import tests)
+        for t in tasks:
+            if t == 3:
+                raise gp.CheckpointMissingError(f"task {t}: no checkpoint for it")
+            yield t * 10
+
+    assert run_tasks(session, [1, 2, 4], _fail_at_three, description="ok") == [10, 20, 40]
+    with pytest.raises(gp.CheckpointMissingError, match=r"^task 3: no checkpoint for it$"):
+        run_tasks(session, [1, 2, 3, 4], _fail_at_three, description="fails", concurrency=2)

@@ -16,6 +16,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from geneva_provider.core.errors import GenevaError
@@ -102,9 +103,11 @@ def run_tasks(
     One task per partition, unless ``concurrency`` asks for fewer partitions.  Every few seconds
     while the job runs, ``progress`` is called and what it returns is logged (rows, rows/s),
     else Spark's task counts are.  ``tag`` marks the Spark jobs, so ``cancel_jobs(tag)`` stops them.
+    A package error a task raises (a missing checkpoint, a bad plan) is raised here as itself.
     """
     if not tasks:
         return []
+    partition_fn = _returning_errors(partition_fn)
     slices = min(len(tasks), concurrency) if concurrency else len(tasks)
     # One list of tasks per partition, dealt round-robin so (size-sorted) tasks balance out.
     per_slice = [tasks[i::slices] for i in range(slices)]
@@ -121,7 +124,8 @@ def run_tasks(
     reporter.start()
     try:
         rdd = sc.parallelize(per_slice, slices)
-        return rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect()
+        return _raise_task_errors(
+            rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect())
     finally:
         done.set()
         reporter.join()
@@ -158,7 +162,39 @@ def _run_over_connect(spark: Any, per_slice: list[Sequence[T]], partition_fn: Ca
         reporter.join()
         if tag:
             spark.removeTag(tag)
-    return [pickle.loads(row.result) for row in rows]
+    return _raise_task_errors([pickle.loads(row.result) for row in rows])
+
+
+@dataclass(frozen=True)
+class _TaskRaised:
+    """A package error a task raised, carried back as the task's last result.
+
+    Spark would retry the task and then wrap the error in its own exception type.  The package's
+    errors fail the same way on every attempt, and the caller (an operator, a DAG's author) should
+    get the error it can catch, with its message, not a Java stack trace.
+    """
+
+    error: GenevaError
+
+
+def _returning_errors(partition_fn: Callable[[Iterator[T]], Iterable[R]]) -> Callable[[Iterator[T]], Iterator[Any]]:
+    def run(tasks: Iterator[T]) -> Iterator[Any]:
+        try:
+            yield from partition_fn(tasks)
+        except GenevaError as exc:
+            yield _TaskRaised(exc)
+
+    return run
+
+
+def _raise_task_errors(results: list[Any]) -> list[Any]:
+    """The tasks' results; the first package error a task raised is raised instead, with how many tasks failed."""
+    raised = [r.error for r in results if isinstance(r, _TaskRaised)]
+    if raised:
+        if len(raised) > 1:
+            raised[0].add_note(f"({len(raised)} Spark tasks failed the same way)")
+        raise raised[0]
+    return results
 
 
 class ShippedOptions(dict):
