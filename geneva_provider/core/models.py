@@ -8,7 +8,6 @@ plan of another format is refused with :class:`PlanFormatError` instead of being
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from enum import StrEnum
 from typing import Any, Literal
@@ -43,12 +42,6 @@ class DataFileRef(_Model):
     file_minor_version: int
     file_size_bytes: int | None = None
     base_id: int | None = None
-
-    @classmethod
-    def from_lance(cls, datafile: Any) -> DataFileRef:
-        d = dataclasses.asdict(datafile)
-        d["path"] = d.pop("_path")
-        return cls.model_validate(d)
 
     def to_lance(self) -> Any:
         from lance.fragment import DataFile

@@ -36,7 +36,7 @@ from geneva_provider.core.models import (
     WriteResult,
     WrittenFragment,
 )
-from geneva_provider.core.ranges import positions_of
+from geneva_provider.core.ranges import count_of, positions_of
 from geneva_provider.pipeline.commit import CommitPolicy, commit_column_files
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import job_stage, update_record
@@ -92,7 +92,6 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
     rows a filter left out, and rows whose value was still valid, are carried over unchanged.
     """
     from lance.file import LanceFileWriter
-    from lance.fragment import DataFile
 
     job = ctx.job
     writer = writer or _Writer(ctx)
@@ -112,12 +111,12 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
     fields = writer.fields
     new = pa.concat_tables(parts) if parts else pa.table(
         {ROWADDR: pa.array([], pa.uint64()), **{f.name: pa.array([], f.type) for f in fields}})
-    needed = live_row_addresses(frag)[positions_of(entry.needed)]
-    missing = needed[~np.isin(needed, new.column(ROWADDR).to_numpy())]
+    missing = _missing_rows(live_row_addresses(frag)[positions_of(entry.needed)], new.column(ROWADDR),
+                            entry.physical_rows)
     if len(missing):
         raise CheckpointMissingError(
             f"columns {job.output_columns[:-1]} of table '{job.table}': fragment {fid} has no checkpoint for "
-            f"{len(missing)} of its {len(needed)} planned rows (first row address {int(missing[0])}); "
+            f"{len(missing)} of its {count_of(entry.needed)} planned rows (first row address {int(missing[0])}); "
             "run the apply stage first")
     # A row the UDF's error policy skipped has no fingerprint: the fragment is then not all valid,
     # and a value computed for the row by a later run wins over the skipped one (later wins below).
@@ -139,13 +138,21 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
         w.write_batch(pa.record_batch(arrays, schema=schema))
     major, minor = (int(p) for p in job.data_storage_version.split("."))
     leaves = job.output_field_ids
-    datafile = DataFileRef.from_lance(DataFile(
-        rel, fields=leaves, column_indices=list(range(len(leaves))), file_major_version=major,
-        file_minor_version=minor, file_size_bytes=w.size_bytes))
+    datafile = DataFileRef(path=rel, fields=leaves, column_indices=list(range(len(leaves))),
+                           file_major_version=major, file_minor_version=minor, file_size_bytes=w.size_bytes)
     writer.stage(fid, FragmentCheckpoint(
         file=datafile, src_data_files=entry.src_files, output_field_ids=leaves, column_uid=job.column_uid,
         base_file=entry.base_file, rows=entry.rows, where=job.where, complete=complete))
     return WrittenFragment(frag=fid, file=datafile, rows=entry.rows, complete=complete)
+
+
+def _missing_rows(needed: np.ndarray, held: pa.ChunkedArray, physical_rows: int) -> np.ndarray:
+    """The addresses in ``needed`` that no checkpointed row (``held``) has (both addresses of one fragment)."""
+    have = np.zeros(physical_rows, bool)
+    for chunk in held.chunks:
+        offsets = chunk.to_numpy() & 0xFFFFFFFF
+        have[offsets[offsets < physical_rows]] = True  # an offset beyond the fragment fails in physical_index
+    return needed[~have[needed & 0xFFFFFFFF]]
 
 
 def physical_index(physical_rows: int, addrs: pa.Array) -> pa.Array:
