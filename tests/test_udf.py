@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import decimal
+import re
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -182,3 +185,57 @@ def test_concurrency_keeps_order_and_runs_calls_in_flight_together():
     assert exc.value.index == 11 and "bad 11" in str(exc.value)
     with pytest.raises(gp.UDFDefinitionError, match="concurrency must be a positive integer, got 0"):
         gp.udf(data_type=pa.int64(), concurrency=0)(lambda x: x)
+
+
+def test_scalar_udf_returning_floats_for_int64_fails_the_backfill_instead_of_truncating(db, spark):
+    @gp.udf(data_type=pa.int64())
+    def plus_frac(x: int) -> int:
+        return x + 0.7
+
+    tbl = db.create_table("t", pa.table({"x": pa.array(range(8), pa.int64())}))
+    tbl.add_columns({"f": plus_frac})
+    v = tbl.version
+    with pytest.raises(gp.UDFExecutionError) as exc:
+        tbl.backfill("f", spark=spark, progress=False)
+    msg = str(exc.value)
+    for needle in ("UDF 'plus_frac'", "column 'f'", "declared type int64", "truncated"):
+        assert needle in msg
+    assert tbl.version == v and tbl.to_arrow(["f"]).column("f").null_count == 8
+
+
+@pytest.mark.parametrize(("values", "data_type"), [
+    ([0.5, 1.0], pa.int64()),                       # a fraction
+    ([[1.0, 2.5]], pa.list_(pa.int32())),             # nested
+    ([{"a": 1.5}], pa.struct([("a", pa.int64())])),  # in a struct
+])
+def test_lossy_python_results_are_rejected_for_every_kind(values, data_type):
+    @gp.udf(data_type=data_type)
+    def scalar(x: int):
+        return values[x]
+
+    @gp.udf(data_type=data_type, input_columns=["x"])
+    def batch(b: pa.RecordBatch):
+        return values  # a Python list from a batch UDF is converted the same way
+
+    rows = pa.record_batch({"x": pa.array(range(len(values)), pa.int64())})
+    for fn in (scalar, batch):
+        with pytest.raises(UDFCallError, match=rf"declared type {re.escape(str(data_type))}.*truncated"):
+            fn.evaluate(rows, ["x"])
+
+
+@pytest.mark.parametrize(("values", "data_type", "expected"), [
+    ([1, None, 3], pa.int64(), [1, None, 3]), ([1.0, 2.0], pa.int64(), [1, 2]), ([1, 2.5], pa.float64(), [1.0, 2.5]),
+    ([None, None], pa.string(), [None, None]), ([1], pa.decimal128(5, 2), [decimal.Decimal("1.00")]),
+    ([{"a": 1}], pa.struct([("a", pa.int64()), ("b", pa.string())]), [{"a": 1, "b": None}]),
+])
+def test_exact_python_results_still_convert(values, data_type, expected):
+    @gp.udf(data_type=data_type)
+    def f(x: int):
+        return values[x]
+
+    assert f.evaluate(pa.record_batch({"x": list(range(len(values)))}), ["x"]).to_pylist() == expected
+
+
+def test_overflowing_python_results_are_rejected():
+    with pytest.raises(UDFCallError, match="declared type int32"):
+        gp.udf(lambda x: 2 ** 40, data_type=pa.int32()).evaluate(pa.record_batch({"x": [1]}), ["x"])

@@ -194,7 +194,7 @@ class UDF:
             out = out.combine_chunks()
         if not isinstance(out, pa.Array):
             try:
-                out = pa.array(out, type=self.data_type)
+                out = _convert_exactly(out, self.data_type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
                 raise UDFCallError(
                     f"returned values that do not convert to the declared type {self.data_type}: {exc}"
@@ -436,3 +436,32 @@ def code_version(func: Any, data_type: pa.DataType, kind: UDFKind) -> str:
 
 def _as_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _convert_exactly(values: Any, data_type: pa.DataType) -> pa.Array:
+    """``values`` (Python objects, numpy, pandas) as an array of ``data_type``; ArrowInvalid if that loses data.
+
+    ``pa.array(values, type=...)`` truncates Python floats into integer (and temporal) types without a
+    word (``0.7`` becomes ``0``), so the values are also converted as they are and cast safely: a cast
+    that fails only because it is safe (the unsafe one succeeds) means the declared type loses data.
+    Exact conversions (``1.0`` or ``1`` for int64, ints for float64, None) pass; when the values have no
+    single Arrow type or no cast exists to check with, the typed conversion stands alone.
+    """
+    typed = pa.array(values, type=data_type)
+    try:
+        as_given = pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return typed
+    if as_given.type == data_type:
+        return typed
+    try:
+        as_given.cast(data_type, safe=True)
+    except pa.ArrowInvalid as exc:
+        try:
+            as_given.cast(data_type, safe=False)
+        except pa.ArrowException:
+            return typed  # the types themselves do not cast (e.g. int64 to a narrow decimal): nothing to compare
+        raise pa.ArrowInvalid(f"{exc} (a {as_given.type} value does not fit {data_type} exactly)") from None
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    return typed
