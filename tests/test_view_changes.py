@@ -89,3 +89,74 @@ def test_refresh_to_an_older_and_back_to_a_newer_source_version(setup, spark, ca
     with pytest.raises(gp.InvalidArgumentError, match="has no version 999"):
         view.refresh(src_version=999, spark=spark)
     view.dataset().validate()
+
+
+def window(src, where: str | None, offset: int, limit: int | None) -> dict[int, tuple]:
+    """The unshuffled offset/limit view computed directly: matching rows in row-id order, then offset and limit."""
+    whole = expected(src, where)
+    ids = sorted(whole)[offset:offset + limit if limit is not None else None]
+    return {i: whole[i] for i in ids}
+
+
+def test_offset_and_limit_keep_their_meaning_through_every_source_change(db, spark, call_dir):
+    """The view is the query's rows at the refreshed version: skipped rows never come back."""
+    src = db.create_table("events", events_table(200), max_rows_per_file=25)
+    view = db.create_materialized_view("w", src.search(None).where("x % 2 = 0").select(
+        {"x": "x", "y": counting_double(call_dir)}).offset(30).limit(5))
+    view.refresh(spark=spark)
+    assert rows(view) == window(src, "x % 2 = 0", 30, 5) and sorted(rows(view)) == [60, 62, 64, 66, 68]
+    clear_calls(call_dir)
+
+    src.compact(target_rows_per_fragment=1_000, spark=spark)  # same rows: nothing moves, nothing computed
+    src.delete("x = 1")                                        # a row the filter excludes
+    src.dataset().update({"id": "id + 1"}, where="x = 64")     # a column the view does not read
+    res = view.refresh(spark=spark)
+    assert rows(view) == window(src, "x % 2 = 0", 30, 5) and read_calls(call_dir) == []
+    assert res.rows_computed == 0
+
+    src.delete("x = 60")  # in the window: the window moves on by one row
+    res = view.refresh(spark=spark)
+    assert rows(view) == window(src, "x % 2 = 0", 30, 5) and sorted(rows(view)) == [62, 64, 66, 68, 70]
+    assert read_calls(call_dir) == [70] and res.rows_computed == 1
+    clear_calls(call_dir)
+
+    src.delete("x = 10")  # before the window: it moves on again, 62 is skipped now
+    view.refresh(spark=spark)
+    assert sorted(rows(view)) == [64, 66, 68, 70, 72] and read_calls(call_dir) == [72]
+    view.dataset().validate()
+
+
+def test_an_offset_beyond_the_rows_counts_rows_appended_later(db, spark, call_dir):
+    src = db.create_table("events", events_table(10))
+    view = db.create_materialized_view("w", src.search(None).select(
+        {"x": "x", "y": counting_double(call_dir)}).offset(20).limit(5))
+    view.refresh(spark=spark)
+    assert view.count_rows() == 0
+    src.add(events_table(30, start=10))
+    view.refresh(spark=spark)
+    assert rows(view) == window(src, None, 20, 5) and sorted(read_calls(call_dir)) == list(range(20, 25))
+    view.dataset().validate()
+
+
+def test_a_shuffled_split_stays_a_split_through_source_changes(db, spark, call_dir):
+    """shuffle(seed).limit(k) and shuffle(seed).offset(k): disjoint, together every matching row, at every version."""
+    src = db.create_table("events", events_table(4_000), max_rows_per_file=500)
+    q = src.search(None).where("x % 4 != 3").select({"x": "x", "y": counting_double(call_dir)}).shuffle(seed=11)
+    test = db.create_materialized_view("test", q.limit(300))
+    train = db.create_materialized_view("train", q.offset(300))
+    changes = [
+        lambda: None,
+        lambda: src.add(events_table(1_000, start=4_000)),
+        lambda: src.delete("x % 10 = 0"),
+        lambda: src.dataset().update({"x": "x + 1"}, where="x % 4 = 2 AND x < 2000"),  # rows leave the filter
+        lambda: src.compact(target_rows_per_fragment=100_000, spark=spark),
+    ]
+    for change in changes:
+        change()
+        test.refresh(spark=spark)
+        train.refresh(spark=spark)
+        a, b = rows(test), rows(train)
+        assert len(a) == 300 and not a.keys() & b.keys()
+        assert a | b == expected(src, "x % 4 != 3")
+    test.dataset().validate()
+    train.dataset().validate()

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from geneva_provider.core.errors import InvalidArgumentError
@@ -52,12 +53,40 @@ class StoredViewQuery(BaseModel):
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True)
 
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """The view's rows among the source rows ``ids`` that match the filter: ordered, then offset and limit."""
+        ordered = query_order(ids, self.shuffle, self.seed)
+        start = self.offset or 0
+        return ordered[start:start + self.limit] if self.limit is not None else ordered[start:]
+
     def source_columns(self) -> list[str]:
         """Every source column the view reads: copied columns and UDF inputs."""
         cols = list(self.columns.values())
         for spec in self.udf_columns.values():
             cols.extend(spec.input_columns)
         return list(dict.fromkeys(cols))
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def query_order(ids: np.ndarray, shuffle: bool, seed: int | None) -> np.ndarray:
+    """Source row ids in a view's order: ascending (insertion order), or shuffled by ``seed``.
+
+    The shuffled order ranks each row by a hash of the seed and its row id (splitmix64), not by a
+    permutation of today's rows, so the order of any set of rows is fixed whatever arrives or leaves
+    later: ``offset`` and ``limit`` then mean the same rows at every source version, and rows
+    appended later take their place among the others.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if not shuffle:
+        return np.sort(ids, kind="stable")
+    with np.errstate(over="ignore"):
+        z = ids.astype(np.uint64) + np.uint64(seed or 0) * _GOLDEN + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return ids[np.argsort(z, kind="stable")]
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """Plan stage of a view refresh: bring the view's rows up to the source version, then plan the values.
 
 Membership first.  Source rows appended since the last refresh that match the filter become new
-placeholder rows (shuffled among themselves with the view's seed); after any other source change
-(deletes, updates, merges, a refresh to an older version) the view's rows are synchronised with
-the rows the query selects at that version: rows whose source row is gone or no longer matches
-are deleted from the view, rows that now match are added.
+placeholder rows (in the query's order among themselves); after any other source change (deletes,
+updates, merges, a refresh to an older version), and after any change under ``offset``/``limit``,
+the view's rows are synchronised with the rows the query selects at that version: rows whose
+source row is gone, no longer matches or left the offset/limit window are deleted from the view,
+rows that now belong are added.
 
 Values second, row by row: a view row is valid while its stored fingerprint equals the fingerprint
 of its source row's read columns, so an update recomputes exactly the rows it changed and a
@@ -40,10 +41,11 @@ from geneva_provider.core.view_meta import (
     META_SCANNED_ROW_ID,
     SOURCE_ROW_ID,
     ViewInfo,
+    query_order,
     view_info,
 )
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
-from geneva_provider.pipeline.view_create import matching_row_ids, shuffled
+from geneva_provider.pipeline.view_create import matching_row_ids
 
 log = logging.getLogger(__name__)
 
@@ -132,17 +134,24 @@ def _source_at(source: TableRef, version: int | None, view: str) -> Any:
 
 
 def sync_rows(view: TableRef, src: Any, info: ViewInfo, max_rows_per_fragment: int | None) -> tuple[int, int]:
-    """Brings the view's rows to the ones the query selects at ``src``'s version; returns (added, removed)."""
+    """Brings the view's rows to the ones the query selects at ``src``'s version; returns (added, removed).
+
+    Appends to a view without ``offset`` or ``limit`` only add rows: the new matching ones.  Any
+    other change -- or any change at all under ``offset``/``limit``, where a new row may take the
+    place of an old one -- recomputes the query's rows (row ids only) and moves the view to them.
+    """
     if not info.stable or src.version == info.base_table_version:
         return 0, 0
     q = info.query
     ds = view.dataset()
-    if _only_appends(src, info.base_table_version):
+    windowed = bool(q.offset) or q.limit is not None
+    if not windowed and _only_appends(src, info.base_table_version):
         cond = f"_rowid >= {info.next_row_id}"
         new, next_id = matching_row_ids(src, f"({q.where}) AND {cond}" if q.where else cond, True)
         removed = 0
     else:
         wanted, next_id = matching_row_ids(src, q.where, True)
+        wanted = q.rows(wanted)
         have = ds.to_table(columns=[SOURCE_ROW_ID]).column(SOURCE_ROW_ID).to_numpy()
         gone = have[~np.isin(have, wanted)]
         for start in range(0, len(gone), _DELETE_BATCH):
@@ -155,9 +164,7 @@ def sync_rows(view: TableRef, src: Any, info: ViewInfo, max_rows_per_fragment: i
         # A plan that crashed after appending but before recording the source version must not append twice.
         present = ds.to_table(columns=[SOURCE_ROW_ID], filter=f"{SOURCE_ROW_ID} >= {int(new.min())}")
         new = new[~np.isin(new, present.column(SOURCE_ROW_ID).to_numpy())]
-    new = shuffled(new, q.shuffle, q.seed)
-    if q.limit is not None:
-        new = new[:max(q.limit - ds.count_rows(), 0)]
+    new = query_order(new, q.shuffle, q.seed)
     if len(new):
         import lance
 
@@ -166,7 +173,8 @@ def sync_rows(view: TableRef, src: Any, info: ViewInfo, max_rows_per_fragment: i
                                  storage_options=view.storage_options, **kwargs)
     ds.update_schema_metadata({META_BASE_VERSION: str(src.version), META_SCANNED_ROW_ID: str(next_id)})
     if removed:
-        log.info("view '%s': %d rows removed (their source rows were deleted or no longer match)", view.name, removed)
+        log.info("view '%s': %d rows removed (their source rows were deleted, no longer match, or left the "
+                 "query's offset/limit window)", view.name, removed)
     return len(new), removed
 
 

@@ -43,9 +43,7 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
                       "addresses (format 1) and can only be refreshed at the source version it was created from; "
                       "create the source with stable_row_ids=True for incremental refreshes", stacklevel=3)
     ids, next_id = matching_row_ids(src, query.where, stable)
-    ids = shuffled(ids, query.shuffle, query.seed)
-    start = query.offset or 0
-    ids = ids[start:start + query.limit] if query.limit is not None else ids[start:]
+    ids = query.stored().rows(ids)
 
     metadata = view_metadata(query, src.version, stable, next_id)
     # Only __source_row_id is written; the view columns and __is_set start as all-NULL virtual
@@ -77,15 +75,8 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
 
 
 def matching_row_ids(ds: Any, where: str | None, stable: bool) -> tuple[np.ndarray, int]:
-    """Row ids (stable) or addresses of the rows matching ``where``, in scan order; and the next row id."""
+    """Row ids (stable) or addresses of the rows matching ``where``; and the next row id."""
     ids = ds.to_table(columns=[], filter=where, with_row_id=True).column("_rowid").to_numpy().astype(np.int64)
     all_ids = ds.to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()
     next_id = int(all_ids.max()) + 1 if stable and len(all_ids) else 0
     return ids, next_id
-
-
-def shuffled(ids: np.ndarray, shuffle: bool, seed: int | None) -> np.ndarray:
-    """The view's row order: a seeded permutation (same seed, same order) or scan order."""
-    if not shuffle:
-        return ids
-    return ids[np.random.default_rng(seed).permutation(len(ids))]
