@@ -239,3 +239,70 @@ def test_exact_python_results_still_convert(values, data_type, expected):
 def test_overflowing_python_results_are_rejected():
     with pytest.raises(UDFCallError, match="declared type int32"):
         gp.udf(lambda x: 2 ** 40, data_type=pa.int32()).evaluate(pa.record_batch({"x": [1]}), ["x"])
+
+
+class _NoCall:
+    def compute(self, x: int) -> int:
+        return x
+
+
+class _NeedsModel:
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def __call__(self, x: int) -> int:
+        return x
+
+
+def _keyword_only(x: int, *, scale: int) -> int:
+    return x * scale
+
+
+def _only_args(*cols) -> int:
+    return len(cols)
+
+
+def _only_kwargs(**cols) -> int:
+    return len(cols)
+
+
+@pytest.mark.parametrize(("func", "needles"), [
+    (_NoCall, ["'_NoCall'", "no __call__"]),
+    (_NeedsModel, ["'_NeedsModel'", "no arguments", "'model'"]),
+    (_keyword_only, ["'_keyword_only'", "keyword-only", "['scale']"]),
+    (_only_args, ["'_only_args'", "*cols", "cannot be inferred"]),
+    (_only_kwargs, ["'_only_kwargs'", "**cols", "cannot be inferred"]),
+])
+def test_udfs_that_cannot_run_are_refused_when_declared(func, needles):
+    with pytest.raises(gp.UDFDefinitionError) as exc:
+        gp.udf(data_type=pa.int64())(func)
+    for needle in needles:
+        assert needle in str(exc.value)
+
+
+def test_udfs_with_defaults_and_extra_varargs_still_work():
+    class Scaled:
+        def __init__(self, k: int = 3) -> None:
+            self.k = k
+
+        def __call__(self, x: int, *, unused: int = 0) -> int:
+            return x * self.k
+
+    def first(x: int, *rest, **options) -> int:
+        return x + 1
+
+    batch = pa.record_batch({"x": [1, 2]})
+    assert gp.udf(data_type=pa.int64())(Scaled).evaluate(batch, ["x"]).to_pylist() == [3, 6]
+    assert gp.udf(first).input_columns == ["x"]
+    assert gp.udf(first).evaluate(batch, ["x"]).to_pylist() == [2, 3]
+
+
+@pytest.mark.parametrize("bad", [[1], "x", [""], ["x", None], 5])
+def test_input_columns_must_be_a_list_of_names(bad):
+    def f(x: int) -> int:
+        return x
+
+    with pytest.raises(gp.UDFDefinitionError) as exc:
+        gp.udf(f, data_type=pa.int64(), input_columns=bad)
+    assert "UDF 'f'" in str(exc.value) and f"input_columns must be a list of non-empty column names, got {bad!r}" \
+        in str(exc.value)

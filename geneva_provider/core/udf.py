@@ -367,14 +367,31 @@ def _make_udf(
     version: str | None,
 ) -> UDF:
     stateful = inspect.isclass(func)
+    udf_name = name or getattr(func, "__name__", None) or "udf"
+    if stateful:
+        _check_stateful_class(func, udf_name)  # type: ignore[arg-type]
     target = func.__call__ if stateful else func  # type: ignore[union-attr]
     if not callable(target):
         raise UDFDefinitionError(f"@udf needs a function or a class with __call__, got {func!r}")
-    udf_name = name or getattr(func, "__name__", None) or "udf"
-    params = [p for p in inspect.signature(target).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if input_columns is not None and (isinstance(input_columns, str | bytes) or not isinstance(input_columns, Sequence)
+                                      or not all(isinstance(c, str) and c.strip() for c in input_columns)):
+        raise UDFDefinitionError(f"UDF '{udf_name}': input_columns must be a list of non-empty column names, "
+                                 f"got {input_columns!r}")
+    signature = inspect.signature(target).parameters.values()
+    params = [p for p in signature if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if stateful and params:
         params = params[1:]  # drop self
+    # The inputs are passed positionally, in order: nothing can fill a keyword-only parameter, and
+    # *args or **kwargs alone say nothing about which columns to read.
+    required_keywords = [p.name for p in signature if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+    if required_keywords:
+        raise UDFDefinitionError(f"UDF '{udf_name}': keyword-only parameters without a default cannot be given "
+                                 f"a column, the inputs are passed positionally: {required_keywords}")
+    variadic = [f"{'*' if p.kind is p.VAR_POSITIONAL else '**'}{p.name}" for p in signature
+                if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if variadic and not params and input_columns is None:
+        raise UDFDefinitionError(f"UDF '{udf_name}' takes only {', '.join(variadic)}: its input columns cannot be "
+                                 "inferred; declare one parameter per input column")
     hints = _type_hints(target)
     param_types = [hints.get(p.name, p.annotation) for p in params]
 
@@ -405,6 +422,21 @@ def _make_udf(
         version=version or code_version(func, data_type, kind),
         stateful=stateful,
     )
+
+
+def _check_stateful_class(cls: type, udf_name: str) -> None:
+    """A UDF class is instantiated with no arguments on each worker and then called: check both can happen."""
+    if not any("__call__" in vars(k) for k in cls.__mro__):
+        raise UDFDefinitionError(f"UDF '{udf_name}': the class {cls.__name__} has no __call__ method; a stateful "
+                                 "UDF class computes each value in __call__")
+    try:
+        inspect.signature(cls).bind()
+    except TypeError as exc:
+        raise UDFDefinitionError(f"UDF '{udf_name}': a stateful UDF class is created with no arguments on each "
+                                 f"worker, but {cls.__name__}() fails: {exc}; give __init__'s parameters "
+                                 "defaults, or read settings inside __init__") from None
+    except ValueError:
+        pass  # no signature to check (a class built in C): the first call reports a failure
 
 
 def _type_hints(fn: Any) -> dict[str, Any]:
