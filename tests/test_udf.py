@@ -306,3 +306,29 @@ def test_input_columns_must_be_a_list_of_names(bad):
         gp.udf(f, data_type=pa.int64(), input_columns=bad)
     assert "UDF 'f'" in str(exc.value) and f"input_columns must be a list of non-empty column names, got {bad!r}" \
         in str(exc.value)
+
+
+@pytest.mark.parametrize(("policy", "needle"), [
+    (gp.Skip(max_fraction="0.1"), "max_fraction must be a number within [0, 1], got '0.1'"),
+    (gp.Skip(max_fraction=float("nan")), "max_fraction must be a number within [0, 1], got nan"),
+    (gp.Skip(max_rows="5"), "max_rows must be an integer >= 0, got '5'"),
+    (gp.Skip(max_rows=True), "max_rows must be an integer >= 0, got True"),
+    (gp.Skip(match=5), "match must be a regular expression string, got 5"),
+    (gp.Retry(initial_seconds="1"), "initial_seconds must be a number >= 0, got '1'"),
+    (gp.Retry(max_seconds=None), "max_seconds must be a number >= 0, got None"),
+    (gp.Retry(max_attempts=True), "max_attempts must be an integer >= 1, got True"),
+    (gp.Retry(max_attempts=2.0), "max_attempts must be an integer >= 1, got 2.0"),
+])
+def test_error_policy_values_are_checked_when_declared(policy, needle):
+    def f(x: int) -> int:
+        return x
+
+    with pytest.raises(gp.UDFDefinitionError) as exc:
+        gp.udf(f, on_error=[gp.Retry(TimeoutError), policy])
+    assert needle in str(exc.value)
+
+
+def test_valid_error_policy_values_are_kept():
+    skip = gp.Skip(ValueError, match="bad", max_rows=0, max_fraction=1)
+    retry = gp.Retry(TimeoutError, max_attempts=2, initial_seconds=0, max_seconds=0.5)
+    assert gp.udf(lambda x: x, data_type=pa.int64(), on_error=[retry, skip]).on_error.matchers == (retry, skip)

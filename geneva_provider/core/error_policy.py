@@ -49,10 +49,26 @@ class _Matcher:
                 isinstance(e, type) and issubclass(e, BaseException) for e in classes):
             raise UDFDefinitionError(f"{where}: exceptions must be exception classes, got {classes!r}")
         if self.match is not None:
+            if not isinstance(self.match, str):
+                raise UDFDefinitionError(f"{where}: match must be a regular expression string, got {self.match!r}")
             try:
                 re.compile(self.match)
             except re.error as exc:
                 raise UDFDefinitionError(f"{where}: match={self.match!r} is not a regular expression: {exc}") from None
+
+
+def _check_number(where: str, arg: str, value: Any, *, integer: bool = False, low: int = 0,
+                  high: int | None = None) -> None:
+    """UDFDefinitionError naming ``arg`` unless ``value`` is a number (an int if ``integer``) in [low, high].
+
+    Bools are refused: ``max_attempts=True`` is a mistake, not one attempt.  NaN fails the range test.
+    """
+    kinds = int if integer else (int, float)
+    if not isinstance(value, kinds) or isinstance(value, bool) or not (
+            low <= value and (high is None or value <= high)):
+        what = "an integer" if integer else "a number"
+        bounds = f"within [{low}, {high}]" if high is not None else f">= {low}"
+        raise UDFDefinitionError(f"{where}: {arg} must be {what} {bounds}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -66,13 +82,12 @@ class Retry(_Matcher):
 
     def _check(self, where: str) -> None:
         super()._check(where)
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise UDFDefinitionError(f"{where}: max_attempts must be a positive integer, got {self.max_attempts!r}")
+        _check_number(where, "max_attempts", self.max_attempts, integer=True, low=1)
         if self.backoff not in ("exponential", "fixed", "linear"):
             raise UDFDefinitionError(f"{where}: backoff must be 'exponential', 'fixed' or 'linear', "
                                      f"got {self.backoff!r}")
-        if not (self.initial_seconds >= 0 and self.max_seconds >= 0):
-            raise UDFDefinitionError(f"{where}: initial_seconds and max_seconds must be >= 0")
+        _check_number(where, "initial_seconds", self.initial_seconds)
+        _check_number(where, "max_seconds", self.max_seconds)
 
     def delay(self, failures: int) -> float:
         """Seconds to wait after the ``failures``-th failure (exponential backoff is jittered)."""
@@ -93,10 +108,10 @@ class Skip(_Matcher):
 
     def _check(self, where: str) -> None:
         super()._check(where)
-        if self.max_rows is not None and (not isinstance(self.max_rows, int) or self.max_rows < 0):
-            raise UDFDefinitionError(f"{where}: max_rows must be a non-negative integer, got {self.max_rows!r}")
-        if self.max_fraction is not None and not 0 <= self.max_fraction <= 1:
-            raise UDFDefinitionError(f"{where}: max_fraction must be within [0, 1], got {self.max_fraction!r}")
+        if self.max_rows is not None:
+            _check_number(where, "max_rows", self.max_rows, integer=True)
+        if self.max_fraction is not None:
+            _check_number(where, "max_fraction", self.max_fraction, high=1)
 
 
 @dataclass(frozen=True)
