@@ -258,6 +258,13 @@ def old_version(ctx: Ctx) -> int:
     return ctx.tbl.dataset().versions()[0]["version"]
 
 
+def a_file(ctx: Ctx) -> Path:
+    """A regular file outside the database."""
+    path = ctx.scratch / "a-file"
+    path.write_text("not a database")
+    return path
+
+
 def stages() -> Any:
     from geneva_provider import stages as s
 
@@ -307,10 +314,36 @@ CASES = [
     Case("drop-missing", lambda c: c.db.drop_table("nope"), TNF, r"'nope' not found"),
     Case("drop-bad-name", lambda c: c.db.drop_table("a/b"), IAE, r"'a/b'"),
     Case("table-uri-missing", lambda c: c.db.table_uri("nope"), TNF, r"'nope'"),
+    Case("connect-namespace-properties-str", lambda c: gp.connect(str(c.scratch / "x"), namespace_properties="x"),
+         IAE, r"namespace_properties.*'x'"),
+    Case("connect-path-is-a-file", lambda c: gp.connect(str(a_file(c))), IAE, r"a-file.*not a database directory"),
+    Case("create-stable-row-ids-str", lambda c: c.db.create_table("t", {"a": [1]}, stable_row_ids="yes"), IAE,
+         r"'t'.*stable_row_ids.*'yes'"),
+    Case("create-duplicate-columns",
+         lambda c: c.db.create_table("t", pa.table([pa.array([1]), pa.array([2])], names=["a", "a"])), IAE,
+         r"'t'.*duplicate.*'a'"),
+    Case("create-rowid-column", lambda c: c.db.create_table("t", {"_rowid": [1]}), IAE, r"'t'.*'_rowid'"),
+    Case("create-dotted-column", lambda c: c.db.create_table("t", {"a.b": [1]}), IAE, r"'t'.*'a\.b'"),
+    Case("create-fingerprint-column", lambda c: c.db.create_table("t", {"__geneva_fp__a": [1]}), IAE,
+         r"'t'.*'__geneva_fp__a'"),
+    Case("create-unsupported-type",
+         lambda c: c.db.create_table("t", pa.table({"a": pa.nulls(1, pa.month_day_nano_interval())})), IAE,
+         r"'t'.*'a'.*interval"),
     # -------------------------------------------------------------- add / delete / count_rows / to_arrow
     Case("add-unknown-column", lambda c: c.tbl.add({"nope": [1]}), IAE, r"events.*nope|nope.*events"),
     Case("add-wrong-type", lambda c: c.tbl.add({"id": ["a"], "x": ["b"]}), IAE, r"events.*(id|x)"),
     Case("add-none", lambda c: c.tbl.add(None), IAE, r"events"),
+    Case("add-fingerprint-column", lambda c: c.tbl.add({"id": [1], "x": [1], "__geneva_fp__y": [5]}), IAE,
+         r"events.*__geneva_fp__y"),
+    Case("delete-semicolon", lambda c: c.tbl.delete("x > 100; OR TRUE"), IAE, r"'x > 100; OR TRUE'.*';'"),
+    Case("delete-trailing-garbage", lambda c: c.tbl.delete("x > 100 garbage"), IAE,
+         r"'x > 100 garbage'.*ignore"),
+    Case("delete-unbalanced-parenthesis", lambda c: c.tbl.delete("x > 100) OR (true"), IAE,
+         r"'x > 100\) OR \(true'.*'\)'"),
+    Case("count-rows-filter-int", lambda c: c.tbl.count_rows(5), IAE, r"events.*filter.*5"),
+    Case("count-rows-aggregate", lambda c: c.tbl.count_rows("sum(x) > 3"), IAE, r"'sum\(x\) > 3'.*events"),
+    Case("count-rows-semicolon", lambda c: c.tbl.count_rows("x > 1; garbage"), IAE, r"'x > 1; garbage'"),
+    Case("to-arrow-filter-int", lambda c: c.tbl.to_arrow(filter=5), IAE, r"events.*filter.*5"),
     Case("delete-bad-sql", lambda c: c.tbl.delete("x <<>> 3"), IAE, r"x <<>> 3"),
     Case("delete-unknown-column", lambda c: c.tbl.delete("nope = 1"), IAE, r"nope"),
     Case("delete-empty-filter", lambda c: c.tbl.delete(""), IAE, r"events.*(filter|where)|(filter|where).*events"),
@@ -320,6 +353,15 @@ CASES = [
     Case("to-arrow-columns-str", lambda c: c.tbl.to_arrow("id"), IAE, r"columns.*'id'"),
     Case("to-arrow-bad-filter", lambda c: c.tbl.to_arrow(filter="x >"), IAE, r"'x >'"),
     Case("drop-columns-unknown", lambda c: c.tbl.drop_columns(["nope"]), CE, r"'nope'.*events"),
+    Case("drop-columns-none", lambda c: c.tbl.drop_columns(None), IAE, r"events.*columns.*None"),
+    Case("drop-columns-empty", lambda c: c.tbl.drop_columns([]), IAE, r"events.*columns.*\[\]"),
+    Case("drop-columns-str", lambda c: c.tbl.drop_columns("y"), IAE, r"events.*columns.*'y'"),
+    Case("drop-columns-every-column", lambda c: c.tbl.drop_columns(["id", "x", "y"]), IAE,
+         r"events.*every column"),
+    Case("drop-columns-udf-input", lambda c: c.tbl.drop_columns(["x"]), CE, r"\['x'\].*events.*'y' reads"),
+    Case("drop-columns-fingerprint", lambda c: c.tbl.drop_columns(["__geneva_fp__y"]), CE,
+         r"'__geneva_fp__y'.*events"),
+    Case("drop-columns-view-bookkeeping", lambda c: c.view.drop_columns(["__is_set"]), CE, r"'__is_set'.*evens"),
     # -------------------------------------------------------------- add_columns
     Case("add-columns-not-udf", lambda c: c.tbl.add_columns({"z": plain}), IAE, r"column 'z'.*@udf"),
     Case("add-columns-lambda", lambda c: c.tbl.add_columns({"z": lambda x: x}), IAE, r"column 'z'"),
@@ -379,6 +421,11 @@ CASES = [
     Case("backfill-where-unknown-column", lambda c: c.tbl.backfill("y", where="nope > 1", spark=c.spark), IAE,
          r"nope"),
     Case("backfill-where-not-str", lambda c: c.tbl.backfill("y", where=5, spark=c.spark), IAE, r"where.*5"),
+    Case("backfill-where-aggregate", lambda c: c.tbl.backfill("y", where="sum(x) > 3", spark=c.spark), IAE,
+         r"'sum\(x\) > 3'.*events"),
+    Case("backfill-where-semicolon",
+         lambda c: c.tbl.backfill("y", where="x > 1; DROP TABLE events", spark=c.spark), IAE,
+         r"'x > 1; DROP TABLE events'.*';'"),
     Case("backfill-unknown-option", lambda c: c.tbl.backfill("y", spark=c.spark, bogus=1), IAE, r"'bogus'"),
     Case("backfill-checkpoint-size-zero", lambda c: c.tbl.backfill("y", spark=c.spark, checkpoint_size=0), IAE,
          r"checkpoint_size.*0"),
@@ -435,6 +482,28 @@ CASES = [
          r"'z'.*\['nope'\]"),
     Case("view-select-reserved-name", lambda c: c.tbl.search(None).select({"__x": "x"}), IAE, r"'__x'"),
     Case("view-select-bad-spec", lambda c: c.tbl.search(None).select({"a": 5}), IAE, r"'a'.*5"),
+    Case("view-select-rowid-name",
+         lambda c: c.db.create_materialized_view("v", c.tbl.search(None).select({"_rowid": "id", "x": "x"})), IAE,
+         r"'_rowid'"),
+    Case("view-select-rowaddr-name", lambda c: c.tbl.search(None).select(["_rowaddr"]), IAE, r"'_rowaddr'"),
+    Case("view-select-row-version-name", lambda c: c.tbl.search(None).select({"_row_created_at_version": "x"}),
+         IAE, r"'_row_created_at_version'"),
+    Case("view-select-source-row-id-name", lambda c: c.tbl.search(None).select({"__source_row_id": "id"}), IAE,
+         r"'__source_row_id'"),
+    Case("view-select-fingerprint-name", lambda c: c.tbl.search(None).select({"__geneva_fp__x": "x"}), IAE,
+         r"'__geneva_fp__x'"),
+    Case("view-select-empty-name", lambda c: c.tbl.search(None).select({"": "id"}), IAE, r"events.*''"),
+    Case("view-select-dotted-name", lambda c: c.tbl.search(None).select({"a.b": "id"}), IAE, r"'a\.b'"),
+    Case("view-select-str", lambda c: c.tbl.search(None).select("id"), IAE, r"select.*'id'"),
+    Case("view-select-tuple", lambda c: c.tbl.search(None).select(("id", "x")), IAE, r"select.*\('id', 'x'\)"),
+    Case("view-select-none", lambda c: c.tbl.search(None).select(None), IAE, r"select.*None"),
+    Case("view-select-int-key", lambda c: c.tbl.search(None).select({5: "id"}), IAE, r"column names.*5"),
+    Case("view-select-list-of-int", lambda c: c.tbl.search(None).select([5]), IAE, r"select.*\[5\]"),
+    Case("view-where-int", lambda c: c.query().where(5), IAE, r"where.*5"),
+    Case("view-where-aggregate", lambda c: c.db.create_materialized_view("v", c.query().where("sum(x) > 3")), IAE,
+         r"'sum\(x\) > 3'.*'v'"),
+    Case("view-where-semicolon", lambda c: c.db.create_materialized_view("v", c.query().where("x > 1; garbage")),
+         IAE, r"'x > 1; garbage'.*'v'"),
     Case("view-search-text", lambda c: c.tbl.search("hello"), IAE, r"None"),
     Case("view-no-columns", lambda c: c.db.create_materialized_view("v", c.tbl.search(None)), IAE,
          r"'v'.*no columns"),
@@ -701,3 +770,54 @@ def test_a_uuid_version_just_works(db, spark):
     got = tbl.to_arrow(["x", "v"]).to_pydict()
     assert got["v"] == got["x"]
     assert tbl.udf_columns()["v"]["version"] == fn.version
+
+
+def test_a_handle_on_a_dropped_table_raises_table_not_found(db, spark):
+    """A Table (or a Query) that outlived ``drop_table`` names the table, not Lance's missing dataset path."""
+    tbl = db.create_table("events", {"id": list(range(8)), "x": list(range(8))}, max_rows_per_file=2)
+    tbl.add_columns({"y": double})
+    query = tbl.search(None).select({"id": "id", "x": "x"})
+    db.drop_table("events")
+    calls = {
+        "version": lambda: tbl.version,
+        "count_rows": lambda: tbl.count_rows(),
+        "add": lambda: tbl.add({"id": [8], "x": [8]}),
+        "delete": lambda: tbl.delete("x > 1"),
+        "drop_columns": lambda: tbl.drop_columns(["y"]),
+        "dataset at a version": lambda: tbl.dataset(1),
+        "backfill": lambda: tbl.backfill("y", spark=spark, progress=False),
+        "backfill_async": lambda: tbl.backfill_async("y", spark=spark),
+        "compact": lambda: tbl.compact(spark=spark),
+        "cleanup_checkpoints": lambda: tbl.cleanup_checkpoints(),
+        "get_errors": lambda: tbl.get_errors(),
+        "create_materialized_view": lambda: db.create_materialized_view("v", query),
+    }
+    jobs = spark_jobs(spark)
+    for what, call in calls.items():
+        with pytest.raises(gp.TableNotFoundError, match=r"table 'events' not found") as info:
+            call()
+        assert not RUST_PATH.search(str(info.value)), what
+    assert db.table_names() == [] and not os.listdir(db.uri), "a call on the dropped table wrote something"
+    assert spark_jobs(spark) == jobs
+
+
+def test_a_filter_lance_cannot_run_is_reported_briefly(db):
+    """Lance prints whole logical plans for some filters (kilobytes): the message keeps a few hundred characters."""
+    tbl = db.create_table("events", {"id": [1, 2], "x": [1, 2]})
+    version = tbl.version
+    with pytest.raises(gp.InvalidArgumentError, match=r"'sum\(x\) > 3'.*'events'") as info:
+        tbl.count_rows("sum(x) > 3")
+    assert len(str(info.value)) < 500 and not RUST_PATH.search(str(info.value))
+    assert tbl.version == version
+
+
+def test_a_udf_column_goes_with_its_fingerprint_and_may_go_with_its_inputs(db):
+    """Dropping ``y`` drops ``__geneva_fp__y``; ``x`` may go in the same call as ``y``, which reads it."""
+    tbl = db.create_table("events", {"id": [1, 2], "x": [1, 2]})
+    tbl.add_columns({"y": double})
+    tbl.drop_columns(["x", "y"])
+    assert tbl.schema.names == ["id"]
+    version = tbl.version
+    with pytest.raises(gp.InvalidArgumentError, match=r"'events'.*every column"):
+        tbl.drop_columns(["id"])
+    assert tbl.version == version

@@ -1,8 +1,14 @@
 """SQL filters (``where``) and Lance's error messages, as users should read them (core).
 
-Lance reports a bad filter as a ``ValueError`` whose message starts with "Invalid user input";
-anything else (I/O, permissions, a missing file) is not the filter's fault and is not reported
-as one.  Lance also appends the Rust source location after ", /" -- it says nothing to a user.
+Any error Lance raises while planning a filter is the filter's fault -- a syntax error, an unknown
+column or function, an aggregate (``sum(x) > 3``); running it, only errors starting with "Invalid
+user input" are: I/O failures (a missing file, a permission) are reported as they are.  Lance also
+appends the Rust source location after ", /" -- it says nothing to a user.
+
+Lance parses a filter as ``SELECT 1 FROM t WHERE <filter>`` and silently ignores whatever follows
+the first complete expression (``x > 1; DROP TABLE t``, ``x > 100 garbage``, ``x > 1) OR (true``),
+so a filter is checked as ``(<filter>)`` too -- the closing parenthesis makes Lance read all of it
+-- with its parentheses balanced and no ``;`` outside string literals and quoted names.
 """
 
 from __future__ import annotations
@@ -12,25 +18,78 @@ from typing import Any
 from geneva_provider.core.errors import InvalidArgumentError
 
 _USER_INPUT = "Invalid user input"
+_MAX_REASON = 300  # Lance prints whole logical plans in some messages (kilobytes)
+_QUOTES = "'\"`"
 
 
-def lance_reason(exc: BaseException) -> str:
-    """Lance's message without the Rust source path it appends."""
-    return str(exc).split(", /")[0]
+def lance_reason(exc: BaseException, limit: int | None = None) -> str:
+    """Lance's message without the Rust source path it appends (cut at ``limit`` characters)."""
+    reason = str(exc).split(", /")[0]
+    return reason if limit is None or len(reason) <= limit else reason[:limit] + "..."
 
 
 def is_filter_error(exc: BaseException) -> bool:
-    """True when Lance rejected the filter itself (unknown column, syntax, types)."""
+    """True when Lance rejected the filter while running it (unknown column, syntax, types), not an I/O failure."""
     return isinstance(exc, ValueError) and str(exc).startswith(_USER_INPUT)
 
 
-def check_where(ds: Any, where: str | None, subject: str) -> None:
-    """Raises :class:`InvalidArgumentError` naming ``subject`` if Lance rejects ``where`` on ``ds``."""
+def unquoted_problem(where: str) -> str | None:
+    """Why Lance would read only part of ``where``: a ``;`` or an unbalanced ``)`` outside quotes (else None).
+
+    Quotes are SQL's: '...' strings, "..." and `...` names, a doubled quote standing for itself
+    (it closes and reopens, which the scan sees the same way).
+    """
+    quote, depth = None, 0
+    for ch in where:
+        if quote is not None:
+            quote = None if ch == quote else quote
+        elif ch in _QUOTES:
+            quote = ch
+        elif ch == ";":
+            return "';' ends the filter and Lance would ignore what follows; use AND / OR"
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+            if depth < 0:
+                return "a ')' closes no '(' and Lance would ignore what follows it"
+    return None
+
+
+def check_where(ds: Any, where: Any, subject: str) -> None:
+    """Raises :class:`InvalidArgumentError` naming ``subject`` and ``where`` unless Lance reads all of ``where``.
+
+    ``None`` (every row) passes.  The filter is run on at most one row of ``ds``, as ``(where)``:
+    if only that form fails, Lance would have ignored the end of the filter.
+    """
     if where is None:
         return
+    if not isinstance(where, str):
+        raise InvalidArgumentError(f"invalid where filter for {subject}: a filter is a SQL string, got {where!r}")
+    problem = unquoted_problem(where)
+    if problem is None and (error := _lance_error(ds, f"(\n{where}\n)")) is not None:
+        # The newlines end a trailing "-- comment" before the ")"; the bare filter gives Lance's own message.
+        bare = _lance_error(ds, where)
+        whole = " ".join(lance_reason(error, _MAX_REASON).split())
+        problem = (lance_reason(bare, _MAX_REASON) if bare is not None else
+                   f"Lance reads only the start of it and would ignore the rest (read whole: {whole})")
+    if problem is not None:
+        raise InvalidArgumentError(f"invalid where filter {where!r} for {subject}: {problem}")
+
+
+def _lance_error(ds: Any, where: str) -> BaseException | None:
+    """The error Lance raises planning ``where`` on ``ds``, or running it on one row (None if it runs).
+
+    Planning reads no data, so whatever fails there -- parsing, resolving, an expression Lance
+    cannot execute -- is the filter's fault; a failure running it is only when Lance says so.
+    """
     try:
-        ds.scanner(filter=where, columns=[], with_row_address=True, limit=1).to_table()
+        scanner = ds.scanner(filter=where, columns=[], with_row_address=True, limit=1)
+        scanner.explain_plan()
+    except (ValueError, RuntimeError, TypeError) as exc:  # an OSError is I/O, not the filter: it propagates
+        return exc
+    try:
+        scanner.to_table()
     except ValueError as exc:
         if not is_filter_error(exc):
             raise
-        raise InvalidArgumentError(f"invalid where filter {where!r} for {subject}: {lance_reason(exc)}") from None
+        return exc
+    return None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.catalog import DIRECTORY, Catalog
-from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.errors import GenevaError, InvalidArgumentError
+from geneva_provider.core.filters import lance_reason
 
 if TYPE_CHECKING:
     from geneva_provider.core.models import JobRecord
@@ -22,8 +24,15 @@ class Connection:
             raise InvalidArgumentError(f"connect: uri must be a database path or URI, got {uri!r}")
         if storage_options is not None and not isinstance(storage_options, dict):
             raise InvalidArgumentError("connect: storage_options must be a dict of strings")
+        if namespace_properties is not None and not isinstance(namespace_properties, dict):
+            raise InvalidArgumentError(f"connect: namespace_properties must be a dict of strings, got "
+                                       f"{namespace_properties!r}")
         self.catalog = Catalog(uri, storage_options, impl=namespace_impl, properties=namespace_properties)
         self.uri: str = self.catalog.uri
+        # A directory that does not exist yet is made by the first write; a file can never hold tables.
+        if namespace_impl == DIRECTORY and "://" not in self.uri and os.path.exists(self.uri) and not os.path.isdir(
+                self.uri):
+            raise InvalidArgumentError(f"connect: {uri!r} is a file, not a database directory")
         self.storage_options: dict[str, str] | None = self.catalog.storage_options
 
     def __repr__(self) -> str:  # storage options may hold secrets: never shown
@@ -47,17 +56,34 @@ class Connection:
         max_rows_per_file: int | None = None,
     ) -> Table:
         """Writes ``data`` (Arrow table, record batches, a list of dicts or a dict of columns) as a new table."""
-        from geneva_provider.facade.table import Table, as_arrow
+        from geneva_provider.facade.table import Table, as_arrow, check_column_name
 
         if max_rows_per_file is not None and (not isinstance(max_rows_per_file, int)
                                               or isinstance(max_rows_per_file, bool) or max_rows_per_file <= 0):
             raise InvalidArgumentError(f"create_table '{name}': max_rows_per_file must be a positive integer, got "
                                        f"{max_rows_per_file!r}")
+        if not isinstance(stable_row_ids, bool):
+            raise InvalidArgumentError(f"create_table '{name}': stable_row_ids must be True or False, got "
+                                       f"{stable_row_ids!r}")
         options: dict[str, Any] = {"enable_stable_row_ids": stable_row_ids}
         if max_rows_per_file is not None:
             options["max_rows_per_file"] = max_rows_per_file
-        rows = as_arrow(data, f"create_table '{name}'")
-        return Table(self, self.catalog.create(name, rows, mode=mode, **options))
+        what = f"create_table '{name}'"
+        rows = as_arrow(data, what)
+        for column in rows.column_names:
+            check_column_name(column, what)
+        duplicates = sorted({c for c in rows.column_names if rows.column_names.count(c) > 1})
+        if duplicates:
+            raise InvalidArgumentError(f"{what}: duplicate column name(s) {duplicates}")
+        try:
+            ref = self.catalog.create(name, rows, mode=mode, **options)
+        except (OSError, ValueError, TypeError) as exc:  # the catalog removes what a failed create left
+            if isinstance(exc, GenevaError):
+                raise
+            types = ", ".join(f"'{f.name}' ({f.type})" for f in rows.schema)
+            raise InvalidArgumentError(f"{what}: Lance cannot store the data (columns {types}): "
+                                       f"{lance_reason(exc, 300)}") from None
+        return Table(self, ref)
 
     def open_table(self, name: str) -> Table:
         """Opens an existing table; raises TableNotFoundError naming it otherwise."""
@@ -75,7 +101,7 @@ class Connection:
         if not isinstance(query, Query):
             raise InvalidArgumentError(f"create_materialized_view '{name}': query must be a Query "
                                        f"(table.search(None).select(...)), got {query!r}")
-
+        query.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
         ref = create_view(self.catalog, name, query.table.ref, query.spec,
                           max_rows_per_fragment=max_rows_per_fragment)
         return Table(self, ref)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.udf import UDF
 from geneva_provider.core.view_meta import ViewQuery
+from geneva_provider.facade.table import check_column_name
 
 if TYPE_CHECKING:
     from geneva_provider.facade.connection import Connection
@@ -34,15 +35,24 @@ class Query:
         return other
 
     def where(self, where: str | None) -> Query:
+        """Rows of the view: a SQL filter on the source table (checked by Lance when the view is created)."""
+        if where is not None and not isinstance(where, str):
+            raise InvalidArgumentError(f"view query on table '{self._table.name}': where must be a SQL filter "
+                                       f"string or None, got {where!r}")
         return self._with(where=where or None)
 
     def select(self, columns: list[str] | dict[str, str | UDF]) -> Query:
         """Columns of the view: source column names, or ``{"out": "src" | udf}``."""
+        subject = f"view query on table '{self._table.name}'"
         if isinstance(columns, list):
-            columns = {c: c for c in columns}
+            columns = {c: c for c in columns} if all(isinstance(c, str) for c in columns) else columns
+        if not isinstance(columns, dict):
+            raise InvalidArgumentError(f"{subject}: select takes a list of column names or a dict of view column "
+                                       f"-> source column or @udf, got {columns!r}")
         copied, udfs = {}, {}
         names = set(self._table.schema.names)
         for out, spec in columns.items():
+            check_column_name(out, subject)
             if out.startswith("__"):
                 raise InvalidArgumentError(f"view column '{out}': names starting with '__' are reserved")
             if isinstance(spec, UDF):

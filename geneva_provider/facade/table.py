@@ -6,12 +6,23 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
+from geneva_provider.core.errors import (
+    ColumnError,
+    InvalidArgumentError,
+    TableNotFoundError,
+    UDFDefinitionError,
+)
 from geneva_provider.core.filters import check_where, lance_reason
-from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, is_fingerprint_column
+from geneva_provider.core.fingerprints import (
+    FINGERPRINT_PREFIX,
+    fingerprint_column,
+    fingerprint_field,
+    is_fingerprint_column,
+)
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udf import UDF, udf_column_info
+from geneva_provider.core.view_meta import IS_SET, META_QUERY, SOURCE_ROW_ID
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,8 +68,17 @@ class Table:
         return self._conn
 
     def dataset(self, version: int | None = None) -> Any:
-        """The underlying ``lance.LanceDataset`` (latest, or at ``version``)."""
-        return self.ref.dataset(version)
+        """The underlying ``lance.LanceDataset`` (latest, or at ``version``).
+
+        Every call of the facade opens the table here, so a handle that outlived ``drop_table``
+        fails here with TableNotFoundError naming the table, not Lance's "Dataset ... was not found".
+        """
+        try:
+            return self.ref.dataset(version)
+        except (ValueError, OSError):  # a bad version too: a dropped table has none
+            if self._conn.catalog.exists(self.name):
+                raise
+        raise TableNotFoundError(f"table '{self.name}' not found in {self._conn.uri} (dropped since it was opened)")
 
     @property
     def version(self) -> int:
@@ -92,7 +112,12 @@ class Table:
         import lance
 
         ds = self.dataset()
-        rows = conform(as_arrow(data, f"add to table '{self.name}'"), ds.schema, self.name)
+        rows = as_arrow(data, f"add to table '{self.name}'")
+        internal = [c for c in rows.column_names if is_internal_column(c)]
+        if internal:
+            raise InvalidArgumentError(f"add to table '{self.name}': column(s) {internal} are the package's own "
+                                       "(fingerprints of computed values, view bookkeeping): leave them out")
+        rows = conform(rows, ds.schema, self.name)
         try:
             ds = lance.write_dataset(rows, self.uri, mode="append", storage_options=self.storage_options)
         except (OSError, ValueError) as exc:
@@ -123,7 +148,7 @@ class Table:
         for column, spec in columns.items():
             if column in existing:
                 raise ColumnError(f"column '{column}' already exists in table '{self.name}'")
-            check_column_name(column, self.name)
+            check_column_name(column, f"add_columns on table '{self.name}'")
             if isinstance(spec, tuple) and (len(spec) != 2 or isinstance(spec[1], str)
                                             or not isinstance(spec[1], Sequence)):
                 raise InvalidArgumentError(
@@ -160,13 +185,37 @@ class Table:
         return self.version
 
     def drop_columns(self, columns: Sequence[str]) -> None:
-        """Drops columns (a UDF column with its fingerprint column)."""
+        """Drops columns (a UDF column with its fingerprint column).
+
+        Refused, changing nothing: the package's own columns (a fingerprint goes with its column),
+        every column at once, and a column a remaining UDF column reads (drop both together).
+        """
+        if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns or not all(
+                isinstance(c, str) for c in columns):
+            raise InvalidArgumentError(f"drop_columns on table '{self.name}': columns must be a non-empty list of "
+                                       f"column names, got {columns!r}")
         ds = self.dataset()
         names = ds.schema.names
         unknown = [c for c in columns if c not in names]
         if unknown:
             raise ColumnError(f"cannot drop {unknown}: not in table '{self.name}'")
-        ds.drop_columns([*columns, *(fingerprint_column(c) for c in columns if fingerprint_column(c) in names)])
+        internal = [c for c in columns if is_internal_column(c)]
+        if internal:
+            raise ColumnError(f"cannot drop {internal} from table '{self.name}': the package keeps them (a "
+                              "fingerprint column goes when its UDF column is dropped)")
+        dropped = {*columns, *(fingerprint_column(c) for c in columns if fingerprint_column(c) in names)}
+        kept = [n for n in names if n not in dropped]
+        if not [n for n in kept if not is_internal_column(n)]:
+            raise InvalidArgumentError(f"drop_columns on table '{self.name}': cannot drop every column "
+                                       f"({sorted(columns)}); drop the table instead")
+        in_view = META_QUERY.encode() in (ds.schema.metadata or {})  # a view's UDFs read its source's columns
+        for field in [] if in_view else ds.schema:
+            info = udf_column_info(field.metadata) if field.name in kept else None
+            reads = [c for c in (info.input_columns or []) if c in dropped] if info is not None else []
+            if reads:
+                raise ColumnError(f"cannot drop {reads} from table '{self.name}': UDF column '{field.name}' reads "
+                                  f"them; drop '{field.name}' too (in the same call) or first")
+        ds.drop_columns(sorted(dropped, key=names.index))
 
     def udf_columns(self) -> dict[str, dict[str, Any]]:
         """UDF columns of the table: name -> UDF name, version, kind and input columns."""
@@ -231,6 +280,7 @@ class Table:
         parsed = RefreshOptions.parse(options, job=f"refresh of view '{self.name}'", src_version=src_version,
                                       max_rows_per_fragment=max_rows_per_fragment)
         _check_store(store, f"refresh of view '{self.name}'")
+        self.dataset()  # TableNotFoundError now, not from the job, if the view was dropped
         return lambda control: refresh(self.ref, parsed, resolve=self._conn.catalog.resolve, spark=spark,
                                        store=store or self.checkpoint_store, control=control)
 
@@ -253,6 +303,7 @@ class Table:
 
         if target_rows_per_fragment is not None:
             options["target_rows_per_fragment"] = target_rows_per_fragment
+        self.dataset()  # TableNotFoundError if the table was dropped
         return compact(self.ref, options, spark=spark, store=self.checkpoint_store,
                        exclude_live_jobs=exclude_live_jobs)
 
@@ -269,6 +320,7 @@ class Table:
             shown = str(older_than) if isinstance(older_than, timedelta) else repr(older_than)
             raise InvalidArgumentError(f"cleanup_checkpoints on table '{self.name}': older_than must be a "
                                        f"non-negative datetime.timedelta, got {shown}")
+        self.dataset()  # TableNotFoundError if the table was dropped
         return cleanup_checkpoints(self.ref, self.checkpoint_store, older_than)
 
     # ------------------------------------------------------------------ backfill
@@ -325,6 +377,7 @@ class Table:
 
         parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
         _check_store(store, f"backfill of table '{self.name}'")
+        self.dataset()  # TableNotFoundError now, not from the job, if the table was dropped
         return lambda control: backfill(self.ref, column, parsed, spark=spark, store=store or self.checkpoint_store,
                                         control=control)
 
@@ -347,8 +400,9 @@ class Table:
         from geneva_provider.core.errors import JobNotFoundError
         from geneva_provider.pipeline.job_records import read_record
 
-        if column is not None and column not in self.schema.names:
-            raise ColumnError(f"column '{column}' not found in table '{self.name}' (columns: {self.schema.names})")
+        names = self.schema.names  # TableNotFoundError if the table was dropped: no errors of it are left
+        if column is not None and column not in names:
+            raise ColumnError(f"column '{column}' not found in table '{self.name}' (columns: {names})")
         store = ErrorStore(self.uri, self.storage_options)
         if job_id is not None and read_record(self.checkpoint_store, job_id) is None and not store.read(
                 job_id).num_rows:
@@ -394,17 +448,28 @@ def _udf_field(fn: UDF, column: str, inputs: list[str] | None, table: str) -> pa
         raise UDFDefinitionError(f"column '{column}' of table '{table}': {exc}") from None
 
 
-_RESERVED = ("_rowid", "_rowaddr", "_rowoffset", "_distance", "_score")
+# Lance's own columns (a table cannot hold them; a view reading them cannot be read) and its search outputs.
+_RESERVED = ("_rowid", "_rowaddr", "_rowoffset", "_row_created_at_version", "_row_last_updated_at_version",
+             "_distance", "_score")
 
 
-def check_column_name(column: Any, table: str) -> None:
-    """A new column's name: a non-empty string, not one Lance or the fingerprints reserve."""
+def is_internal_column(name: str) -> bool:
+    """A column the package writes itself: fingerprints (any ``__geneva_fp`` name) and a view's bookkeeping."""
+    return name.startswith(FINGERPRINT_PREFIX) or name in (SOURCE_ROW_ID, IS_SET)
+
+
+def check_column_name(column: Any, subject: str) -> None:
+    """A user column's name: a non-empty string without '.', not one Lance or the package reserves.
+
+    ``subject`` says who is naming it ("add_columns on table 'events'"); the error names both.
+    """
     if not isinstance(column, str) or not column.strip():
-        raise InvalidArgumentError(f"add_columns on table '{table}': column names must be non-empty strings, "
-                                   f"got {column!r}")
-    if column in _RESERVED or is_fingerprint_column(column) or "." in column:
-        raise InvalidArgumentError(f"add_columns on table '{table}': column name {column!r} is reserved or not "
-                                   "allowed (no '.', not _rowid/_rowaddr/__geneva_fp...)")
+        raise InvalidArgumentError(f"{subject}: column names must be non-empty strings, got {column!r}")
+    why = ("Lance reserves it" if column in _RESERVED else
+           f"the package reserves {FINGERPRINT_PREFIX}..., {SOURCE_ROW_ID} and {IS_SET}" if is_internal_column(column)
+           else "Lance does not allow '.' in a column name" if "." in column else None)
+    if why is not None:
+        raise InvalidArgumentError(f"{subject}: column name {column!r} is reserved or not allowed: {why}")
 
 
 def _check_store(store: Any, job: str) -> None:
