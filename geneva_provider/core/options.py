@@ -12,6 +12,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Self
 
 from geneva_provider.core.errors import InvalidArgumentError
@@ -21,6 +22,7 @@ DEFAULT_MAX_CHECKPOINT_SIZE = 100_000
 DEFAULT_CHECKPOINT_SIZE = 10_000
 _POSITIVE = "positive"
 _NON_NEGATIVE = "non-negative"
+_UNSET = ("", "None", "none", "null")  # what an unset templated value renders as
 
 
 def _option(doc: str, *, positive: bool = True, zero: bool = False) -> Any:
@@ -61,44 +63,51 @@ class JobOptions:
             raise InvalidArgumentError(f"{job}: unknown option(s) {unknown}; valid options: {list(cls.names())}")
         hints = typing.get_type_hints(cls)
         parsed = {name: _coerce(value, hints[name], name, job) for name, value in given.items()}
-        options = cls(**parsed)
-        options.validate(job)
-        return options
+        cls.check({**{name: None for name in cls.names()}, **parsed}, job)  # named after the job, not the class
+        return cls(**parsed)
 
     @classmethod
     def coerce(cls, options: Any, job: str) -> Self:
-        """These options from an instance, a dict of (templated) values, or None (the defaults); validated."""
+        """These options from an instance (valid by construction), a dict of (templated) values, or None."""
         if options is None:
-            options = cls()
-        elif isinstance(options, dict):
+            return cls()
+        if isinstance(options, dict):
             return cls.parse(options, job=job)
-        elif not isinstance(options, cls):
+        if not isinstance(options, cls):
             raise InvalidArgumentError(f"{job}: options must be a {cls.__name__} or a dict, got {options!r}")
-        options.validate(job)
         return options
 
+    # ------------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        """Every instance is valid, however it was built: a bad value fails where it is written, not in a stage."""
+        self.validate(type(self).__name__)
+
     def validate(self, job: str = "job") -> None:
-        """Rejects non-positive sizes and inverted bounds, naming the argument."""
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+        """Rejects values of the wrong type, non-positive sizes and inverted bounds, naming the argument."""
+        self.check({name: getattr(self, name) for name in self.names()}, job)
+
+    @classmethod
+    def check(cls, values: dict[str, Any], job: str) -> None:
+        """Raises InvalidArgumentError naming the first bad value of ``values`` (every option, typed)."""
+        for f in dataclasses.fields(cls):
+            value = values.get(f.name)
             check = f.metadata.get("check")
-            if check is None or value is None:
+            if value is None:
                 continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if check == _NON_NEGATIVE else 1):
-                raise InvalidArgumentError(f"{job}: {f.name} must be a {check} integer, got {value!r}")
-        lo, hi = self.checkpoint_bounds()
+            if check is None:  # a string option (the filter)
+                if not isinstance(value, str):
+                    raise InvalidArgumentError(f"{job}: {f.name} must be a string, got {value!r}")
+                continue
+            check_count(value, f.name, job, zero=check == _NON_NEGATIVE)
+        lo, hi = _bounds(values.get("checkpoint_size"), values.get("min_checkpoint_size"),
+                         values.get("max_checkpoint_size"))
         if lo > hi:
             raise InvalidArgumentError(f"{job}: min_checkpoint_size {lo} > max_checkpoint_size {hi}")
 
     # ------------------------------------------------------------------ derived sizes
     def checkpoint_bounds(self) -> tuple[int, int]:
         """``(min, max)`` checkpoint rows; a lone ``checkpoint_size`` fixes the size."""
-        if self.min_checkpoint_size is None and self.max_checkpoint_size is None and self.checkpoint_size:
-            return self.checkpoint_size, self.checkpoint_size
-        lo = self.min_checkpoint_size or min(DEFAULT_MIN_CHECKPOINT_SIZE,
-                                             self.max_checkpoint_size or DEFAULT_MIN_CHECKPOINT_SIZE)
-        hi = self.max_checkpoint_size or max(DEFAULT_MAX_CHECKPOINT_SIZE, lo)
-        return lo, hi
+        return _bounds(self.checkpoint_size, self.min_checkpoint_size, self.max_checkpoint_size)
 
     def initial_checkpoint_size(self) -> int:
         lo, hi = self.checkpoint_bounds()
@@ -121,9 +130,53 @@ class RefreshOptions(JobOptions):
     max_rows_per_fragment: int | None = _option("rows per new view fragment")
 
 
+def _bounds(size: int | None, lo: int | None, hi: int | None) -> tuple[int, int]:
+    """``(min, max)`` checkpoint rows from the three options; a lone ``size`` fixes the size."""
+    if lo is None and hi is None and size:
+        return size, size
+    lo = lo or min(DEFAULT_MIN_CHECKPOINT_SIZE, hi or DEFAULT_MIN_CHECKPOINT_SIZE)
+    return lo, hi or max(DEFAULT_MAX_CHECKPOINT_SIZE, lo)
+
+
+def check_count(value: Any, name: str, job: str, *, zero: bool = False) -> int | None:
+    """``value`` if it is None or an int >= 1 (>= 0 with ``zero``); else InvalidArgumentError naming ``name``.
+
+    Strings (even "4") and bools are not counts: a string here is a caller's mistake, not a template.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if zero else 1):
+        kind = _NON_NEGATIVE if zero else _POSITIVE
+        raise InvalidArgumentError(f"{job}: {name} must be a {kind} integer, got {value!r}")
+    return value
+
+
+def parse_count(value: Any, name: str, job: str, *, zero: bool = False) -> int | None:
+    """A templated count ("12", "None", "" or an int) as :func:`check_count` takes it, naming ``name``."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text in _UNSET:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            check_count(value, name, job, zero=zero)  # raises, naming the string
+    return check_count(value, name, job, zero=zero)
+
+
+def rendered_later(value: Any) -> bool:
+    """True for a value filled in at run time -- a Jinja template string, an Airflow XComArg -- so not checkable yet.
+
+    Plain values (None, numbers, durations, strings without ``{{``) are known when a DAG is parsed.
+    """
+    if isinstance(value, str):
+        return "{{" in value
+    return not (value is None or isinstance(value, int | float | timedelta))
+
+
 def _coerce(value: Any, hint: Any, name: str, job: str) -> Any:
     """A templated or typed value as the declared ``int | None`` / ``str | None``."""
-    if isinstance(value, str) and value.strip() in ("", "None", "none", "null"):
+    if isinstance(value, str) and value.strip() in _UNSET:
         return None
     if value is None:
         return None

@@ -15,6 +15,14 @@ from geneva_provider.core.errors import InvalidArgumentError
 CHECKPOINT_DIR = "_checkpoints"
 
 
+def check_table_ref(table: Any, argument: str, job: str) -> TableRef:
+    """``table`` if it is a TableRef; else InvalidArgumentError saying how to get one (stages take no names)."""
+    if not isinstance(table, TableRef):
+        raise InvalidArgumentError(f"{job}: {argument} must be a TableRef -- tbl.ref, for tbl = "
+                                   f"db.open_table(name) -- got {table!r}")
+    return table
+
+
 @dataclass(frozen=True)
 class TableRef:
     """One Lance table: its name in the database, its URI, and the options to reach it."""

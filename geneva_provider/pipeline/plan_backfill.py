@@ -19,8 +19,8 @@ from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids, live_row_addresses
 from geneva_provider.core.models import JobSpec, PlanSummary, UdfRef
-from geneva_provider.core.options import BackfillOptions
-from geneva_provider.core.refs import TableRef
+from geneva_provider.core.options import BackfillOptions, check_count
+from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.udf import UdfColumnInfo, udf_column_info
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
 
@@ -35,9 +35,11 @@ def plan_backfill(
     airflow_run_id: str | None = None,
 ) -> PlanSummary:
     """Plans a backfill of ``column``, stores the plan, and returns its small summary."""
-    options = BackfillOptions.coerce(options, f"backfill of table '{table.name}'")
+    check_table_ref(table, "table", "plan_backfill")
+    job = f"backfill of table '{table.name}'"
+    options = BackfillOptions.coerce(options, job)
     store = store or table.checkpoint_store()
-    parallelism = parallelism or os.cpu_count() or 1
+    parallelism = check_count(parallelism, "parallelism", job) or os.cpu_count() or 1
 
     try:
         ds = table.dataset(options.read_version)

@@ -32,8 +32,8 @@ from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids
 from geneva_provider.core.models import JobSpec, PlanSummary, SourceSpec
-from geneva_provider.core.options import RefreshOptions
-from geneva_provider.core.refs import TableRef
+from geneva_provider.core.options import RefreshOptions, check_count
+from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.udf import udf_column_info
 from geneva_provider.core.view_meta import (
     IS_SET,
@@ -67,7 +67,10 @@ def plan_refresh(
     ``resolve`` finds the source table from the view's metadata (default: a directory database
     at the recorded URI).  Fails before changing anything when the source version cannot be had.
     """
-    options = RefreshOptions.coerce(options, f"refresh of view '{view.name}'")
+    check_table_ref(view, "view", "plan_refresh")
+    job = f"refresh of view '{view.name}'"
+    options = RefreshOptions.coerce(options, job)
+    check_count(parallelism, "parallelism", job)
     store = store or view.checkpoint_store()
     ds = view.dataset()
     info = view_info(ds.schema.metadata, view.name)

@@ -262,6 +262,9 @@ def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
 
 def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> tuple[Plan, CheckpointStore]:
     """Reads a backfill or refresh plan and opens the store it lives in."""
+    if not isinstance(plan_uri, str) or not plan_uri.strip():
+        raise InvalidArgumentError(f"load_plan: plan_uri must be a plan URI string (a plan summary's plan_uri), "
+                                   f"got {plan_uri!r}")
     plan, store = open_plan(plan_uri, storage_options)
     if not isinstance(plan, Plan):
         raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan, not a backfill or refresh plan")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from geneva_provider.core.errors import GenevaError
+from geneva_provider.core.errors import GenevaError, InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,12 @@ LOCAL_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict[str, str] | None = None) -> Any:
     """A SparkSession on this machine, bound to 127.0.0.1, whose workers run this interpreter."""
+    for name, value in (("master", master), ("app_name", app_name)):
+        if not isinstance(value, str) or not value.strip():  # checked before a JVM starts
+            raise InvalidArgumentError(f"local_session: {name} must be a non-empty string (e.g. 'local[*]'), "
+                                       f"got {value!r}")
+    if conf is not None and not isinstance(conf, dict):
+        raise InvalidArgumentError(f"local_session: conf must be a dict of Spark settings, got {conf!r}")
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
