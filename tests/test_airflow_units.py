@@ -181,7 +181,7 @@ def test_table_changed_sensor_poke_defer_and_complete(events):
     soft = GenevaTableChangedSensor(task_id="soft", table="events", column="x", soft_fail=True)
     with pytest.raises(AirflowSkipException):
         soft.execute_complete(context(), {"status": "timeout", "message": "late"})
-    with pytest.raises(ValueError, match="set min_version, min_rows or column"):
+    with pytest.raises(gp.InvalidArgumentError, match="set min_version, min_rows or column"):
         GenevaTableChangedSensor(task_id="bad", table="events")
 
 

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import GenevaError, InvalidArgumentError, UDFDefinitionError
+from geneva_provider.core.options import rendered_later
 
 if TYPE_CHECKING:
     from geneva_provider.core.options import JobOptions
@@ -60,21 +61,29 @@ class UDFImportError(UDFDefinitionError, ImportError):
     """A UDF reference that cannot be imported: a UDFDefinitionError, and an ImportError as it always was."""
 
 
-def take_options(cls: type[JobOptions], kwargs: dict[str, Any], operator: type | None = None) -> dict[str, Any]:
+def take_options(cls: type[JobOptions], kwargs: dict[str, Any], operator: type | None = None,
+                 job: str | None = None) -> dict[str, Any]:
     """Removes ``cls``'s options from an operator's kwargs (None when not given); the rest are BaseOperator's.
 
     With ``operator`` (the operator class), a remaining kwarg that BaseOperator does not take either
     is refused with :class:`InvalidArgumentError` naming it and listing the valid options, rather
-    than with Airflow's generic ``TypeError``.
+    than with Airflow's generic ``TypeError``.  With ``job``, the option values already known when
+    the DAG is parsed are validated then too (templates and XComArgs once rendered, in ``execute``).
     """
     options = {name: kwargs.pop(name, None) for name in cls.names()}
     if operator is not None:
         reject_unknown_kwargs(operator, kwargs, valid=(*_own_parameters(operator), *cls.names()))
+    if job is not None:
+        cls.parse({name: value for name, value in options.items() if not rendered_later(value)}, job=job)
     return options
 
 
-def reject_unknown_kwargs(operator: type, kwargs: dict[str, Any], valid: Iterable[str]) -> None:
-    """Raises InvalidArgumentError for the kwargs that neither the operator nor BaseOperator takes."""
+def reject_unknown_kwargs(operator: type, kwargs: dict[str, Any], valid: Iterable[str] | None = None) -> None:
+    """Raises InvalidArgumentError for the kwargs that neither the operator nor BaseOperator takes.
+
+    ``valid`` lists the operator's own arguments for the message (default: its keyword-only parameters).
+    """
+    valid = _own_parameters(operator) if valid is None else valid
     unknown = sorted(set(kwargs) - base_operator_parameters())
     if unknown:
         raise InvalidArgumentError(
@@ -104,6 +113,14 @@ def parse_options(cls: type[JobOptions], operator: Any, job: str) -> JobOptions:
     return cls.parse({name: getattr(operator, name) for name in cls.names()}, job=job)
 
 
+def check_dict(value: Any, name: str, job: str, expected: str, *, empty: bool = False) -> dict[str, Any]:
+    """``value`` if it is a dict (non-empty unless ``empty``); else InvalidArgumentError saying what ``name`` takes."""
+    if not isinstance(value, dict) or not (value or empty):
+        raise InvalidArgumentError(f"{job}: {name} must be a {'' if empty else 'non-empty '}dict {expected}, "
+                                   f"got {value!r}")
+    return value
+
+
 def import_udf(reference: str, column: str) -> UDF:
     """Imports the UDF of ``column`` from ``"package.module:name"`` (or ``"package.module.name"``).
 
@@ -128,24 +145,6 @@ def import_udf(reference: str, column: str) -> UDF:
         raise UDFDefinitionError(f"column '{column}': {reference!r} is a {type(obj).__name__}, "
                                  "not a @udf function")
     return obj
-
-
-_NONE = ("", "None", "none", "null")
-
-
-def positive_int(value: Any, name: str, job: str) -> int | None:
-    """A (templated) positive integer option: None when unset, else an int, or InvalidArgumentError naming it."""
-    if value is None or (isinstance(value, str) and value.strip() in _NONE):
-        return None
-    parsed: Any = value
-    if isinstance(value, str):
-        try:
-            parsed = int(value.strip())
-        except ValueError:
-            parsed = None
-    if not isinstance(parsed, int) or isinstance(parsed, bool) or parsed <= 0:
-        raise InvalidArgumentError(f"{job}: {name} must be a positive integer, got {value!r}")
-    return parsed
 
 
 def duration(value: Any, name: str, job: str) -> timedelta:

@@ -12,9 +12,19 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from geneva_provider.core.options import BackfillOptions
+from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.options import BackfillOptions, check_count
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import fails_without_retry, import_udf, lineage, parse_options, take_options
+from geneva_provider.operators._common import (
+    check_dict,
+    fails_without_retry,
+    import_udf,
+    lineage,
+    parse_options,
+    take_options,
+)
+
+COLUMNS_EXPECTED = '{"y": "my_pkg.udfs:double"} or {"y": ("my_pkg.udfs:double", ["a"])}'
 
 
 class GenevaAddColumnsOperator(BaseOperator):
@@ -39,13 +49,15 @@ class GenevaAddColumnsOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.core.errors import ColumnError
 
+        job = f"add_columns on table '{self.table}'"
+        columns = check_dict(self.columns, "columns", job, COLUMNS_EXPECTED)  # {} is an error, as for Table.add_columns
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
         declared = tbl.udf_columns()
         names = set(tbl.schema.names)
         to_add: dict[str, Any] = {}
         kept = []
-        for column, spec in self.columns.items():
-            ref, inputs = (spec[0], list(spec[1])) if isinstance(spec, (list, tuple)) else (spec, None)
+        for column, spec in columns.items():
+            ref, inputs = _udf_spec(spec, column, job)
             fn = import_udf(ref, column)
             if column in declared:
                 if declared[column]["version"] != fn.version:
@@ -64,6 +76,16 @@ class GenevaAddColumnsOperator(BaseOperator):
         return {"table": self.table, "added": sorted(to_add), "existing": sorted(kept), "version": tbl.version}
 
 
+def _udf_spec(spec: Any, column: str, job: str) -> tuple[Any, list[str] | None]:
+    """A column's ``"pkg.mod:udf"`` or ``("pkg.mod:udf", [inputs])`` as (reference, inputs or None)."""
+    if not isinstance(spec, list | tuple):
+        return spec, None
+    if len(spec) != 2 or isinstance(spec[1], str) or not isinstance(spec[1], list | tuple):
+        raise InvalidArgumentError(f"{job}: column '{column}' takes a UDF reference or a pair "
+                                   f"(reference, [input columns]), got {spec!r}")
+    return spec[0], list(spec[1])
+
+
 class GenevaPlanBackfillOperator(BaseOperator):
     """Plans a backfill: stores the plan in the checkpoint store and returns its summary for XCom.
 
@@ -79,7 +101,9 @@ class GenevaPlanBackfillOperator(BaseOperator):
 
     def __init__(self, *, table: str, column: str, parallelism: int | None = None,
                  lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
-        options = take_options(BackfillOptions, kwargs, type(self))
+        job = f"backfill of table {table!r}"
+        options = take_options(BackfillOptions, kwargs, type(self), job)
+        check_count(parallelism, "parallelism", job)
         super().__init__(**kwargs)
         self.table = table
         self.column = column

@@ -12,8 +12,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from geneva_provider.core.options import parse_count, rendered_later
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import duration, fails_without_retry, positive_int
+from geneva_provider.operators._common import duration, fails_without_retry, reject_unknown_kwargs
 from geneva_provider.operators.spark import _GenevaSparkStageOperator
 
 
@@ -32,6 +33,9 @@ class GenevaPlanCompactionOperator(BaseOperator):
     def __init__(self, *, table: str, target_rows_per_fragment: int | None = None,
                  options: dict[str, Any] | None = None, exclude_live_jobs: bool = True,
                  lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
+        reject_unknown_kwargs(type(self), kwargs)  # like the plan operators: not Airflow's generic TypeError
+        if not rendered_later(target_rows_per_fragment):
+            parse_count(target_rows_per_fragment, "target_rows_per_fragment", f"compaction of table {table!r}")
         super().__init__(**kwargs)
         self.table = table
         self.target_rows_per_fragment = target_rows_per_fragment
@@ -44,8 +48,8 @@ class GenevaPlanCompactionOperator(BaseOperator):
         from geneva_provider.pipeline.compaction import plan_compaction
 
         options = dict(self.options)
-        target = positive_int(self.target_rows_per_fragment, "target_rows_per_fragment",
-                              f"compaction of table '{self.table}'")
+        target = parse_count(self.target_rows_per_fragment, "target_rows_per_fragment",
+                             f"compaction of table '{self.table}'")
         if target is not None:
             options["target_rows_per_fragment"] = target
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)

@@ -10,9 +10,12 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from geneva_provider.core.options import RefreshOptions
+from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.options import RefreshOptions, check_count
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import fails_without_retry, import_udf, parse_options, take_options
+from geneva_provider.operators._common import check_dict, fails_without_retry, import_udf, parse_options, take_options
+
+VIEW_COLUMNS_EXPECTED = '{"out": "source_column"} or {"out": "my_pkg.udfs:embed"}'
 
 
 class GenevaCreateMaterializedViewOperator(BaseOperator):
@@ -32,6 +35,7 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
                  shuffle: bool = False, seed: int | None = None, limit: int | None = None, offset: int | None = None,
                  max_rows_per_fragment: int | None = None, lance_conn_id: str = LanceHook.default_conn_name,
                  **kwargs: Any) -> None:
+        _check_definition(f"materialized view {view!r}", columns, shuffle)  # neither is templated: check now
         super().__init__(**kwargs)
         self.view = view
         self.source_table = source_table
@@ -46,7 +50,6 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.core.errors import InvalidArgumentError
         from geneva_provider.core.view_meta import view_info
 
         db = LanceHook(self.lance_conn_id).database
@@ -70,6 +73,16 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
         return {"view": self.view, "created": True, "rows": view.count_rows(), "version": view.version}
 
 
+def _check_definition(job: str, columns: Any, shuffle: Any) -> None:
+    """Rejects a ``columns`` or ``shuffle`` no view can be made of, naming the argument and what it takes."""
+    for out, ref in check_dict(columns, "columns", job, VIEW_COLUMNS_EXPECTED).items():
+        if not isinstance(ref, str):
+            raise InvalidArgumentError(f"{job}: column '{out}' takes a source column name or a UDF reference "
+                                       f"'pkg.mod:name', got {ref!r}")
+    if not isinstance(shuffle, bool):  # "no" would be truthy: a shuffled view nobody asked for
+        raise InvalidArgumentError(f"{job}: shuffle must be True or False (the seed goes in seed=), got {shuffle!r}")
+
+
 class GenevaPlanRefreshOperator(BaseOperator):
     """Plans a view refresh: appends placeholders for new source rows, stores the plan, returns its summary.
 
@@ -82,7 +95,9 @@ class GenevaPlanRefreshOperator(BaseOperator):
 
     def __init__(self, *, view: str, parallelism: int | None = None, lance_conn_id: str = LanceHook.default_conn_name,
                  **kwargs: Any) -> None:
-        options = take_options(RefreshOptions, kwargs, type(self))
+        job = f"refresh of view {view!r}"
+        options = take_options(RefreshOptions, kwargs, type(self), job)
+        check_count(parallelism, "parallelism", job)
         super().__init__(**kwargs)
         self.view = view
         for name, value in options.items():

@@ -14,8 +14,14 @@ from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
+from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.options import parse_count, rendered_later
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.triggers.table import GenevaColumnBackfilledTrigger, GenevaTableChangedTrigger
+from geneva_provider.triggers.table import (
+    GenevaColumnBackfilledTrigger,
+    GenevaTableChangedTrigger,
+    check_computed_column,
+)
 
 
 class _GenevaDeferrableSensor(BaseSensorOperator):
@@ -87,19 +93,26 @@ class GenevaTableChangedSensor(_GenevaDeferrableSensor):
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if min_version is None and min_rows is None and column is None:
-            raise ValueError(f"{type(self).__name__} '{self.task_id}': set min_version, min_rows or column")
+            raise InvalidArgumentError(f"{type(self).__name__} '{self.task_id}' on table '{self.table}': "
+                                       "set min_version, min_rows or column")
         self.min_version = min_version
         self.min_rows = min_rows
         self.column = column
+        self._watermarks(only_known=True)  # bad literals fail when the DAG is parsed; templates once rendered
 
-    def _watermarks(self) -> tuple[int | None, int | None]:
-        as_int = lambda v: int(v) if v not in (None, "", "None") else None  # noqa: E731 - templated values
-        return as_int(self.min_version), as_int(self.min_rows)
+    def _watermarks(self, only_known: bool = False) -> tuple[int | None, int | None]:
+        """The (rendered) watermarks as non-negative ints, or InvalidArgumentError naming the argument."""
+        job = f"{type(self).__name__} '{self.task_id}' on table '{self.table}'"
+        return tuple(None if only_known and rendered_later(value) else parse_count(value, name, job, zero=True)
+                     for name, value in (("min_version", self.min_version), ("min_rows", self.min_rows)))
 
     def poke(self, context: Any) -> PokeReturnValue:
         from geneva_provider.core.table_status import table_changed
 
-        status = table_changed(self._dataset(), *self._watermarks(), self.column, self.table)
+        ds = self._dataset()
+        if self.column is not None:
+            check_computed_column(ds, self.column, self.table)
+        status = table_changed(ds, *self._watermarks(), self.column, self.table)
         return PokeReturnValue(is_done=status is not None, xcom_value={"table": self.table, **(status or {})})
 
     def _trigger(self, deadline: float | None) -> GenevaTableChangedTrigger:
@@ -128,7 +141,9 @@ class GenevaColumnBackfilledSensor(_GenevaDeferrableSensor):
     def poke(self, context: Any) -> PokeReturnValue:
         from geneva_provider.core.table_status import column_backlog
 
-        backlog = column_backlog(self._dataset(), self.column, self.table)
+        ds = self._dataset()
+        check_computed_column(ds, self.column, self.table)
+        backlog = column_backlog(ds, self.column, self.table)
         self.log.info("Column '%s' of table '%s': %d fragments (%d rows) not backfilled yet", self.column,
                       self.table, backlog["fragments_pending"], backlog["rows_pending"])
         return PokeReturnValue(is_done=backlog["fragments_pending"] == 0,

@@ -17,6 +17,21 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from geneva_provider.hooks.lance import LanceHook
 
 
+def check_computed_column(ds: Any, column: str, table: str) -> None:
+    """ColumnError unless a job writes ``column``: a UDF column, or a column a view's refresh copies.
+
+    A plain column is never "pending", so waiting on it would succeed at once for the wrong reason;
+    the error is the one a backfill of that column raises.
+    """
+    from geneva_provider.core.view_meta import META_QUERY, view_info
+    from geneva_provider.pipeline.plan_backfill import udf_of
+
+    metadata = ds.schema.metadata or {}
+    if META_QUERY.encode() in metadata and column in view_info(metadata, table).query.columns:
+        return
+    udf_of(ds, table, column)
+
+
 class _PollingTrigger(BaseTrigger):
     """Polls a table until ``check`` says done, or until ``deadline`` (an absolute time, seconds since the
     epoch) passes -- absolute, so a triggerer restart resumes the wait instead of starting it over."""
@@ -79,7 +94,10 @@ class GenevaTableChangedTrigger(_PollingTrigger):
     def check(self) -> dict[str, Any] | None:
         from geneva_provider.core.table_status import table_changed
 
-        return table_changed(self._dataset(), self.min_version, self.min_rows, self.column, self.table)
+        ds = self._dataset()
+        if self.column is not None:
+            check_computed_column(ds, self.column, self.table)
+        return table_changed(ds, self.min_version, self.min_rows, self.column, self.table)
 
 
 class GenevaColumnBackfilledTrigger(_PollingTrigger):
@@ -96,5 +114,7 @@ class GenevaColumnBackfilledTrigger(_PollingTrigger):
     def check(self) -> dict[str, Any] | None:
         from geneva_provider.core.table_status import column_backlog
 
-        backlog = column_backlog(self._dataset(), self.column, self.table)
+        ds = self._dataset()
+        check_computed_column(ds, self.column, self.table)
+        backlog = column_backlog(ds, self.column, self.table)
         return {"column": self.column, **backlog} if backlog["fragments_pending"] == 0 else None
