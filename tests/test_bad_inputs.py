@@ -527,6 +527,8 @@ CASES = [
     Case("view-bad-name", lambda c: c.db.create_materialized_view("a/b", c.query()), IAE, r"'a/b'"),
     Case("view-max-rows-zero", lambda c: c.db.create_materialized_view("v", c.query(), max_rows_per_fragment=0),
          IAE, r"max_rows_per_fragment.*0"),
+    Case("view-max-rows-str", lambda c: c.db.create_materialized_view("v", c.query(), max_rows_per_fragment="10"),
+         IAE, r"'v'.*max_rows_per_fragment must be a positive integer, got '10'"),
     Case("view-unstorable-udf-type",
          lambda c: c.db.create_materialized_view("v", c.tbl.search(None).select({"iv": interval})), UDE,
          r"'iv'.*interval"),

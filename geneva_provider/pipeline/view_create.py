@@ -31,8 +31,8 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
         raise InvalidArgumentError(f"view '{name}': the query selects no columns; call .select(...)")
     if max_rows_per_fragment is not None and (not isinstance(max_rows_per_fragment, int)
                                               or isinstance(max_rows_per_fragment, bool) or max_rows_per_fragment <= 0):
-        raise InvalidArgumentError(f"view '{name}': max_rows_per_fragment must be positive, got "
-                                   f"{max_rows_per_fragment}")
+        raise InvalidArgumentError(f"view '{name}': max_rows_per_fragment must be a positive integer, got "
+                                   f"{max_rows_per_fragment!r}")
     if catalog.exists(name):
         raise InvalidArgumentError(f"table '{name}' already exists in {catalog.uri}")
     src = source.dataset()
