@@ -81,6 +81,39 @@ def test_skip_policy_records_rows_and_retry_failed_computes_only_them(db, spark,
     tbl.dataset().validate()
 
 
+def test_retry_failed_finds_the_failed_rows_after_they_moved(db, spark, call_dir):
+    """Compaction and updates move rows to new addresses; the failed rows are found again by their stable ids."""
+    bad = set(range(13, ROWS, 250))
+    tbl = _table(db)
+    tbl.add_columns({"y": _flaky_scalar(str(call_dir), bad, set(), on_error=gp.skip_on_error())})
+    result = tbl.backfill("y", spark=spark)
+    assert result.rows_failed == len(bad)
+    tbl.compact(target_rows_per_fragment=100_000, spark=spark)
+    tbl.dataset().update({"x": "x + 1000000"}, where="x = 263")  # a failed row, updated: its new value counts
+    moved = {x + 1_000_000 if x == 263 else x for x in bad}
+    clear_calls(call_dir)
+    again = tbl.retry_failed("y", result.job_id, udf=_flaky_scalar(str(call_dir), set(), set()), spark=spark)
+    assert sorted(read_calls(call_dir)) == sorted(moved) and again.rows_computed == len(bad)
+    assert tbl.count_rows("y IS NULL") == 0 and tbl.count_rows("y != x * 2") == 0
+    tbl.dataset().validate()
+
+
+def test_retry_failed_refuses_rows_that_moved_in_a_table_without_stable_row_ids(db, spark, call_dir):
+    bad = {7, 1_507}
+    tbl = db.create_table("t", pa.table({"x": list(range(ROWS))}), max_rows_per_file=500, stable_row_ids=False)
+    tbl.add_columns({"y": _flaky_scalar(str(call_dir), bad, set(), on_error=gp.skip_on_error())})
+    result = tbl.backfill("y", spark=spark)
+    tbl.compact(target_rows_per_fragment=100_000, spark=spark)
+    version, code = tbl.version, tbl.schema.field("y").metadata
+    with pytest.raises(gp.InvalidArgumentError, match=r"table 't' column 'y': 2 of the 2 failed rows moved .*"
+                                                      r"tbl\.backfill\('y'\)"):
+        tbl.retry_failed("y", result.job_id, udf=_flaky_scalar(str(call_dir), set(), set()), spark=spark)
+    assert tbl.version == version and tbl.schema.field("y").metadata == code  # the UDF was not swapped
+    rerun = tbl.backfill("y", spark=spark)  # as the error says: the column's own (unswapped) code fails them again
+    assert rerun.rows_computed == 2 and rerun.rows_failed == 2 and tbl.count_rows("y IS NULL") == 2
+    tbl.dataset().validate()
+
+
 def test_skip_policy_past_its_limit_fails_the_job_and_commits_nothing(db, spark, call_dir):
     bad = set(range(0, ROWS, 10))  # 10 %
     tbl = _table(db)

@@ -70,9 +70,16 @@ class ErrorStore:
 
     def failed_row_addresses(self, job_id: str | None, column: str | None) -> list[int]:
         """Row addresses left without a value (skipped or failed) by ``job_id`` (every job: None)."""
+        return sorted({a for addrs in self.failed_rows_by_job(job_id, column).values() for a in addrs})
+
+    def failed_rows_by_job(self, job_id: str | None, column: str | None) -> dict[str, list[int]]:
+        """The row addresses each job left without a value -- addresses at the version that job read."""
         outcomes = ", ".join(_quote(o) for o in FAILED)
         table = self.read(job_id, column, f"outcome IN ({outcomes}) AND row_address IS NOT NULL")
-        return sorted({int(a) for a in table.column("row_address").to_pylist()})
+        by_job: dict[str, set[int]] = {}
+        for job, addr in zip(table.column("job_id").to_pylist(), table.column("row_address").to_pylist(), strict=True):
+            by_job.setdefault(job, set()).add(int(addr))
+        return {job: sorted(addrs) for job, addrs in by_job.items()}
 
     def _exists(self) -> bool:
         import lance

@@ -424,19 +424,22 @@ class Table:
         the column's recorded version, so the values already computed stay valid (the fix is taken
         to change only the rows that failed).  Rows found valid since are not computed again.
         """
-        from geneva_provider.facade.table_errors import check_replacement, replace_udf
+        from geneva_provider.facade.table_errors import check_replacement, failed_rows_where, replace_udf
+        from geneva_provider.pipeline.job_records import read_record
         from geneva_provider.pipeline.plan_backfill import udf_of
 
         udf_of(self.dataset(), self.name, column)  # a UDF column of this table, or ColumnError
-        addresses = self.get_failed_row_addresses(job_id, column)
+        by_job = self._errors(job_id, column).failed_rows_by_job(job_id, column)
         if udf is not None:
             check_replacement(self.dataset(), self.name, column, udf)
-        if not addresses:
+        if not by_job:
             raise InvalidArgumentError(f"table '{self.name}' column '{column}': no failed rows recorded"
                                        + (f" for job {job_id}" if job_id else ""))
+        versions = {job: record.read_version if (record := read_record(self.checkpoint_store, job)) else None
+                    for job in by_job}
+        where = failed_rows_where(self.dataset, self.name, column, by_job, versions)  # before anything changes
         if udf is not None:
             replace_udf(self.dataset(), self.name, column, udf)
-        where = f"_rowaddr IN ({', '.join(str(a) for a in addresses)})"
         return self.backfill(column, where, spark=spark, **options)
 
 
