@@ -304,6 +304,32 @@ def test_udf_errors_are_clear_and_leave_the_table_unchanged(db, spark, body, nee
     tbl.dataset().validate()
 
 
+@pytest.mark.parametrize("kind", ["scalar", "array"])
+def test_a_failure_in_a_task_of_many_fragments_names_the_right_ones(db, spark, kind):
+    """A task packs many small fragments: the error names the failing row's fragment, or the fragments of the call."""
+    tbl = db.create_table("events", events_table(300), max_rows_per_file=100)
+    if kind == "scalar":
+        @gp.udf(data_type=pa.int64())
+        def bad(x: int) -> int:
+            if x == 150:
+                raise ValueError("boom")
+            return x
+        want = "at fragment 1, row address 4294967346 (offset 50): "
+    else:
+        @gp.udf(data_type=pa.int64(), input_columns=["x"])
+        def bad(x: pa.Array) -> pa.Array:
+            if 150 in x.to_pylist():
+                raise ValueError("boom")
+            return x
+        want = "at fragments 0 to 2, rows with addresses 0..8589934691: "
+    tbl.add_columns({"w": bad})
+    with pytest.raises(gp.UDFExecutionError) as exc:
+        tbl.backfill("w", spark=spark, task_size=300, checkpoint_size=300)
+    assert want in str(exc.value), str(exc.value)
+    recorded = tbl.get_errors(column="w").column("fragment").to_pylist()
+    assert recorded == [1] if kind == "scalar" else len(recorded) == 1  # a failed call: recorded once
+
+
 def test_partial_commits_make_progress_visible(db, spark, call_dir):
     tbl = db.create_table("events", events_table(12_000), max_rows_per_file=2_000)
     tbl.add_columns({"y": counting_double(call_dir)})

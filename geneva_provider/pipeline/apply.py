@@ -90,7 +90,7 @@ class _Checkpointer:
         try:
             outputs = self.work.compute(rows, failures)
         except ComputeError as exc:
-            return _task_error(self.ctx, exc, pieces[0].frag, address), 0.0
+            return _task_error(self.ctx, exc, address), 0.0
         finally:
             self.failures += [RowError(
                 column=col, frag=int(addrs[max(f.index, 0)]) >> 32,
@@ -202,19 +202,24 @@ def _chunks(pieces: list[_Piece], sizer: _Checkpointer) -> Iterator[list[_Piece]
         yield chunk
 
 
-def _task_error(ctx: StageContext, exc: ComputeError, frag_id: int, addrs: pa.Array) -> TaskError:
+def _task_error(ctx: StageContext, exc: ComputeError, addrs: pa.Array) -> TaskError:
+    """The failure, named by the failing row's fragment and address -- or, for a failed call over many
+    rows, by the fragments its rows came from (a chunk spans the parts of many small fragments)."""
     if exc.error.index is not None:
         addr = addrs[exc.error.index].as_py()
-        where = f"row address {addr} (fragment {addr >> 32}, offset {addr & 0xFFFFFFFF})"
+        frag = addr >> 32
+        where = f"fragment {frag}, row address {addr} (offset {addr & 0xFFFFFFFF})"
     else:
-        first, last = addrs[0].as_py(), addrs[len(addrs) - 1].as_py()
-        where = f"rows with addresses {first}..{last} (fragment {frag_id})"
+        frags = sorted({a >> 32 for a in (addrs[0].as_py(), addrs[len(addrs) - 1].as_py())})
+        frag = frags[0]
+        span = f"fragment {frag}" if len(frags) == 1 else f"fragments {frags[0]} to {frags[-1]}"
+        where = f"{span}, rows with addresses {addrs[0].as_py()}..{addrs[len(addrs) - 1].as_py()}"
     original = exc.error.original
     return TaskError(
         message=f"UDF '{exc.udf_name}' failed computing column '{exc.column}' of table '{ctx.job.table}' "
-                f"at fragment {frag_id}, {where}: {exc.error}",
+                f"at {where}: {exc.error}",
         exception=type(original).__name__ if original is not None else "UDFCallError",
-        frag=frag_id)
+        frag=frag)
 
 
 def _apply_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[ApplyTaskResult]:
