@@ -94,6 +94,18 @@ def test_compaction_leaves_a_live_backfills_fragments_alone(db, spark, call_dir)
     tbl.dataset().validate()
 
 
+def test_compaction_with_every_fragment_held_reports_them_and_changes_nothing(db, spark, call_dir):
+    tbl = db.create_table("events", events_table(4_000), max_rows_per_file=400)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    summary = plan_backfill(tbl.ref, "y")  # a live backfill holds all 10 fragments
+    run_apply(summary.plan_uri, spark)
+    version = tbl.version
+    result = tbl.compact(target_rows_per_fragment=10_000, spark=spark)
+    assert result.excluded == list(range(10)) and result.fragments_removed == 0 and tbl.version == version
+    assert run_write_commit(summary.plan_uri, spark).fragments_committed == 10
+    tbl.dataset().validate()
+
+
 def test_where_then_unfiltered_backfill_computes_each_row_once(db, spark, call_dir):
     tbl = db.create_table("events", events_table(100), max_rows_per_file=30)
     tbl.add_columns({"y": counting_double(call_dir)})

@@ -206,6 +206,7 @@ class PlanSummary(_Model):
     fragments_reused: int
     fragments_done: int
     nothing_to_do: bool
+    fragments_excluded: list[int] = Field(default_factory=list)  # compaction: left alone, held by live jobs
 
     @classmethod
     def from_xcom(cls, value: Any) -> PlanSummary:
@@ -351,7 +352,7 @@ class CompactionPlan(_Model):
         return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind="compaction", table=self.table,
                            read_version=self.read_version, rows_to_compute=0, rows_reused=0, tasks=len(self.tasks),
                            fragments_to_compute=len(self.fragments), fragments_reused=0, fragments_done=0,
-                           nothing_to_do=not self.tasks)
+                           nothing_to_do=not self.tasks, fragments_excluded=self.excluded)
 
 
 class CompactionResult(_Model):

@@ -75,9 +75,12 @@ def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: An
                                    f"got {spark!r}")
     summary = plan_compaction(table, options, store=store, exclude_live_jobs=exclude_live_jobs)
     if summary.nothing_to_do:
-        log.info("compaction of table '%s': nothing to compact", table.name)
+        log.info("compaction of table '%s': nothing to compact%s", table.name,
+                 f" (fragments {summary.fragments_excluded} left alone: held by live jobs)"
+                 if summary.fragments_excluded else "")
         return CompactionResult(job_id=summary.job_id, version=summary.read_version, fragments_removed=0,
-                                fragments_added=0, files_removed=0, files_added=0)
+                                fragments_added=0, files_removed=0, files_added=0,
+                                excluded=summary.fragments_excluded)
     with _session(spark, f"geneva-compact-{table.name}") as session:
         return run_compaction(summary.plan_uri, session, table.storage_options)
 
