@@ -19,7 +19,7 @@ from geneva_provider.core.models import JobStatus, StagedFiles
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.write import _Writer, write_fragment
 from geneva_provider.stages import load_plan, plan_backfill, run_apply, run_write_commit
-from tests.helpers import _log_calls, clear_calls, read_calls
+from tests.helpers import _log_calls, clear_calls, counting_double, events_table, read_calls
 
 ROWS = 2_000
 
@@ -176,6 +176,20 @@ def test_fail_fast_records_the_failing_row_and_marks_the_job_failed(db, spark, c
     errors = tbl.get_errors(job.job_id)
     assert errors.column("outcome").to_pylist() == ["failed"]
     assert errors.column("error_type").to_pylist() == ["ValueError"]
+
+
+def test_a_failed_jobs_record_counts_the_rows_its_rerun_will_not_compute(db, spark, call_dir, tmp_path):
+    flag = tmp_path / "fail"
+    flag.touch()
+    tbl = db.create_table("events", events_table(ROWS), max_rows_per_file=500)
+    tbl.add_columns({"y": counting_double(call_dir, fail_flag=str(flag), fail_at=1_700)})
+    with pytest.raises(gp.UDFExecutionError):
+        tbl.backfill("y", spark=spark, checkpoint_size=100, task_size=250)
+    (job,) = db.list_jobs("events")
+    assert job.status is JobStatus.FAILED and job.rows_checkpointed >= ROWS - 250
+    flag.unlink()
+    rerun = tbl.backfill("y", spark=spark, checkpoint_size=100, task_size=250)
+    assert rerun.rows_computed == ROWS - job.rows_checkpointed
 
 
 def test_job_records_list_a_failed_a_skipped_rows_and_a_successful_job(db, spark, call_dir):

@@ -255,10 +255,15 @@ def _apply(plan: Plan, store: CheckpointStore, spark: Any, storage_options: dict
              plan.job_id, len(tasks), len(plan.tasks), planned)
     t0 = time.perf_counter()
     ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if tasks else storage_options)
-    results = run_tasks(spark, tasks, partial(_apply_partition, ctx),
-                        description=f"geneva apply {plan.table}.{','.join(plan.output_columns)}",
-                        concurrency=plan.settings.concurrency, progress=_ApplyProgress(plan, store, tasks),
-                        tag=job_tag(plan.job_id)) if tasks else []
+    progress = _ApplyProgress(plan, store, tasks)
+    try:
+        results = run_tasks(spark, tasks, partial(_apply_partition, ctx),
+                            description=f"geneva apply {plan.table}.{','.join(plan.output_columns)}",
+                            concurrency=plan.settings.concurrency, progress=progress,
+                            tag=job_tag(plan.job_id)) if tasks else []
+    finally:
+        if tasks:
+            progress.final()
     errors = [r.error for r in results if r.error]
     computed = sum(r.rows_computed for r in results)
     failures = [f for r in results for f in r.failures]
@@ -290,6 +295,14 @@ class _ApplyProgress:
         self.before = set(store.list_keys(plan.job_prefix))
         self.already = plan.rows_to_compute - sum(t.rows for t in tasks)
         self.t0 = time.perf_counter()
+
+    def final(self) -> None:
+        """Records the rows checkpointed when the stage ends -- a failed or cancelled one too, which the
+        periodic call may have missed (a rerun starts from them)."""
+        try:
+            self()
+        except Exception as exc:  # noqa: BLE001 - the stage's own outcome (or error) is what matters
+            log.warning("apply %s: could not record the rows checkpointed: %s", self.plan.job_id, exc)
 
     def __call__(self) -> str:
         new = sum(bk.end - bk.start for key in self.store.list_keys(self.plan.job_prefix)
