@@ -7,6 +7,7 @@ to a per-process file in a directory captured by the UDF's closure.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -27,6 +28,42 @@ def read_calls(log_dir: str | Path) -> list[int]:
     for p in Path(log_dir).glob("*.log"):
         out.extend(int(line) for line in p.read_text().split())
     return out
+
+
+def kill_session(sid: int, timeout: float = 30.0) -> None:
+    """SIGKILLs every live process of session ``sid`` and waits until none is left.
+
+    For a run started with ``start_new_session=True``: ``killpg`` alone misses Spark's Python workers,
+    which move to process groups of their own and may finish a UDF call (and log it) after their
+    driver died.  A killed machine leaves nothing running, so neither may a killed test run.
+    """
+    deadline = time.monotonic() + timeout
+    while pids := _session_pids(sid):
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        assert time.monotonic() < deadline, f"processes {pids} of the killed run are still alive"
+        time.sleep(0.05)
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Live (not zombie) processes of session ``sid``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry)) != sid:
+                continue
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (ProcessLookupError, FileNotFoundError, PermissionError):
+            continue
+        if state != "Z":
+            pids.append(int(entry))
+    return pids
 
 
 def clear_calls(log_dir: str | Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import textwrap
@@ -22,7 +21,7 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.checkpoint import ROWADDR, parse_batch_key
-from tests.helpers import clear_calls, counting_double, events_table, read_calls
+from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAGMENTS, PER_FRAGMENT = 8, 1_000
@@ -83,8 +82,7 @@ def _kill_at(db_uri: str, stage: str, k: int, tbl: gp.Table) -> bool:
             assert time.monotonic() < deadline, f"{stage} never reached {k}"
             time.sleep(0.002)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_session(proc.pid)
         proc.wait(timeout=30)
     return "FINISHED" not in proc.stdout.read()
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -11,7 +9,7 @@ import time
 from pathlib import Path
 
 from geneva_provider.core.checkpoint import ROWADDR
-from tests.helpers import clear_calls, counting_double, events_table, read_calls
+from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS_PER_FRAGMENT = 10_000
@@ -30,7 +28,7 @@ def run_and_kill_after_checkpoints(script: str, store, checkpoints: int, env: di
             assert time.monotonic() < deadline, "no checkpoints appeared"
             time.sleep(0.05)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_session(proc.pid)
         proc.wait(timeout=30)
     out = proc.stdout.read().splitlines()
     assert "FINISHED" not in out

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -13,7 +11,7 @@ from pathlib import Path
 
 from geneva_provider.core.checkpoint import ROWADDR, parse_batch_key
 from geneva_provider.stages import load_plan, plan_backfill
-from tests.helpers import clear_calls, counting_double, events_table, read_calls
+from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +67,7 @@ def test_a_killed_packed_task_resumes_recomputing_at_most_the_task_in_flight(db,
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_session(proc.pid)
         proc.wait(timeout=30)
     plan_key = next(k for k in store.list_keys("plan-") if k.count("-") == 2)
     plan, _ = load_plan(store.key_uri(plan_key))
