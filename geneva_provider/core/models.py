@@ -210,16 +210,29 @@ class PlanSummary(_Model):
 
     @classmethod
     def from_xcom(cls, value: Any) -> PlanSummary:
-        """Accepts the summary as a dict, a model, or its JSON text (a rendered template)."""
+        """Accepts the summary as a dict, a model, or its text from a rendered template.
+
+        ``"{{ ti.xcom_pull(task_ids='plan') }}"`` renders the dict's Python repr (single quotes,
+        ``True``/``None``), not JSON, so both are read (the repr as a literal, never evaluated).
+        """
+        import ast
+
         if isinstance(value, PlanSummary):
             return value
+        if isinstance(value, str):
+            for parse in (json.loads, ast.literal_eval):
+                try:
+                    value = parse(value.strip())
+                    break
+                except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                    continue
         try:
-            if isinstance(value, str):
-                return cls.model_validate_json(value)
             return cls.model_validate(value)
         except ValueError as exc:
-            raise InvalidArgumentError(f"expected the plan summary returned by the plan task, got {value!r:.200}"
-                                       ) from exc
+            raise InvalidArgumentError(
+                f"expected the plan summary returned by the plan task, got {value!r:.200}; pass plan=plan.output "
+                "(the plan operator's XComArg), or a template rendering it as JSON: "
+                "\"{{ ti.xcom_pull(task_ids='plan') | tojson }}\"") from exc
 
     def to_xcom(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from geneva_provider.core.options import JobOptions
     from geneva_provider.core.udf import UDF
 
-SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package")
+# What the Spark stage operators take besides the plan (the task groups pass them to both Spark tasks).
+SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package", "cluster_credentials",
+                 "spark_conn_id")
 
 
 def fails_without_retry(execute: Callable[..., Any]) -> Callable[..., Any]:
@@ -78,17 +80,20 @@ def take_options(cls: type[JobOptions], kwargs: dict[str, Any], operator: type |
     return options
 
 
-def reject_unknown_kwargs(operator: type, kwargs: dict[str, Any], valid: Iterable[str] | None = None) -> None:
-    """Raises InvalidArgumentError for the kwargs that neither the operator nor BaseOperator takes.
+def reject_unknown_kwargs(operator: type, kwargs: dict[str, Any], valid: Iterable[str] | None = None,
+                          subject: str | None = None) -> None:
+    """Raises InvalidArgumentError for the kwargs that neither the operator (``valid``) nor BaseOperator takes.
 
-    ``valid`` lists the operator's own arguments for the message (default: its keyword-only parameters).
+    ``valid`` lists the operator's own arguments for the message (default: its keyword-only parameters);
+    ``subject`` names who was given them (default: the operator class and its task id).
     """
-    valid = _own_parameters(operator) if valid is None else valid
-    unknown = sorted(set(kwargs) - base_operator_parameters())
+    valid = set(_own_parameters(operator) if valid is None else valid)
+    unknown = sorted(set(kwargs) - base_operator_parameters() - valid)
     if unknown:
+        subject = subject or f"{operator.__name__} (task_id {kwargs.get('task_id')!r})"
         raise InvalidArgumentError(
-            f"{operator.__name__} (task_id {kwargs.get('task_id')!r}): unknown argument(s) {unknown}; "
-            f"valid options: {sorted(set(valid))}, and any BaseOperator argument (retries, pool, queue, ...)")
+            f"{subject}: unknown argument(s) {unknown}; "
+            f"valid options: {sorted(valid)}, and any BaseOperator argument (retries, pool, queue, ...)")
 
 
 @functools.cache

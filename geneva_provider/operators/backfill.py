@@ -138,6 +138,8 @@ class GenevaVerifyOperator(BaseOperator):
 
     :param plan: the plan summary returned by :class:`GenevaPlanBackfillOperator` (or the refresh plan).
     :param table: with ``column``, names the default outlet ``lance://<conn id>/<table>/<column>``.
+        Both must match the plan's table and column: the Asset is declared when the DAG is parsed,
+        the plan arrives at run time, and a mismatch would wake another table's downstream DAGs.
     """
 
     template_fields: Sequence[str] = ("plan",)
@@ -152,6 +154,7 @@ class GenevaVerifyOperator(BaseOperator):
         super().__init__(**kwargs)
         self.plan = plan
         self.table = table
+        self.column = column
         self.lance_conn_id = lance_conn_id
         self._table_uri: str | None = None
         self._column: str | None = None
@@ -162,6 +165,7 @@ class GenevaVerifyOperator(BaseOperator):
         from geneva_provider.pipeline.verify import verify
 
         plan = PlanSummary.from_xcom(self.plan)
+        self._check_matches(plan)
         if plan.nothing_to_do:  # honest signals: a run that changed nothing emits no Asset event
             raise AirflowSkipException(f"{plan.kind} {plan.job_id} of '{plan.table}' had nothing to compute or "
                                        f"commit (up to date at version {plan.read_version}): no Asset event")
@@ -177,6 +181,17 @@ class GenevaVerifyOperator(BaseOperator):
                       f"column '{result.column}' of table '{result.table}'" if result.column
                       else f"view '{result.table}'", result.version, result.rows_verified, result.fragments_verified)
         return result.model_dump(mode="json")
+
+    def _check_matches(self, plan: Any) -> None:
+        """InvalidArgumentError when ``table=`` / ``column=`` (the declared Asset) name another job than the plan."""
+        given = {"table": self.table, "column": self.column}
+        planned = {"table": plan.table, "column": plan.column}
+        if any(value is not None and value != planned[name] for name, value in given.items()):
+            raise InvalidArgumentError(
+                f"{type(self).__name__} (task_id {self.task_id!r}): table={self.table!r}, column={self.column!r} "
+                f"do not match the plan {plan.job_id} of table {plan.table!r}, column {plan.column!r}; "
+                "pass the plan of that table and column (or table/column of this plan), so the Asset event "
+                "names what was computed")
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         return lineage(self._table_uri, self.table or "", self._column)

@@ -223,10 +223,15 @@ def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None
     committer.store.put_model(
         committed_key(plan.job_id), CommitRecord(result=outcome, staged=committer.staged))
     if committer.changed:
-        raise CommitError(
+        # Every retry of this plan meets the same newer values: only a new plan (a rerun of the backfill,
+        # or of its DAG) can take them in, so Airflow must not retry this task.
+        error = CommitError(
             f"columns {plan.output_columns} of table '{plan.table}': fragments {sorted(committer.changed)} were "
-            "changed by a concurrent backfill of the same column and were not overwritten; rerun the backfill "
-            "(its checkpoints make the rerun cheap)")
+            "changed by a concurrent backfill of the same column and were not overwritten; retrying this plan "
+            f"({plan.job_id}) cannot commit them: rerun the backfill, or its DAG, for a new plan (its checkpoints "
+            "make the rerun cheap)")
+        error.retryable = False
+        raise error
     return outcome
 
 
