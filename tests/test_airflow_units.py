@@ -200,8 +200,9 @@ def test_table_changed_trigger_fires_on_new_rows_and_times_out(events):
     event = asyncio.run(append_then_wait())
     assert event.payload == {"status": "success", "table": "events", "version": v + 1, "rows": 6_005,
                              "fragments": 4}
-    missing = asyncio.run(first_event(GenevaTableChangedTrigger(table="nope", min_rows=0, poll_interval=0.05)))
-    assert missing.payload["status"] == "error" and "'nope'" in missing.payload["message"]
+    missing = asyncio.run(first_event(GenevaTableChangedTrigger(table="nope", min_rows=0, poll_interval=0.05,
+                                                                timeout=0.2)))  # a missing table is waited for
+    assert missing.payload["status"] == "timeout" and "table 'nope' does not exist" in missing.payload["message"]
 
 
 def test_column_backfilled_sensor_and_trigger(events, spark):

@@ -1,11 +1,19 @@
-"""Cheap, metadata-only facts about a table that sensors and triggers poll (core)."""
+"""Cheap facts about a table that sensors and triggers poll (core).
+
+What a poll may read: the manifest (versions, fragments, data files) and, for a computed column,
+its fingerprint column -- one uint64 per row, and only in the fragments that hold the column.
+Never the UDF's inputs: telling whether a computed value is stale (its inputs were updated since)
+takes fingerprinting every input row, which is the next backfill's plan, not a poll.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from geneva_provider.core.errors import ColumnError
-from geneva_provider.core.fragments import leaf_field_ids
+from geneva_provider.core.fingerprints import fingerprint_column
+from geneva_provider.core.fragments import files_holding, leaf_field_ids
+from geneva_provider.core.view_meta import META_QUERY
 
 
 def table_status(ds: Any) -> dict[str, int]:
@@ -15,26 +23,51 @@ def table_status(ds: Any) -> dict[str, int]:
 
 
 def column_backlog(ds: Any, column: str, table: str = "") -> dict[str, int]:
-    """Fragments (and their live rows) in which ``column`` has never been written.
+    """Rows (and the fragments holding them) whose ``column`` has never been computed.
 
-    A fragment counts as done once it holds a data file for the column, which is what a
-    backfill commits; rows a filtered backfill left out are not counted.
+    A row is pending when its fragment holds no data file for the column (rows added since the
+    last backfill), or when its fingerprint is NULL: every computed row has one, so a NULL marks a
+    row a ``where`` left out or an error policy skipped -- the rows a backfill's plan computes,
+    except those whose inputs changed after they were computed (see the module docstring).
+    Tables made before fingerprints existed have none until their next backfill: there, only
+    fragments without the column count.
     """
     if column not in ds.schema.names:
         raise ColumnError(f"column '{column}' not found in table '{table or ds.uri}' (columns: {ds.schema.names})")
     leaves = leaf_field_ids(ds.lance_schema.field(column))
-    pending = [f for f in ds.get_fragments()
-               if not any(set(leaves) <= set(df.fields) for df in f.metadata.files)]
-    return {"version": ds.version, "fragments_pending": len(pending),
-            "rows_pending": sum(f.count_rows() for f in pending)}
+    fp = _fingerprint_of(ds, column)
+    fp_leaves = leaf_field_ids(ds.lance_schema.field(fp)) if fp else []
+    fragments = rows = 0
+    for frag in ds.get_fragments():
+        if not any(set(leaves) <= set(df.fields) for df in frag.metadata.files):
+            pending = frag.count_rows()
+        elif fp is None:
+            continue
+        elif not files_holding(frag.metadata, fp_leaves):  # the values were written without fingerprints
+            pending = frag.count_rows()
+        else:
+            pending = frag.count_rows(filter=f"`{fp}` IS NULL")
+        fragments += pending > 0
+        rows += pending
+    return {"version": ds.version, "fragments_pending": fragments, "rows_pending": rows}
+
+
+def _fingerprint_of(ds: Any, column: str) -> str | None:
+    """The fingerprint column of ``column``: its own, or a view's shared one (None on older tables)."""
+    names = ds.schema.names
+    if fingerprint_column(column) in names:
+        return fingerprint_column(column)
+    if META_QUERY.encode() in (ds.schema.metadata or {}) and fingerprint_column(None) in names:
+        return fingerprint_column(None)
+    return None
 
 
 def table_changed(ds: Any, min_version: int | None, min_rows: int | None, column: str | None,
-                  table: str = "") -> dict[str, Any] | None:
-    """The table's status once it moved past the watermark, else None.
+                  table: str = "") -> tuple[bool, dict[str, Any]]:
+    """Whether the table moved past the watermark, and what was seen (the table's status).
 
     Watermarks: a version above ``min_version``, more than ``min_rows`` rows, or rows whose
-    ``column`` was never computed (new data since the last backfill).
+    ``column`` was never computed (see :func:`column_backlog`).
     """
     status: dict[str, Any] = table_status(ds)
     changed = ((min_version is not None and status["version"] > min_version)
@@ -43,5 +76,5 @@ def table_changed(ds: Any, min_version: int | None, min_rows: int | None, column
         backlog = column_backlog(ds, column, table)
         status.update(column=column, rows_pending=backlog["rows_pending"],
                       fragments_pending=backlog["fragments_pending"])
-        changed = changed or backlog["fragments_pending"] > 0
-    return status if changed else None
+        changed = changed or backlog["rows_pending"] > 0
+    return changed, status

@@ -9,12 +9,13 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.errors import GenevaError, InvalidArgumentError, UDFDefinitionError
+from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.options import rendered_later
+from geneva_provider.hooks.errors import fails_without_retry, no_retry  # noqa: F401 - the operators' import
 
 if TYPE_CHECKING:
     from geneva_provider.core.options import JobOptions
@@ -23,40 +24,6 @@ if TYPE_CHECKING:
 # What the Spark stage operators take besides the plan (the task groups pass them to both Spark tasks).
 SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package", "cluster_credentials",
                  "spark_conn_id")
-
-
-def fails_without_retry(execute: Callable[..., Any]) -> Callable[..., Any]:
-    """Makes an operator's ``execute`` fail for good on a deterministic error (bad input, a UDF bug).
-
-    A package error that a retry cannot fix is raised again as itself *and* an
-    ``AirflowFailException`` (which Airflow does not retry): callers still catch ``ColumnError``,
-    ``InvalidArgumentError``...; conflicts and infrastructure errors still retry.
-    """
-    @functools.wraps(execute)
-    def run(self: Any, context: Any) -> Any:
-        try:
-            return execute(self, context)
-        except GenevaError as exc:
-            if exc.retryable:
-                raise
-            raise no_retry(exc) from exc
-
-    return run
-
-
-def no_retry(exc: GenevaError) -> Exception:
-    """``exc`` as an instance of its own class and of ``AirflowFailException`` (same message)."""
-    failed = _no_retry_class(type(exc))(*exc.args)
-    failed.__traceback__ = exc.__traceback__
-    return failed
-
-
-@functools.cache
-def _no_retry_class(cls: type[GenevaError]) -> type[Exception]:
-    from airflow.sdk.exceptions import AirflowFailException
-
-    return type(cls.__name__, (cls, AirflowFailException), {"__module__": cls.__module__,
-                                                              "__doc__": cls.__doc__})
 
 
 class UDFImportError(UDFDefinitionError, ImportError):

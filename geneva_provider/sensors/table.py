@@ -6,7 +6,6 @@ Imported by the scheduler and dag-processor: the table facts are imported inside
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,20 +13,24 @@ from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
+from geneva_provider.core import errors
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.options import parse_count, rendered_later
+from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.triggers.table import (
     GenevaColumnBackfilledTrigger,
     GenevaTableChangedTrigger,
-    check_computed_column,
+    describe,
 )
 
 
 class _GenevaDeferrableSensor(BaseSensorOperator):
     """Deferrable as the deployment's ``[operators] default_deferrable`` says (or ``deferrable=``).
 
-    It logs what it waits for and its absolute deadline when it starts, and why it ended.
+    It logs what it waits for and its absolute deadline when it starts, what it saw at each poke,
+    and why it ended.  A package error that a retry cannot fix (an unknown or plain column, a bad
+    watermark) fails the task once; a table that does not exist is waited for.
     """
 
     def __init__(self, *, table: str, lance_conn_id: str = LanceHook.default_conn_name,
@@ -37,9 +40,7 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
         self.table = table
         self.lance_conn_id = lance_conn_id
         self.deferrable = deferrable
-
-    def _dataset(self) -> Any:
-        return LanceHook(self.lance_conn_id).dataset(self.table)
+        self._last_seen = "nothing (no poke yet)"
 
     def _trigger(self, deadline: float | None) -> Any:
         raise NotImplementedError
@@ -48,34 +49,71 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
         """What the sensor waits for, in words (for its log)."""
         raise NotImplementedError
 
+    def _deadline(self, context: Any) -> dt.datetime:
+        """Start + ``timeout``, as Airflow times the sensor out.
+
+        In reschedule mode the start is the first try's first poke (every reschedule is a new run of
+        ``execute``); otherwise now (a retry starts its timeout over, as Airflow's does).
+        """
+        start = None
+        if self.reschedule and not self.deferrable and context.get("ti") is not None:
+            start = context["ti"].get_first_reschedule_date(context)
+        return (start or dt.datetime.now(dt.UTC)) + dt.timedelta(seconds=self.timeout)
+
+    def _ended(self, reason: str, last_seen: bool = True) -> str:
+        """Why the wait ended, naming the table, the watermark and (``last_seen``) what the last poke saw; logged."""
+        message = f"{type(self).__name__} on table '{self.table}' waiting for {self.waiting_for()}: {reason}"
+        if last_seen:
+            message += f"; last seen: {self._last_seen}"
+        self.log.info("Ended: %s", message)
+        return message
+
+    @fails_without_retry
+    def poke(self, context: Any) -> PokeReturnValue:
+        done, seen = self._trigger(None).poll()
+        self._last_seen = describe(seen)
+        self.log.info("%s: %s", "Done" if done else "Not yet", self._last_seen)
+        return PokeReturnValue(is_done=done, xcom_value=seen)
+
+    @fails_without_retry
     def execute(self, context: Any) -> Any:
-        deadline = time.time() + self.timeout if self.timeout is not None else None
-        when = dt.datetime.fromtimestamp(deadline, dt.UTC).isoformat(timespec="seconds") if deadline else "none"
+        deadline = self._deadline(context)
+        when = deadline.isoformat(timespec="seconds")
         self.log.info("Waiting for %s; %s every %gs, deadline %s", self.waiting_for(),
-                      "deferred to the triggerer, polling" if self.deferrable else "poking", self.poke_interval, when)
+                      "deferred to the triggerer, polling" if self.deferrable else f"{self.mode} mode, poking",
+                      self.poke_interval, when)
         if not self.deferrable:
-            result = super().execute(context)
-            self.log.info("Done: %s", result)
-            return result
+            try:
+                result = super().execute(context)
+            except AirflowSensorTimeout as exc:
+                raise AirflowSensorTimeout(self._ended(f"not met by the deadline {when}")) from exc
+            except AirflowSkipException as exc:  # soft_fail: a timeout or a failure, skipped
+                self._ended(f"skipped (soft_fail): {exc.__cause__ or exc}")
+                raise
+            return result  # the last poke logged what it saw
         first = self.poke(context)  # no deferral when the condition already holds
         if first.is_done:
-            self.log.info("Done at once: %s", first.xcom_value)
             return first.xcom_value
-        self.defer(trigger=self._trigger(deadline), method_name="execute_complete")
+        self.defer(trigger=self._trigger(deadline.timestamp()), method_name="execute_complete")
 
+    @fails_without_retry
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         status = event.get("status")
         if status == "success":
             result = {k: v for k, v in event.items() if k != "status"}
             self.log.info("Done: %s holds (%s)", self.waiting_for(), result)
             return result
-        message = f"{type(self).__name__} on table '{self.table}' waiting for {self.waiting_for()}: " \
-                  f"{event.get('message', status)}"
-        self.log.info("Ended: %s", message)
         if status == "timeout":
+            message = self._ended(event.get("message", status), last_seen=False)  # the trigger's message says it
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
+        message = self._ended(event.get("message", status), last_seen=False)
+        error = getattr(errors, str(event.get("error")), None)
+        if not event.get("retryable", True) and isinstance(error, type) and issubclass(error, errors.GenevaError):
+            failed = error(message)
+            failed.retryable = False
+            raise failed  # as the package's error, failed once (fails_without_retry)
         raise AirflowException(message)
 
 
@@ -83,7 +121,7 @@ class GenevaTableChangedSensor(_GenevaDeferrableSensor):
     """Waits until a table moves past a watermark.
 
     The watermark is a version above ``min_version``, more than ``min_rows`` rows, or -- with
-    ``column`` -- rows whose column was never computed (new fragments since the last backfill).
+    ``column`` -- rows whose column was never computed (see GenevaColumnBackfilledSensor).
     Returns (XCom) the table's ``version``, ``rows`` and ``fragments`` (and the column's backlog).
     """
 
@@ -106,15 +144,6 @@ class GenevaTableChangedSensor(_GenevaDeferrableSensor):
         return tuple(None if only_known and rendered_later(value) else parse_count(value, name, job, zero=True)
                      for name, value in (("min_version", self.min_version), ("min_rows", self.min_rows)))
 
-    def poke(self, context: Any) -> PokeReturnValue:
-        from geneva_provider.core.table_status import table_changed
-
-        ds = self._dataset()
-        if self.column is not None:
-            check_computed_column(ds, self.column, self.table)
-        status = table_changed(ds, *self._watermarks(), self.column, self.table)
-        return PokeReturnValue(is_done=status is not None, xcom_value={"table": self.table, **(status or {})})
-
     def _trigger(self, deadline: float | None) -> GenevaTableChangedTrigger:
         min_version, min_rows = self._watermarks()
         return GenevaTableChangedTrigger(table=self.table, lance_conn_id=self.lance_conn_id, min_version=min_version,
@@ -130,7 +159,13 @@ class GenevaTableChangedSensor(_GenevaDeferrableSensor):
 
 
 class GenevaColumnBackfilledSensor(_GenevaDeferrableSensor):
-    """Waits until no fragment of a table lacks ``column`` (for DAGs downstream of a backfill)."""
+    """Waits until no row of a table lacks ``column`` (for DAGs downstream of a backfill).
+
+    A row lacks it when it was never computed: added since the last backfill, left out by a
+    backfill's ``where``, or skipped by the UDF's error policy.  Rows whose inputs were updated
+    after they were computed are not seen (that takes reading and fingerprinting the inputs: the
+    next backfill's plan finds them).
+    """
 
     template_fields: Sequence[str] = ("table", "column")
 
@@ -138,20 +173,9 @@ class GenevaColumnBackfilledSensor(_GenevaDeferrableSensor):
         super().__init__(**kwargs)
         self.column = column
 
-    def poke(self, context: Any) -> PokeReturnValue:
-        from geneva_provider.core.table_status import column_backlog
-
-        ds = self._dataset()
-        check_computed_column(ds, self.column, self.table)
-        backlog = column_backlog(ds, self.column, self.table)
-        self.log.info("Column '%s' of table '%s': %d fragments (%d rows) not backfilled yet", self.column,
-                      self.table, backlog["fragments_pending"], backlog["rows_pending"])
-        return PokeReturnValue(is_done=backlog["fragments_pending"] == 0,
-                               xcom_value={"table": self.table, "column": self.column, **backlog})
-
     def _trigger(self, deadline: float | None) -> GenevaColumnBackfilledTrigger:
         return GenevaColumnBackfilledTrigger(table=self.table, column=self.column, lance_conn_id=self.lance_conn_id,
                                              poll_interval=self.poke_interval, deadline=deadline)
 
     def waiting_for(self) -> str:
-        return f"every fragment of table '{self.table}' to hold column '{self.column}'"
+        return f"every row of table '{self.table}' to hold a computed value of column '{self.column}'"

@@ -32,9 +32,34 @@ def check_computed_column(ds: Any, column: str, table: str) -> None:
     udf_of(ds, table, column)
 
 
+def describe(seen: dict[str, Any]) -> str:
+    """What a poll saw, in a few words (for the logs and a timeout's message)."""
+    if not seen.get("exists", True):
+        return f"table '{seen['table']}' does not exist (yet)"
+    parts = [f"version {seen['version']}"]
+    if "rows" in seen:
+        parts.append(f"{seen['rows']} rows in {seen['fragments']} fragments")
+    if "column" in seen:
+        parts.append(f"{seen['rows_pending']} rows in {seen['fragments_pending']} fragments never computed "
+                     f"in column '{seen['column']}'")
+    return f"table '{seen['table']}' at " + ", ".join(parts)
+
+
+def error_event(table: str, exc: Exception) -> dict[str, Any]:
+    """An error as a trigger event: its message, its package error type and whether a retry can fix it."""
+    from geneva_provider.core.errors import GenevaError
+
+    return {"status": "error", "table": table, "message": str(exc), "error": type(exc).__name__,
+            "retryable": exc.retryable if isinstance(exc, GenevaError) else True}
+
+
 class _PollingTrigger(BaseTrigger):
     """Polls a table until ``check`` says done, or until ``deadline`` (an absolute time, seconds since the
-    epoch) passes -- absolute, so a triggerer restart resumes the wait instead of starting it over."""
+    epoch) passes -- absolute, so a triggerer restart resumes the wait instead of starting it over.
+
+    A table that does not exist is waited for like any other unmet condition (it may be created by
+    an upstream DAG); the polls say so in the log, and so does a timeout's message.
+    """
 
     def __init__(self, table: str, lance_conn_id: str, poll_interval: float, deadline: float | None = None,
                  timeout: float | None = None) -> None:
@@ -50,34 +75,46 @@ class _PollingTrigger(BaseTrigger):
         return {"table": self.table, "lance_conn_id": self.lance_conn_id, "poll_interval": self.poll_interval,
                 "deadline": self.deadline}
 
-    def check(self) -> dict[str, Any] | None:
-        """Returns the event payload when done, else None (runs in a thread)."""
+    def check(self, ds: Any) -> tuple[bool, dict[str, Any]]:
+        """Whether the condition holds on ``ds``, and what was seen (the success event's payload)."""
         raise NotImplementedError
 
-    def _dataset(self) -> Any:
-        return LanceHook(self.lance_conn_id).dataset(self.table)
+    def poll(self) -> tuple[bool, dict[str, Any]]:
+        """One look at the table (blocking; the sensors' ``poke`` too): done?, and what was seen."""
+        from geneva_provider.core.errors import TableNotFoundError
+
+        try:
+            ds = LanceHook(self.lance_conn_id).dataset(self.table)
+        except TableNotFoundError:
+            return False, {"table": self.table, "exists": False}
+        done, seen = self.check(ds)
+        return done, {"table": self.table, **seen}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        last = None
         while True:
             try:
-                payload = await asyncio.to_thread(self.check)
+                done, seen = await asyncio.to_thread(self.poll)
             except Exception as exc:  # noqa: BLE001 - delivered to execute_complete as an error event
-                yield TriggerEvent({"status": "error", "table": self.table, "message": str(exc)})
+                yield TriggerEvent(error_event(self.table, exc))
                 return
-            if payload is not None:
-                yield TriggerEvent({"status": "success", "table": self.table, **payload})
+            if done:
+                yield TriggerEvent({"status": "success", **seen})
                 return
+            if describe(seen) != last:  # what changed, not every poll
+                last = describe(seen)
+                self.log.info("Not yet: %s", last)
             remaining = self.deadline - time.time() if self.deadline is not None else self.poll_interval
             if remaining <= 0:
                 when = dt.datetime.fromtimestamp(self.deadline, dt.UTC).isoformat(timespec="seconds")
                 yield TriggerEvent({"status": "timeout", "table": self.table,
-                                    "message": f"condition not met by the deadline {when}"})
+                                    "message": f"condition not met by the deadline {when}; last seen: {last}"})
                 return
             await asyncio.sleep(min(self.poll_interval, remaining))
 
 
 class GenevaTableChangedTrigger(_PollingTrigger):
-    """Fires when the table passes a watermark (see :func:`table_changed`)."""
+    """Fires when the table passes a watermark (see :func:`~geneva_provider.core.table_status.table_changed`)."""
 
     def __init__(self, table: str, lance_conn_id: str = LanceHook.default_conn_name, min_version: int | None = None,
                  min_rows: int | None = None, column: str | None = None, poll_interval: float = 60.0,
@@ -91,17 +128,19 @@ class GenevaTableChangedTrigger(_PollingTrigger):
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {**self._common(), "min_version": self.min_version, "min_rows": self.min_rows, "column": self.column})
 
-    def check(self) -> dict[str, Any] | None:
+    def check(self, ds: Any) -> tuple[bool, dict[str, Any]]:
         from geneva_provider.core.table_status import table_changed
 
-        ds = self._dataset()
         if self.column is not None:
             check_computed_column(ds, self.column, self.table)
         return table_changed(ds, self.min_version, self.min_rows, self.column, self.table)
 
 
 class GenevaColumnBackfilledTrigger(_PollingTrigger):
-    """Fires when no fragment of the table still lacks ``column``."""
+    """Fires when no row of the table still lacks ``column``.
+
+    See :func:`~geneva_provider.core.table_status.column_backlog` for what counts as lacking it.
+    """
 
     def __init__(self, table: str, column: str, lance_conn_id: str = LanceHook.default_conn_name,
                  poll_interval: float = 60.0, deadline: float | None = None, timeout: float | None = None) -> None:
@@ -111,10 +150,9 @@ class GenevaColumnBackfilledTrigger(_PollingTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {**self._common(), "column": self.column})
 
-    def check(self) -> dict[str, Any] | None:
+    def check(self, ds: Any) -> tuple[bool, dict[str, Any]]:
         from geneva_provider.core.table_status import column_backlog
 
-        ds = self._dataset()
         check_computed_column(ds, self.column, self.table)
         backlog = column_backlog(ds, self.column, self.table)
-        return {"column": self.column, **backlog} if backlog["fragments_pending"] == 0 else None
+        return backlog["rows_pending"] == 0, {"column": self.column, **backlog}
