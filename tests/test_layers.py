@@ -5,6 +5,7 @@ These are contracts, checked on the real tree and proved to bite by breaking a c
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -56,6 +57,59 @@ def test_import_contracts_fail_when_an_arrow_points_up(tmp_path, module, code, b
     proc = lint_imports(tree)
     assert proc.returncode != 0
     assert broken in proc.stdout, proc.stdout[-3000:]
+
+
+def import_circles(tree: Path) -> list[list[str]]:
+    """Circles of imports between the package's modules (lazy imports count; ``if TYPE_CHECKING:`` ones do not).
+
+    The layers contract cannot see a circle inside one layer (``facade.query`` <-> ``facade.table``).
+    """
+    root = tree / "geneva_provider"
+    modules = {".".join(p.relative_to(tree).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges: set[str] = set()
+        todo = list(ast.parse(path.read_text()).body)
+        while todo:
+            node = todo.pop()
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                todo.extend(node.orelse)
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                todo.extend(ast.iter_child_nodes(node))
+                continue
+            hit = next((t for t in targets if t in modules and t != "geneva_provider"), None)
+            if hit and hit != name:
+                edges.add(hit)
+        graph[name] = edges
+
+    circles, seen = [], set()
+    def walk(start: str, node: str, path: list[str]) -> None:
+        for nxt in sorted(graph[node]):
+            if nxt == start:
+                key = frozenset(path)
+                if key not in seen:
+                    seen.add(key)
+                    circles.append(path)
+            elif nxt not in path and nxt > start:  # each circle found once, from its smallest module
+                walk(start, nxt, [*path, nxt])
+    for start in sorted(graph):
+        walk(start, start, [start])
+    return circles
+
+
+def test_no_modules_import_each_other_in_a_circle(tmp_path):
+    assert import_circles(ROOT) == []
+    tree = copy_tree(tmp_path)  # proved to bite: a lazy import back from the facade's table to its query
+    query = tree / "geneva_provider" / "facade" / "query.py"
+    query.write_text(query.read_text() + "\n\ndef _t():\n    from geneva_provider.facade.table import Table\n"
+                     "    return Table\n")
+    assert import_circles(tree) == [["geneva_provider.facade.query", "geneva_provider.facade.table"]]
 
 
 def test_the_tree_is_ruff_clean():

@@ -56,7 +56,8 @@ class Connection:
         max_rows_per_file: int | None = None,
     ) -> Table:
         """Writes ``data`` (Arrow table, record batches, a list of dicts or a dict of columns) as a new table."""
-        from geneva_provider.facade.table import Table, as_arrow, check_column_name
+        from geneva_provider.core.column_names import check_column_name
+        from geneva_provider.facade.table import Table, as_arrow
 
         if max_rows_per_file is not None and (not isinstance(max_rows_per_file, int)
                                               or isinstance(max_rows_per_file, bool) or max_rows_per_file <= 0):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
+from geneva_provider.core.column_names import check_column_name
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.udf import UDF
 from geneva_provider.core.view_meta import ViewQuery
-from geneva_provider.facade.table import check_column_name
 
 if TYPE_CHECKING:
     from geneva_provider.facade.connection import Connection

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from geneva_provider.core.column_names import check_column_name, is_internal_column
 from geneva_provider.core.errors import (
     ColumnError,
     InvalidArgumentError,
@@ -14,7 +15,6 @@ from geneva_provider.core.errors import (
 )
 from geneva_provider.core.filters import check_where, lance_reason
 from geneva_provider.core.fingerprints import (
-    FINGERPRINT_PREFIX,
     fingerprint_column,
     fingerprint_field,
     is_fingerprint_column,
@@ -22,7 +22,7 @@ from geneva_provider.core.fingerprints import (
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udf import UDF, udf_column_info
-from geneva_provider.core.view_meta import IS_SET, META_QUERY, SOURCE_ROW_ID
+from geneva_provider.core.view_meta import META_QUERY
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -449,30 +449,6 @@ def _udf_field(fn: UDF, column: str, inputs: list[str] | None, table: str) -> pa
         return fn.field(column, inputs)
     except UDFDefinitionError as exc:
         raise UDFDefinitionError(f"column '{column}' of table '{table}': {exc}") from None
-
-
-# Lance's own columns (a table cannot hold them; a view reading them cannot be read) and its search outputs.
-_RESERVED = ("_rowid", "_rowaddr", "_rowoffset", "_row_created_at_version", "_row_last_updated_at_version",
-             "_distance", "_score")
-
-
-def is_internal_column(name: str) -> bool:
-    """A column the package writes itself: fingerprints (any ``__geneva_fp`` name) and a view's bookkeeping."""
-    return name.startswith(FINGERPRINT_PREFIX) or name in (SOURCE_ROW_ID, IS_SET)
-
-
-def check_column_name(column: Any, subject: str) -> None:
-    """A user column's name: a non-empty string without '.', not one Lance or the package reserves.
-
-    ``subject`` says who is naming it ("add_columns on table 'events'"); the error names both.
-    """
-    if not isinstance(column, str) or not column.strip():
-        raise InvalidArgumentError(f"{subject}: column names must be non-empty strings, got {column!r}")
-    why = ("Lance reserves it" if column in _RESERVED else
-           f"the package reserves {FINGERPRINT_PREFIX}..., {SOURCE_ROW_ID} and {IS_SET}" if is_internal_column(column)
-           else "Lance does not allow '.' in a column name" if "." in column else None)
-    if why is not None:
-        raise InvalidArgumentError(f"{subject}: column name {column!r} is reserved or not allowed: {why}")
 
 
 def _check_store(store: Any, job: str) -> None:
