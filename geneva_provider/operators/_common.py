@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.options import rendered_later
-from geneva_provider.hooks.errors import fails_without_retry, no_retry  # noqa: F401 - the operators' import
 
 if TYPE_CHECKING:
     from geneva_provider.core.options import JobOptions

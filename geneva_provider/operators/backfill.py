@@ -14,10 +14,10 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.options import BackfillOptions, check_count
+from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import (
     check_dict,
-    fails_without_retry,
     import_udf,
     lineage,
     parse_options,

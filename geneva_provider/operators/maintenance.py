@@ -13,8 +13,9 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from geneva_provider.core.options import parse_count, rendered_later
+from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import duration, fails_without_retry, reject_unknown_kwargs
+from geneva_provider.operators._common import duration, reject_unknown_kwargs
 from geneva_provider.operators.spark import _GenevaSparkStageOperator
 
 

@@ -25,8 +25,8 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.hooks.errors import fails_without_retry, no_retry
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import fails_without_retry, no_retry
 from geneva_provider.spark_apps import app_path
 from geneva_provider.spark_apps._runner import STORAGE_OPTIONS_ENV
 

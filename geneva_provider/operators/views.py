@@ -12,8 +12,9 @@ from airflow.sdk import BaseOperator
 
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.options import RefreshOptions, check_count
+from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import check_dict, fails_without_retry, import_udf, parse_options, take_options
+from geneva_provider.operators._common import check_dict, import_udf, parse_options, take_options
 
 VIEW_COLUMNS_EXPECTED = '{"out": "source_column"} or {"out": "my_pkg.udfs:embed"}'
 
