@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint setup clean
+.PHONY: demo test lint setup clean check-deps check-core
 
 # The demo runs the example DAGs with `airflow dags test` on the embedded default:
 # Airflow on SQLite in .demo/airflow, tables in .demo/lake, and the Spark stages over a local
@@ -31,6 +31,29 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# Every import the package makes is declared (deptry; configured in pyproject.toml). Twice: the whole
+# package against the base dependencies + the `airflow` extra, then the core alone (all but the
+# Airflow surface) against the base dependencies only -- what `pip install airflow-provider-geneva` brings.
+AIRFLOW_SURFACE := geneva_provider/(hooks|operators|sensors|triggers)/|geneva_provider/(task_groups|assets)\.py
+check-deps: $(STAMP)
+	@echo "check-deps: deptry, the whole package (base dependencies + the airflow extra)"
+	$(VENV)/bin/deptry .
+	@echo "check-deps: deptry, the core without the Airflow surface (base dependencies only)"
+	$(VENV)/bin/deptry . --extend-exclude 'benchmarks|dags_examples|build|$(AIRFLOW_SURFACE)' \
+	  --optional-dependencies-dev-groups airflow,dev
+	@echo "check-deps: OK, every import is declared"
+
+# `pip install airflow-provider-geneva` without extras, in a fresh venv in a temp dir (from a copy of the
+# sources, so no build/ is left here), then a backfill, a view refresh and a compaction on local Spark.
+check-core: $(STAMP)
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  mkdir "$$tmp/src"; cp -r pyproject.toml README.md constraints.txt geneva_provider spark_apps "$$tmp/src"; \
+	  echo "check-core: a fresh venv in $$tmp/venv: pip install -c constraints.txt . (no extras)"; \
+	  $(PYTHON) -m venv "$$tmp/venv"; \
+	  "$$tmp/venv/bin/python" -m pip install -q -c constraints.txt "$$tmp/src"; \
+	  "$$tmp/venv/bin/python" -m pip list --format=freeze | sed 's/^/check-core:   installed /'; \
+	  cd "$$tmp" && "$$tmp/venv/bin/python" "$(CURDIR)/.ci/check_core.py"
 
 setup: $(STAMP)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pyarrow as pa
@@ -10,6 +11,7 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.checkpoint import ROWADDR
+from geneva_provider.core.errors import CommitError
 from geneva_provider.stages import BackfillOptions, load_plan, plan_backfill, run_apply, run_write_commit, verify
 from tests.helpers import (
     clear_calls,
@@ -353,3 +355,24 @@ def test_recreated_table_with_the_same_name_is_not_served_from_worker_caches(db,
     tbl.add_columns({"y": counting_array_triple(call_dir)})  # same name, same version numbers
     tbl.backfill("y", spark=spark)
     assert column(tbl, "y") == {x: 3 * x for x in range(10_000, 13_000)}
+
+
+def test_an_import_error_in_the_commit_stage_surfaces_as_itself_not_as_a_commit_failure(db, spark, call_dir,
+                                                                                          monkeypatch):
+    """A venv lacking a module the commit imports (tenacity, before the base dependencies declared it) said
+    "CommitError: commit ... failed: No module named 'tenacity'", as if Lance had refused the commit."""
+    tbl = db.create_table("events", pa.table({"x": list(range(100))}), max_rows_per_file=50)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    version = tbl.version
+    monkeypatch.setitem(sys.modules, "tenacity", None)  # what `import tenacity` meets where it is not installed
+    with pytest.raises(ImportError, match="tenacity") as failed:
+        tbl.backfill("y", spark=spark)
+    assert not isinstance(failed.value, CommitError)
+    assert tbl.version == version and tbl.to_arrow(["y"]).column("y").null_count == 100  # nothing committed
+    assert sorted(read_calls(call_dir)) == list(range(100))
+
+    monkeypatch.delitem(sys.modules, "tenacity")
+    clear_calls(call_dir)
+    tbl.backfill("y", spark=spark)
+    assert column(tbl, "y") == {x: 2 * x for x in range(100)}
+    assert read_calls(call_dir) == []  # the failed run's checkpoints are reused: only the commit was missing

@@ -111,9 +111,12 @@ def commit_column_files(
     t0 = time.monotonic()
 
     conflicted = False
+    # Only what Lance's commit itself raised is a commit failure: anything else (a missing module, a bug)
+    # surfaces as itself, so a broken install is never reported as a failed commit.
+    lance_error: BaseException | None = None
 
     def attempt() -> None:
-        nonlocal conflicted
+        nonlocal conflicted, lance_error
         if conflicted:  # a retry: move to the latest version first
             _rebase(outcome, pending, state, table_uri, columns, output_field_ids, base_files, storage_options)
         if not pending:
@@ -123,6 +126,7 @@ def commit_column_files(
             ds = lance.LanceDataset.commit(table_uri, op, read_version=state["version"],
                                            storage_options=storage_options)
         except Exception as exc:
+            lance_error = exc
             conflicted = _retry_on(exc)
             if conflicted:
                 log.warning("commit of column(s) '%s' conflicted (%s); retrying at the latest version",
@@ -135,9 +139,9 @@ def commit_column_files(
         for tries in policy.retrying(_retry_on):
             with tries:
                 attempt()
-    except CommitError:
-        raise
     except Exception as exc:
+        if exc is not lance_error:
+            raise
         if not _retry_on(exc):
             raise CommitError(f"commit of column(s) '{column}' to {table_uri} failed: {lance_reason(exc)}") from exc
         raise CommitError(
