@@ -38,9 +38,9 @@ lint: $(STAMP)
 AIRFLOW_SURFACE := geneva_provider/(hooks|operators|sensors|triggers)/|geneva_provider/(task_groups|assets)\.py
 check-deps: $(STAMP)
 	@echo "check-deps: deptry, the whole package (base dependencies + the airflow extra)"
-	$(VENV)/bin/deptry .
+	$(VENV)/bin/deptry --no-ansi .
 	@echo "check-deps: deptry, the core without the Airflow surface (base dependencies only)"
-	$(VENV)/bin/deptry . --extend-exclude 'benchmarks|dags_examples|build|$(AIRFLOW_SURFACE)' \
+	$(VENV)/bin/deptry --no-ansi . --extend-exclude 'benchmarks|dags_examples|build|$(AIRFLOW_SURFACE)' \
 	  --optional-dependencies-dev-groups airflow,dev
 	@echo "check-deps: OK, every import is declared"
 

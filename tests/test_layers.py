@@ -172,3 +172,38 @@ def test_public_names_are_loaded_on_first_use():
         assert getattr(gp, name).__name__ == name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = gp.nope
+
+
+def check_deps(tree: Path) -> subprocess.CompletedProcess:
+    """`make check-deps` on ``tree`` with this venv (``-o``: its set-up is taken as done)."""
+    venv = BIN.parent
+    return subprocess.run(["make", "-s", "-C", str(tree), "check-deps", f"VENV={venv}", "-o", f"{venv}/.installed"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_every_import_the_package_makes_is_declared():
+    proc = check_deps(ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "check-deps: OK, every import is declared" in proc.stdout
+
+
+@pytest.mark.parametrize(("edit", "found"), [
+    # The core using a module that only Airflow brings along: `pip install airflow-provider-geneva` breaks.
+    (("pyproject.toml", '    "tenacity>=8.2",\n', ""),
+     "DEP003 'tenacity' imported but it is a transitive dependency"),
+    # The core importing what only the `airflow` extra declares.
+    (("geneva_provider/pipeline/verify.py", "from __future__ import annotations\n",
+      "from __future__ import annotations\n\nimport pendulum  # noqa: F401\n"),
+     "DEP004 'pendulum' imported but declared as a dev dependency"),
+])
+def test_the_dependency_check_fails_on_an_undeclared_or_extra_only_import_in_the_core(tmp_path, edit, found):
+    tree = copy_tree(tmp_path)
+    shutil.copytree(ROOT / "spark_apps", tree / "spark_apps", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "Makefile", tree / "Makefile")
+    path, old, new = edit
+    text = (tree / path).read_text()
+    assert old in text
+    (tree / path).write_text(text.replace(old, new, 1))
+    proc = check_deps(tree)
+    assert proc.returncode != 0
+    assert found in proc.stdout + proc.stderr, proc.stdout + proc.stderr
