@@ -29,6 +29,9 @@ EXPECTED = textwrap.dedent("""
     assert all(r["t"] == (3 * r["x"] if r["x"] % 2 == 0 else None) for r in _rows), "t only where x % 2 = 0"
     assert all(r["o"] == (r["x"] + 100 if r["x"] > 10 else None) for r in _rows), "o only where x > 10"
     assert all(r["parse"] == r["x"] for r in _rows), "parse: the 3 failed rows were retried with parse_fixed"
+    _skipped = [e for e in _gp.connect("lake").open_table("events").get_errors(column="parse").to_pylist()
+                if e["outcome"] == "skipped"]
+    assert sorted("malformed record" in e["message"] for e in _skipped) == [True] * 3, _skipped
     assert all(abs(r["embedding"] - r["x"] / 1000) < 1e-6 for r in _rows), "embedding, from backfill_async"
     _evens = _gp.connect("lake").open_table("evens").to_arrow(columns=["x", "y"]).to_pylist()
     assert len(_evens) == 490 and all(r["x"] % 2 == 0 and r["y"] == 2 * r["x"] for r in _evens)
