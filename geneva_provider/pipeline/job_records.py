@@ -234,10 +234,10 @@ def take_over(store: CheckpointStore, record: JobRecord) -> list[JobRecord]:
         if done is None:
             continue
         taken.append(done)
-        log.warning("job %s (%s of table '%s'%s) stopped heartbeating at %s in stage %s (%d of %d rows "
-                    "checkpointed, %d committed): marked ABANDONED; job %s takes it over", old.job_id, old.kind,
+        log.warning("job %s (%s of table '%s'%s) stopped heartbeating at %s in stage %s (rows planned %d, "
+                    "checkpointed %d, committed %d): marked ABANDONED; job %s takes it over", old.job_id, old.kind,
                     old.table, f", column '{old.column}'" if old.column else "", old.heartbeat_at or old.updated_at,
-                    old.stage, old.rows_checkpointed, old.rows_planned, old.rows_committed, record.job_id)
+                    old.stage, old.rows_planned, old.rows_checkpointed, old.rows_committed, record.job_id)
     return taken
 
 
