@@ -4,8 +4,8 @@
 (``CompactionTask.execute``) and returns a ``RewriteResult``; the driver commits them all at once.
 Fragments a live backfill or refresh still has to commit are excluded when planned, and again right
 before the commit (a job may have started meanwhile), so compaction never makes a running job's work
-vanish; a failed, finished or abandoned job holds nothing.  Nothing has to be recomputed afterwards: values and their
-fingerprints move with their rows (see :mod:`geneva_provider.core.fingerprints`).
+vanish; a failed, finished or abandoned job holds nothing.  Nothing has to be recomputed afterwards:
+values and their fingerprints move with their rows (see :mod:`geneva_provider.core.fingerprints`).
 """
 
 from __future__ import annotations
