@@ -242,3 +242,15 @@ def test_killed_refreshes_and_compactions_read_abandoned_and_are_taken_over(db, 
     assert db.get_job(result.job_id).status is JobStatus.DONE
     assert sorted(src.to_arrow(["x"]).column("x").to_pylist()) == list(range(20_000))
     src.dataset().validate()
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5"])
+def test_a_bad_lease_setting_fails_the_plan_naming_it_and_stores_nothing(db, call_dir, monkeypatch, value):
+    tbl = db.create_table("events", events_table(2_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    monkeypatch.setenv(LEASE_ENV, value)
+    for plan in (lambda: plan_backfill(tbl.ref, "y"),
+                 lambda: plan_compaction(tbl.ref, {"target_rows_per_fragment": 2_000})):
+        with pytest.raises(gp.InvalidArgumentError, match=rf"{LEASE_ENV} must be a positive number.*'{value}'"):
+            plan()
+    assert tbl.checkpoint_store.list_keys("") == [] and db.list_jobs("events") == []

@@ -36,6 +36,7 @@ from geneva_provider.core.models import (
 )
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.job_records import (
+    check_leases,
     finish_record,
     is_live,
     job_stage,
@@ -115,6 +116,7 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
                                    f"{sorted(CompactionOptions.__annotations__)}")
     for key, value in options.items():
         _check_compaction_option(table.name, key, value, CompactionOptions.__annotations__[key])
+    check_leases()
     ds = table.dataset()
     live = {f.fragment_id: f for f in ds.get_fragments()}
     held_by = _held_among(held_fragments(store), live) if exclude_live_jobs else {}

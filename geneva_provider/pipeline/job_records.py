@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from geneva_provider.core.checkpoint import CheckpointStore
+from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.models import JobRecord, JobStatus
 
 log = logging.getLogger(__name__)
@@ -60,19 +61,27 @@ def gap_lease_seconds() -> float:
 
 
 def _seconds(env: str, default: float) -> float:
-    raw = os.environ.get(env)
-    try:
-        value = float(raw) if raw else default
-    except ValueError:
-        log.warning("%s=%r is not a number of seconds; using %s", env, raw, default)
+    raw = os.environ.get(env, "").strip()
+    if not raw:
         return default
-    return value if value > 0 else default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise InvalidArgumentError(f"environment variable {env} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def check_leases() -> None:
+    """Raises InvalidArgumentError for a lease setting that is not a positive number (plans call it first)."""
+    lease_seconds()
+    gap_lease_seconds()
 
 
 def start_record(store: CheckpointStore, record: JobRecord) -> None:
     """Writes a new job's first record (live until its first stage starts, or the gap lease lapses)."""
-    now = _now()
-    _write(store, record.model_copy(update={"heartbeat_at": now, "lease_seconds": gap_lease_seconds()}))
+    _write(store, record.model_copy(update={"heartbeat_at": _now(), "lease_seconds": gap_lease_seconds()}))
 
 
 def expired(record: JobRecord, now: dt.datetime | None = None) -> bool:

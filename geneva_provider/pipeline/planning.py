@@ -55,7 +55,7 @@ from geneva_provider.core.models import (
 )
 from geneva_provider.core.options import JobOptions
 from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_runs
-from geneva_provider.pipeline.job_records import start_record, take_over
+from geneva_provider.pipeline.job_records import check_leases, start_record, take_over
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +206,7 @@ def store_plan(
     """Cuts the work into tasks, stores the plan document and the job's record, and returns its summary."""
     if store.uri is None:
         raise InvalidArgumentError("the checkpoint store must be reachable from Spark executors (it has no URI)")
+    check_leases()  # before anything is stored
     src_keys = {f.id: f.src_key for f in fragments if f.src_key is not None}
     runs = dict(work)
     counts = [(fid, count_of(r)) for fid, r in work]
