@@ -165,7 +165,6 @@ def test_a_killed_backfill_reads_abandoned_releases_its_fragments_and_is_taken_o
         gp.connect({db.uri!r}).open_table("events").backfill("y", spark=spark, checkpoint_size=500)
         print("FINISHED")
     """, lambda: _checkpoints(store) >= 6)
-    assert db.list_jobs("events")[0].status is JobStatus.RUNNING  # its lease has not lapsed yet
     job = _abandoned(db, "events", "backfill")
     assert job.stage == "apply" and job.rows_planned == 20_000 and job.error and "heartbeat" in job.error
     assert db.get_job(job.job_id).status is JobStatus.ABANDONED
