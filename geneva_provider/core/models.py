@@ -207,6 +207,7 @@ class PlanSummary(_Model):
     fragments_done: int
     nothing_to_do: bool
     fragments_excluded: list[int] = Field(default_factory=list)  # compaction: left alone, held by live jobs
+    fragments_held_by: dict[str, list[int]] = Field(default_factory=dict)  # compaction: live job id -> its fragments
 
     @classmethod
     def from_xcom(cls, value: Any) -> PlanSummary:
@@ -359,13 +360,16 @@ class CompactionPlan(_Model):
     tasks: list[str]               # base64 pickles of lance.optimize.CompactionTask
     fragments: list[int]           # fragments the tasks rewrite
     rows: int                      # live rows they hold
-    excluded: list[int]            # fragments left alone because a live job holds them
+    excluded: list[int]            # fragments left alone: asked for, or held by a live job
+    held_by: dict[str, list[int]] = Field(default_factory=dict)  # live job id -> the fragments it holds
+    exclude_live_jobs: bool = True  # re-read the holds before committing, and leave held fragments alone
 
     def summary(self, plan_uri: str) -> PlanSummary:
         return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind="compaction", table=self.table,
                            read_version=self.read_version, rows_to_compute=0, rows_reused=0, tasks=len(self.tasks),
                            fragments_to_compute=len(self.fragments), fragments_reused=0, fragments_done=0,
-                           nothing_to_do=not self.tasks, fragments_excluded=self.excluded)
+                           nothing_to_do=not self.tasks, fragments_excluded=self.excluded,
+                           fragments_held_by=self.held_by)
 
 
 class CompactionResult(_Model):
@@ -379,6 +383,7 @@ class CompactionResult(_Model):
     files_removed: int
     files_added: int
     excluded: list[int] = Field(default_factory=list)
+    held_by: dict[str, list[int]] = Field(default_factory=dict)  # live job id -> its fragments, left alone
     seconds: float = 0.0
 
 
@@ -429,12 +434,18 @@ class VerifyResult(_Model):
 
 
 class JobStatus(StrEnum):
-    """Where a job is: planned, running a stage, finished, or failed."""
+    """Where a job is: planned, running a stage, finished, failed, or abandoned.
+
+    ABANDONED is how a PENDING or RUNNING record reads once its process stopped heartbeating (killed,
+    its machine lost) for longer than its lease; the next plan of the same column, view or table
+    takes it over and stores the status for good.
+    """
 
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     DONE = "DONE"
     FAILED = "FAILED"
+    ABANDONED = "ABANDONED"
 
 
 class JobRecord(_Model):
@@ -463,6 +474,9 @@ class JobRecord(_Model):
     rows_retried: int = 0               # recovered by a retry
     error: str | None = None
     airflow_run_id: str | None = None
+    heartbeat_at: str | None = None     # the last sign of life of the process running the job
+    lease_seconds: float | None = None  # live while heartbeat_at + lease_seconds is in the future
+    taken_over_by: str | None = None    # ABANDONED: the job whose plan took over its column (or table)
 
 
 class BackfillResult(_Model):

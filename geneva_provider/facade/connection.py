@@ -112,8 +112,9 @@ class Connection:
                   ) -> list[JobRecord]:
         """Records of the backfills, refreshes and compactions run on this database's tables, newest first.
 
-        ``table``, ``status`` (PENDING, RUNNING, DONE, FAILED) and ``kind`` (backfill, refresh,
-        compaction) narrow the list.
+        ``table``, ``status`` (PENDING, RUNNING, DONE, FAILED, ABANDONED) and ``kind`` (backfill, refresh,
+        compaction) narrow the list.  A PENDING or RUNNING job whose process stopped heartbeating
+        (killed) is listed ABANDONED, with the stage and counts it had reached.
         """
         from geneva_provider.core.models import JobStatus
         from geneva_provider.pipeline.job_records import read_records

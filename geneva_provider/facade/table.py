@@ -297,7 +297,9 @@ class Table:
 
         ``options`` are ``lance.optimize.CompactionOptions`` (``materialize_deletions``,
         ``max_rows_per_group``, ...).  Fragments that a live backfill or refresh still has to commit
-        are left alone (``exclude_live_jobs``).  Computed values stay valid: nothing is recomputed.
+        are left alone (``exclude_live_jobs``), also when the job started while the rewrites ran; the
+        result's ``held_by`` names each job and its fragments.  A failed, finished or abandoned job
+        holds nothing.  Computed values stay valid: nothing is recomputed.
         """
         from geneva_provider.pipeline.jobs import compact
 

@@ -3,9 +3,9 @@
 Decided from the table's state, not from file ages: a batch checkpoint or staged-files record is garbage once
 its UDF version or column is gone, its fragment is gone, its fragment's inputs changed (it can never
 match again), or its fragment is known valid (the values are committed).  Plans are removed once
-finished (their commits done) or expired, and older than ``older_than``; so are the records of jobs
-that ended longer than ``older_than`` ago (the error store is kept).  Everything of a live job
--- a recent plan whose commits are not done -- is kept, so a clean-up never breaks a running job.
+finished (the job ended, failed, or went silent past its lease) and older than ``older_than``; so
+are the records of jobs that ended longer than ``older_than`` ago (the error store is kept).
+Everything of a live job is kept, so a clean-up never breaks a running job.
 Staged data files that lose their last checkpoint are left to Lance's ``cleanup_old_versions``,
 which removes unreferenced files once they are old enough.
 """
@@ -25,8 +25,7 @@ from geneva_provider.core.models import Action, JobStatus, Plan, StagedFiles, pl
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udf import udf_column_info
 from geneva_provider.core.view_meta import IS_SET, view_info
-from geneva_provider.pipeline.compaction import LIVE_JOB_HOURS
-from geneva_provider.pipeline.job_records import job_key, read_records
+from geneva_provider.pipeline.job_records import job_key, plan_live, read_record, read_records
 from geneva_provider.pipeline.plan_backfill import backfill_prefix
 from geneva_provider.pipeline.plan_refresh import FP, refresh_identity
 from geneva_provider.pipeline.planning import ledger_key, load_ledger, validity_signature
@@ -72,7 +71,7 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
             stale_plans.add(job_id)
             continue
         created = dt.datetime.fromisoformat(plan.created_at)
-        finished = job_id in done or created < now - dt.timedelta(hours=LIVE_JOB_HOURS)
+        finished = not plan_live(read_record(store, job_id), plan.created_at, job_id in done, now)
         if not finished and isinstance(plan, Plan):
             live.setdefault(plan.job_prefix, set()).update(
                 f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE))
@@ -84,7 +83,8 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
             _remove(store, key, "plans" if not m["rest"] else "plan results", result)
     for record in read_records(store):  # history of finished jobs, kept for older_than
         ended = record.finished_at or record.updated_at
-        if record.status in (JobStatus.DONE, JobStatus.FAILED) and dt.datetime.fromisoformat(ended) < now - older_than:
+        if record.status in (JobStatus.DONE, JobStatus.FAILED, JobStatus.ABANDONED) and \
+                dt.datetime.fromisoformat(ended) < now - older_than:
             _remove(store, job_key(record.job_id), "job records", result)
 
     ds = table.dataset()

@@ -2,9 +2,10 @@
 
 ``lance.optimize.Compaction.plan`` cuts the work into rewrite tasks; each runs on an executor
 (``CompactionTask.execute``) and returns a ``RewriteResult``; the driver commits them all at once.
-Fragments a live backfill or refresh plan still has to commit are excluded, so compaction never
-makes a running job's work vanish.  Nothing has to be recomputed afterwards: values and their
-fingerprints move with their rows (see :mod:`geneva_provider.core.fingerprints`).
+Fragments a live backfill or refresh still has to commit are excluded when planned, and again right
+before the commit (a job may have started meanwhile), so compaction never makes a running job's work
+vanish; a failed, finished or abandoned job holds nothing.  Nothing has to be recomputed afterwards:
+values and their fingerprints move with their rows (see :mod:`geneva_provider.core.fingerprints`).
 """
 
 from __future__ import annotations
@@ -34,34 +35,67 @@ from geneva_provider.core.models import (
     plan_from_json,
 )
 from geneva_provider.core.refs import TableRef
-from geneva_provider.pipeline.job_records import finish_record, job_stage, start_record
+from geneva_provider.pipeline.job_records import (
+    check_leases,
+    finish_record,
+    is_live,
+    job_stage,
+    plan_live,
+    read_record,
+    start_record,
+    take_over,
+)
 from geneva_provider.pipeline.planning import open_plan
 from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
 
 log = logging.getLogger(__name__)
 
-LIVE_JOB_HOURS = 24.0
 MAX_ATTEMPTS = 3
 
 
 _PLAN_KEY = re.compile(r"^plan-\d{8}T\d{6}-[0-9a-f]{8}$")
 
 
-def held_fragments(store: CheckpointStore, hours: float = LIVE_JOB_HOURS) -> set[int]:
-    """Fragments that live plans of this table (recent, their commits not done) have still to commit."""
-    held: set[int] = set()
-    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(hours=hours)
+def held_fragments(store: CheckpointStore) -> dict[str, list[int]]:
+    """The live backfills and refreshes of this table, by job id, and the fragments each has still to commit.
+
+    A job holds its planned fragments while its record says it may still commit them (PENDING or
+    RUNNING, heartbeating): until it is verified DONE, fails, or its process is silent past its lease.
+    A plan without a record (written by an older version) holds them for a day unless its commits are done.
+    """
+    now = dt.datetime.now(dt.UTC)
     keys = set(store.list_keys("plan-"))
-    for key in keys:
-        if not _PLAN_KEY.match(key) or f"{key}-committed" in keys:
+    held: dict[str, list[int]] = {}
+    for key in sorted(keys):
+        if not _PLAN_KEY.match(key):
             continue
+        record = read_record(store, key.removeprefix("plan-"))
+        if record is not None and (record.kind == "compaction" or not is_live(record, now)):
+            continue  # ended, failed or abandoned: it holds nothing (the plan is read only for a live job)
         try:
             plan = plan_from_json(store.get_text(key), key)
         except (InvalidArgumentError, ValueError, KeyError, OSError):  # unreadable or of another format: not live
             continue
-        if isinstance(plan, Plan) and dt.datetime.fromisoformat(plan.created_at) >= cutoff:
-            held |= {f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE)}
+        if not isinstance(plan, Plan) or not plan_live(record, plan.created_at, f"{key}-committed" in keys, now):
+            continue
+        fragments = sorted({f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE)})
+        if fragments:
+            held[plan.job_id] = fragments
     return held
+
+
+def _held_among(holds: dict[str, list[int]], fragments: Iterable[int]) -> dict[str, list[int]]:
+    """``holds`` narrowed to ``fragments`` (jobs holding none of them left out)."""
+    among = set(fragments)
+    return {job: kept for job, held in holds.items() if (kept := sorted(set(held) & among))}
+
+
+def _merged(*holds: dict[str, list[int]]) -> dict[str, list[int]]:
+    out: dict[str, set[int]] = {}
+    for h in holds:
+        for job, fragments in h.items():
+            out.setdefault(job, set()).update(fragments)
+    return {job: sorted(fragments) for job, fragments in sorted(out.items())}
 
 
 def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, store: CheckpointStore | None = None,
@@ -82,18 +116,21 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
                                    f"{sorted(CompactionOptions.__annotations__)}")
     for key, value in options.items():
         _check_compaction_option(table.name, key, value, CompactionOptions.__annotations__[key])
+    check_leases()
     ds = table.dataset()
+    live = {f.fragment_id: f for f in ds.get_fragments()}
+    held_by = _held_among(held_fragments(store), live) if exclude_live_jobs else {}
     excluded = sorted(set(options.pop("excluded_fragment_ids", None) or [])
-                      | (held_fragments(store) if exclude_live_jobs else set()))
+                      | {f for fragments in held_by.values() for f in fragments})
     plan = Compaction.plan(ds, CompactionOptions(**options, excluded_fragment_ids=excluded))
     fragments = sorted({f.id for t in plan.tasks for f in t.fragments})
-    live = {f.fragment_id: f for f in ds.get_fragments()}
     now = dt.datetime.now(dt.UTC)
     doc = CompactionPlan(
         job_id=f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", created_at=now.isoformat(), table=table.name,
         table_uri=table.uri, read_version=plan.read_version, store_uri=store.uri or "", options=options,
         tasks=[base64.b64encode(pickle.dumps(t)).decode("ascii") for t in plan.tasks], fragments=fragments,
-        rows=sum(live[f].count_rows() for f in fragments if f in live), excluded=excluded)
+        rows=sum(live[f].count_rows() for f in fragments if f in live), excluded=excluded, held_by=held_by,
+        exclude_live_jobs=exclude_live_jobs)
     key = plan_key(doc.job_id)
     if not doc.tasks:
         log.info("compaction plan %s: table '%s' at version %d has nothing to compact; nothing stored",
@@ -101,14 +138,22 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
         return doc.summary(store.key_uri(key))
     store.put_model(key, doc)
     if record:
-        start_record(store, JobRecord(job_id=doc.job_id, kind="compaction", table=table.name,
-                                      created_at=doc.created_at, updated_at=doc.created_at,
-                                      read_version=doc.read_version, rows_planned=doc.rows,
-                                      airflow_run_id=airflow_run_id))
+        first = JobRecord(job_id=doc.job_id, kind="compaction", table=table.name, created_at=doc.created_at,
+                          updated_at=doc.created_at, read_version=doc.read_version, rows_planned=doc.rows,
+                          airflow_run_id=airflow_run_id)
+        start_record(store, first)
+        take_over(store, first)
     log.info("compaction plan %s: table '%s' at version %d: %d tasks rewrite %d fragments (%d rows)%s",
              doc.job_id, table.name, doc.read_version, len(doc.tasks), len(fragments), doc.rows,
-             f"; fragments {excluded} left alone (held by live jobs)" if excluded else "")
+             f"; fragments {excluded} left alone{_holders(held_by)}" if excluded else "")
     return doc.summary(store.key_uri(key))
+
+
+def _holders(held_by: dict[str, list[int]]) -> str:
+    """How logs name the live jobs holding fragments."""
+    if not held_by:
+        return ""
+    return " (held by live jobs: " + "; ".join(f"job {job} holds {held}" for job, held in held_by.items()) + ")"
 
 
 def _check_compaction_option(table: str, key: str, value: Any, hint: Any) -> None:
@@ -159,16 +204,35 @@ def run_compaction(plan_uri: str, spark: Any, storage_options: dict[str, str] | 
 
 def _compact(plan: CompactionPlan, store: CheckpointStore, storage_options: dict[str, str] | None,
              spark: Any) -> CompactionResult:
+    """Runs the rewrite tasks no live job holds, then commits the results no live job holds by now.
+
+    The holds are read again right before the commit: a backfill planned after this compaction (its
+    fragments were free then) keeps them, and lands as planned instead of having to start over.
+    """
     import lance
     from lance.optimize import Compaction
 
     t0 = time.perf_counter()
     ref = TableRef(plan.table, plan.table_uri, storage_options)
     task_options = options_for_tasks(spark, storage_options)
+    held_by, left = dict(plan.held_by), set(plan.excluded)
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        encoded = run_tasks(spark, plan.tasks, partial(_execute, plan.table_uri, task_options),
-                            description=f"geneva compact {plan.table}", tag=job_tag(plan.job_id))
+        now_held = _held_now(plan, store)
+        tasks = [t for t in plan.tasks if not _task_fragments(t) & _all(now_held)]
+        encoded = run_tasks(spark, tasks, partial(_execute, plan.table_uri, task_options),
+                            description=f"geneva compact {plan.table}", tag=job_tag(plan.job_id)) if tasks else []
         results = [pickle.loads(base64.b64decode(r)) for r in encoded]
+        now_held = _merged(now_held, _held_now(plan, store))  # a job planned while the tasks ran
+        results = [r for r in results if not {f.id for f in r.original_fragments} & _all(now_held)]
+        if now_held:
+            held_by, left = _merged(held_by, now_held), left | _all(now_held)
+            log.warning("compaction %s of table '%s': fragments %s are held by jobs that started after it was "
+                        "planned; their rewrites are not committed%s", plan.job_id, plan.table,
+                        sorted(_all(now_held)), _holders(now_held))
+        if not results:
+            return CompactionResult(job_id=plan.job_id, version=ref.dataset().version, fragments_removed=0,
+                                    fragments_added=0, files_removed=0, files_added=0, excluded=sorted(left),
+                                    held_by=held_by, seconds=round(time.perf_counter() - t0, 3))
         try:
             metrics = Compaction.commit(ref.dataset(), results)
             break
@@ -178,19 +242,36 @@ def _compact(plan: CompactionPlan, store: CheckpointStore, storage_options: dict
                                   "nothing was lost: plan it again") from None
             log.warning("compaction %s of table '%s' conflicted with a concurrent commit (%s); planning it again "
                         "(attempt %d of %d)", plan.job_id, plan.table, lance_reason(exc), attempt + 1, MAX_ATTEMPTS)
-            replanned, _ = open_plan(plan_compaction(ref, plan.options, store=store, record=False).plan_uri,
+            replanned, _ = open_plan(plan_compaction(ref, plan.options, store=store, record=False,
+                                                     exclude_live_jobs=plan.exclude_live_jobs).plan_uri,
                                      storage_options)
+            if isinstance(replanned, CompactionPlan):
+                held_by, left = _merged(held_by, replanned.held_by), left | set(replanned.excluded)
             if not isinstance(replanned, CompactionPlan) or not replanned.tasks:
                 return CompactionResult(job_id=plan.job_id, version=ref.dataset().version, fragments_removed=0,
-                                        fragments_added=0, files_removed=0, files_added=0,
-                                        excluded=replanned.excluded if isinstance(replanned, CompactionPlan) else [],
-                                        seconds=round(time.perf_counter() - t0, 3))
-            plan = replanned
+                                        fragments_added=0, files_removed=0, files_added=0, excluded=sorted(left),
+                                        held_by=held_by, seconds=round(time.perf_counter() - t0, 3))
+            plan = replanned.model_copy(update={"job_id": plan.job_id})
     version = lance.dataset(plan.table_uri, storage_options=storage_options).version
     result = CompactionResult(job_id=plan.job_id, version=version, fragments_removed=metrics.fragments_removed,
                               fragments_added=metrics.fragments_added, files_removed=metrics.files_removed,
-                              files_added=metrics.files_added, excluded=plan.excluded,
+                              files_added=metrics.files_added, excluded=sorted(left), held_by=held_by,
                               seconds=round(time.perf_counter() - t0, 3))
-    log.info("compaction %s of table '%s': %d fragments rewritten into %d at version %d", plan.job_id, plan.table,
-             result.fragments_removed, result.fragments_added, version)
+    log.info("compaction %s of table '%s': %d fragments rewritten into %d at version %d%s", plan.job_id, plan.table,
+             result.fragments_removed, result.fragments_added, version,
+             f"; fragments {result.excluded} left alone{_holders(held_by)}" if result.excluded else "")
     return result
+
+
+def _held_now(plan: CompactionPlan, store: CheckpointStore) -> dict[str, list[int]]:
+    """The live jobs holding fragments this compaction rewrites, as of now (none when told to ignore them)."""
+    return _held_among(held_fragments(store), plan.fragments) if plan.exclude_live_jobs else {}
+
+
+def _all(holds: dict[str, list[int]]) -> set[int]:
+    return {f for fragments in holds.values() for f in fragments}
+
+
+def _task_fragments(encoded: str) -> set[int]:
+    """The fragments a pickled rewrite task reads."""
+    return {f.id for f in pickle.loads(base64.b64decode(encoded)).fragments}

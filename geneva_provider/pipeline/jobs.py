@@ -22,7 +22,7 @@ from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.apply import run_apply
 from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
-from geneva_provider.pipeline.job_records import update_record
+from geneva_provider.pipeline.job_records import keep_alive, read_record, update_record
 from geneva_provider.pipeline.plan_backfill import plan_backfill
 from geneva_provider.pipeline.plan_refresh import plan_refresh
 from geneva_provider.pipeline.runner import cancel_jobs, default_parallelism, is_session, local_session
@@ -80,7 +80,7 @@ def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: An
                  if summary.fragments_excluded else "")
         return CompactionResult(job_id=summary.job_id, version=summary.read_version, fragments_removed=0,
                                 fragments_added=0, files_removed=0, files_added=0,
-                                excluded=summary.fragments_excluded)
+                                excluded=summary.fragments_excluded, held_by=summary.fragments_held_by)
     with _session(spark, f"geneva-compact-{table.name}") as session:
         return run_compaction(summary.plan_uri, session, table.storage_options)
 
@@ -124,10 +124,12 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         return BackfillResult(job_id=summary.job_id, column=column, rows_computed=0, rows_reused=summary.rows_reused,
                               fragments_committed=0, fragments_reused=0, version=table.dataset().version,
                               seconds=_rounded(seconds))
+    store = open_store(split_key_uri(summary.plan_uri)[0], so)
     try:
         control.check("apply")
         t = time.perf_counter()
-        with _session(spark, f"geneva-{table.name}-{column}") as session:
+        # Heartbeats from the plan to the end: the job is live while its Spark session starts, too.
+        with keep_alive(store, summary.job_id), _session(spark, f"geneva-{table.name}-{column}") as session:
             control.spark = session
             seconds["session"] = time.perf_counter() - t
             t = time.perf_counter()
@@ -140,8 +142,11 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
             control.spark = None
     except Exception as exc:
         if not control.cancelled.is_set():
+            if (record := read_record(store, summary.job_id)) is not None and record.status is JobStatus.PENDING:
+                # It failed before its first stage (its Spark session did not start): it holds nothing now.
+                update_record(store, summary.job_id, status=JobStatus.FAILED,
+                              error=f"{type(exc).__name__}: {exc}"[:2_000])
             raise
-        store = open_store(split_key_uri(summary.plan_uri)[0], so)
         update_record(store, summary.job_id, status=JobStatus.FAILED, error="cancelled")
         if isinstance(exc, JobCancelledError):
             raise

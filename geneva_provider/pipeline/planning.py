@@ -55,7 +55,7 @@ from geneva_provider.core.models import (
 )
 from geneva_provider.core.options import JobOptions
 from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_runs
-from geneva_provider.pipeline.job_records import start_record
+from geneva_provider.pipeline.job_records import check_leases, start_record, take_over
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +206,7 @@ def store_plan(
     """Cuts the work into tasks, stores the plan document and the job's record, and returns its summary."""
     if store.uri is None:
         raise InvalidArgumentError("the checkpoint store must be reachable from Spark executors (it has no URI)")
+    check_leases()  # before anything is stored
     src_keys = {f.id: f.src_key for f in fragments if f.src_key is not None}
     runs = dict(work)
     counts = [(fid, count_of(r)) for fid, r in work]
@@ -235,11 +236,13 @@ def store_plan(
                  job_id, label, plan.read_version, summary.fragments_done)
         return summary
     store.put_text(key, plan.model_dump_json(exclude_none=True))
-    start_record(store, JobRecord(
+    record = JobRecord(
         job_id=job_id, kind=job.kind, table=job.table, column=job.column, created_at=plan.created_at,
         updated_at=plan.created_at, read_version=plan.read_version, rows_planned=rows_to_compute,
         rows_checkpointed=sum(f.rows for f in fragments if f.action is Action.COMPUTE) - rows_to_compute,
-        airflow_run_id=airflow_run_id))
+        airflow_run_id=airflow_run_id)
+    start_record(store, record)
+    take_over(store, record)  # a killed run of the same column (or view): this job continues from its checkpoints
     log.info("plan %s: %s at version %d: %d rows to compute in %d tasks over %d fragments; "
              "%d fragments reused, %d already valid, %d rows already checkpointed",
              job_id, label, plan.read_version, rows_to_compute, len(tasks), summary.fragments_to_compute,
