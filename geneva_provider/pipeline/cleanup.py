@@ -72,7 +72,7 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
             stale_plans.add(job_id)
             continue
         created = dt.datetime.fromisoformat(plan.created_at)
-        finished = job_id in done or created < now - dt.timedelta(hours=LIVE_JOB_HOURS)
+        finished = job_id in done or plan.nothing_to_do or created < now - dt.timedelta(hours=LIVE_JOB_HOURS)
         if not finished and isinstance(plan, Plan):
             live.setdefault(plan.job_prefix, set()).update(
                 f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE))

@@ -15,11 +15,13 @@ import os
 import sys
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from geneva_provider.core.errors import GenevaError, InvalidArgumentError
+from geneva_provider.core.lance_logging import ignore_fork_warning
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +57,27 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
     # The driver JVM only schedules tasks here (Lance data stays in the Python workers), so a
     # serial GC and the quick JIT tier leave the cores to the UDFs: measured on 2 cores, the
     # JVM's CPU per 8-task job fell from ~2 s to ~0.6 s.
-    conf = {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS, **(conf or {})}
+    conf = {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS, **quiet_conf(), **(conf or {})}
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with warnings.catch_warnings():  # the JVM's launch forks and execs at once: lance's fork warning is wrong there
+        ignore_fork_warning()
+        spark = builder.getOrCreate()
     check_versions(spark)
     return spark
+
+
+def quiet_conf() -> dict[str, str]:
+    """Spark settings for a driver whose stderr is not a terminal (an Airflow task, a CI log, a pipe).
+
+    Spark's ``[Stage 0:>   (0 + 2) / 5]`` bars redraw a line with carriage returns: in a log
+    file they pile up as noise.  The stages log their own progress (rows, rows/s) instead.
+    """
+    try:
+        terminal = os.isatty(2)  # the JVM writes to the process's own stderr, whatever sys.stderr is now
+    except OSError:
+        terminal = False
+    return {} if terminal else {"spark.ui.showConsoleProgress": "false"}
 
 
 def check_versions(spark: Any) -> None:
