@@ -63,6 +63,7 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
     with warnings.catch_warnings():  # the JVM's launch forks and execs at once: lance's fork warning is wrong there
         ignore_fork_warning()
         spark = builder.getOrCreate()
+    quiet_py4j()
     check_versions(spark)
     return spark
 
@@ -78,6 +79,19 @@ def quiet_conf() -> dict[str, str]:
     except OSError:
         terminal = False
     return {} if terminal else {"spark.ui.showConsoleProgress": "false"}
+
+
+def quiet_py4j() -> None:
+    """py4j logs "Closing down clientserver connection" at INFO after every Spark call from a thread.
+
+    In a task log that is noise between the stages' own lines, and at interpreter exit the same
+    message (from a connection's ``__del__``) meets handlers whose streams are already closed and
+    prints ``--- Logging error --- ... I/O operation on closed file``.  Its warnings and errors
+    still show; a level the user set on the ``py4j`` logger is kept.
+    """
+    py4j = logging.getLogger("py4j")
+    if py4j.level == logging.NOTSET:
+        py4j.setLevel(logging.WARNING)
 
 
 def check_versions(spark: Any) -> None:
