@@ -112,6 +112,24 @@ def test_only_the_data_replacement_warning_is_silenced(tmp_path, user_level):
         assert re.search(r'INFO .*event="committed".*operation="DataReplacement"', proc.stderr), proc.stderr
 
 
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _collecting_logger(name: str) -> tuple[logging.Logger, list[str]]:
+    """A logger whose messages land in a list (Airflow's log set-up may bypass caplog)."""
+    log = logging.getLogger(name)
+    handler = _Lines()
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    return log, handler.lines
+
+
 def _rate(line: str) -> float:
     return float(re.search(r"\(([\d.]+) rows/s\)", line)[1])
 
@@ -123,19 +141,12 @@ def test_a_stage_ending_before_the_first_tick_logs_its_real_rate(db):
     store = tbl.checkpoint_store
     start_record(store, JobRecord(job_id="j1", kind="backfill", table="t", column="y", created_at="2026-01-01T00:00:00",
                                   updated_at="2026-01-01T00:00:00", rows_planned=1_000, rows_checkpointed=200))
-    log = logging.getLogger("geneva_provider.tests.progress")
-    lines: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
-    log.addHandler(handler)
-    try:
-        t0 = time.monotonic()
-        with ProgressLogger(store, "j1", "apply", log, seconds=3_600):  # no tick: only the final line
-            time.sleep(0.05)
-            update_record(store, "j1", rows_checkpointed=1_000)
-        outer = time.monotonic() - t0
-    finally:
-        log.removeHandler(handler)
+    log, lines = _collecting_logger("geneva_provider.tests.progress")
+    t0 = time.monotonic()
+    with ProgressLogger(store, "j1", "apply", log, seconds=3_600):  # no tick: only the final line
+        time.sleep(0.05)
+        update_record(store, "j1", rows_checkpointed=1_000)
+    outer = time.monotonic() - t0
     assert len(lines) == 1 and "1000 of 1000 rows checkpointed" in lines[0]
     rate = _rate(lines[0])
     # 800 rows in this stage (200 were checkpointed before it began), over at least the 0.05 s slept.
@@ -162,7 +173,7 @@ def test_plan_and_operator_agree_on_fragments_already_valid(lance_db, spark, cap
     assert "0 staged fragments reused" in operator
 
 
-def test_compaction_logs_rewritten_rows_not_rows_to_compute(db, spark, caplog):
+def test_compaction_logs_rewritten_rows_not_rows_to_compute(db, spark):
     from geneva_provider.operators.spark import ProgressLogger
 
     tbl = db.create_table("t", pa.table({"x": list(range(1_100))}), max_rows_per_file=100)
@@ -170,12 +181,11 @@ def test_compaction_logs_rewritten_rows_not_rows_to_compute(db, spark, caplog):
     assert not summary.nothing_to_do
     description = summary.describe()
     assert "rows to compute" not in description and "rewrite task" in description and "11 fragments" in description
-    log = logging.getLogger("geneva_provider.tests.compact")
-    caplog.set_level(logging.INFO)
+    log, lines = _collecting_logger("geneva_provider.tests.compact")
     with ProgressLogger(tbl.checkpoint_store, summary.job_id, "compact", log, seconds=3_600):
         result = run_compaction(summary.plan_uri, spark)
     assert result.fragments_removed == 11
-    final = [r.getMessage() for r in caplog.records if r.name == log.name][-1]
+    final = lines[-1]
     assert "1100 of 1100 rows rewritten and committed" in final and "checkpointed" not in final
     assert read_record(tbl.checkpoint_store, summary.job_id).rows_committed == 1_100
     assert tbl.count_rows() == 1_100
