@@ -292,12 +292,26 @@ def job_tag(job_id: str) -> str:
     return f"geneva-job-{job_id}"
 
 
+# Spark's logger that prints, with a stack trace, "ERROR TaskContextImpl: Error in TaskCompletionListener
+# ... Block broadcast_N does not exist" when a killed task releases its lock on the stage's broadcast
+# after the cancelled job's broadcasts were removed: a race inside Spark with no effect on any result.
+# A listener error in a task that was not killed fails that task, and Spark reports it as the task's
+# failure (TaskSetManager, Executor), so nothing is lost by quietening this one logger.
+_CANCEL_NOISE_LOGGER = "org.apache.spark.TaskContextImpl"
+
+
 def cancel_jobs(spark: Any, job_id: str) -> None:
-    """Cancels the running Spark jobs of a geneva job."""
+    """Cancels the running Spark jobs of a geneva job, without Spark printing stack traces for it."""
     if is_connect(spark):
         spark.interruptTag(job_tag(job_id))
-    else:
-        spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
+        return
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            _CANCEL_NOISE_LOGGER, jvm.org.apache.logging.log4j.Level.FATAL)
+    except Exception as exc:  # noqa: BLE001 - quieter logs must never stop a cancel
+        log.debug("could not quieten %s: %s", _CANCEL_NOISE_LOGGER, exc)
+    spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
 
 
 def _report_progress(sc: Any, group: str, description: str, done: threading.Event,
