@@ -12,6 +12,10 @@ Real Lance tables, real Spark (the session fixture), no stubs.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pyarrow as pa
@@ -123,3 +127,48 @@ def test_handle_status_is_always_a_job_record(db, spark, tmp_path):
     assert tbl.count_rows("y IS NULL OR y != x + 1") == 0
     tbl.dataset().validate()
 
+
+
+_CANCELS = textwrap.dedent("""
+    import sys, time
+    import pyarrow as pa
+    import geneva_provider as gp
+    from geneva_provider.stages import local_session
+
+    db = gp.connect(sys.argv[1])
+    tbl = db.create_table("t", pa.table({"x": list(range(400))}), max_rows_per_file=100)
+
+    @gp.udf(data_type=pa.int64())
+    def slow(x: int) -> int:
+        time.sleep(0.05)
+        return x + 7
+
+    tbl.add_columns({"y": slow})
+    spark = local_session("local[2]", app_name="cancel-test")
+    for wait in (0.5, 2.0, 3.0, 4.0):  # each cancel hits a rerun resuming from the last one's checkpoints
+        handle = tbl.backfill_async("y", spark=spark, checkpoint_size=10)
+        while handle.job_id is None and not handle.done():
+            time.sleep(0.05)
+        time.sleep(wait)
+        handle.cancel()
+        try:
+            handle.result(120)
+        except gp.GenevaError as exc:
+            print("cancelled:", exc, file=sys.stderr)
+    time.sleep(2)  # killed tasks finish their clean-up
+    result = tbl.backfill("y", spark=spark, progress=False)
+    spark.stop()
+    print(result.version)
+""")
+
+
+def test_cancelling_jobs_prints_no_spark_stack_traces(tmp_path):
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run([sys.executable, "-c", _CANCELS, str(tmp_path / "db")], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("cancelled:") >= 1
+    assert "does not exist" not in proc.stderr and "\tat org.apache.spark" not in proc.stderr, proc.stderr[-5000:]
+    tbl = gp.connect(str(tmp_path / "db")).open_table("t")
+    assert tbl.count_rows("y IS NULL OR y != x + 7") == 0
+    tbl.dataset().validate()
