@@ -86,6 +86,12 @@ def test_backfill_async_fails_at_the_call_like_backfill(db, spark):
         with pytest.raises(gp.InvalidArgumentError, match=r"invalid where filter 'nope > 1' for table 't'"):
             call("y", "nope > 1", spark=spark)
     assert tbl.version == version and db.list_jobs() == []
+    tbl.dataset().drop_columns(["x"])  # y's input dropped with lance itself, bypassing the package's guard
+    version = tbl.version
+    for call in (tbl.backfill, tbl.backfill_async):
+        with pytest.raises(gp.ColumnError, match=r"column 'y' of table 't': UDF input columns \['x'\] not found"):
+            call("y", spark=spark)
+    assert tbl.version == version and db.list_jobs() == []
 
 
 class _GatedStore(LanceCheckpointStore):

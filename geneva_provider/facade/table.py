@@ -378,13 +378,14 @@ class Table:
         from geneva_provider.pipeline.jobs import backfill
 
         parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
-        from geneva_provider.pipeline.plan_backfill import udf_of
+        from geneva_provider.pipeline.plan_backfill import udf_with_inputs
 
         _check_store(store, f"backfill of table '{self.name}'")
         # Checked now, not from the job: backfill_async fails at the call on a dropped table, a
-        # column that is missing or not a UDF column, or a bad filter -- as backfill does.
+        # column that is missing or not a UDF column, a UDF input that is gone, or a bad filter -- as
+        # backfill does.
         ds = self.dataset()
-        udf_of(ds, self.name, column)
+        udf_with_inputs(ds, self.name, column)
         if parsed.where:
             check_where(ds, parsed.where, f"table '{self.name}'")
         return lambda control: backfill(self.ref, column, parsed, spark=spark, store=store or self.checkpoint_store,
