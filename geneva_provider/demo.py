@@ -87,24 +87,37 @@ def run_dags(args: argparse.Namespace) -> None:
         print("local Spark Connect server stopped")
 
 
-def _task_seconds(dag_id: str) -> dict[str, float]:
-    """Seconds each task of the DAG's latest run spent running, from Airflow's own task start and end.
+_DAG_TEST_TASK = re.compile(r"^(\S+) .*\[DAG TEST\] (starting|end task) task_id=(\S+)")
+_TASK_STARTED = re.compile(r"^(\S+) .*\] Task started .*previous_state=queued")
 
-    Not from ``airflow dags test``'s "[DAG TEST] starting/end task" lines: the first task's span
-    there also holds Airflow's start-up (its in-process execution API), which is no task's work.
+
+def _task_seconds(log: str) -> dict[str, float]:
+    """Seconds per task of an ``airflow dags test`` run: from the task's start to its "[DAG TEST] end task".
+
+    A task starts when its runner reports it started ("Task started", from Airflow's execution
+    API), not at "[DAG TEST] starting": before the first task, that span also holds Airflow's own
+    start-up (its in-process execution API), which is no task's work.
     """
-    from airflow.models import DagRun, TaskInstance
-    from airflow.utils.session import create_session
+    from datetime import datetime
 
-    with create_session() as session:
-        run = session.query(DagRun).filter(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).first()
-        if run is None:
-            return {}
-        tis = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id,
-                                                 TaskInstance.run_id == run.run_id).all()
-        spans = sorted((ti.start_date, ti.task_id, (ti.end_date - ti.start_date).total_seconds())
-                       for ti in tis if ti.start_date is not None and ti.end_date is not None)
-    return {task: seconds for _, task, seconds in spans}
+    started: dict[str, datetime] = {}
+    seconds: dict[str, float] = {}
+    current: str | None = None  # dags test runs one task at a time
+    for line in log.splitlines():
+        if (m := _TASK_STARTED.match(line)) and current is not None:
+            started[current] = datetime.fromisoformat(m[1].replace("Z", "+00:00"))
+            continue
+        m = _DAG_TEST_TASK.match(line)
+        if not m:
+            continue
+        at = datetime.fromisoformat(m[1].replace("Z", "+00:00"))
+        if m[2] == "starting":
+            current = m[3]
+            started[current] = at
+        elif m[3] in started:
+            seconds[m[3]] = (at - started[m[3]]).total_seconds()
+            current = None
+    return seconds
 
 
 def _run_dag_steps(args: argparse.Namespace) -> None:
@@ -128,7 +141,7 @@ def _run_dag_steps(args: argparse.Namespace) -> None:
             code = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ)
         text = log.read_text()
         ok = code == 0 and re.search(r"DagRun Finished: .*state=success", text) is not None
-        tasks = "  ".join(f"{task.rsplit('.', 1)[-1]} {sec:.1f}" for task, sec in _task_seconds(dag_id).items())
+        tasks = "  ".join(f"{task.rsplit('.', 1)[-1]} {sec:.1f}" for task, sec in _task_seconds(text).items())
         print(f"{label:<26} {dag_id:<30} {'ok' if ok else 'FAILED':<8} {time.perf_counter() - t0:>8.1f}   {tasks}")
         if not ok:
             raise SystemExit(f"{dag_id} failed; see {log}")
