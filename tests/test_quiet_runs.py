@@ -153,7 +153,7 @@ def test_a_stage_ending_before_the_first_tick_logs_its_real_rate(db):
     assert 800 / outer - 1 <= rate <= 800 / 0.05 + 1
 
 
-def test_plan_and_operator_agree_on_fragments_already_valid(lance_db, spark, capsys):
+def test_plan_and_operator_agree_on_fragments_already_valid(lance_db, spark, capsys, caplog):
     from geneva_provider.operators.backfill import GenevaPlanBackfillOperator
 
     tbl = lance_db.create_table("events", pa.table({"x": list(range(300))}), max_rows_per_file=100)
@@ -161,10 +161,13 @@ def test_plan_and_operator_agree_on_fragments_already_valid(lance_db, spark, cap
     tbl.backfill("y", spark=spark, progress=False)
     tbl.add(pa.table({"x": list(range(300, 350))}))
     capsys.readouterr()
+    caplog.clear()
+    caplog.set_level(logging.INFO)
     summary = GenevaPlanBackfillOperator(task_id="plan", table="events", column="y").execute({"run_id": "r2"})
     assert summary["fragments_done"] == 3 and summary["fragments_reused"] == 0
-    # Airflow's log set-up prints task and package logs alike, one line each.
-    log = capsys.readouterr().out
+    # Once Airflow has set up logging its lines are printed, else they reach the logging handlers: read both.
+    out = capsys.readouterr()
+    log = "\n".join([out.out, out.err, *(r.getMessage() for r in caplog.records)])
     job = summary["job_id"]
     planned = re.search(rf"\bplan {job}: table 'events' column 'y': (.*?)(?: \[geneva_provider|$)", log, re.M)[1]
     operator = re.search(rf"\bPlan {job}: (.*?)(?: \[airflow|$)", log, re.M)[1]
