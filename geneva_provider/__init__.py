@@ -22,7 +22,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from geneva_provider.core.lance_logging import quiet_commit_warnings
 from geneva_provider.core.version import __version__
+
+quiet_commit_warnings()  # before anything imports lance: Lance reads its log filter once, at import
 
 # Public name -> the module that defines it.
 _EXPORTS = {

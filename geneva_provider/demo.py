@@ -88,23 +88,35 @@ def run_dags(args: argparse.Namespace) -> None:
 
 
 _DAG_TEST_TASK = re.compile(r"^(\S+) .*\[DAG TEST\] (starting|end task) task_id=(\S+)")
+_TASK_STARTED = re.compile(r"^(\S+) .*\] Task started .*previous_state=queued")
 
 
 def _task_seconds(log: str) -> dict[str, float]:
-    """Seconds per task of an ``airflow dags test`` run, from its "[DAG TEST] starting/end task" lines."""
+    """Seconds per task of an ``airflow dags test`` run: from the task's start to its "[DAG TEST] end task".
+
+    A task starts when its runner reports it started ("Task started", from Airflow's execution
+    API), not at "[DAG TEST] starting": before the first task, that span also holds Airflow's own
+    start-up (its in-process execution API), which is no task's work.
+    """
     from datetime import datetime
 
     started: dict[str, datetime] = {}
     seconds: dict[str, float] = {}
+    current: str | None = None  # dags test runs one task at a time
     for line in log.splitlines():
+        if (m := _TASK_STARTED.match(line)) and current is not None:
+            started[current] = datetime.fromisoformat(m[1].replace("Z", "+00:00"))
+            continue
         m = _DAG_TEST_TASK.match(line)
         if not m:
             continue
         at = datetime.fromisoformat(m[1].replace("Z", "+00:00"))
         if m[2] == "starting":
-            started[m[3]] = at
+            current = m[3]
+            started[current] = at
         elif m[3] in started:
             seconds[m[3]] = (at - started[m[3]]).total_seconds()
+            current = None
     return seconds
 
 

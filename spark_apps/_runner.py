@@ -105,9 +105,12 @@ def _check_plan(plan_uri: str, options: dict[str, str] | None, name: str, kinds:
 def _session() -> Any:
     from pyspark.sql import SparkSession
 
-    from geneva_provider.pipeline.runner import check_versions
+    from geneva_provider.pipeline.runner import check_versions, quiet_conf
 
-    spark = SparkSession.builder.getOrCreate()  # spark-submit --name (or the file name) names the app
+    builder = SparkSession.builder  # spark-submit --name (or the file name) names the app
+    for key, value in quiet_conf().items():  # an Airflow task's log is no terminal: no progress bars
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     try:
         check_versions(spark)
     except BaseException:

@@ -18,6 +18,20 @@ os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 # Airflow reads its configuration when first imported: set it up before any test imports it.
 # DAGS_FOLDER holds the shipped example DAGs plus the test-only DAGs of tests/dags.
 _ROOT = Path(__file__).resolve().parents[1]
+# Everything the run writes to a temp dir goes under one directory, removed when the session ends
+# (pytest_sessionfinish): pytest's tmp_path, Airflow's home, Python's tempfile in this process and
+# its children (TMPDIR), Spark's local dirs (SPARK_LOCAL_DIRS) and the temp dir of every JVM that
+# spark-submit starts -- the py4j gateway, Spark Connect servers, stage programs (SPARK_SUBMIT_OPTS).
+_SYSTEM_TMP = Path(tempfile.gettempdir())
+_SYSTEM_TMP_BEFORE = set(os.listdir(_SYSTEM_TMP))
+_SESSION_TMP = Path(tempfile.mkdtemp(prefix="geneva-tests-"))
+for _sub in ("tmp", "spark", "java"):
+    (_SESSION_TMP / _sub).mkdir()
+os.environ["TMPDIR"] = str(_SESSION_TMP / "tmp")
+os.environ["SPARK_LOCAL_DIRS"] = str(_SESSION_TMP / "spark")
+os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+    filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={_SESSION_TMP / 'java'}"]))
+tempfile.tempdir = None  # this process too: gettempdir() reads TMPDIR again
 _AIRFLOW_TMP = Path(tempfile.mkdtemp(prefix="geneva-airflow-"))
 _DAGS = _AIRFLOW_TMP / "dags"
 _DAGS.mkdir()
@@ -39,6 +53,25 @@ os.environ.update({
     "GENEVA_HOURLY_WAIT_SECONDS": "3",
     "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",  # the sensors honour it (the tests check deferral)
 })
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Removes the run's temp directory (GENEVA_KEEP_TMP=1 keeps it for a post-mortem)."""
+    if os.environ.get("GENEVA_KEEP_TMP") != "1":
+        shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Names what this run left in the system temp dir (entries of the kinds it makes, new since it began).
+
+    Other processes on the machine may create such entries meanwhile, so this reports, it does not fail.
+    """
+    ours = ("geneva-", "spark-", "spark_connect_model_cache", "blockmgr-", "pytest-of-", "pyspark-")
+    left = sorted(n for n in set(os.listdir(_SYSTEM_TMP)) - _SYSTEM_TMP_BEFORE if n.startswith(ours)
+                  and n != _SESSION_TMP.name)
+    if left:
+        terminalreporter.write_line(f"temp dir check: new entries in {_SYSTEM_TMP} during this run: {left}",
+                                    yellow=True)
 
 
 @pytest.fixture(scope="session")

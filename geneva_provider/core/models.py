@@ -178,6 +178,11 @@ class Plan(JobSpec):
     def count(self, action: Action) -> int:
         return sum(1 for f in self.fragments if f.action is action)
 
+    @property
+    def nothing_to_do(self) -> bool:
+        """No task to run and no fragment to write or commit: every stage after the plan is a no-op."""
+        return not self.tasks and not self.count(Action.REUSE) and not self.count(Action.COMPUTE)
+
     def summary(self, plan_uri: str) -> PlanSummary:
         """The XCom-sized view of the plan."""
         return PlanSummary(
@@ -186,7 +191,7 @@ class Plan(JobSpec):
             rows_appended=self.rows_appended, tasks=len(self.tasks),
             fragments_to_compute=self.count(Action.COMPUTE), fragments_reused=self.count(Action.REUSE),
             fragments_done=self.count(Action.DONE),
-            nothing_to_do=not self.tasks and not self.count(Action.REUSE) and not self.count(Action.COMPUTE))
+            nothing_to_do=self.nothing_to_do)
 
 
 class PlanSummary(_Model):
@@ -237,6 +242,28 @@ class PlanSummary(_Model):
 
     def to_xcom(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    def describe(self) -> str:
+        """What the plan found, in the one wording the plan stage, the operators and the DAG logs all use."""
+        if self.kind == "compaction":
+            left = f"; fragments {self.fragments_excluded} left alone (held by live jobs)" if self.fragments_excluded \
+                else ""
+            if self.nothing_to_do:
+                return f"nothing to do: nothing to compact at version {self.read_version}{left}"
+            return (f"{_count(self.tasks, 'rewrite task')} over {_count(self.fragments_to_compute, 'fragment')} "
+                    f"at version {self.read_version}{left}")
+        valid = f"{_count(self.fragments_done, 'fragment')} already valid"
+        if self.nothing_to_do:
+            return f"nothing to do: up to date at version {self.read_version} ({valid})"
+        appended = f" ({self.rows_appended:,} source rows appended)" if self.kind == "refresh" else ""
+        return (f"{self.rows_to_compute:,} rows to compute{appended} in {_count(self.tasks, 'task')} over "
+                f"{_count(self.fragments_to_compute, 'fragment')} at version {self.read_version}; "
+                f"{_count(self.fragments_reused, 'staged fragment')} reused, {valid}, "
+                f"{self.rows_reused:,} rows already computed")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 class FragmentCheckpoint(_Model):
@@ -364,11 +391,16 @@ class CompactionPlan(_Model):
     held_by: dict[str, list[int]] = Field(default_factory=dict)  # live job id -> the fragments it holds
     exclude_live_jobs: bool = True  # re-read the holds before committing, and leave held fragments alone
 
+    @property
+    def nothing_to_do(self) -> bool:
+        """No fragment to rewrite: the compaction stage is a no-op."""
+        return not self.tasks
+
     def summary(self, plan_uri: str) -> PlanSummary:
         return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind="compaction", table=self.table,
                            read_version=self.read_version, rows_to_compute=0, rows_reused=0, tasks=len(self.tasks),
                            fragments_to_compute=len(self.fragments), fragments_reused=0, fragments_done=0,
-                           nothing_to_do=not self.tasks, fragments_excluded=self.excluded,
+                           nothing_to_do=self.nothing_to_do, fragments_excluded=self.excluded,
                            fragments_held_by=self.held_by)
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TextIO
+from typing import Any, Literal, TextIO
 
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.models import BackfillResult, JobRecord, JobStatus, PlanSummary
@@ -17,12 +18,19 @@ BAR_WIDTH = 30
 POLL_SECONDS = 0.5
 
 
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
 class JobHandle:
     """A backfill or refresh running in a background thread: ``status()``, ``result()``, ``cancel()``."""
 
-    def __init__(self, store: CheckpointStore, label: str) -> None:
+    def __init__(self, store: CheckpointStore, label: str, *, kind: Literal["backfill", "refresh"] = "backfill",
+                 table: str = "", column: str | None = None) -> None:
         self.store = store
         self.label = label
+        self.kind, self.table, self.column = kind, table, column
+        self.created_at = _now()
         self.control = JobControl()  # it learns the job's plan summary (and id) when planned
         self.future: Future[BackfillResult] = Future()
 
@@ -42,17 +50,38 @@ class JobHandle:
         """The job's id once planned (None before, or when planning failed)."""
         return self.control.summary.job_id if self.control.summary else None
 
-    def status(self) -> JobRecord | str:
-        """The job's record (status, stage, rows checkpointed / ready / committed), or where it stands before one."""
+    def status(self) -> JobRecord:
+        """The job's record (status, stage, rows checkpointed / ready / committed), at every moment.
+
+        Before the plan exists it is a PENDING record with no job id yet (FAILED, with the error, if
+        planning failed); a job with nothing to do stores no record, and its status is DONE.
+        """
         summary = self.control.summary
+        error = self._error()
         if summary is None:
-            return JobStatus.FAILED.value if self.future.done() else JobStatus.PENDING.value
+            return self._record("", JobStatus.FAILED if error else JobStatus.PENDING, "plan", error=error)
         record = read_record(self.store, summary.job_id)
         if record is not None:
             return record
         if summary.nothing_to_do:
-            return JobStatus.DONE.value
-        return JobStatus.FAILED.value if self.future.done() and self.future.exception() else JobStatus.PENDING.value
+            return self._record(summary.job_id, JobStatus.DONE, "done", read_version=summary.read_version,
+                                version=summary.read_version)
+        return self._record(summary.job_id, JobStatus.FAILED if error else JobStatus.PENDING, "plan", error=error,
+                            read_version=summary.read_version, rows_planned=summary.rows_to_compute)
+
+    def _error(self) -> str | None:
+        """The job's error once it failed (None while it runs or after it succeeded)."""
+        if not self.future.done() or self.future.exception() is None:
+            return None
+        exc = self.future.exception()
+        return f"{type(exc).__name__}: {exc}"
+
+    def _record(self, job_id: str, status: JobStatus, stage: str, **fields: Any) -> JobRecord:
+        """A record built here for a moment the store holds none of (before the plan, or nothing to do)."""
+        now = _now()
+        ended = now if status in (JobStatus.DONE, JobStatus.FAILED) else None
+        return JobRecord(job_id=job_id, kind=self.kind, table=self.table, column=self.column, status=status,
+                         stage=stage, created_at=self.created_at, updated_at=now, finished_at=ended, **fields)
 
     def done(self) -> bool:
         return self.future.done()

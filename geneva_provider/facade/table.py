@@ -271,7 +271,8 @@ class Table:
         from geneva_provider.facade.job_handle import JobHandle
 
         run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options)
-        return JobHandle(checkpoint_store or self.checkpoint_store, f"refresh {self.name}").start(run)
+        return JobHandle(checkpoint_store or self.checkpoint_store, f"refresh {self.name}", kind="refresh",
+                         table=self.name).start(run)
 
     def _refresh_job(self, src_version: int | None, max_rows_per_fragment: int | None, spark: Any,
                      store: CheckpointStore | None, options: dict[str, Any]) -> Callable[[JobControl], BackfillResult]:
@@ -366,20 +367,29 @@ class Table:
     ) -> JobHandle:
         """Starts :meth:`backfill` in a background thread; the handle has ``status()``, ``result()``, ``cancel()``.
 
-        The options are checked before this returns.
+        The column, the filter and the options are checked before this returns.
         """
         from geneva_provider.facade.job_handle import JobHandle
 
         run = self._backfill_job(column, where, spark, checkpoint_store, options)
-        return JobHandle(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}").start(run)
+        return JobHandle(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}", kind="backfill",
+                         table=self.name, column=column).start(run)
 
     def _backfill_job(self, column: str, where: str | None, spark: Any, store: CheckpointStore | None,
                       options: dict[str, Any]) -> Callable[[JobControl], BackfillResult]:
         from geneva_provider.pipeline.jobs import backfill
 
         parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
+        from geneva_provider.pipeline.plan_backfill import udf_with_inputs
+
         _check_store(store, f"backfill of table '{self.name}'")
-        self.dataset()  # TableNotFoundError now, not from the job, if the table was dropped
+        # Checked now, not from the job: backfill_async fails at the call on a dropped table, a
+        # column that is missing or not a UDF column, a UDF input that is gone, or a bad filter -- as
+        # backfill does.
+        ds = self.dataset()
+        udf_with_inputs(ds, self.name, column)
+        if parsed.where:
+            check_where(ds, parsed.where, f"table '{self.name}'")
         return lambda control: backfill(self.ref, column, parsed, spark=spark, store=store or self.checkpoint_store,
                                         control=control)
 

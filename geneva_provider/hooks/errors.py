@@ -29,7 +29,8 @@ def fails_without_retry(method: Callable[..., Any]) -> Callable[..., Any]:
         except GenevaError as exc:
             if exc.retryable or isinstance(exc, AirflowFailException):  # already converted by an inner method
                 raise
-            raise no_retry(exc) from exc
+            # ``from None``: the same error, not a second copy of its message chained above it in the task log.
+            raise no_retry(exc) from None
 
     return run
 

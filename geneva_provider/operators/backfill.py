@@ -122,8 +122,7 @@ class GenevaPlanBackfillOperator(BaseOperator):
         options = parse_options(BackfillOptions, self, f"backfill of table '{self.table}'")
         summary = plan_backfill(tbl.ref, self.column, options, parallelism=self.parallelism,
                                 airflow_run_id=context.get("run_id"))
-        self.log.info("Plan %s: %d rows to compute in %d tasks, %d fragments reused", summary.job_id,
-                      summary.rows_to_compute, summary.tasks, summary.fragments_reused)
+        self.log.info("Plan %s: %s", summary.job_id, summary.describe())
         return summary.to_xcom()
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

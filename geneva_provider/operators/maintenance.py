@@ -56,8 +56,7 @@ class GenevaPlanCompactionOperator(BaseOperator):
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
         summary = plan_compaction(tbl.ref, options, store=tbl.checkpoint_store,
                                   exclude_live_jobs=self.exclude_live_jobs, airflow_run_id=context.get("run_id"))
-        self.log.info("Compaction plan %s for table '%s': %d rewrite tasks over %d fragments", summary.job_id,
-                      self.table, summary.tasks, summary.fragments_to_compute)
+        self.log.info("Compaction plan %s for table '%s': %s", summary.job_id, self.table, summary.describe())
         return summary.to_xcom()
 
 

@@ -112,8 +112,8 @@ class _GenevaSparkStageOperator(BaseOperator):
         from geneva_provider.pipeline.connect import close_session
 
         url = SparkConnectHook(self.spark_conn_id).get_connection_url()
-        self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'), %d rows to compute",
-                      self.stage, plan.job_id, self.spark_conn_id, plan.rows_to_compute)
+        self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'): %s",
+                      self.stage, plan.job_id, self.spark_conn_id, plan.describe())
         keep = False
         try:
             self._session = self._job_session(url, store, split_key_uri(plan.plan_uri)[1])
@@ -161,8 +161,7 @@ class _GenevaSparkStageOperator(BaseOperator):
         result_key = f"{split_key_uri(plan.plan_uri)[1]}-{self.stage}-result"
         store.delete(result_key)  # a retry must not read an earlier attempt's result
         self._hook = self.make_hook(plan, storage_options, result_key)
-        self.log.info("Submitting the %s stage of plan %s (%d rows to compute)", self.stage, plan.job_id,
-                      plan.rows_to_compute)
+        self.log.info("Submitting the %s stage of plan %s: %s", self.stage, plan.job_id, plan.describe())
         submit_error: Exception | None = None
         with ProgressLogger(store, plan.job_id, self.stage, self.log):
             try:
@@ -245,11 +244,15 @@ class ProgressLogger:
     def __init__(self, store: Any, job_id: str, stage: str, log: Any, seconds: float = PROGRESS_SECONDS) -> None:
         self.store, self.job_id, self.stage, self.log, self.seconds = store, job_id, stage, log, seconds
         self._t0 = time.monotonic()
-        self._first: int | None = None  # rows done when the stage began (a retry resumes)
+        self._first: int | None = None  # rows done when the stage began (a retry resumes), read on entry
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"geneva-progress-{job_id}")
 
     def __enter__(self) -> ProgressLogger:
+        from geneva_provider.pipeline.job_records import read_record
+
+        record = read_record(self.store, self.job_id)
+        self._first = self._done(record) if record is not None else 0  # the rate counts this stage's rows only
         self._thread.start()
         return self
 
@@ -268,14 +271,19 @@ class ProgressLogger:
         record = read_record(self.store, self.job_id)
         if record is None:
             return
-        done = record.rows_checkpointed if self.stage == "apply" else record.rows_committed
         elapsed = max(time.monotonic() - self._t0, 1e-9)
-        if self._first is None:
-            self._first = done
-        first = self._first
+        rate = (self._done(record) - (self._first or 0)) / elapsed
+        if record.kind == "compaction":  # a rewrite: no checkpoints, its rows land at its one commit
+            self.log.info("%s %s: %s; %d of %d rows rewritten and committed (%.0f rows/s)", self.stage,
+                          self.job_id, record.status, record.rows_committed, record.rows_planned, rate)
+            return
         self.log.info("%s %s: %s; %d of %d rows checkpointed, %d ready to commit, %d committed (%.0f rows/s)",
                       self.stage, self.job_id, record.status, record.rows_checkpointed, record.rows_planned,
-                      record.rows_ready, record.rows_committed, (done - first) / elapsed)
+                      record.rows_ready, record.rows_committed, rate)
+
+    def _done(self, record: Any) -> int:
+        """The rows this stage moves forward: checkpointed by apply, committed by the others."""
+        return record.rows_checkpointed if self.stage == "apply" else record.rows_committed
 
 
 def package_zip() -> str:

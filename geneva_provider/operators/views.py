@@ -114,6 +114,5 @@ class GenevaPlanRefreshOperator(BaseOperator):
         options = parse_options(RefreshOptions, self, f"refresh of view '{self.view}'")
         summary = plan_refresh(db.catalog.ref(self.view), options, resolve=db.catalog.resolve,
                                parallelism=self.parallelism, airflow_run_id=context.get("run_id"))
-        self.log.info("Refresh plan %s for view '%s': %d rows to compute (%d source rows appended)",
-                      summary.job_id, self.view, summary.rows_to_compute, summary.rows_appended)
+        self.log.info("Refresh plan %s for view '%s': %s", summary.job_id, self.view, summary.describe())
         return summary.to_xcom()

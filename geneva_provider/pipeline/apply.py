@@ -244,6 +244,11 @@ def remaining_tasks(plan: Plan, store: CheckpointStore) -> list[Task]:
 def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> ApplyResult:
     """Apply stage: computes every missing planned range on Spark; returns counts."""
     plan, store = load_plan(plan_uri, storage_options)
+    if plan.nothing_to_do:  # an up-to-date table: no Spark job, no record
+        log.info("apply %s: nothing to do: %s was up to date at version %d", plan.job_id, plan.label(),
+                 plan.read_version)
+        return ApplyResult(job_id=plan.job_id, tasks_run=0, rows_computed=0, rows_reused=plan.rows_reused,
+                           checkpoints_written=0, errors=0, seconds=0.0)
     with job_stage(store, plan.job_id, "apply"):
         return _apply(plan, store, spark, storage_options)
 

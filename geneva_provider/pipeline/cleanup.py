@@ -71,7 +71,7 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
             stale_plans.add(job_id)
             continue
         created = dt.datetime.fromisoformat(plan.created_at)
-        finished = not plan_live(read_record(store, job_id), plan.created_at, job_id in done, now)
+        finished = plan.nothing_to_do or not plan_live(read_record(store, job_id), plan.created_at, job_id in done, now)
         if not finished and isinstance(plan, Plan):
             live.setdefault(plan.job_prefix, set()).update(
                 f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE))

@@ -132,21 +132,17 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
         rows=sum(live[f].count_rows() for f in fragments if f in live), excluded=excluded, held_by=held_by,
         exclude_live_jobs=exclude_live_jobs)
     key = plan_key(doc.job_id)
-    if not doc.tasks:
-        log.info("compaction plan %s: table '%s' at version %d has nothing to compact; nothing stored",
-                 doc.job_id, table.name, doc.read_version)
-        return doc.summary(store.key_uri(key))
-    store.put_model(key, doc)
-    if record:
+    store.put_model(key, doc)  # even with nothing to do: the compact stage is then handed a no-op, not a dangling URI
+    summary = doc.summary(store.key_uri(key))
+    if record and not doc.nothing_to_do:
         first = JobRecord(job_id=doc.job_id, kind="compaction", table=table.name, created_at=doc.created_at,
                           updated_at=doc.created_at, read_version=doc.read_version, rows_planned=doc.rows,
                           airflow_run_id=airflow_run_id)
         start_record(store, first)
         take_over(store, first)
-    log.info("compaction plan %s: table '%s' at version %d: %d tasks rewrite %d fragments (%d rows)%s",
-             doc.job_id, table.name, doc.read_version, len(doc.tasks), len(fragments), doc.rows,
+    log.info("compaction plan %s: table '%s': %s (%d rows)%s", doc.job_id, table.name, summary.describe(), doc.rows,
              f"; fragments {excluded} left alone{_holders(held_by)}" if excluded else "")
-    return doc.summary(store.key_uri(key))
+    return summary
 
 
 def _holders(held_by: dict[str, list[int]]) -> str:
@@ -196,6 +192,11 @@ def run_compaction(plan_uri: str, spark: Any, storage_options: dict[str, str] | 
     plan, store = open_plan(plan_uri, storage_options)
     if not isinstance(plan, CompactionPlan):
         raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan, not a compaction plan")
+    if plan.nothing_to_do:  # no Spark job, no commit, no record
+        log.info("compaction %s: nothing to do: table '%s' had nothing to compact at version %d", plan.job_id,
+                 plan.table, plan.read_version)
+        return CompactionResult(job_id=plan.job_id, version=plan.read_version, fragments_removed=0,
+                                fragments_added=0, files_removed=0, files_added=0, excluded=plan.excluded)
     with job_stage(store, plan.job_id, "compact"):
         result = _compact(plan, store, storage_options, spark)
     finish_record(store, plan.job_id, version=result.version, rows_committed=plan.rows)

@@ -46,13 +46,8 @@ def plan_backfill(
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"backfill of table '{table.name}': read_version {options.read_version}: "
                                    f"{exc}") from None
-    info = udf_of(ds, table.name, column)
+    info = udf_with_inputs(ds, table.name, column)
     inputs = info.input_columns or []
-    names = ds.schema.names
-    missing = [c for c in inputs if c not in names]
-    if missing:
-        raise ColumnError(f"column '{column}' of table '{table.name}': UDF input columns {missing} not found "
-                          f"at version {ds.version}")
     where = options.where or None
     check_where(ds, where, f"table '{table.name}'")
     ds = _with_fingerprints(table, ds, column, options.read_version)  # the last check, and the only change
@@ -115,6 +110,16 @@ def udf_of(ds: Any, table: str, column: str) -> UdfColumnInfo:
     info = udf_column_info(ds.schema.field(column).metadata)
     if info is None:
         raise ColumnError(f"column '{column}' of table '{table}' is not a UDF column; declare it with add_columns")
+    return info
+
+
+def udf_with_inputs(ds: Any, table: str, column: str) -> UdfColumnInfo:
+    """The UDF recorded on ``column``, once its input columns are known to be in ``ds``; ColumnError otherwise."""
+    info = udf_of(ds, table, column)
+    missing = [c for c in info.input_columns or [] if c not in ds.schema.names]
+    if missing:
+        raise ColumnError(f"column '{column}' of table '{table}': UDF input columns {missing} not found "
+                          f"at version {ds.version}")
     return info
 
 

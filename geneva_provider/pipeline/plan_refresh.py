@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from geneva_provider.core.catalog import Catalog, TableResolver
 from geneva_provider.core.checkpoint import CheckpointStore, job_prefix
-from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids
@@ -75,7 +75,11 @@ def plan_refresh(
     ds = view.dataset()
     info = view_info(ds.schema.metadata, view.name)
     resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))
-    source = resolve(info.base_table_db_uri, info.base_table)
+    try:
+        source = resolve(info.base_table_db_uri, info.base_table)
+    except TableNotFoundError as exc:  # say which view needs it: a DAG refreshing many views must know which broke
+        raise TableNotFoundError(f"refresh of view '{view.name}': its source table '{info.base_table}' was not "
+                                 f"found ({exc})") from None
     src = _source_at(source, options.src_version, view.name)
     missing = [c for c in info.query.source_columns() if c not in src.schema.names]
     if missing:  # e.g. a version older than a column the view reads

@@ -231,22 +231,18 @@ def store_plan(
                 rows_reused=reused)
     key = plan_key(job_id)
     summary = plan.summary(store.key_uri(key))
-    if summary.nothing_to_do:  # nothing to run or commit: no plan, no record, nothing left behind
-        log.info("plan %s: %s at version %d is up to date (%d fragments already valid); nothing stored",
-                 job_id, label, plan.read_version, summary.fragments_done)
-        return summary
+    # Stored even with nothing to do, so every later stage can be handed its URI and be a no-op;
+    # it holds no fragment (compaction and clean-up see no live job) and gets no job record.
     store.put_text(key, plan.model_dump_json(exclude_none=True))
-    record = JobRecord(
-        job_id=job_id, kind=job.kind, table=job.table, column=job.column, created_at=plan.created_at,
-        updated_at=plan.created_at, read_version=plan.read_version, rows_planned=rows_to_compute,
-        rows_checkpointed=sum(f.rows for f in fragments if f.action is Action.COMPUTE) - rows_to_compute,
-        airflow_run_id=airflow_run_id)
-    start_record(store, record)
-    take_over(store, record)  # a killed run of the same column (or view): this job continues from its checkpoints
-    log.info("plan %s: %s at version %d: %d rows to compute in %d tasks over %d fragments; "
-             "%d fragments reused, %d already valid, %d rows already checkpointed",
-             job_id, label, plan.read_version, rows_to_compute, len(tasks), summary.fragments_to_compute,
-             summary.fragments_reused, summary.fragments_done, plan.rows_reused)
+    if not summary.nothing_to_do:
+        record = JobRecord(
+            job_id=job_id, kind=job.kind, table=job.table, column=job.column, created_at=plan.created_at,
+            updated_at=plan.created_at, read_version=plan.read_version, rows_planned=rows_to_compute,
+            rows_checkpointed=sum(f.rows for f in fragments if f.action is Action.COMPUTE) - rows_to_compute,
+            airflow_run_id=airflow_run_id)
+        start_record(store, record)
+        take_over(store, record)  # a killed run of the same column (or view): this job continues from its checkpoints
+    log.info("plan %s: %s: %s", job_id, label, summary.describe())
     return summary
 
 

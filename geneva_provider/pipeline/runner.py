@@ -15,11 +15,13 @@ import os
 import sys
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from geneva_provider.core.errors import GenevaError, InvalidArgumentError
+from geneva_provider.core.lance_logging import ignore_fork_warning
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +57,41 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
     # The driver JVM only schedules tasks here (Lance data stays in the Python workers), so a
     # serial GC and the quick JIT tier leave the cores to the UDFs: measured on 2 cores, the
     # JVM's CPU per 8-task job fell from ~2 s to ~0.6 s.
-    conf = {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS, **(conf or {})}
+    conf = {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS, **quiet_conf(), **(conf or {})}
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with warnings.catch_warnings():  # the JVM's launch forks and execs at once: lance's fork warning is wrong there
+        ignore_fork_warning()
+        spark = builder.getOrCreate()
+    quiet_py4j()
     check_versions(spark)
     return spark
+
+
+def quiet_conf() -> dict[str, str]:
+    """Spark settings for a driver whose stderr is not a terminal (an Airflow task, a CI log, a pipe).
+
+    Spark's ``[Stage 0:>   (0 + 2) / 5]`` bars redraw a line with carriage returns: in a log
+    file they pile up as noise.  The stages log their own progress (rows, rows/s) instead.
+    """
+    try:
+        terminal = os.isatty(2)  # the JVM writes to the process's own stderr, whatever sys.stderr is now
+    except OSError:
+        terminal = False
+    return {} if terminal else {"spark.ui.showConsoleProgress": "false"}
+
+
+def quiet_py4j() -> None:
+    """py4j logs "Closing down clientserver connection" at INFO after every Spark call from a thread.
+
+    In a task log that is noise between the stages' own lines, and at interpreter exit the same
+    message (from a connection's ``__del__``) meets handlers whose streams are already closed and
+    prints ``--- Logging error --- ... I/O operation on closed file``.  Its warnings and errors
+    still show; a level the user set on the ``py4j`` logger is kept.
+    """
+    py4j = logging.getLogger("py4j")
+    if py4j.level == logging.NOTSET:
+        py4j.setLevel(logging.WARNING)
 
 
 def check_versions(spark: Any) -> None:
@@ -261,12 +292,26 @@ def job_tag(job_id: str) -> str:
     return f"geneva-job-{job_id}"
 
 
+# Spark's logger that prints, with a stack trace, "ERROR TaskContextImpl: Error in TaskCompletionListener
+# ... Block broadcast_N does not exist" when a killed task releases its lock on the stage's broadcast
+# after the cancelled job's broadcasts were removed: a race inside Spark with no effect on any result.
+# A listener error in a task that was not killed fails that task, and Spark reports it as the task's
+# failure (TaskSetManager, Executor), so nothing is lost by quietening this one logger.
+_CANCEL_NOISE_LOGGER = "org.apache.spark.TaskContextImpl"
+
+
 def cancel_jobs(spark: Any, job_id: str) -> None:
-    """Cancels the running Spark jobs of a geneva job."""
+    """Cancels the running Spark jobs of a geneva job, without Spark printing stack traces for it."""
     if is_connect(spark):
         spark.interruptTag(job_tag(job_id))
-    else:
-        spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
+        return
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            _CANCEL_NOISE_LOGGER, jvm.org.apache.logging.log4j.Level.FATAL)
+    except Exception as exc:  # noqa: BLE001 - quieter logs must never stop a cancel
+        log.debug("could not quieten %s: %s", _CANCEL_NOISE_LOGGER, exc)
+    spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
 
 
 def _report_progress(sc: Any, group: str, description: str, done: threading.Event,

@@ -33,8 +33,8 @@ _VERIFIED = (Action.COMPUTE, Action.REUSE)
 def verify(plan: str | PlanSummary | dict[str, Any], storage_options: dict[str, str] | None = None) -> VerifyResult:
     """Checks the job's result in the latest table version; raises VerificationError naming what is missing.
 
-    ``plan`` is the plan's URI or the plan stage's summary; a job that had nothing to do stored no
-    plan, and its summary verifies as is.
+    ``plan`` is the plan's URI or the plan stage's summary; a job that had nothing to do verifies as
+    up to date, with no record.
     """
     if not isinstance(plan, str | PlanSummary):
         plan = PlanSummary.from_xcom(plan)  # the summary as XCom carries it, or InvalidArgumentError
@@ -42,7 +42,10 @@ def verify(plan: str | PlanSummary | dict[str, Any], storage_options: dict[str, 
         log.info("verify %s: %s was up to date at version %d", plan.job_id, plan.table, plan.read_version)
         return VerifyResult(job_id=plan.job_id, table=plan.table, column=plan.column, version=plan.read_version,
                             fragments_verified=plan.fragments_done, rows_verified=plan.rows_reused)
-    doc, store = load_plan(plan.plan_uri if isinstance(plan, PlanSummary) else plan, storage_options)
+    uri = plan.plan_uri if isinstance(plan, PlanSummary) else plan
+    doc, store = load_plan(uri, storage_options)
+    if doc.nothing_to_do:
+        return verify(doc.summary(uri), storage_options)
     with job_stage(store, doc.job_id, "verify"):
         result = _verify(doc, store, storage_options)
     finish_record(store, doc.job_id, version=result.version)

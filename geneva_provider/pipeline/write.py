@@ -184,6 +184,11 @@ def _write_partition(ctx: StageContext, entries: Iterable[FragmentPlan]) -> Iter
 def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> WriteResult:
     """Write+commit stage: fragments dealt over a few Spark tasks, a commit every ``commit_granularity``."""
     plan, store = load_plan(plan_uri, storage_options)
+    if plan.nothing_to_do:  # an up-to-date table: no Spark job, no commit, no record
+        log.info("write %s: nothing to do: %s was up to date at version %d", plan.job_id, plan.label(),
+                 plan.read_version)
+        return WriteResult(job_id=plan.job_id, version=plan.read_version, fragments_committed=0, rows_committed=0,
+                           fragments_vanished=[], commit_retries=0, seconds=0.0)
     with job_stage(store, plan.job_id, "write_commit"):
         return _write_commit(plan, spark, storage_options)
 
