@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -239,4 +241,41 @@ def test_a_view_made_before_per_udf_fingerprints_keeps_refreshing(db, spark, cal
     got = view.to_arrow([SOURCE_ROW_ID, "x", "y", "z"]).to_pydict()
     assert dict(zip(got[SOURCE_ROW_ID], zip(got["x"], got["y"], got["z"], strict=True), strict=True)) == {
         i: (x, y, 2 * x) for i, x, y in zip(t["_rowid"], t["x"], t["y"], strict=True)}
+    view.dataset().validate()
+
+
+def test_rows_a_view_udf_skipped_are_retried_for_that_udf_alone(db, spark, tmp_path):
+    """A skip policy leaves z NULL on the rows it failed on (reported at their own rows); the next refresh runs z on
+    those rows alone -- not the view's other UDF, whose values on those rows are valid."""
+    calls_z, calls_w, flag = tmp_path / "z", tmp_path / "w", tmp_path / "broken"
+    calls_z.mkdir(), calls_w.mkdir(), flag.touch()
+    log_z, flag_path = str(calls_z), str(flag)
+
+    @gp.udf(data_type=pa.int64(), name="fragile", on_error=gp.skip_on_error())
+    def fragile(x: int) -> int:
+        if x % 100 == 7 and os.path.exists(flag_path):
+            raise ValueError(f"cannot compute x={x}")
+        _log_calls(log_z, [x])
+        return 3 * x
+
+    bad = list(range(7, 3_000, 100))
+    src = db.create_table("events", events_table(3_000), max_rows_per_file=1_000)
+    view = db.create_materialized_view("v", src.search(None).select(
+        {"x": "x", "z": fragile, "w": counting_double(str(calls_w))}), max_rows_per_fragment=1_000)
+    res = view.refresh(spark=spark)
+    assert res.rows_failed == len(bad)
+    got = view.to_arrow(["x", "z", "w"]).to_pydict()
+    assert [x for x, z in zip(got["x"], got["z"], strict=True) if z is None] == bad
+    assert got["w"] == [2 * x for x in got["x"]]
+    by_address = {r["_rowaddr"]: r["x"] for r in view.dataset().to_table(columns=["x"], with_row_address=True)
+                  .to_pylist()}
+    assert sorted(by_address[a] for a in view.get_failed_row_addresses(res.job_id, "z")) == bad
+
+    flag.unlink()
+    clear_calls(calls_z), clear_calls(calls_w)
+    assert view.refresh(spark=spark).rows_computed == len(bad)
+    assert sorted(read_calls(calls_z)) == bad and read_calls(calls_w) == []
+    got = view.to_arrow(["x", "z", "w"]).to_pydict()
+    assert got["z"] == [3 * x for x in got["x"]] and got["w"] == [2 * x for x in got["x"]]
+    assert view.refresh(spark=spark).rows_computed == 0
     view.dataset().validate()

@@ -94,7 +94,8 @@ def plan_refresh(
     lacking = [c for c in output_columns if c not in ds.schema.names]
     if lacking:  # a view made by an older version of the package: fingerprints, per UDF column too
         ds.add_columns([fingerprint_field(None if c == FP else c.removeprefix(FP + "__")) for c in lacking])
-        ds = complete_output_layout(view, view.dataset(), output_columns)
+        ds = view.dataset()
+    complete_output_layout(view, ds, output_columns)  # values kept without those fingerprints: made committable
     added, removed = sync_rows(view, src, info, options.max_rows_per_fragment)
 
     ds = view.dataset()
