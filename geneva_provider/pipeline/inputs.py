@@ -219,7 +219,8 @@ class CopyInput:
             return rows.column(_stored(name)).combine_chunks().cast(self.types[name]), current
         found: Failures = []
         try:
-            values = evaluate(name, fn, rows.take(pa.array(todo)), inputs, found)
+            values = evaluate(name, fn, rows if len(todo) == rows.num_rows else rows.take(pa.array(todo)), inputs,
+                              found)
         except ComputeError as exc:
             if exc.error.index is not None:  # name the row in the chunk, not in the recomputed part of it
                 exc.error.index = int(todo[exc.error.index])

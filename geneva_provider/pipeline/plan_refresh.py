@@ -91,9 +91,9 @@ def plan_refresh(
             "with stable row ids (stable_row_ids=True) and the view on it to refresh to other versions")
     q = info.query
     output_columns = q.output_columns()
-    lacking = [c for c in output_columns if c not in ds.schema.names]
+    lacking = [fingerprint_field(of) for of in [None, *q.udf_columns] if fingerprint_column(of) not in ds.schema.names]
     if lacking:  # a view made by an older version of the package: fingerprints, per UDF column too
-        ds.add_columns([fingerprint_field(None if c == FP else c.removeprefix(FP + "__")) for c in lacking])
+        ds.add_columns(lacking)
         ds = view.dataset()
     complete_output_layout(view, ds, output_columns)  # values kept without those fingerprints: made committable
     added, removed = sync_rows(view, src, info, options.max_rows_per_fragment)
@@ -123,9 +123,9 @@ def plan_refresh(
 def refresh_identity(ds: Any, info: ViewInfo, view: TableRef) -> tuple[str, str]:
     """A view's job prefix and the identity of its computed columns (query, UDF versions, column incarnations).
 
-    The prefix also names the refresh's output layout (per-UDF fingerprints since
-    ``_CHECKPOINT_LAYOUT``), so checkpoints of another layout are never read; the identity, which
-    seeds the rows' fingerprints, does not, so a view keeps its valid rows across the change.
+    The prefix also names the layout of the refresh's outputs (``_CHECKPOINT_LAYOUT``: with per-UDF
+    fingerprints), so checkpoints of another layout are never read; the identity, which seeds the
+    rows' fingerprints, does not, so a view keeps its valid rows across the change of layout.
     """
     q = info.query
     udfs = [udf_column_info(ds.schema.field(c).metadata) for c in q.udf_columns]
