@@ -337,3 +337,10 @@ def test_a_plain_column_named_like_a_fingerprint_column_is_refused_and_nothing_c
     got = tbl.dataset().to_table(columns=["x", "z", "__geneva_fp__z"]).to_pydict()
     assert got["z"] == [2 * x for x in range(100)] and None not in got["__geneva_fp__z"]
     tbl.dataset().validate()
+    # Fingerprints replaced outside the package by a plain column of that name: the backfill refuses to trust them.
+    lance.dataset(tbl.uri).drop_columns(["__geneva_fp__z"])
+    lance.dataset(tbl.uri).add_columns({"__geneva_fp__z": "CAST(x AS BIGINT)"})
+    version = tbl.version
+    with pytest.raises(gp.ColumnError, match=r"'z'.*'events'.*'__geneva_fp__z'"):
+        tbl.backfill("z", spark=spark)
+    assert tbl.version == version
