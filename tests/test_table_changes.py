@@ -288,3 +288,59 @@ def test_a_compaction_racing_a_backfill_in_another_process(db, spark, call_dir):
     assert sorted(read_calls(call_dir)) == list(range(10_000, 20_000))
     assert tbl.backfill("y", spark=spark).rows_computed == 0
     tbl.dataset().validate()
+
+
+def test_a_fingerprint_column_dropped_outside_the_package_is_restored_by_the_next_backfill(db, spark, call_dir):
+    """pylance drops ``__geneva_fp__y``, then rows are updated: the next backfill recomputes the rows whose value
+    nothing proves valid any more (the updated ones), restores every fingerprint and commits; later ones stay cheap."""
+    import lance
+
+    tbl = db.create_table("events", events_table(4_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    tbl.backfill("y", spark=spark)
+    lance.dataset(tbl.uri).drop_columns(["__geneva_fp__y"])
+    tbl.dataset().update({"x": "x + 100000"}, where="x % 100 = 0")  # 40 rows, y now stale
+    clear_calls(call_dir)
+    tbl.backfill("y", spark=spark)
+    assert sorted(read_calls(call_dir)) == [x + 100_000 for x in range(0, 4_000, 100)]
+    got = tbl.dataset().to_table(columns=["x", "y", "__geneva_fp__y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == 4_000
+    assert None not in got["__geneva_fp__y"]
+    tbl.dataset().validate()
+    clear_calls(call_dir)
+    assert tbl.backfill("y", spark=spark).rows_computed == 0 and read_calls(call_dir) == []
+    tbl.dataset().update({"x": "x + 200000"}, where="x % 1000 = 1")  # 4 rows
+    assert tbl.backfill("y", spark=spark).rows_computed == 4
+    assert sorted(read_calls(call_dir)) == [x + 200_000 for x in range(1, 4_000, 1_000)]
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]]
+    tbl.dataset().validate()
+
+
+def test_a_plain_column_named_like_a_fingerprint_column_is_refused_and_nothing_changes(db, spark, call_dir):
+    import lance
+
+    tbl = db.create_table("events", events_table(100), max_rows_per_file=30)
+    lance.dataset(tbl.uri).add_columns({"__geneva_fp__y": "x * 3"})
+    version = tbl.version
+    with pytest.raises(gp.ColumnError, match=r"'__geneva_fp__y'.*'events'|'events'.*'__geneva_fp__y'"):
+        tbl.add_columns({"y": counting_double(call_dir)})
+    assert tbl.version == version and "y" not in tbl.dataset().schema.names
+    assert tbl.dataset().to_table(columns=["__geneva_fp__y"]).column(0).to_pylist() == [3 * x for x in range(100)]
+    # A fingerprint column left behind when its UDF column was dropped outside the package goes when it is re-added.
+    tbl.add_columns({"z": counting_double(call_dir)})
+    tbl.backfill("z", spark=spark)
+    lance.dataset(tbl.uri).drop_columns(["z"])
+    tbl.add_columns({"z": counting_double(call_dir)})
+    assert tbl.to_arrow(["z"]).column("z").null_count == 100  # the old fingerprints no longer vouch for NULLs
+    tbl.backfill("z", spark=spark)  # its batch checkpoints (same UDF, same inputs) may serve the values
+    got = tbl.dataset().to_table(columns=["x", "z", "__geneva_fp__z"]).to_pydict()
+    assert got["z"] == [2 * x for x in range(100)] and None not in got["__geneva_fp__z"]
+    tbl.dataset().validate()
+    # Fingerprints replaced outside the package by a plain column of that name: the backfill refuses to trust them.
+    lance.dataset(tbl.uri).drop_columns(["__geneva_fp__z"])
+    lance.dataset(tbl.uri).add_columns({"__geneva_fp__z": "CAST(x AS BIGINT)"})
+    version = tbl.version
+    with pytest.raises(gp.ColumnError, match=r"'z'.*'events'.*'__geneva_fp__z'"):
+        tbl.backfill("z", spark=spark)
+    assert tbl.version == version

@@ -130,12 +130,15 @@ def test_source_changes_invalidate_only_the_view_rows_that_read_them(db, spark, 
     src.backfill("x1", where="x < 3000", spark=spark)  # values still valid: nothing recomputed, nothing rewritten
     assert view.refresh(spark=spark).rows_computed == 0
 
-    src.dataset().update({"x1": "x1 + 100"}, where="x >= 1000 AND x < 3000")  # a column the view reads
+    src.dataset().update({"x1": "x1 + 100"}, where="x >= 1000 AND x < 3000")  # a column the view copies
+    res = view.refresh(spark=spark)  # x1 copied again into those rows; y, of x alone, not run at all
+    assert res.rows_computed == 2_000 and read_calls(call_dir) == []
+    src.dataset().update({"x": "x + 8000"}, where="x >= 7000")  # y's input
     res = view.refresh(spark=spark)
-    assert res.rows_computed == 2_000 and sorted(read_calls(call_dir)) == list(range(1_000, 3_000))
+    assert res.rows_computed == 1_000 and sorted(read_calls(call_dir)) == list(range(15_000, 16_000))
     got = view.to_arrow(["x1", "y"]).to_pydict()
     assert got["x1"] == [x + 1 + (100 if 1_000 <= x < 3_000 else 0) for x in range(8_000)]
-    assert got["y"] == [2 * x for x in range(8_000)]
+    assert got["y"] == [2 * x + (16_000 if x >= 7_000 else 0) for x in range(8_000)]
     view.dataset().validate()
 
 

@@ -158,5 +158,12 @@ def fingerprint_field(column: str | None = None) -> pa.Field:
                     metadata={FINGERPRINT_OF: column or "*"})
 
 
+def holds_fingerprints_of(field: pa.Field, column: str | None = None) -> bool:
+    """True when ``field`` is the package's fingerprint column of ``column``, not a user's column of that name."""
+    of = (field.metadata or {}).get(FINGERPRINT_OF.encode())
+    return field.name == fingerprint_column(column) and pa.types.is_uint64(field.type) and \
+        of == (column or "*").encode()
+
+
 def is_fingerprint_column(name: str) -> bool:
     return name == FINGERPRINT_PREFIX or name.startswith(FINGERPRINT_PREFIX + "__")

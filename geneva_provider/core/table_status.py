@@ -53,12 +53,13 @@ def column_backlog(ds: Any, column: str, table: str = "") -> dict[str, int]:
 
 
 def _fingerprint_of(ds: Any, column: str) -> str | None:
-    """The fingerprint column of ``column``: its own, or a view's shared one (None on older tables)."""
+    """The fingerprint column of ``column``: a view's row fingerprint (NULL until the row is refreshed), else
+    the column's own (None on older tables)."""
     names = ds.schema.names
-    if fingerprint_column(column) in names:
-        return fingerprint_column(column)
     if META_QUERY.encode() in (ds.schema.metadata or {}) and fingerprint_column(None) in names:
         return fingerprint_column(None)
+    if fingerprint_column(column) in names:
+        return fingerprint_column(column)
     return None
 
 

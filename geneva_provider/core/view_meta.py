@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.udf import UDF
 
 SOURCE_ROW_ID = "__source_row_id"
@@ -58,6 +59,16 @@ class StoredViewQuery(BaseModel):
         ordered = query_order(ids, self.shuffle, self.seed)
         start = self.offset or 0
         return ordered[start:start + self.limit] if self.limit is not None else ordered[start:]
+
+    def output_columns(self) -> list[str]:
+        """The view columns a refresh writes: copied, UDF, each UDF's fingerprints, ``__is_set``, the row's fingerprint.
+
+        A UDF column has fingerprints of its own inputs, so a refresh runs it only when they change;
+        copied columns are simply copied again.  The row's fingerprint (of every column the view
+        reads) comes last: it tells the planner which rows need a refresh at all.
+        """
+        udfs = list(self.udf_columns)
+        return [*self.columns, *udfs, *(fingerprint_column(c) for c in udfs), IS_SET, fingerprint_column(None)]
 
     def source_columns(self) -> list[str]:
         """Every source column the view reads: copied columns and UDF inputs."""

@@ -17,6 +17,7 @@ from geneva_provider.core.filters import check_where, lance_reason
 from geneva_provider.core.fingerprints import (
     fingerprint_column,
     fingerprint_field,
+    holds_fingerprints_of,
     is_fingerprint_column,
 )
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
@@ -145,6 +146,7 @@ class Table:
         ds = self.dataset()
         existing = set(ds.schema.names)
         fields = []
+        leftovers: list[str] = []
         for column, spec in columns.items():
             if column in existing:
                 raise ColumnError(f"column '{column}' already exists in table '{self.name}'")
@@ -173,9 +175,19 @@ class Table:
                     f"(columns: {sorted(existing)})"
                 )
             fields.append(_udf_field(fn, column, inputs, self.name))
-            if fingerprint_column(column) not in existing:
-                fields.append(fingerprint_field(column))
+            fp = fingerprint_column(column)
+            if fp in existing and not holds_fingerprints_of(ds.schema.field(fp), column):
+                raise ColumnError(
+                    f"add_columns on table '{self.name}': column '{column}' needs the column name '{fp}' for its "
+                    f"fingerprints, but table '{self.name}' already has a column '{fp}' that the package did not "
+                    "make: rename or drop that column first")
+            if fp in existing:  # left behind by a drop outside the package: its fingerprints are of old values
+                leftovers.append(fp)
+            fields.append(fingerprint_field(column))
             existing.add(column)  # later columns of the same call may read it
+        if leftovers:
+            ds.drop_columns(leftovers)
+            ds = self.dataset()
         try:
             ds.add_columns(fields)
         except (OSError, ValueError, TypeError) as exc:

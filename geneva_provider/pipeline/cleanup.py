@@ -24,10 +24,10 @@ from geneva_provider.core.fragments import column_field_ids, files_holding, leaf
 from geneva_provider.core.models import Action, JobStatus, Plan, StagedFiles, plan_from_json
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udf import udf_column_info
-from geneva_provider.core.view_meta import IS_SET, view_info
+from geneva_provider.core.view_meta import view_info
 from geneva_provider.pipeline.job_records import job_key, plan_live, read_record, read_records
 from geneva_provider.pipeline.plan_backfill import backfill_prefix
-from geneva_provider.pipeline.plan_refresh import FP, refresh_identity
+from geneva_provider.pipeline.plan_refresh import refresh_identity
 from geneva_provider.pipeline.planning import ledger_key, load_ledger, validity_signature
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def _current_jobs(ds: Any, table: TableRef) -> dict[str, _Job]:
     md = ds.schema.metadata or {}
     if any((k.decode() if isinstance(k, bytes) else k).startswith("geneva::view::") for k in md):
         info = view_info(md, table.name)
-        outputs = [*info.query.columns, *info.query.udf_columns, IS_SET, FP]
+        outputs = info.query.output_columns()
         if all(c in names for c in outputs):
             prefix, _ = refresh_identity(ds, info, table)
             jobs[prefix] = _Job(None, [i for c in outputs for i in leaf_field_ids(ds.lance_schema.field(c))])

@@ -9,15 +9,17 @@ being imported by the stage.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from geneva_provider.core.error_policy import RowFailure
 from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.core.fingerprints import row_fingerprints
+from geneva_provider.core.fingerprints import FINGERPRINT_PREFIX, fingerprint_column, row_fingerprints
 from geneva_provider.core.udf import UDF, UDFCallError, load_udf, udf_column_info
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID
 from geneva_provider.pipeline.context import StageContext
@@ -147,9 +149,22 @@ class ScanInput:
         return row_fingerprints([rows.column(c) for c in self.job.input_columns], self.seed, rows.num_rows)
 
 
+def _stored(column: str) -> str:
+    """The name under which a refresh reads a view column's stored values beside the source rows.
+
+    Under the reserved ``__geneva_fp`` prefix, so no source column a view can read has it.
+    """
+    return f"{FINGERPRINT_PREFIX}_stored__{column}"
+
+
 @register_input("refresh")
 class CopyInput:
-    """Refresh input: a view fragment's ``__source_row_id``s, the source rows they name, the view columns out."""
+    """Refresh input: a view fragment's ``__source_row_id``s, the source rows they name, the view columns out.
+
+    Copied columns are copied again (cheap); a UDF column runs only on the rows whose own inputs
+    changed since its stored value was computed -- its stored fingerprint (``__geneva_fp__<column>``)
+    differs from that of the source row's current inputs -- and keeps its stored value elsewhere.
+    """
 
     def __init__(self, ctx: StageContext, ds: Any) -> None:
         import lance
@@ -161,24 +176,71 @@ class CopyInput:
         self.src = lance.dataset(self.source.uri, version=self.source.version, storage_options=ctx.storage_options)
         self.udfs = {c: udf_for(ds, c) for c in self.source.udf_columns}
         self.inputs = {c: udf_column_info(ds.schema.field(c).metadata).input_columns for c in self.source.udf_columns}
-        self.types = {name: ds.schema.field(name).type for name in self.source.copied}
+        # A view UDF column's fingerprints are seeded with its UDF's version and the column's incarnation.
+        self.udf_seeds = {c: f"{info.version}:{info.column_uid}" for c in self.source.udf_columns
+                          if (info := udf_column_info(ds.schema.field(c).metadata)) is not None}
+        self.types = {name: ds.schema.field(name).type for name in [*self.source.copied, *self.udfs]}
+        self.stored = [c for u in self.udfs for c in (u, fingerprint_column(u)) if c in ds.schema.names]
         self.seed = ctx.job.column_uid
 
     def read(self, pieces: Pieces) -> pa.Table:
-        ids = read_pieces(self.ds, pieces, [SOURCE_ROW_ID]).column(SOURCE_ROW_ID)
+        """The source rows, with the view rows' stored UDF values and fingerprints beside them."""
+        view_rows = read_pieces(self.ds, pieces, [SOURCE_ROW_ID, *self.stored])
+        ids = view_rows.column(SOURCE_ROW_ID)
         rows = self.src._take_rows(ids.combine_chunks().cast(pa.uint64()), columns=self.source.read_columns)
         if rows.num_rows != len(ids):
             raise RuntimeError(f"view '{self.ds.uri}' names {len(ids)} source rows but only {rows.num_rows} exist "
                                f"at source version {self.source.version}")
+        for column in self.stored:
+            rows = rows.append_column(_stored(column), view_rows.column(column))
         return rows
 
     def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]:
         out = {name: rows.column(col).combine_chunks().cast(self.types[name])
                for name, col in self.source.copied.items()}
         for name, fn in self.udfs.items():
-            out[name] = evaluate(name, fn, rows, self.inputs[name], failures)
+            out[name], out[fingerprint_column(name)] = self._udf_column(name, fn, rows, failures)
         out[IS_SET] = pa.array(np.ones(rows.num_rows, bool))
         return out
+
+    def _udf_column(self, name: str, fn: UDF, rows: pa.Table, failures: Failures) -> tuple[pa.Array, pa.Array]:
+        """The column's values and input fingerprints: stored ones where still valid, computed on the other rows."""
+        inputs = self.inputs[name]
+        current = row_fingerprints([rows.column(c) for c in inputs], self.udf_seeds[name], rows.num_rows)
+        fp = fingerprint_column(name)
+        if fp in self.stored:
+            stored = rows.column(_stored(fp)).combine_chunks()
+            valid = stored.is_valid().to_numpy(zero_copy_only=False) & np.equal(
+                stored.fill_null(0).to_numpy(zero_copy_only=False), current.to_numpy())
+        else:
+            valid = np.zeros(rows.num_rows, bool)
+        todo = np.flatnonzero(~valid)
+        if not len(todo):
+            return rows.column(_stored(name)).combine_chunks().cast(self.types[name]), current
+        found: Failures = []
+        try:
+            values = evaluate(name, fn, rows if len(todo) == rows.num_rows else rows.take(pa.array(todo)), inputs,
+                              found)
+        except ComputeError as exc:
+            if exc.error.index is not None:  # name the row in the chunk, not in the recomputed part of it
+                exc.error.index = int(todo[exc.error.index])
+            raise
+        finally:  # failures name rows of the chunk, like every other column's
+            failures.extend((col, dataclasses.replace(f, index=int(todo[f.index]) if f.index >= 0 else f.index))
+                            for col, f in found)
+        if len(todo) == rows.num_rows:
+            merged = values.cast(self.types[name])
+        else:
+            index = np.arange(rows.num_rows)
+            index[todo] = rows.num_rows + np.arange(len(todo))
+            merged = pa.concat_arrays([rows.column(_stored(name)).combine_chunks().cast(self.types[name]),
+                                       values.cast(self.types[name])]).take(pa.array(index))
+        skipped = [int(todo[f.index]) for _, f in found if f.outcome == "skipped" and f.index >= 0]
+        if skipped:  # no value, so no fingerprint: the next refresh tries the row again
+            keep = np.ones(rows.num_rows, bool)
+            keep[skipped] = False
+            current = pc.if_else(pa.array(keep), current, pa.scalar(None, current.type))
+        return merged, current
 
     def fingerprints(self, rows: pa.Table) -> pa.Array:
         return row_fingerprints([rows.column(c) for c in self.source.read_columns], self.seed, rows.num_rows)

@@ -16,12 +16,18 @@ import numpy as np
 from geneva_provider.core.checkpoint import CheckpointStore, job_prefix
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.filters import check_where
-from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
+from geneva_provider.core.fingerprints import (
+    fingerprint_column,
+    fingerprint_field,
+    holds_fingerprints_of,
+    row_fingerprints,
+)
 from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids, live_row_addresses
 from geneva_provider.core.models import JobSpec, PlanSummary, UdfRef
 from geneva_provider.core.options import BackfillOptions, check_count
 from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.udf import UdfColumnInfo, udf_column_info
+from geneva_provider.pipeline.layout import complete_output_layout
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
 
 
@@ -50,9 +56,11 @@ def plan_backfill(
     inputs = info.input_columns or []
     where = options.where or None
     check_where(ds, where, f"table '{table.name}'")
-    ds = _with_fingerprints(table, ds, column, options.read_version)  # the last check, and the only change
-
+    ds = _with_fingerprints(table, ds, column, options.read_version)  # the last check, and the first change
     fp = fingerprint_column(column)
+    if options.read_version is None:  # values kept by a table changed outside the package: made committable
+        ds = complete_output_layout(table, ds, [column, fp])
+
     out_leaves = leaf_field_ids(ds.lance_schema.field(column)) + leaf_field_ids(ds.lance_schema.field(fp))
     prefix = backfill_prefix(info, column, table.uri)
     examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
@@ -125,7 +133,11 @@ def udf_with_inputs(ds: Any, table: str, column: str) -> UdfColumnInfo:
 
 def _with_fingerprints(table: TableRef, ds: Any, column: str, read_version: int | None) -> Any:
     """The dataset with ``column``'s fingerprint column (declared by add_columns; added here for older tables)."""
-    if fingerprint_column(column) in ds.schema.names:
+    fp = fingerprint_column(column)
+    if fp in ds.schema.names:
+        if not holds_fingerprints_of(ds.schema.field(fp), column):
+            raise ColumnError(f"column '{column}' of table '{table.name}': the column '{fp}' holding its fingerprints "
+                              "was replaced outside the package by a column of that name: rename or drop it")
         return ds
     if read_version is not None:
         raise InvalidArgumentError(

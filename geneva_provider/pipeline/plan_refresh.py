@@ -36,7 +36,6 @@ from geneva_provider.core.options import RefreshOptions, check_count
 from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.udf import udf_column_info
 from geneva_provider.core.view_meta import (
-    IS_SET,
     META_BASE_VERSION,
     META_SCANNED_ROW_ID,
     SOURCE_ROW_ID,
@@ -44,12 +43,14 @@ from geneva_provider.core.view_meta import (
     query_order,
     view_info,
 )
+from geneva_provider.pipeline.layout import complete_output_layout
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
 from geneva_provider.pipeline.view_create import matching_row_ids
 
 log = logging.getLogger(__name__)
 
 FP = fingerprint_column(None)
+_CHECKPOINT_LAYOUT = "-fp-per-udf"
 _DELETE_BATCH = 10_000
 
 
@@ -92,14 +93,17 @@ def plan_refresh(
             f"view '{view.name}' stores source row addresses (format 1), valid only at source version "
             f"{info.base_table_version}, not {src.version}: recreate the source table '{info.base_table}' "
             "with stable row ids (stable_row_ids=True) and the view on it to refresh to other versions")
-    if FP not in ds.schema.names:  # a view made by an older version of the package
-        ds.add_columns(fingerprint_field(None))
+    q = info.query
+    output_columns = q.output_columns()
+    lacking = [fingerprint_field(of) for of in [None, *q.udf_columns] if fingerprint_column(of) not in ds.schema.names]
+    if lacking:  # a view made by an older version of the package: fingerprints, per UDF column too
+        ds.add_columns(lacking)
+        ds = view.dataset()
+    complete_output_layout(view, ds, output_columns)  # values kept without those fingerprints: made committable
     added, removed = sync_rows(view, src, info, options.max_rows_per_fragment)
 
     ds = view.dataset()
-    q = info.query
     udf_cols = list(q.udf_columns)
-    output_columns = [*q.columns, *udf_cols, IS_SET, FP]
     src_read = q.source_columns()
     out_leaves = [i for c in output_columns for i in leaf_field_ids(ds.lance_schema.field(c))]
     prefix, column_uid = refresh_identity(ds, info, view)
@@ -121,12 +125,17 @@ def plan_refresh(
 
 
 def refresh_identity(ds: Any, info: ViewInfo, view: TableRef) -> tuple[str, str]:
-    """A view's job prefix and the identity of its computed columns (query, UDF versions, column incarnations)."""
+    """A view's job prefix and the identity of its computed columns (query, UDF versions, column incarnations).
+
+    The prefix also names the layout of the refresh's outputs (``_CHECKPOINT_LAYOUT``: with per-UDF
+    fingerprints), so checkpoints of another layout are never read; the identity, which seeds the
+    rows' fingerprints, does not, so a view keeps its valid rows across the change of layout.
+    """
     q = info.query
     udfs = [udf_column_info(ds.schema.field(c).metadata) for c in q.udf_columns]
     query_version = hashlib.md5(json.dumps([q.model_dump(mode="json"), [u.version for u in udfs]],
                                            sort_keys=True).encode()).hexdigest()[:16]
-    return (job_prefix("view", query_version, view.name, None, view.uri),
+    return (job_prefix("view", f"{query_version}{_CHECKPOINT_LAYOUT}", view.name, None, view.uri),
             ":".join([query_version, *(u.column_uid for u in udfs)]))
 
 

@@ -182,7 +182,8 @@ def checkpointed_addresses(store: CheckpointStore, keys: list[BatchKey]) -> np.n
         except CorruptCheckpointError as exc:
             discard_corrupt(store, bk.key, exc)
             continue
-        fp = next(name for name in table.column_names if is_fingerprint_column(name))
+        # The job's own fingerprint comes last (a view's row fingerprint follows its UDF columns' ones).
+        fp = [name for name in table.column_names if is_fingerprint_column(name)][-1]
         parts.append(table.filter(table.column(fp).is_valid()).column(ROWADDR).to_numpy())
     return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 

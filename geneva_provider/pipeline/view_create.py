@@ -61,7 +61,8 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
             raise UDFDefinitionError(f"view '{name}' column '{out}': {exc}") from None
     view = catalog.create(name, placeholders, **write_options)
     try:
-        view.dataset().add_columns([*fields, pa.field(IS_SET, pa.bool_(), nullable=True), fingerprint_field(None)])
+        view.dataset().add_columns([*fields, *(fingerprint_field(c) for c in query.udf_columns),
+                                    pa.field(IS_SET, pa.bool_(), nullable=True), fingerprint_field(None)])
     except BaseException as exc:
         catalog.drop(name)  # no half-made view is left behind
         if isinstance(exc, OSError | ValueError | TypeError):
