@@ -10,6 +10,7 @@ being imported by the stage.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 import numpy as np
@@ -79,13 +80,17 @@ class ComputeError(Exception):
 
 
 Failures = list[tuple[str, RowFailure]]  # (column, failure) of the rows a UDF failed on in a chunk
+# Marks a UDF call (column, UDF name) while it runs, so a call that kills its worker can be named.
+Watch = Callable[[str, str], AbstractContextManager[Any]]
 
 
-def evaluate(column: str, fn: UDF, rows: pa.Table, inputs: list[str], failures: Failures) -> pa.Array:
+def evaluate(column: str, fn: UDF, rows: pa.Table, inputs: list[str], failures: Failures,
+             watch: Watch | None = None) -> pa.Array:
     """``fn`` over ``rows`` under its error policy; its failed rows go to ``failures`` tagged with ``column``."""
     found: list[RowFailure] = []
     try:
-        return fn.evaluate(rows, inputs, found)
+        with watch(column, fn.name) if watch is not None else nullcontext():
+            return fn.evaluate(rows, inputs, found)
     except UDFCallError as exc:
         raise ComputeError(column, fn.name, exc) from exc
     finally:
@@ -97,7 +102,7 @@ class JobInput(Protocol):
 
     def read(self, pieces: Pieces) -> pa.Table: ...
 
-    def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]: ...
+    def compute(self, rows: pa.Table, failures: Failures, watch: Watch | None = None) -> dict[str, pa.Array]: ...
 
     def fingerprints(self, rows: pa.Table) -> pa.Array: ...
 
@@ -140,8 +145,8 @@ class ScanInput:
             return pa.table({"__rows": pa.nulls(sum(len(p) for _, p, _ in pieces))})
         return read_pieces(self.ds, pieces, self.job.input_columns)
 
-    def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]:
-        return {self.column: evaluate(self.column, self.fn, rows, self.job.input_columns, failures)}
+    def compute(self, rows: pa.Table, failures: Failures, watch: Watch | None = None) -> dict[str, pa.Array]:
+        return {self.column: evaluate(self.column, self.fn, rows, self.job.input_columns, failures, watch)}
 
     def fingerprints(self, rows: pa.Table) -> pa.Array:
         return row_fingerprints([rows.column(c) for c in self.job.input_columns], self.seed, rows.num_rows)
@@ -172,11 +177,11 @@ class CopyInput:
                                f"at source version {self.source.version}")
         return rows
 
-    def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]:
+    def compute(self, rows: pa.Table, failures: Failures, watch: Watch | None = None) -> dict[str, pa.Array]:
         out = {name: rows.column(col).combine_chunks().cast(self.types[name])
                for name, col in self.source.copied.items()}
         for name, fn in self.udfs.items():
-            out[name] = evaluate(name, fn, rows, self.inputs[name], failures)
+            out[name] = evaluate(name, fn, rows, self.inputs[name], failures, watch)
         out[IS_SET] = pa.array(np.ones(rows.num_rows, bool))
         return out
 
