@@ -65,9 +65,52 @@ def test_a_udf_that_kills_its_worker_is_named_with_its_rows_and_cause(db, tmp_pa
     with pytest.raises(gp.UDFExecutionError) as info:
         tbl.backfill("y", spark=spark)
     message = str(info.value)
+    print("MESSAGE", message)
     assert "UDF 'explode'" in message and "column 'y'" in message and "table 'events'" in message
     assert "fragment 2" in message
     assert re.search(cause, message), message
     assert "Py4J" not in message and "\tat " not in message and len(message.splitlines()) == 1
     assert not [k for k in tbl.checkpoint_store.list_keys("running-")]  # no marker left behind
+    _assert_untouched_then_rerun(tbl, flag, spark, before)
+
+
+_OVER_MEMORY = """
+import json, sys
+sys.path.insert(0, {root!r})
+import geneva_provider as gp
+from geneva_provider.stages import local_session
+
+spark = local_session("local[2]", conf={{"spark.executor.pyspark.memory": "1g", "spark.ui.showConsoleProgress": "false"}})
+spark.sparkContext.setLogLevel("OFF")
+tbl = gp.connect({db!r}).open_table("events")
+try:
+    tbl.backfill("y", spark=spark)
+    print(json.dumps({{"error": None}}))
+except Exception as exc:
+    print(json.dumps({{"error": type(exc).__name__, "message": str(exc), "package": isinstance(exc, gp.GenevaError)}}))
+spark.stop()
+"""
+
+
+def test_a_udf_over_the_python_memory_limit_is_named_with_the_limit(db, tmp_path, spark):
+    """spark.executor.pyspark.memory caps each Python worker (an address-space limit): a UDF allocating far more fails
+    with a UDFExecutionError naming the UDF, column, table, fragment and the limit (its own session: the limit is set
+    when a SparkContext starts)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tbl, flag = _table(db, tmp_path, "memory")
+    before = tbl.version
+    script = _OVER_MEMORY.format(root=str(Path(__file__).resolve().parents[1]), db=str(tmp_path / "db"))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    outcome = json.loads(run.stdout.strip().splitlines()[-1])
+    assert outcome["error"] == "UDFExecutionError" and outcome["package"], outcome
+    message = outcome["message"]
+    print("MESSAGE", message)
+    assert "UDF 'explode'" in message and "column 'y'" in message and "table 'events'" in message
+    assert "fragment 2" in message
+    assert "spark.executor.pyspark.memory" in message and "1024 MiB" in message, message
     _assert_untouched_then_rerun(tbl, flag, spark, before)

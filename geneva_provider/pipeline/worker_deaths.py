@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import UDFExecutionError
+from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import JobSpec, Task
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class RunningCall(BaseModel):
 
     def where(self) -> str:
         frags = self.fragments
-        span = f"fragment {frags[0]}" if len(frags) == 1 else f"fragments {_listing(frags)}"
+        span = f"fragment {frags[0]}" if len(frags) == 1 else f"fragments {shortened(frags)}"
         return f"{span} (rows with addresses {self.first_address}..{self.last_address}, {self.rows} rows)"
 
 
@@ -213,7 +214,7 @@ def explain_death(job: JobSpec, death: WorkerDeath, call: RunningCall | None, ta
         columns = job.source.udf_columns if job.source is not None else job.output_columns[:1]
         udf = f"UDF '{job.udf.name}'" if job.udf is not None else "a UDF"
         frags = sorted({p.frag for t in tasks for p in t.parts})
-        shown = f"fragment {frags[0]}" if len(frags) == 1 else f"fragments {_listing(frags)}"
+        shown = f"fragment {frags[0]}" if len(frags) == 1 else f"fragments {shortened(frags)}"
         fallback = (f"{udf} killed its Python worker computing column(s) {columns} of table '{job.table}' "
                     f"at {shown}" if frags else None)
     return death_error(call, death, fallback, deaths=call.deaths + 1 if call is not None else 1)
@@ -249,8 +250,3 @@ def worker_death(exc: BaseException) -> WorkerDeath | None:
             path, line, fn = frames[0].groups()
             detail += f" in {fn} ({os.path.basename(path)}, line {line})"
     return WorkerDeath(partition=int(task.group(1)) if task else None, fault=detail)
-
-
-def _listing(items: list[int], shown: int = 10) -> str:
-    more = len(items) - shown
-    return str(items[:shown])[:-1] + (f", ... and {more} more]" if more > 0 else "]")

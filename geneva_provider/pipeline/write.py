@@ -22,9 +22,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.core.checkpoint import ROWADDR, batch_prefix, open_store, parse_batch_key, staged_key
+from geneva_provider.core.checkpoint import (
+    ROWADDR,
+    CheckpointStore,
+    batch_prefix,
+    open_store,
+    parse_batch_key,
+    staged_key,
+)
 from geneva_provider.core.errors import CheckpointMissingError, CommitError, CorruptCheckpointError
 from geneva_provider.core.fragments import live_row_addresses
+from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
     CommitRecord,
@@ -37,6 +45,7 @@ from geneva_provider.core.models import (
     WrittenFragment,
 )
 from geneva_provider.core.ranges import count_of, positions_of
+from geneva_provider.pipeline.apply import remaining_tasks
 from geneva_provider.pipeline.commit import CommitPolicy, commit_column_files
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import job_stage, update_record
@@ -184,8 +193,25 @@ def _write_partition(ctx: StageContext, entries: Iterable[FragmentPlan]) -> Iter
 def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> WriteResult:
     """Write+commit stage: fragments dealt over a few Spark tasks, a commit every ``commit_granularity``."""
     plan, store = load_plan(plan_uri, storage_options)
+    _check_applied(plan, store)
     with job_stage(store, plan.job_id, "write_commit"):
         return _write_commit(plan, spark, storage_options)
+
+
+def _check_applied(plan: Plan, store: CheckpointStore) -> None:
+    """Refuses a plan whose apply stage has not ended -- before any Spark job, and changing nothing (not even
+    the job's record): the writers would only find the checkpoints missing, fragment by fragment.
+
+    Apply ends when a checkpoint covers every planned range (rows its error policy skipped included).
+    """
+    missing = remaining_tasks(plan, store, skipped_done=True)
+    if missing:
+        frags = sorted({p.frag for t in missing for p in t.parts})
+        raise CheckpointMissingError(
+            f"write+commit of job {plan.job_id} ({plan.label()}): the apply stage has not finished for this plan: "
+            f"{len(missing)} of its {len(plan.tasks)} tasks ({sum(t.rows for t in missing)} of "
+            f"{plan.rows_to_compute} rows to compute, in fragments {shortened(frags)}) have no checkpoint; run the "
+            "apply stage (run_apply) on this plan first. Nothing was written or committed")
 
 
 def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None) -> WriteResult:
