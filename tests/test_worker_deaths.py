@@ -65,7 +65,6 @@ def test_a_udf_that_kills_its_worker_is_named_with_its_rows_and_cause(db, tmp_pa
     with pytest.raises(gp.UDFExecutionError) as info:
         tbl.backfill("y", spark=spark)
     message = str(info.value)
-    print("MESSAGE", message)
     assert "UDF 'explode'" in message and "column 'y'" in message and "table 'events'" in message
     assert "fragment 2" in message
     assert re.search(cause, message), message
@@ -80,7 +79,8 @@ sys.path.insert(0, {root!r})
 import geneva_provider as gp
 from geneva_provider.stages import local_session
 
-spark = local_session("local[2]", conf={{"spark.executor.pyspark.memory": "1g", "spark.ui.showConsoleProgress": "false"}})
+spark = local_session("local[2]", conf={{"spark.executor.pyspark.memory": "1g",
+                                         "spark.ui.showConsoleProgress": "false"}})
 spark.sparkContext.setLogLevel("OFF")
 tbl = gp.connect({db!r}).open_table("events")
 try:
@@ -109,8 +109,83 @@ def test_a_udf_over_the_python_memory_limit_is_named_with_the_limit(db, tmp_path
     outcome = json.loads(run.stdout.strip().splitlines()[-1])
     assert outcome["error"] == "UDFExecutionError" and outcome["package"], outcome
     message = outcome["message"]
-    print("MESSAGE", message)
     assert "UDF 'explode'" in message and "column 'y'" in message and "table 'events'" in message
     assert "fragment 2" in message
     assert "spark.executor.pyspark.memory" in message and "1024 MiB" in message, message
     _assert_untouched_then_rerun(tbl, flag, spark, before)
+
+
+@pytest.fixture(scope="module")
+def connect_spark(connect_server):
+    # The Connect client class itself: this process also holds the suite's classic session.
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    session = RemoteSparkSession.builder.remote(connect_server.url).create()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def test_over_spark_connect_a_udf_calling_os_exit_is_named_too(db, tmp_path, connect_spark):
+    """The same report through mapInArrow: Connect's SparkException becomes the package's error."""
+    tbl, flag = _table(db, tmp_path, "exit")
+    before = tbl.version
+    with pytest.raises(gp.UDFExecutionError) as info:
+        tbl.backfill("y", spark=connect_spark)
+    message = str(info.value)
+    assert "UDF 'explode'" in message and "column 'y'" in message and "table 'events'" in message
+    assert "fragment 2" in message and "os._exit(3)" in message, message
+    assert "SparkException" not in message and len(message.splitlines()) == 1
+    _assert_untouched_then_rerun(tbl, flag, connect_spark, before)
+
+
+def test_a_worker_that_dies_on_every_retry_stops_after_two_deaths(db, tmp_path):
+    """With task retries (local[2,4]), a UDF that kills its worker on the same rows every time is reported once it
+    has died twice on them, not after every attempt Spark allows (own session: retries are set at start-up)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tbl, flag = _table(db, tmp_path, "exit")
+    deaths = tmp_path / "deaths"
+    deaths.mkdir()
+    script = _RETRIES.format(root=str(Path(__file__).resolve().parents[1]), db=str(tmp_path / "db"),
+                             deaths=str(deaths), flag=str(flag))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    outcome = json.loads(run.stdout.strip().splitlines()[-1])
+    assert outcome["error"] == "UDFExecutionError", outcome
+    assert "fragment 2" in outcome["message"] and "os._exit(3)" in outcome["message"]
+    assert "2 attempts died on the same rows" in outcome["message"], outcome["message"]
+    assert len(list(deaths.iterdir())) == 2  # two workers died, not four
+    tbl.dataset().validate()
+
+
+_RETRIES = """
+import json, os, sys
+sys.path.insert(0, {root!r})
+import pyarrow as pa
+import geneva_provider as gp
+from geneva_provider.stages import local_session
+
+@gp.udf(data_type=pa.int64(), name="explode")
+def explode(x: int) -> int:
+    if x == 250 and os.path.exists({flag!r}):
+        open(os.path.join({deaths!r}, str(os.getpid())), "w").close()
+        os._exit(3)
+    return x * 2
+
+spark = local_session("local[2,4]", conf={{"spark.ui.showConsoleProgress": "false"}})
+spark.sparkContext.setLogLevel("OFF")
+tbl = gp.connect({db!r}).open_table("events")
+tbl.drop_columns(["y"])
+tbl.add_columns({{"y": explode}})
+try:
+    tbl.backfill("y", spark=spark, task_size=100)
+    print(json.dumps({{"error": None}}))
+except Exception as exc:
+    print(json.dumps({{"error": type(exc).__name__, "message": str(exc)}}))
+spark.stop()
+"""

@@ -235,7 +235,7 @@ def _task_error(ctx: StageContext, exc: ComputeError, addrs: pa.Array) -> TaskEr
     memory = memory_note(memory_limit_mb()) if isinstance(original, MemoryError) else ""
     return TaskError(
         message=f"UDF '{exc.udf_name}' failed computing column '{exc.column}' of table '{ctx.job.table}' "
-                f"at {where}: {exc.error}" + (f" ({memory})" if memory else ""),
+                f"at {where}: {str(exc.error).rstrip(': ')}" + (f" ({memory})" if memory else ""),
         exception=type(original).__name__ if original is not None else "UDFCallError",
         frag=frag)
 
