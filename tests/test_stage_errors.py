@@ -71,3 +71,35 @@ def test_write_commit_after_an_apply_that_failed_part_way_names_what_is_missing(
         run_write_commit(summary.plan_uri, spark)
     assert tbl.version == version
     tbl.dataset().validate()
+
+
+def test_column_errors_list_the_users_columns_not_the_fingerprint_columns(db):
+    import pyarrow as pa
+
+    tbl = db.create_table("events", events_table(10))
+    tbl.add_columns({"y": times(2)})
+    assert any(n.startswith("__geneva_fp") for n in tbl.schema.names)  # the table holds one
+    listed = r"\(columns: \['id', 'x', 'y'\]\)"
+
+    with pytest.raises(gp.ColumnError, match=r"column 'z' not found in table 'events' " + listed):
+        tbl.backfill("z")
+    with pytest.raises(gp.ColumnError, match=listed):
+        tbl.to_arrow(columns=["id", "z"])
+    with pytest.raises(gp.ColumnError, match=listed):
+        tbl.drop_columns(["z"])
+    with pytest.raises(gp.ColumnError, match=listed):
+        tbl.get_errors(column="z")
+
+    @gp.udf(data_type=pa.int64(), input_columns=["w"], name="needs_w")
+    def needs_w(w: pa.Array) -> pa.Array:
+        return w
+
+    with pytest.raises(gp.ColumnError, match=r"reads \['w'\].*" + listed):
+        tbl.add_columns({"v": needs_w})
+    with pytest.raises(gp.ColumnError, match=r"column 'z' not found in table 'events' " + listed):
+        tbl.search(None).select({"out": "z"})
+    from geneva_provider.core.table_status import column_backlog  # what the sensors report
+
+    with pytest.raises(gp.ColumnError, match=listed):
+        column_backlog(tbl.dataset(), "z", "events")
+    assert "v" not in tbl.schema.names  # the failed add_columns changed nothing
