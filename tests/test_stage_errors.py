@@ -3,6 +3,8 @@ fragments, a refused object-store connection."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import geneva_provider as gp
@@ -103,3 +105,24 @@ def test_column_errors_list_the_users_columns_not_the_fingerprint_columns(db):
     with pytest.raises(gp.ColumnError, match=listed):
         column_backlog(tbl.dataset(), "z", "events")
     assert "v" not in tbl.schema.names  # the failed add_columns changed nothing
+
+
+def test_a_verification_error_names_ten_fragments_and_counts_the_rest(db):
+    """A job none of whose 30 fragments was committed (apply and write never ran): one short message, not 30 clauses."""
+    from geneva_provider.stages import verify
+
+    tbl = db.create_table("events", events_table(300), max_rows_per_file=10)
+    tbl.add_columns({"y": times(2)})
+    summary = plan_backfill(tbl.ref, "y")
+    assert summary.fragments_to_compute == 30
+    version = tbl.version
+    with pytest.raises(gp.VerificationError) as info:
+        verify(summary)
+    message = str(info.value)
+    assert "30 of its 30 planned fragments are not committed" in message
+    named = [int(f) for f in re.findall(r"fragment (\d+): \d+ rows lack", message)]
+    assert len(named) == 10 and set(named) < set(range(30))
+    assert "and 20 more" in message and "table 'events'" in message and "column 'y'" in message
+    assert len(message) < 1_000
+    assert tbl.version == version
+    tbl.dataset().validate()
