@@ -126,3 +126,38 @@ def test_a_verification_error_names_ten_fragments_and_counts_the_rest(db):
     assert len(message) < 1_000
     assert tbl.version == version
     tbl.dataset().validate()
+
+
+def test_a_refused_object_store_connection_is_reported_as_such_not_as_throttling(tmp_path):
+    """A table's storage options pointing at a closed port: the error says the connection failed, names the table and
+    the endpoint, and shows no secret."""
+    from tests.s3_server import S3Server, free_port
+
+    with S3Server() as s3:
+        db = gp.connect(f"s3://{s3.bucket}/db", storage_options=s3.storage_options)
+        db.create_table("events", events_table(10))
+        closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        wrong = dict(s3.storage_options, aws_endpoint=closed)
+        elsewhere = gp.connect(f"s3://{s3.bucket}/db", storage_options=wrong)
+        attempts = {
+            "open_table": lambda: elsewhere.open_table("events"),
+            "table_names": elsewhere.table_names,
+            "create_table": lambda: elsewhere.create_table("other", events_table(3)),
+        }
+        for what, attempt in attempts.items():
+            with pytest.raises(gp.StorageUnreachableError) as info:
+                attempt()
+            message = str(info.value)
+            assert "thrott" not in message.lower(), (what, message)
+            assert closed in message and "could not connect" in message, (what, message)
+            assert s3.storage_options["aws_secret_access_key"] not in message
+            assert isinstance(info.value, ConnectionError) and info.value.retryable
+        with pytest.raises(gp.StorageUnreachableError, match=r"^table 'events' in s3://"):
+            attempts["open_table"]()
+
+        # A table reference (what the stages take) whose options point at the closed port: the same error.
+        from geneva_provider.core.refs import TableRef
+
+        with pytest.raises(gp.StorageUnreachableError, match=r"table 'events'.*could not connect"):
+            TableRef("events", db.open_table("events").uri, wrong).dataset()
+        assert db.open_table("events").count_rows() == 10  # nothing was changed
