@@ -40,7 +40,9 @@ def test_write_commit_of_a_plan_whose_apply_never_ran_fails_before_any_spark_job
 
     message = str(info.value)
     assert summary.job_id in message and "table 'events'" in message and "column 'y'" in message
-    assert "apply" in message and "400 of 400 rows" in message
+    assert "run the apply stage first" in message and "400 of its 400 rows to compute" in message
+    for fragment in range(4):
+        assert f"fragment {fragment} has no checkpoint for 100 of its 100 planned rows" in message
     # Nothing changed: the table, the checkpoint store, the job's record.
     assert tbl.version == version and store.list_keys() == keys
     assert read_record(store, summary.job_id) == record
@@ -69,7 +71,8 @@ def test_write_commit_after_an_apply_that_failed_part_way_names_what_is_missing(
     with pytest.raises(gp.UDFExecutionError):
         run_apply(summary.plan_uri, spark)
     version = tbl.version
-    with pytest.raises(gp.CheckpointMissingError, match=r"fragments 3\)"):
+    with pytest.raises(gp.CheckpointMissingError, match=r"\(100 of its 400 rows to compute have no checkpoint\): "
+                                                        r"fragment 3 has no checkpoint for 100 of its 100 planned"):
         run_write_commit(summary.plan_uri, spark)
     assert tbl.version == version
     tbl.dataset().validate()

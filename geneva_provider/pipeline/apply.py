@@ -287,20 +287,36 @@ def _apply_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[Apply
 
 
 # ---------------------------------------------------------------------- driver side
-def remaining_tasks(plan: Plan, store: CheckpointStore, *, skipped_done: bool = False) -> list[Task]:
-    """The plan's tasks minus those a checkpoint covers whole (a retried apply skips them without a launch).
-
-    ``skipped_done``: rows the UDF's error policy skipped count as done (as the writer sees them).
-    """
+def _covered(plan: Plan, store: CheckpointStore, *, skipped_done: bool) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """The ranges batch checkpoints hold, by (prefix, fragment); ``skipped_done``: partial checkpoints too."""
     covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for key in store.list_keys(plan.job_prefix):
         bk = parse_batch_key(key)
-        # a partial checkpoint's skipped rows are computed again by a retried apply
         if bk is not None and (skipped_done or not bk.partial):
             covered.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end))
+    return covered
+
+
+def remaining_tasks(plan: Plan, store: CheckpointStore) -> list[Task]:
+    """The plan's tasks minus those a checkpoint covers whole (a retried apply skips them without a launch)."""
+    covered = _covered(plan, store, skipped_done=False)  # a partial checkpoint's skipped rows are computed again
     return [t for t in plan.tasks if any(
         uncovered(s, e, covered.get((batch_prefix(plan.job_prefix, src_key=p.src_key), p.frag), []))
         for p in t.parts for s, e in p.ranges)]
+
+
+def unapplied_rows(plan: Plan, store: CheckpointStore) -> dict[int, int]:
+    """Rows of each fragment that the plan's tasks compute and no checkpoint holds (rows the error policy
+    skipped count as held): while any is left, the plan's apply stage has not ended."""
+    covered = _covered(plan, store, skipped_done=True)
+    missing: dict[int, int] = {}
+    for task in plan.tasks:
+        for p in task.parts:
+            held = covered.get((batch_prefix(plan.job_prefix, src_key=p.src_key), p.frag), [])
+            rows = sum(e - s for start, end in p.ranges for s, e in uncovered(start, end, held))
+            if rows:
+                missing[p.frag] = missing.get(p.frag, 0) + rows
+    return missing
 
 
 def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> ApplyResult:

@@ -45,7 +45,7 @@ from geneva_provider.core.models import (
     WrittenFragment,
 )
 from geneva_provider.core.ranges import count_of, positions_of
-from geneva_provider.pipeline.apply import remaining_tasks
+from geneva_provider.pipeline.apply import unapplied_rows
 from geneva_provider.pipeline.commit import CommitPolicy, commit_column_files
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import job_stage, update_record
@@ -204,14 +204,16 @@ def _check_applied(plan: Plan, store: CheckpointStore) -> None:
 
     Apply ends when a checkpoint covers every planned range (rows its error policy skipped included).
     """
-    missing = remaining_tasks(plan, store, skipped_done=True)
+    missing = unapplied_rows(plan, store)
     if missing:
-        frags = sorted({p.frag for t in missing for p in t.parts})
+        planned = {f.id: count_of(f.needed) for f in plan.fragments}
+        gaps = [f"fragment {fid} has no checkpoint for {rows} of its {planned.get(fid, rows)} planned rows"
+                for fid, rows in sorted(missing.items())]
         raise CheckpointMissingError(
-            f"write+commit of job {plan.job_id} ({plan.label()}): the apply stage has not finished for this plan: "
-            f"{len(missing)} of its {len(plan.tasks)} tasks ({sum(t.rows for t in missing)} of "
-            f"{plan.rows_to_compute} rows to compute, in fragments {shortened(frags)}) have no checkpoint; run the "
-            "apply stage (run_apply) on this plan first. Nothing was written or committed")
+            f"write+commit of job {plan.job_id} ({plan.label()}): the apply stage has not finished for this plan "
+            f"({sum(missing.values())} of its {plan.rows_to_compute} rows to compute have no checkpoint): "
+            f"{shortened(gaps, sep='; ')}; run the apply stage first (run_apply on this plan). Nothing was written "
+            "or committed")
 
 
 def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None) -> WriteResult:
