@@ -47,14 +47,14 @@ _EXPORTS = {
     **{name: "geneva_provider.core.errors" for name in (
         "GenevaError", "InvalidArgumentError", "TableNotFoundError", "ColumnError", "UDFDefinitionError",
         "UDFExecutionError", "PlanFormatError", "CheckpointMissingError", "CommitError", "VerificationError",
-        "SparkEnvironmentError")},
+        "SparkEnvironmentError", "StorageUnreachableError")},
 }
 
 __all__ = [
     "UDF", "BackfillOptions", "BackfillResult", "CheckpointMissingError", "CheckpointStore", "ColumnError",
     "CommitError", "Connection", "GenevaError", "InMemoryCheckpointStore", "InvalidArgumentError",
-    "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "SparkEnvironmentError", "Table",
-    "TableNotFoundError",
+    "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "SparkEnvironmentError",
+    "StorageUnreachableError", "Table", "TableNotFoundError",
     "UDFDefinitionError", "UDFExecutionError", "UDFKind", "VerificationError", "__version__", "connect", "udf",
     "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
 ]
@@ -79,6 +79,7 @@ if TYPE_CHECKING:
         InvalidArgumentError,
         PlanFormatError,
         SparkEnvironmentError,
+        StorageUnreachableError,
         TableNotFoundError,
         UDFDefinitionError,
         UDFExecutionError,

@@ -19,6 +19,7 @@ from typing import Any
 from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.refs import TableRef
+from geneva_provider.core.storage_errors import reaching
 
 DIRECTORY = "dir"
 
@@ -74,7 +75,8 @@ class Catalog:
         out: list[str] = []
         token = None
         while True:
-            page = self.namespace.list_tables(ListTablesRequest(id=[], page_token=token))
+            with reaching(f"database {self.uri}", self.storage_options):
+                page = self.namespace.list_tables(ListTablesRequest(id=[], page_token=token))
             out.extend(page.tables)
             token = page.page_token
             if not token:
@@ -85,7 +87,8 @@ class Catalog:
         from lance_namespace.errors import TableNotFoundError as NamespaceTableNotFound
 
         try:
-            self.namespace.table_exists(TableExistsRequest(id=[check_table_name(name)]))
+            with reaching(f"table '{name}' in {self.uri}", self.storage_options):
+                self.namespace.table_exists(TableExistsRequest(id=[check_table_name(name)]))
         except NamespaceTableNotFound:
             return False
         return True
@@ -106,7 +109,8 @@ class Catalog:
         from lance_namespace.errors import TableNotFoundError as NamespaceTableNotFound
 
         try:
-            location = self.namespace.describe_table(DescribeTableRequest(id=[check_table_name(name)])).location
+            with reaching(f"table '{name}' in {self.uri}", self.storage_options):
+                location = self.namespace.describe_table(DescribeTableRequest(id=[check_table_name(name)])).location
         except NamespaceTableNotFound:
             raise TableNotFoundError(f"table '{name}' not found in {self.uri}") from None
         return TableRef(name, location, self.storage_options)
@@ -123,8 +127,9 @@ class Catalog:
             raise InvalidArgumentError(f"table '{name}' already exists in {self.uri}; use mode='overwrite'")
         mode = mode if exists else "create"  # the namespace overwrites only existing tables
         try:
-            lance.write_dataset(data, namespace_client=self.namespace, table_id=[name], mode=mode,
-                                storage_options=self.storage_options, **write_options)
+            with reaching(f"table '{name}' in {self.uri}", self.storage_options):
+                lance.write_dataset(data, namespace_client=self.namespace, table_id=[name], mode=mode,
+                                    storage_options=self.storage_options, **write_options)
         except BaseException:
             if not exists:  # a failed create leaves a reserved, unreadable table behind
                 self.namespace.drop_table(DropTableRequest(id=[name]))
@@ -142,7 +147,8 @@ class Catalog:
 
         if not self.exists(name):
             raise TableNotFoundError(f"table '{name}' not found in {self.uri}")
-        self.namespace.drop_table(DropTableRequest(id=[name]))
+        with reaching(f"table '{name}' in {self.uri}", self.storage_options):
+            self.namespace.drop_table(DropTableRequest(id=[name]))
 
 
 def absolute_uri(uri: str) -> str:

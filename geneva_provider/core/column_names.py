@@ -23,6 +23,11 @@ def is_internal_column(name: str) -> bool:
     return name.startswith(FINGERPRINT_PREFIX) or name in (SOURCE_ROW_ID, IS_SET)
 
 
+def user_columns(names: Any) -> list[str]:
+    """The columns a user can name, in table order: what an error lists when a column is not found."""
+    return [n for n in names if not is_internal_column(n)]
+
+
 def check_column_name(column: Any, subject: str) -> None:
     """A user column's name: a non-empty string without '.', not one Lance or the package reserves.
 

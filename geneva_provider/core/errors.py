@@ -73,3 +73,13 @@ class JobCancelledError(GenevaError):
 
 class CorruptCheckpointError(GenevaError, OSError):
     """A stored checkpoint is truncated or unreadable: it is removed and its rows are computed again."""
+
+
+class StorageUnreachableError(GenevaError, ConnectionError):
+    """A table's storage could not be reached: the connection was refused, the host is unknown or down.
+
+    Not a throttled request (Lance's namespace reports both as throttling); ``retryable``: the
+    store may be restarting, or the network back.
+    """
+
+    retryable = True

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.storage_errors import reaching
 
 CHECKPOINT_DIR = "_checkpoints"
 
@@ -36,16 +37,18 @@ class TableRef:
         import lance
 
         if version is None:
-            return lance.dataset(self.uri, storage_options=self.storage_options)
+            with reaching(f"table '{self.name}'", self.storage_options):
+                return lance.dataset(self.uri, storage_options=self.storage_options)
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise InvalidArgumentError(f"table '{self.name}': a version is a positive integer, got {version!r}")
-        try:
-            return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
-        except (ValueError, OSError) as exc:
-            if "not found" not in str(exc).lower() and "does not exist" not in str(exc).lower():
-                raise
-            raise InvalidArgumentError(f"table '{self.name}' has no version {version} (it may have been cleaned "
-                                       "up)") from None
+        with reaching(f"table '{self.name}'", self.storage_options):
+            try:
+                return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+            except (ValueError, OSError) as exc:
+                if "not found" not in str(exc).lower() and "does not exist" not in str(exc).lower():
+                    raise
+                raise InvalidArgumentError(f"table '{self.name}' has no version {version} (it may have been "
+                                           "cleaned up)") from None
 
     @property
     def checkpoint_uri(self) -> str:

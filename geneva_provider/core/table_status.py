@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from geneva_provider.core.column_names import user_columns
 from geneva_provider.core.errors import ColumnError
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import files_holding, leaf_field_ids
@@ -33,7 +34,8 @@ def column_backlog(ds: Any, column: str, table: str = "") -> dict[str, int]:
     fragments without the column count.
     """
     if column not in ds.schema.names:
-        raise ColumnError(f"column '{column}' not found in table '{table or ds.uri}' (columns: {ds.schema.names})")
+        raise ColumnError(f"column '{column}' not found in table '{table or ds.uri}' "
+                          f"(columns: {user_columns(ds.schema.names)})")
     leaves = leaf_field_ids(ds.lance_schema.field(column))
     fp = _fingerprint_of(ds, column)
     fp_leaves = leaf_field_ids(ds.lance_schema.field(fp)) if fp else []

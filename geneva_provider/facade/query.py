@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.column_names import check_column_name
+from geneva_provider.core.column_names import check_column_name, user_columns
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.udf import UDF
 from geneva_provider.core.view_meta import ViewQuery
@@ -50,7 +50,8 @@ class Query:
             raise InvalidArgumentError(f"{subject}: select takes a list of column names or a dict of view column "
                                        f"-> source column or @udf, got {columns!r}")
         copied, udfs = {}, {}
-        names = set(self._table.schema.names)
+        all_names = self._table.schema.names
+        names, listed = set(all_names), user_columns(all_names)  # listed: what an error names
         for out, spec in columns.items():
             check_column_name(out, subject)
             if out.startswith("__"):
@@ -60,12 +61,12 @@ class Query:
                 missing = [c for c in inputs if c not in names]
                 if missing:
                     raise ColumnError(f"view column '{out}': UDF '{spec.name}' reads {missing}, not found in "
-                                      f"table '{self._table.name}'")
+                                      f"table '{self._table.name}' (columns: {listed})")
                 udfs[out] = (spec, list(inputs))
             elif isinstance(spec, str):
                 if spec not in names:
                     raise ColumnError(f"view column '{out}': column '{spec}' not found in table "
-                                      f"'{self._table.name}' (columns: {sorted(names)})")
+                                      f"'{self._table.name}' (columns: {listed})")
                 copied[out] = spec
             else:
                 raise InvalidArgumentError(f"view column '{out}': expected a column name or a @udf, got {spec!r}")

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.column_names import check_column_name, is_internal_column
+from geneva_provider.core.column_names import check_column_name, is_internal_column, user_columns
 from geneva_provider.core.errors import (
     ColumnError,
     InvalidArgumentError,
@@ -104,7 +104,8 @@ class Table:
                                        f"got {columns!r}")
         unknown = [c for c in columns if c not in ds.schema.names]
         if unknown:
-            raise ColumnError(f"column(s) {unknown} not found in table '{self.name}' (columns: {ds.schema.names})")
+            raise ColumnError(f"column(s) {unknown} not found in table '{self.name}' "
+                              f"(columns: {user_columns(ds.schema.names)})")
         check_where(ds, filter, f"table '{self.name}'")
         return ds.to_table(columns=list(columns), filter=filter)
 
@@ -172,7 +173,7 @@ class Table:
             if missing:
                 raise ColumnError(
                     f"column '{column}': UDF '{fn.name}' reads {missing}, not found in table '{self.name}' "
-                    f"(columns: {sorted(existing)})"
+                    f"(columns: {user_columns(ds.schema.names)})"
                 )
             fields.append(_udf_field(fn, column, inputs, self.name))
             fp = fingerprint_column(column)
@@ -210,7 +211,7 @@ class Table:
         names = ds.schema.names
         unknown = [c for c in columns if c not in names]
         if unknown:
-            raise ColumnError(f"cannot drop {unknown}: not in table '{self.name}'")
+            raise ColumnError(f"cannot drop {unknown}: not in table '{self.name}' (columns: {user_columns(names)})")
         internal = [c for c in columns if is_internal_column(c)]
         if internal:
             raise ColumnError(f"cannot drop {internal} from table '{self.name}': the package keeps them (a "
@@ -426,7 +427,7 @@ class Table:
 
         names = self.schema.names  # TableNotFoundError if the table was dropped: no errors of it are left
         if column is not None and column not in names:
-            raise ColumnError(f"column '{column}' not found in table '{self.name}' (columns: {names})")
+            raise ColumnError(f"column '{column}' not found in table '{self.name}' (columns: {user_columns(names)})")
         store = ErrorStore(self.uri, self.storage_options)
         if job_id is not None and read_record(self.checkpoint_store, job_id) is None and not store.read(
                 job_id).num_rows:
@@ -522,7 +523,7 @@ def conform(rows: pa.Table, schema: pa.Schema, table: str) -> pa.Table:
     unknown = [c for c in rows.column_names if c not in schema.names]
     if unknown:
         raise InvalidArgumentError(f"add to table '{table}': column(s) {unknown} are not in the table "
-                                   f"(columns: {[n for n in schema.names if not is_fingerprint_column(n)]})")
+                                   f"(columns: {user_columns(schema.names)})")
     columns = []
     for field in schema:
         if field.name not in rows.column_names:

@@ -183,8 +183,9 @@ class _GenevaSparkStageOperator(BaseOperator):
         """
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+        # The faulthandler makes a UDF's native crash (a segfault) name its fault and frame in the stage's error.
         conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-                **self.conf}
+                "spark.python.worker.faulthandler.enabled": "true", **self.conf}
         spark_conn = SparkSubmitHook.get_connection(self.spark_conn_id)
         master = f"{spark_conn.host}:{spark_conn.port}" if spark_conn.port else str(spark_conn.host or "")
         deploy_mode = (spark_conn.extra_dejson or {}).get("deploy-mode")

@@ -9,6 +9,7 @@ deterministic bug is reported once with its row instead of being retried by Spar
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -38,6 +39,17 @@ from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, in
 from geneva_provider.pipeline.job_records import job_stage, update_record
 from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
 from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
+from geneva_provider.pipeline.worker_deaths import (
+    CallWatch,
+    RunningCall,
+    WorkerDeath,
+    clear_markers,
+    explain_death,
+    memory_limit_mb,
+    memory_note,
+    read_call,
+    worker_death,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +79,9 @@ class _Checkpointer:
     """Computes chunks of a task's rows -- one UDF call over the parts of many fragments -- and stores one
     batch checkpoint per fragment part, adapting the chunk size."""
 
-    def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput) -> None:
-        self.ctx, self.store, self.work = ctx, store, work
+    def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, watch: CallWatch | None = None
+                 ) -> None:
+        self.ctx, self.store, self.work, self.watch = ctx, store, work, watch
         self.size = ctx.settings.checkpoint_size  # rows per chunk, adapted to the UDF's speed
         self.failures: list[RowError] = []
 
@@ -87,8 +100,10 @@ class _Checkpointer:
         addrs = np.concatenate([p.addrs for p in pieces])
         address = pa.array(addrs, pa.uint64())
         failures: Failures = []
+        watch = self.watch
         try:
-            outputs = self.work.compute(rows, failures)
+            outputs = self.work.compute(rows, failures, None if watch is None else (
+                lambda column, udf: watch.calling(column, udf, addrs)))
         except ComputeError as exc:
             return _task_error(self.ctx, exc, address), 0.0
         finally:
@@ -132,6 +147,7 @@ class _Worker:
         self.store = ctx.store()
         self.ds = ctx.dataset()
         self.work = input_for(ctx, self.ds)
+        self.watch = CallWatch.here(self.store, ctx.job, ctx.job_id)
         self.keys: dict[tuple[str, int], list[BatchKey]] = {}
         for key in self.store.list_keys(ctx.job.job_prefix):
             bk = parse_batch_key(key)
@@ -170,7 +186,7 @@ def apply_task(ctx: StageContext, task: Task, worker: _Worker | None = None) -> 
     worker = worker or _Worker(ctx)
     result = ApplyTaskResult(frag=task.parts[0].frag)
     pieces, result.rows_skipped = worker.pieces(task)
-    ckpt = _Checkpointer(ctx, worker.store, worker.work)
+    ckpt = _Checkpointer(ctx, worker.store, worker.work, worker.watch)
     for chunk in _chunks(pieces, ckpt):
         error, seconds = ckpt.save(chunk)
         result.failures += ckpt.failures
@@ -215,11 +231,53 @@ def _task_error(ctx: StageContext, exc: ComputeError, addrs: pa.Array) -> TaskEr
         span = f"fragment {frag}" if len(frags) == 1 else f"fragments {frags[0]} to {frags[-1]}"
         where = f"{span}, rows with addresses {addrs[0].as_py()}..{addrs[len(addrs) - 1].as_py()}"
     original = exc.error.original
+    # A UDF over the worker's memory limit gets a MemoryError (the limit is an address-space rlimit).
+    memory = memory_note(memory_limit_mb()) if isinstance(original, MemoryError) else ""
     return TaskError(
         message=f"UDF '{exc.udf_name}' failed computing column '{exc.column}' of table '{ctx.job.table}' "
-                f"at {where}: {exc.error}",
+                f"at {where}: {str(exc.error).rstrip(': ')}" + (f" ({memory})" if memory else ""),
         exception=type(original).__name__ if original is not None else "UDFCallError",
         frag=frag)
+
+
+def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], items: Iterable[int]) -> Iterator[int]:
+    """Runs a call that killed its worker again, one fragment at a time, each call marked: a worker that
+    dies again names the fragment.  Nothing is checkpointed; UDF errors are ignored (only a death counts)."""
+    worker = _Worker(ctx)
+    watch = worker.watch
+    for item in items:
+        for part in (p for t in tasks for p in t.parts if p.frag in call.fragments):
+            positions = positions_of(part.ranges)
+            addrs = live_row_addresses(worker.ds.get_fragment(part.frag))[positions]
+            keep = (addrs >= call.first_address) & (addrs <= call.last_address)
+            positions, addrs = positions[keep], addrs[keep]
+            if not len(positions):
+                continue
+            rows = worker.work.read([(part.frag, positions, False)])
+            try:
+                worker.work.compute(rows, [], None if watch is None else (
+                    lambda column, udf, addrs=addrs: watch.calling(column, udf, addrs)))
+            except Exception:  # noqa: BLE001 - a UDF error here was not what killed the worker
+                continue
+        yield item
+
+
+def _locate(spark: Any, ctx: StageContext, store: CheckpointStore, call: RunningCall, tasks: list[Task]
+            ) -> tuple[RunningCall, WorkerDeath] | None:
+    """The fragment a call over many small fragments died on: the call is run again fragment by fragment
+    (one Spark task, only after a death).  None when that run does not die the same way."""
+    locate = dataclasses.replace(ctx, job_id=f"{ctx.job_id}-locate")
+    try:
+        run_tasks(spark, [0], partial(_locate_partition, locate, call, tasks),
+                  description=f"geneva locate the fragment that killed a worker of {ctx.job.table}")
+    except Exception as exc:  # noqa: BLE001 - the first death is reported whatever happens here
+        death = worker_death(exc)
+        found = read_call(store, locate.job_id, 0) if death is not None else None
+        if death is not None and found is not None:
+            return found, death
+    finally:
+        clear_markers(store, locate.job_id)
+    return None
 
 
 def _apply_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[ApplyTaskResult]:
@@ -229,16 +287,36 @@ def _apply_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[Apply
 
 
 # ---------------------------------------------------------------------- driver side
-def remaining_tasks(plan: Plan, store: CheckpointStore) -> list[Task]:
-    """The plan's tasks minus those a checkpoint covers whole (a retried apply skips them without a launch)."""
+def _covered(plan: Plan, store: CheckpointStore, *, skipped_done: bool) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """The ranges batch checkpoints hold, by (prefix, fragment); ``skipped_done``: partial checkpoints too."""
     covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for key in store.list_keys(plan.job_prefix):
         bk = parse_batch_key(key)
-        if bk is not None and not bk.partial:  # a partial checkpoint's skipped rows are computed again
+        if bk is not None and (skipped_done or not bk.partial):
             covered.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end))
+    return covered
+
+
+def remaining_tasks(plan: Plan, store: CheckpointStore) -> list[Task]:
+    """The plan's tasks minus those a checkpoint covers whole (a retried apply skips them without a launch)."""
+    covered = _covered(plan, store, skipped_done=False)  # a partial checkpoint's skipped rows are computed again
     return [t for t in plan.tasks if any(
         uncovered(s, e, covered.get((batch_prefix(plan.job_prefix, src_key=p.src_key), p.frag), []))
         for p in t.parts for s, e in p.ranges)]
+
+
+def unapplied_rows(plan: Plan, store: CheckpointStore) -> dict[int, int]:
+    """Rows of each fragment that the plan's tasks compute and no checkpoint holds (rows the error policy
+    skipped count as held): while any is left, the plan's apply stage has not ended."""
+    covered = _covered(plan, store, skipped_done=True)
+    missing: dict[int, int] = {}
+    for task in plan.tasks:
+        for p in task.parts:
+            held = covered.get((batch_prefix(plan.job_prefix, src_key=p.src_key), p.frag), [])
+            rows = sum(e - s for start, end in p.ranges for s, e in uncovered(start, end, held))
+            if rows:
+                missing[p.frag] = missing.get(p.frag, 0) + rows
+    return missing
 
 
 def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> ApplyResult:
@@ -261,14 +339,29 @@ def _apply(plan: Plan, store: CheckpointStore, spark: Any, storage_options: dict
     t0 = time.perf_counter()
     ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if tasks else storage_options)
     progress = _ApplyProgress(plan, store, tasks)
+
+    def explain(exc: BaseException, partitions: list[list[Task]]) -> BaseException | None:
+        death = worker_death(exc)
+        if death is None:
+            return None
+        dead = partitions[death.partition] if death.partition is not None and death.partition < len(
+            partitions) else [t for p in partitions for t in p]
+        call = read_call(store, plan.job_id, death.partition)
+        if call is not None and len(call.fragments) > 1 and not call.deaths:
+            call, death = _locate(spark, ctx, store, call, dead) or (call, death)
+        return explain_death(plan, death, call, dead)
+
+    if tasks:
+        clear_markers(store, plan.job_id)  # an earlier run's: a marker means "this attempt's worker died"
     try:
         results = run_tasks(spark, tasks, partial(_apply_partition, ctx),
                             description=f"geneva apply {plan.table}.{','.join(plan.output_columns)}",
                             concurrency=plan.settings.concurrency, progress=progress,
-                            tag=job_tag(plan.job_id)) if tasks else []
+                            tag=job_tag(plan.job_id), explain=explain) if tasks else []
     finally:
         if tasks:
             progress.final()
+            clear_markers(store, plan.job_id)
     errors = [r.error for r in results if r.error]
     computed = sum(r.rows_computed for r in results)
     failures = [f for r in results for f in r.failures]

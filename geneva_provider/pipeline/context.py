@@ -21,10 +21,11 @@ class StageContext:
     settings: PlanSettings
     store_uri: str
     storage_options: dict[str, str] | None = field(default=None, repr=False)
+    job_id: str | None = None  # names the markers of the UDF calls running (pipeline.worker_deaths)
 
     @classmethod
     def of(cls, plan: Plan, storage_options: dict[str, str] | None) -> StageContext:
-        return cls(plan.job(), plan.settings, plan.store_uri, storage_options)
+        return cls(plan.job(), plan.settings, plan.store_uri, storage_options, plan.job_id)
 
     def store(self) -> CheckpointStore:
         return open_store(self.store_uri, self.storage_options)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 import numpy as np
@@ -81,13 +82,17 @@ class ComputeError(Exception):
 
 
 Failures = list[tuple[str, RowFailure]]  # (column, failure) of the rows a UDF failed on in a chunk
+# Marks a UDF call (column, UDF name) while it runs, so a call that kills its worker can be named.
+Watch = Callable[[str, str], AbstractContextManager[Any]]
 
 
-def evaluate(column: str, fn: UDF, rows: pa.Table, inputs: list[str], failures: Failures) -> pa.Array:
+def evaluate(column: str, fn: UDF, rows: pa.Table, inputs: list[str], failures: Failures,
+             watch: Watch | None = None) -> pa.Array:
     """``fn`` over ``rows`` under its error policy; its failed rows go to ``failures`` tagged with ``column``."""
     found: list[RowFailure] = []
     try:
-        return fn.evaluate(rows, inputs, found)
+        with watch(column, fn.name) if watch is not None else nullcontext():
+            return fn.evaluate(rows, inputs, found)
     except UDFCallError as exc:
         raise ComputeError(column, fn.name, exc) from exc
     finally:
@@ -99,7 +104,7 @@ class JobInput(Protocol):
 
     def read(self, pieces: Pieces) -> pa.Table: ...
 
-    def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]: ...
+    def compute(self, rows: pa.Table, failures: Failures, watch: Watch | None = None) -> dict[str, pa.Array]: ...
 
     def fingerprints(self, rows: pa.Table) -> pa.Array: ...
 
@@ -142,8 +147,8 @@ class ScanInput:
             return pa.table({"__rows": pa.nulls(sum(len(p) for _, p, _ in pieces))})
         return read_pieces(self.ds, pieces, self.job.input_columns)
 
-    def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]:
-        return {self.column: evaluate(self.column, self.fn, rows, self.job.input_columns, failures)}
+    def compute(self, rows: pa.Table, failures: Failures, watch: Watch | None = None) -> dict[str, pa.Array]:
+        return {self.column: evaluate(self.column, self.fn, rows, self.job.input_columns, failures, watch)}
 
     def fingerprints(self, rows: pa.Table) -> pa.Array:
         return row_fingerprints([rows.column(c) for c in self.job.input_columns], self.seed, rows.num_rows)
@@ -195,15 +200,16 @@ class CopyInput:
             rows = rows.append_column(_stored(column), view_rows.column(column))
         return rows
 
-    def compute(self, rows: pa.Table, failures: Failures) -> dict[str, pa.Array]:
+    def compute(self, rows: pa.Table, failures: Failures, watch: Watch | None = None) -> dict[str, pa.Array]:
         out = {name: rows.column(col).combine_chunks().cast(self.types[name])
                for name, col in self.source.copied.items()}
         for name, fn in self.udfs.items():
-            out[name], out[fingerprint_column(name)] = self._udf_column(name, fn, rows, failures)
+            out[name], out[fingerprint_column(name)] = self._udf_column(name, fn, rows, failures, watch)
         out[IS_SET] = pa.array(np.ones(rows.num_rows, bool))
         return out
 
-    def _udf_column(self, name: str, fn: UDF, rows: pa.Table, failures: Failures) -> tuple[pa.Array, pa.Array]:
+    def _udf_column(self, name: str, fn: UDF, rows: pa.Table, failures: Failures,
+                    watch: Watch | None = None) -> tuple[pa.Array, pa.Array]:
         """The column's values and input fingerprints: stored ones where still valid, computed on the other rows."""
         inputs = self.inputs[name]
         current = row_fingerprints([rows.column(c) for c in inputs], self.udf_seeds[name], rows.num_rows)
@@ -220,7 +226,7 @@ class CopyInput:
         found: Failures = []
         try:
             values = evaluate(name, fn, rows if len(todo) == rows.num_rows else rows.take(pa.array(todo)), inputs,
-                              found)
+                              found, watch)
         except ComputeError as exc:
             if exc.error.index is not None:  # name the row in the chunk, not in the recomputed part of it
                 exc.error.index = int(todo[exc.error.index])

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from geneva_provider.core.checkpoint import CheckpointStore, job_prefix
+from geneva_provider.core.column_names import user_columns
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import (
@@ -114,7 +115,7 @@ def backfill_prefix(info: UdfColumnInfo, column: str, table_uri: str) -> str:
 def udf_of(ds: Any, table: str, column: str) -> UdfColumnInfo:
     """The UDF recorded on ``column``; ColumnError naming the table if there is none."""
     if column not in ds.schema.names:
-        raise ColumnError(f"column '{column}' not found in table '{table}' (columns: {ds.schema.names})")
+        raise ColumnError(f"column '{column}' not found in table '{table}' (columns: {user_columns(ds.schema.names)})")
     info = udf_column_info(ds.schema.field(column).metadata)
     if info is None:
         raise ColumnError(f"column '{column}' of table '{table}' is not a UDF column; declare it with add_columns")

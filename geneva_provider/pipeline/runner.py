@@ -57,7 +57,10 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
     # The driver JVM only schedules tasks here (Lance data stays in the Python workers), so a
     # serial GC and the quick JIT tier leave the cores to the UDFs: measured on 2 cores, the
     # JVM's CPU per 8-task job fell from ~2 s to ~0.6 s.
-    conf = {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS, **quiet_conf(), **(conf or {})}
+    # With the faulthandler on, a worker that crashes in native code (a segfault in a UDF) is
+    # reported with the fault and the Python frame it happened in, not only "exited unexpectedly".
+    conf = {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS, "spark.python.worker.faulthandler.enabled": "true",
+            **quiet_conf(), **(conf or {})}
     for key, value in conf.items():
         builder = builder.config(key, value)
     with warnings.catch_warnings():  # the JVM's launch forks and execs at once: lance's fork warning is wrong there
@@ -134,6 +137,7 @@ def run_tasks(
     concurrency: int | None = None,
     progress: Callable[[], str | None] | None = None,
     tag: str | None = None,
+    explain: Callable[[BaseException, list[list[T]]], BaseException | None] | None = None,
 ) -> list[R]:
     """Runs ``partition_fn`` over ``tasks`` on the executors and returns its small results.
 
@@ -141,15 +145,22 @@ def run_tasks(
     while the job runs, ``progress`` is called and what it returns is logged (rows, rows/s),
     else Spark's task counts are.  ``tag`` marks the Spark jobs, so ``cancel_jobs(tag)`` stops them.
     A package error a task raises (a missing checkpoint, a bad plan) is raised here as itself.
+    When the job fails otherwise (a Python worker died), ``explain`` gets Spark's error and the
+    tasks of each partition (Spark's task index is the partition's) and may return the error to
+    raise instead.
     """
     if not tasks:
         return []
     partition_fn = _returning_errors(partition_fn)
     slices = min(len(tasks), concurrency) if concurrency else len(tasks)
     # One list of tasks per partition, dealt round-robin so (size-sorted) tasks balance out.
-    per_slice = [tasks[i::slices] for i in range(slices)]
+    per_slice = [list(tasks[i::slices]) for i in range(slices)]
     if is_connect(spark):
-        return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag)
+        try:
+            return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag)
+        except Exception as exc:
+            _raise_explained(exc, per_slice, explain)
+            raise
     sc = spark.sparkContext
     group = f"geneva-{uuid.uuid4().hex[:12]}"
     done = threading.Event()
@@ -163,6 +174,9 @@ def run_tasks(
         rdd = sc.parallelize(per_slice, slices)
         return _raise_task_errors(
             rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect())
+    except Exception as exc:
+        _raise_explained(exc, per_slice, explain)
+        raise
     finally:
         done.set()
         reporter.join()
@@ -200,6 +214,17 @@ def _run_over_connect(spark: Any, per_slice: list[Sequence[T]], partition_fn: Ca
         if tag:
             spark.removeTag(tag)
     return _raise_task_errors([pickle.loads(row.result) for row in rows])
+
+
+def _raise_explained(exc: Exception, per_slice: list[list[T]],
+                     explain: Callable[[BaseException, list[list[T]]], BaseException | None] | None) -> None:
+    """Raises what ``explain`` makes of a failed job instead of Spark's error (logged at debug level), if anything."""
+    if explain is None or isinstance(exc, GenevaError):
+        return
+    better = explain(exc, per_slice)
+    if better is not None:
+        log.debug("Spark's error, reported as %s: %s", type(better).__name__, exc)
+        raise better from None
 
 
 @dataclass(frozen=True)

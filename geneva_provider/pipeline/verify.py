@@ -13,6 +13,7 @@ from typing import Any
 
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import VerificationError
+from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
     CommitRecord,
@@ -61,9 +62,8 @@ def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] 
     committed = store.get_model(record, CommitRecord).staged if record in store else {}
     problems, deleted, rows_ok, frags_ok = [], [], 0, 0
     staged: dict[int, set[str]] | None = None  # read only when a commit record does not tell
-    for entry in plan.fragments:
-        if entry.action not in _VERIFIED:
-            continue
+    planned = [entry for entry in plan.fragments if entry.action in _VERIFIED]
+    for entry in planned:
         meta = live.get(entry.id)
         if meta is None:
             if _rows_gone(ds, lance.dataset(plan.table_uri, version=plan.read_version,
@@ -84,9 +84,11 @@ def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] 
         rows_ok += entry.rows
         frags_ok += 1
     if problems:
+        # Thousands of fragments can be missing: name the first few, count the rest.
         raise VerificationError(
-            f"job {plan.job_id} ({plan.label()}) is incomplete at version {ds.version}: " + "; ".join(problems)
-            + ". Rerun the job to finish it.")
+            f"job {plan.job_id} ({plan.label()}) is incomplete at version {ds.version}: {len(problems)} of its "
+            f"{len(planned)} planned fragments are not committed: {shortened(problems, sep='; ')}. "
+            "Rerun the job to finish it.")
     if deleted:
         log.warning("verify %s: fragments %s were deleted during the job (their rows need no value)",
                     plan.job_id, deleted)

@@ -22,9 +22,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.core.checkpoint import ROWADDR, batch_prefix, open_store, parse_batch_key, staged_key
+from geneva_provider.core.checkpoint import (
+    ROWADDR,
+    CheckpointStore,
+    batch_prefix,
+    open_store,
+    parse_batch_key,
+    staged_key,
+)
 from geneva_provider.core.errors import CheckpointMissingError, CommitError, CorruptCheckpointError
 from geneva_provider.core.fragments import live_row_addresses
+from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
     CommitRecord,
@@ -37,6 +45,7 @@ from geneva_provider.core.models import (
     WrittenFragment,
 )
 from geneva_provider.core.ranges import count_of, positions_of
+from geneva_provider.pipeline.apply import unapplied_rows
 from geneva_provider.pipeline.commit import CommitPolicy, commit_column_files
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import job_stage, update_record
@@ -189,8 +198,27 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
                  plan.read_version)
         return WriteResult(job_id=plan.job_id, version=plan.read_version, fragments_committed=0, rows_committed=0,
                            fragments_vanished=[], commit_retries=0, seconds=0.0)
+    _check_applied(plan, store)
     with job_stage(store, plan.job_id, "write_commit"):
         return _write_commit(plan, spark, storage_options)
+
+
+def _check_applied(plan: Plan, store: CheckpointStore) -> None:
+    """Refuses a plan whose apply stage has not ended -- before any Spark job, and changing nothing (not even
+    the job's record): the writers would only find the checkpoints missing, fragment by fragment.
+
+    Apply ends when a checkpoint covers every planned range (rows its error policy skipped included).
+    """
+    missing = unapplied_rows(plan, store)
+    if missing:
+        planned = {f.id: count_of(f.needed) for f in plan.fragments}
+        gaps = [f"fragment {fid} has no checkpoint for {rows} of its {planned.get(fid, rows)} planned rows"
+                for fid, rows in sorted(missing.items())]
+        raise CheckpointMissingError(
+            f"write+commit of job {plan.job_id} ({plan.label()}): the apply stage has not finished for this plan "
+            f"({sum(missing.values())} of its {plan.rows_to_compute} rows to compute have no checkpoint): "
+            f"{shortened(gaps, sep='; ')}; run the apply stage first (run_apply on this plan). Nothing was written "
+            "or committed")
 
 
 def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None) -> WriteResult:
