@@ -156,3 +156,45 @@ def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retri
     finally:
         if server.running() is not None:
             server.stop()
+
+
+@pytest.mark.slow
+def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(tmp_path, lance_db, monkeypatch,
+                                                                               call_dir, capsys):
+    """Ten backfill jobs through the operators, one server: each job's session goes with its Python daemon
+    and workers, so the server does not grow by one daemon per job, and ``status`` shows it."""
+    from geneva_provider.connect_server import main, python_processes
+    from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
+    from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
+
+    jobs, rows = 10, 200
+    tbl = lance_db.create_table("grow", events_table(rows))
+    tbl.add_columns({"y": counting_double(call_dir)})
+    with _server(0, tmp_path / "server") as server:
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+            {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
+        pid = server.running()["pid"]
+        after_each = []
+        for job in range(jobs):
+            if job:
+                tbl.add(events_table(rows, start=job * rows))
+            plan = GenevaPlanBackfillOperator(task_id="plan", table="grow", column="y").execute({})
+            assert plan["rows_to_compute"] == rows
+            GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
+            assert python_processes(pid)[0] >= 1  # the job's session has its daemon while it lives
+            GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan).execute({})
+            GenevaVerifyOperator(task_id="verify", plan=plan).execute({})
+            after_each.append(python_processes(pid))
+        # At most the job just finished (and one whose daemon is exiting) may still show, never one per job.
+        assert max(daemons for daemons, _ in after_each) <= 2, after_each
+        _wait_for(lambda: python_processes(pid) == (0, 0), 30, "the last job's Python daemon to exit")
+        capsys.readouterr()
+        assert main(["status", "--dir", str(server.directory)]) == 0
+        status = capsys.readouterr().out
+        assert f"running at {server.url} (pid {pid}): 0 open sessions, 0 Python daemons with 0 workers" in status
+        with capsys.disabled():
+            print(f"\nPython (daemons, workers) under the server after each of {jobs} jobs: {after_each}")
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(jobs * rows))
+    assert sorted(read_calls(call_dir)) == list(range(jobs * rows))  # each job computed only its new rows
+    tbl.dataset().validate()
