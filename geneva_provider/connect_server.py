@@ -100,11 +100,12 @@ class LocalConnectServer:
             # A job's session is kept open between its apply and write+commit tasks; one whose DAG
             # never reached write+commit is released after this long without a client.
             "spark.connect.session.manager.defaultSessionTimeout": "20m",
-            # Spark keeps a Python daemon per Connect session until the server stops; this one exits
-            # when its session is released (see geneva_provider.worker_daemon).
-            "spark.python.daemon.module": "geneva_provider.worker_daemon",
             **self.conf,
         }
+        if conf["spark.pyspark.python"] == sys.executable:  # an interpreter with this package installed
+            # Spark keeps a Python daemon per Connect session until the server stops; this one exits
+            # when its session is released (see geneva_provider.worker_daemon).
+            conf.setdefault("spark.python.daemon.module", "geneva_provider.worker_daemon")
         command = [str(home / "bin" / "spark-submit"), "--class",
                    "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", self.master,
                    "--name", "geneva-connect-server"]
