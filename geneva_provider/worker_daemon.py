@@ -3,12 +3,15 @@
 A Spark Connect server starts one ``pyspark.daemon`` per session (the session's artifacts make
 its workers' environment, ``SPARK_JOB_ARTIFACT_UUID``, its own) and stops none of them until the
 server stops: a long-lived server kept one daemon (~48 MB) per finished job.  This module runs
-pyspark's daemon unchanged and, every few seconds, stops it (as Spark would, with SIGTERM; its idle
-workers go with it) once the session is released -- the server deletes the session's artifact
-directory, ``<java.io.tmpdir>/artifacts-*/<session uuid>`` -- or, when that directory cannot be
-found, once the daemon has had no worker for ``GENEVA_DAEMON_IDLE_SECONDS`` (60; Spark itself ends
-a pool's idle workers after a minute).  Should the session need workers again, Spark restarts its
-daemon ("Assuming that daemon unexpectedly quit, attempting to restart").
+pyspark's daemon unchanged and checks every few seconds whether its session was released (the
+server then deletes the session's artifact directory, ``<java.io.tmpdir>/artifacts-*/<uuid>``).
+If so, it removes the copy of the session's files Spark leaves in the daemon's working directory
+(``userFiles-*/<uuid>``: this package's zip and the storage options the stages ship, else kept
+until the server stops) and stops itself as Spark would, with SIGTERM; its idle workers go with
+it.  When it cannot find that directory, it stops after ``GENEVA_DAEMON_IDLE_SECONDS`` (60)
+without workers (Spark ends a pool's idle workers after a minute).  Should the session need
+workers again, Spark restarts its daemon ("Assuming that daemon unexpectedly quit, attempting to
+restart").
 
 Use it on a Connect server whose Python has this package installed:
 ``--conf spark.python.daemon.module=geneva_provider.worker_daemon``
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -59,12 +63,15 @@ def watch_session(directory: str | None, idle_seconds: float, seconds: float = C
     """
     daemon_pid = os.getpid()
     busy = [time.monotonic()]
+    files = os.getcwd()  # the session's own files directory (session_uuid() checked it is named so)
 
     def check(signum: int, frame: object) -> None:
         if os.getpid() != daemon_pid:
             return
         if directory is not None:
             released = not os.path.isdir(directory)
+            if released and os.path.basename(files) == session_uuid():
+                shutil.rmtree(files, ignore_errors=True)  # the released session's files, shipped secrets included
         else:
             if has_workers(daemon_pid):
                 busy[0] = time.monotonic()

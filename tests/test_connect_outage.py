@@ -9,8 +9,10 @@ keep a Python daemon per finished job.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +76,21 @@ def _assert_failed_retryably_naming_the_server(outcome: dict, killed: float, ser
     assert f"lost the Spark Connect server sc://127.0.0.1:{server.port}" in str(error), str(error)
     # The progress lines said so while the client was retrying, instead of a healthy-looking RUNNING.
     assert f"but the Spark Connect server sc://127.0.0.1:{server.port} is unreachable" in logs, logs[-3000:]
+
+
+def _daemon_directories(server_pid: int) -> set[str]:
+    """The working directories of the server's Python daemons: each one's session files directory."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if (proc.name.isdigit() and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == server_pid
+                    and b"daemon" in (proc / "cmdline").read_bytes()):
+                cwd = os.readlink(proc / "cwd")
+                if not cwd.endswith(" (deleted)"):  # a released session's daemon, exiting
+                    found.add(cwd)
+        except OSError:
+            continue
+    return found
 
 
 def _logs(capfd, caplog) -> str:
@@ -174,7 +191,7 @@ def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(t
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
             {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
         pid = server.running()["pid"]
-        after_each = []
+        after_each, session_files = [], set()
         for job in range(jobs):
             if job:
                 tbl.add(events_table(rows, start=job * rows))
@@ -182,12 +199,15 @@ def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(t
             assert plan["rows_to_compute"] == rows
             GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
             assert python_processes(pid)[0] >= 1  # the job's session has its daemon while it lives
+            session_files |= _daemon_directories(pid)
             GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan).execute({})
             GenevaVerifyOperator(task_id="verify", plan=plan).execute({})
             after_each.append(python_processes(pid))
         # At most the job just finished (and one whose daemon is exiting) may still show, never one per job.
         assert max(daemons for daemons, _ in after_each) <= 2, after_each
         _wait_for(lambda: python_processes(pid) == (0, 0), 30, "the last job's Python daemon to exit")
+        # Each session's files on the server (the package zip, the shipped storage options) went with it.
+        assert len(session_files) == jobs and not any(os.path.exists(d) for d in session_files), session_files
         capsys.readouterr()
         assert main(["status", "--dir", str(server.directory)]) == 0
         status = capsys.readouterr().out
