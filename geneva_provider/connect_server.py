@@ -1,14 +1,16 @@
 """A long-lived local Spark Connect server for the embedded default, from the pyspark wheel alone.
 
 ``python -m geneva_provider.connect_server start`` starts it (bound to 127.0.0.1) and returns once
-it accepts sessions; ``stop`` stops it; ``status`` says whether it runs.  Its pid, port and log
+it accepts sessions; ``stop`` stops it; ``status`` says whether it runs, with its open sessions and
+its Python worker processes.  Its pid, port and log
 live in ``--dir`` (default ``~/.geneva/connect``), so any shell can stop what another started.
 Airflow then reaches it through a ``spark_connect`` connection, e.g.
 ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": 15002}'``,
 and every Spark stage runs in the Airflow worker as a Connect client: no JVM starts per task.
 
 The server is ``SparkConnectServer`` run by the wheel's ``spark-submit`` on ``local[*]``; its
-Python workers run this interpreter, so they have the same packages as the Airflow worker.
+Python workers run this interpreter, so they have the same packages as the Airflow worker, and
+their daemon is :mod:`geneva_provider.worker_daemon`, so a released session's workers go with it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -99,6 +102,10 @@ class LocalConnectServer:
             "spark.connect.session.manager.defaultSessionTimeout": "20m",
             **self.conf,
         }
+        if conf["spark.pyspark.python"] == sys.executable:  # an interpreter with this package installed
+            # Spark keeps a Python daemon per Connect session until the server stops; this one exits
+            # when its session is released (see geneva_provider.worker_daemon).
+            conf.setdefault("spark.python.daemon.module", "geneva_provider.worker_daemon")
         command = [str(home / "bin" / "spark-submit"), "--class",
                    "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", self.master,
                    "--name", "geneva-connect-server"]
@@ -123,6 +130,28 @@ class LocalConnectServer:
         self.started_here = True
         return self.url
 
+    def status(self) -> dict[str, Any] | None:
+        """The running server's state plus its open ``sessions`` and ``python_daemons`` / ``python_workers``.
+
+        Sessions are counted from the server's log (opened, not yet released or expired); Python
+        processes from the process tree under the server: one daemon per session that ran Python
+        work, and the workers it forked.
+        """
+        state = self.running()
+        if state is None:
+            return None
+        daemons, workers = python_processes(state["pid"])
+        return {**state, "sessions": len(self.open_sessions()), "python_daemons": daemons,
+                "python_workers": workers}
+
+    def open_sessions(self) -> set[str]:
+        """Ids of the sessions the server's log shows opened and not closed since it started."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return set()
+        return set(_SESSION_SEEN.findall(text)) - set(_SESSION_CLOSED.findall(text))
+
     def stop(self) -> bool:
         """Stops this directory's server; False when none was running."""
         try:
@@ -145,6 +174,32 @@ class LocalConnectServer:
     def __exit__(self, *exc: object) -> None:
         if self.started_here:
             self.stop()
+
+
+_SESSION_SEEN = re.compile(r"sessionId: ([0-9a-f-]{36}) accessed")
+_SESSION_CLOSED = re.compile(r"Closing session with userId: .*? and sessionId: ([0-9a-f-]{36})")
+
+
+def python_processes(server_pid: int) -> tuple[int, int]:
+    """``(daemons, workers)``: the server JVM's Python child processes and the workers they forked."""
+    children: dict[int, list[int]] = {}
+    python: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+        if os.path.basename(argv0).startswith(b"python"):
+            python.add(int(entry))
+    daemons = [pid for pid in children.get(server_pid, []) if pid in python]
+    workers = [pid for daemon in daemons for pid in children.get(daemon, []) if pid in python]
+    return len(daemons), len(workers)
 
 
 def _accepts(port: int) -> bool:
@@ -214,8 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.action == "stop":
         print("Spark Connect server stopped" if server.stop() else "no Spark Connect server was running")
     else:
-        state = server.running()
-        print(f"running at {state['url']} (pid {state['pid']})" if state else "not running")
+        state = server.status()
+        print(f"running at {state['url']} (pid {state['pid']}): {state['sessions']} open sessions, "
+              f"{state['python_daemons']} Python daemons with {state['python_workers']} workers"
+              if state else "not running")
         return 0 if state else 3
     return 0
 

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -109,19 +109,20 @@ class _GenevaSparkStageOperator(BaseOperator):
         from geneva_provider import stages
         from geneva_provider.core.checkpoint import split_key_uri
         from geneva_provider.core.models import StageReport
-        from geneva_provider.pipeline.connect import close_session
+        from geneva_provider.pipeline.connect import close_session, lost_server, unreachable
 
         url = SparkConnectHook(self.spark_conn_id).get_connection_url()
         self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'): %s",
                       self.stage, plan.job_id, self.spark_conn_id, plan.describe())
         keep = False
         try:
-            self._session = self._job_session(url, store, split_key_uri(plan.plan_uri)[1])
-            with ProgressLogger(store, plan.job_id, self.stage, self.log):
-                result = getattr(stages, self.stage_function)(plan.plan_uri, self._session, storage_options)
+            self._session = session = self._job_session(url, store, split_key_uri(plan.plan_uri)[1])
+            with ProgressLogger(store, plan.job_id, self.stage, self.log, note=lambda: unreachable(session, url)):
+                result = getattr(stages, self.stage_function)(plan.plan_uri, session, storage_options)
             keep = self.keeps_session
         except Exception as exc:  # reported with the package's reason first
-            raise self._failure(plan.job_id, StageReport.failed(exc)) from exc
+            lost = lost_server(self._session, url, exc) if self._session is not None else None
+            raise self._failure(plan.job_id, StageReport.failed(lost or exc)) from exc
         finally:
             if self._session is not None:
                 close_session(self._session, keep=keep)
@@ -235,15 +236,20 @@ class _GenevaSparkStageOperator(BaseOperator):
         if self._session is not None:  # stop the server's work for this session, then release it
             from geneva_provider.pipeline.connect import close_session
 
-            self._session.interruptAll()
-            close_session(self._session)
+            close_session(self._session, interrupt=True)
 
 
 class ProgressLogger:
-    """Logs a running job's progress from its record at a steady cadence: rows, rows/s, not Spark task counts."""
+    """Logs a running job's progress from its record at a steady cadence: rows, rows/s, not Spark task counts.
 
-    def __init__(self, store: Any, job_id: str, stage: str, log: Any, seconds: float = PROGRESS_SECONDS) -> None:
+    ``note`` says what is wrong while the record cannot show it (a Spark Connect server the task cannot
+    reach): the line then carries it, as a warning, instead of looking healthy.
+    """
+
+    def __init__(self, store: Any, job_id: str, stage: str, log: Any, seconds: float = PROGRESS_SECONDS,
+                 note: Callable[[], str | None] | None = None) -> None:
         self.store, self.job_id, self.stage, self.log, self.seconds = store, job_id, stage, log, seconds
+        self.note = note
         self._t0 = time.monotonic()
         self._first: int | None = None  # rows done when the stage began (a retry resumes), read on entry
         self._stop = threading.Event()
@@ -274,13 +280,16 @@ class ProgressLogger:
             return
         elapsed = max(time.monotonic() - self._t0, 1e-9)
         rate = (self._done(record) - (self._first or 0)) / elapsed
+        note = self.note() if self.note is not None else None
+        status = f"{record.status}, but {note}" if note else record.status
+        say = self.log.warning if note else self.log.info
         if record.kind == "compaction":  # a rewrite: no checkpoints, its rows land at its one commit
-            self.log.info("%s %s: %s; %d of %d rows rewritten and committed (%.0f rows/s)", self.stage,
-                          self.job_id, record.status, record.rows_committed, record.rows_planned, rate)
+            say("%s %s: %s; %d of %d rows rewritten and committed (%.0f rows/s)", self.stage,
+                self.job_id, status, record.rows_committed, record.rows_planned, rate)
             return
-        self.log.info("%s %s: %s; %d of %d rows checkpointed, %d ready to commit, %d committed (%.0f rows/s)",
-                      self.stage, self.job_id, record.status, record.rows_checkpointed, record.rows_planned,
-                      record.rows_ready, record.rows_committed, rate)
+        say("%s %s: %s; %d of %d rows checkpointed, %d ready to commit, %d committed (%.0f rows/s)",
+            self.stage, self.job_id, status, record.rows_checkpointed, record.rows_planned,
+            record.rows_ready, record.rows_committed, rate)
 
     def _done(self, record: Any) -> int:
         """The rows this stage moves forward: checkpointed by apply, committed by the others."""

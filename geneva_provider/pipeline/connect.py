@@ -11,6 +11,7 @@ a Spark log.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
@@ -23,6 +24,12 @@ from geneva_provider.core.errors import SparkEnvironmentError
 log = logging.getLogger(__name__)
 
 FIRST_CONTACT_RETRIES = 5  # 0.05 s, x4 each time: about 17 s of back-off before a server counts as unreachable
+# Once the session works, a lost server is retried for about 35 s (0.05, 0.2, 0.8, 3.2, then 10 s three times,
+# plus pyspark's jitter) -- long enough for a blip, short enough that a dead server fails the stage in
+# well under a minute instead of pyspark's ten, and Airflow's retry resumes from the checkpoints.
+STAGE_RETRIES = 7
+STAGE_MAX_BACKOFF_MS = 10_000
+RELEASE_RETRIES = 2  # releasing is best effort (the server's idle timeout releases what we could not): ~0.25 s
 
 
 def connect_session(url: str, *, pyfiles: Sequence[str] = (), session_id: str | None = None) -> Any:
@@ -40,10 +47,7 @@ def connect_session(url: str, *, pyfiles: Sequence[str] = (), session_id: str | 
         spark = RemoteSparkSession.builder.remote(_with_session_id(url, session_id)).create()
         version = _first_contact(spark)
     except Exception as exc:  # noqa: BLE001 - the URL may hold a token: name the server by host only
-        error = SparkEnvironmentError(f"cannot open a Spark Connect session on {_host(url)}: "
-                                      f"{type(exc).__name__}: {_reason(exc)}")
-        error.retryable = True  # the server may be restarting
-        raise error from None
+        raise _unreachable_error(url, exc) from None
     try:
         _prepare(spark, pyfiles, _host(url))
     except BaseException:
@@ -58,23 +62,123 @@ def _first_contact(spark: Any) -> str:
     """The server's Spark version: the session's first call, retried for ~20 s (not the client's 10 minutes).
 
     An unreachable server then fails the task soon, with a retryable error, and Airflow's retries
-    (not a task stuck in gRPC back-off) decide how long to wait for it; once reached, the
-    session keeps pyspark's patient retry policy for the work itself.
+    (not a task stuck in gRPC back-off) decide how long to wait for it.  Once reached, the session's
+    work is retried under :func:`stage_retry_policy` (about 35 s), never pyspark's ten minutes.
     """
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     client = spark.client
-    patient = client.get_retry_policies()
     client.set_retry_policies([DefaultPolicy(max_retries=FIRST_CONTACT_RETRIES)])
     try:
         version = spark.version
     except BaseException:
-        # Release the session without back-off now: else its exit hook would retry for minutes.
-        client.set_retry_policies([DefaultPolicy(max_retries=0)])
         close_session(spark)
         raise
-    client.set_retry_policies(patient)
+    client.set_retry_policies([stage_retry_policy()])
     return version
+
+
+def stage_retry_policy() -> Any:
+    """pyspark's :class:`DefaultPolicy`, bounded to about 35 s, that remembers an outage while it retries.
+
+    The progress line reads it (:func:`unreachable`) to say the server is unreachable instead of
+    printing a healthy-looking "RUNNING"; once it has given up on an unreachable server it retries
+    nothing more, so the session's background releases and its own release fail at once.
+    """
+    return _stage_policy_class()()
+
+
+@functools.cache
+def _stage_policy_class() -> type:
+    import grpc
+    from pyspark.sql.connect.client.retries import DefaultPolicy, RetryPolicyState
+
+    class OutageState(RetryPolicyState):
+        def next_attempt(self, exception: BaseException | None = None) -> int | None:
+            wait_ms = super().next_attempt(exception)
+            self.policy.saw(exception, wait_ms)
+            return wait_ms
+
+    class StageRetryPolicy(DefaultPolicy):
+        def __init__(self) -> None:
+            super().__init__(max_retries=STAGE_RETRIES, max_backoff=STAGE_MAX_BACKOFF_MS)
+            self.outage_since: float | None = None  # monotonic time the client first failed to reach the server
+            self.retrying_until = 0.0  # when the current back-off ends
+            self.reason = ""
+            self.gave_up = False
+
+        def to_state(self) -> RetryPolicyState:
+            return OutageState(self)
+
+        def can_retry(self, e: BaseException) -> bool:
+            return not self.gave_up and super().can_retry(e)
+
+        def saw(self, exc: BaseException | None, wait_ms: int | None) -> None:
+            if not isinstance(exc, grpc.RpcError) or exc.code() != grpc.StatusCode.UNAVAILABLE:
+                return
+            now = time.monotonic()
+            if self.outage_since is None or now > self.retrying_until + OUTAGE_GAP_SECONDS:
+                self.outage_since = now  # a new outage (the last one ended: calls went through in between)
+            self.retrying_until = now + (wait_ms or 0) / 1000
+            self.reason = _reason(exc)
+            self.gave_up = wait_ms is None
+
+    return StageRetryPolicy
+
+
+OUTAGE_GAP_SECONDS = 5.0  # no failed call for this long after a back-off: the server answered again
+
+
+def unreachable(spark: Any, url: str) -> str | None:
+    """What to say while the session's client cannot reach its server (None while it can)."""
+    policy = _stage_policy(spark)
+    if policy is None or policy.outage_since is None:
+        return None
+    now = time.monotonic()
+    if not policy.gave_up and now > policy.retrying_until + OUTAGE_GAP_SECONDS:
+        return None
+    return (f"the Spark Connect server {_host(url)} is unreachable ({policy.reason}) for "
+            f"{now - policy.outage_since:.0f}s; " + ("giving up" if policy.gave_up else "still retrying"))
+
+
+def lost_server(spark: Any, url: str, exc: BaseException) -> SparkEnvironmentError | None:
+    """The retryable error naming the server, when ``exc`` is the session's client giving up on reaching it.
+
+    A dead or restarting server is no fault of the stage: the task's retry (Airflow's) reconnects and
+    resumes from the checkpoints.  None for any other failure.
+    """
+    policy = _stage_policy(spark)
+    if not (policy is not None and policy.gave_up) and not _is_unavailable(exc):
+        return None
+    since = f" for {time.monotonic() - policy.outage_since:.0f}s" if policy and policy.outage_since else ""
+    reason = policy.reason if policy is not None and policy.reason else _reason(exc)
+    error = SparkEnvironmentError(f"lost the Spark Connect server {_host(url)}: unreachable{since} ({reason}); "
+                                  "a retry resumes from the checkpoints")
+    error.retryable = True
+    return error
+
+
+def _stage_policy(spark: Any) -> Any:
+    try:
+        policies = spark.client.get_retry_policies()
+    except Exception:  # noqa: BLE001 - not a Connect session
+        return None
+    return next((p for p in policies if isinstance(p, _stage_policy_class())), None)
+
+
+def _is_unavailable(exc: BaseException | None) -> bool:
+    """True when ``exc`` (or what it was raised from) is gRPC's UNAVAILABLE: the server cannot be reached."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        code = getattr(exc, "getGrpcStatusCode", None) or getattr(exc, "code", None)
+        try:
+            if callable(code) and getattr(code(), "name", "") == "UNAVAILABLE":
+                return True
+        except Exception:  # noqa: BLE001 - an exception whose code() needs arguments
+            pass
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) -> tuple[Any, int] | None:
@@ -93,6 +197,13 @@ def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) ->
     spark = RemoteSparkSession.builder.remote(_with_session_id(url, session_id)).create()
     try:
         _first_contact(spark)
+    except Exception as exc:  # noqa: BLE001 - the URL may hold a token: name the server by host only
+        if _is_unavailable(exc):  # no server: a new session would wait through the same back-off again
+            raise _unreachable_error(url, exc) from None
+        log.info("the job's Spark Connect session %s cannot be reused (%s): opening a new one", session_id,
+                 _reason(exc))
+        return None
+    try:
         stopped = len(spark.interruptAll())
         _prepare(spark, pyfiles, _host(url))
     except Exception as exc:  # noqa: BLE001 - released (SESSION_CLOSED) or unusable: a new session will do
@@ -133,19 +244,37 @@ def _prepare(spark: Any, pyfiles: Sequence[str], server: str) -> None:
     spark.conf.set(PREPARED_CONF, marker)
 
 
-def close_session(spark: Any, *, keep: bool = False) -> None:
+def close_session(spark: Any, *, keep: bool = False, interrupt: bool = False) -> None:
     """Releases the session on the server; ``keep=True`` only closes this client's connection, leaving
     the session (and its warm Python workers) for the job's next stage to :func:`resume_session`.
+    ``interrupt=True`` first stops the session's running operations (a killed task's).
 
-    A kept session that no stage resumes is released by the server after its idle timeout
+    Releasing is brief (a fraction of a second of retries, not pyspark's ten minutes): in a task
+    that fails because the server is gone there is nothing to release, and a session this client
+    could not release is released by the server after its idle timeout
     (``spark.connect.session.manager.defaultSessionTimeout``).
     """
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=RELEASE_RETRIES)])
+    if interrupt:
+        try:
+            spark.interruptAll()
+        except Exception:  # noqa: BLE001 - a server that is gone runs nothing any more
+            pass
     if keep:
         spark.release_session_on_close = False
     try:
         spark.stop()
     except Exception:  # noqa: BLE001 - releasing a closed session may fail; nothing is left to release
         pass
+
+
+def _unreachable_error(url: str, exc: BaseException) -> SparkEnvironmentError:
+    error = SparkEnvironmentError(f"cannot open a Spark Connect session on {_host(url)}: "
+                                  f"{type(exc).__name__}: {_reason(exc)}")
+    error.retryable = True  # the server may be restarting
+    return error
 
 
 def _with_session_id(url: str, session_id: str | None) -> str:

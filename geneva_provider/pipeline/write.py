@@ -31,7 +31,7 @@ from geneva_provider.core.checkpoint import (
     staged_key,
 )
 from geneva_provider.core.errors import CheckpointMissingError, CommitError, CorruptCheckpointError
-from geneva_provider.core.fragments import live_row_addresses
+from geneva_provider.core.fragments import live_row_addresses, output_files
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
@@ -54,6 +54,7 @@ from geneva_provider.pipeline.planning import (
     discard_corrupt,
     load_plan,
     record_valid,
+    staged_files,
     validity_signature,
 )
 from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
@@ -226,8 +227,17 @@ def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None
     to_write = [f for f in plan.fragments if f.action is Action.COMPUTE]
     to_commit_now = {f.id: f.file for f in plan.fragments if f.action is Action.REUSE and f.file is not None}
     granularity = plan.settings.commit_granularity or max(len(to_write) + len(to_commit_now), 1)
-    ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if to_write else storage_options)
     committer = _Committer(plan, storage_options)
+    if earlier := _committed_earlier(plan, committer.store, storage_options):
+        # A retry of this plan: what the attempt before it committed stays committed (not written again,
+        # and not mistaken for a concurrent writer's values when the next commit rebases past it).
+        to_write = [f for f in to_write if f.id not in earlier]
+        to_commit_now = {fid: ref for fid, ref in to_commit_now.items() if fid not in earlier}
+        committer.committed += sorted(earlier)
+        committer.ready += sum(committer.rows[f] for f in earlier)
+        log.info("write %s: %d fragments were committed by an earlier attempt of this plan", plan.job_id,
+                 len(earlier))
+    ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if to_write else storage_options)
     groups = [to_write[i:i + granularity] for i in range(0, len(to_write), granularity)]
     log.info("write %s: %d fragments to write in %d groups, %d reused fragments to commit",
              plan.job_id, len(to_write), len(groups), len(to_commit_now))
@@ -266,6 +276,20 @@ def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None
         error.retryable = False
         raise error
     return outcome
+
+
+def _committed_earlier(plan: Plan, store: Any, storage_options: dict[str, str] | None) -> set[int]:
+    """The plan's fragments whose output is already a file this job staged: an earlier attempt committed them."""
+    staged = staged_files(store, plan.job_prefix)
+    if not staged:
+        return set()
+    import lance
+
+    live = {f.fragment_id: f.metadata for f in lance.dataset(
+        plan.table_uri, storage_options=storage_options).get_fragments()}
+    return {f.id for f in plan.fragments
+            if f.action in (Action.COMPUTE, Action.REUSE) and f.id in live and f.id in staged
+            and output_files(live[f.id], plan.output_field_ids) in {c.file.path for c in staged[f.id]}}
 
 
 class _Committer:

@@ -1,0 +1,100 @@
+"""pyspark's Python worker daemon, which also exits once its Spark Connect session is released.
+
+A Spark Connect server starts one ``pyspark.daemon`` per session (the session's artifacts make
+its workers' environment, ``SPARK_JOB_ARTIFACT_UUID``, its own) and stops none of them until the
+server stops: a long-lived server kept one daemon (~48 MB) per finished job.  This module runs
+pyspark's daemon unchanged and checks every few seconds whether its session was released (the
+server then deletes the session's artifact directory, ``<java.io.tmpdir>/artifacts-*/<uuid>``).
+If so, it removes the copy of the session's files Spark leaves in the daemon's working directory
+(``userFiles-*/<uuid>``: this package's zip and the storage options the stages ship, else kept
+until the server stops) and stops itself as Spark would, with SIGTERM; its idle workers go with
+it.  When it cannot find that directory, it stops after ``GENEVA_DAEMON_IDLE_SECONDS`` (60)
+without workers (Spark ends a pool's idle workers after a minute).  Should the session need
+workers again, Spark restarts its daemon ("Assuming that daemon unexpectedly quit, attempting to
+restart").
+
+Use it on a Connect server whose Python has this package installed:
+``--conf spark.python.daemon.module=geneva_provider.worker_daemon``
+(:class:`~geneva_provider.connect_server.LocalConnectServer` sets it).  Outside a Connect session
+(no session uuid) it is pyspark's daemon, unchanged.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+CHECK_SECONDS = 2.0
+IDLE_SECONDS_ENV = "GENEVA_DAEMON_IDLE_SECONDS"
+DEFAULT_IDLE_SECONDS = 60.0
+
+
+def session_uuid() -> str | None:
+    """The server-side uuid of this daemon's Connect session, None outside one."""
+    session = os.environ.get("SPARK_JOB_ARTIFACT_UUID", "")
+    return session if session and session != "default" else None
+
+
+def artifact_directory(session: str) -> str | None:
+    """The session's artifact directory, which the server deletes when it releases the session."""
+    roots = {tempfile.gettempdir(), "/tmp"}
+    found = [d for root in roots for d in glob.glob(os.path.join(root, "artifacts-*", session))]
+    return found[0] if len(found) == 1 else None
+
+
+def has_workers(pid: int) -> bool:
+    """True while process ``pid`` has a live child (a forked worker)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return bool(f.read().split())
+    except OSError:
+        return True  # cannot tell: never stop on a guess
+
+
+def watch_session(directory: str | None, idle_seconds: float, seconds: float = CHECK_SECONDS) -> None:
+    """SIGTERMs this process once ``directory`` is gone, or after ``idle_seconds`` without workers.
+
+    A timer signal, not a thread: the daemon forks its workers, and must not hold a thread then.
+    """
+    daemon_pid = os.getpid()
+    busy = [time.monotonic()]
+    files = os.getcwd()  # the session's own files directory (session_uuid() checked it is named so)
+
+    def check(signum: int, frame: object) -> None:
+        if os.getpid() != daemon_pid:
+            return
+        if directory is not None:
+            released = not os.path.isdir(directory)
+            if released and os.path.basename(files) == session_uuid():
+                shutil.rmtree(files, ignore_errors=True)  # the released session's files, shipped secrets included
+        else:
+            if has_workers(daemon_pid):
+                busy[0] = time.monotonic()
+            released = time.monotonic() - busy[0] > idle_seconds
+        if released:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            os.kill(daemon_pid, signal.SIGTERM)  # pyspark's handler: SIGHUP to its workers, then exit
+
+    # Workers are forked from the daemon: they must not keep its handler (timers are not inherited).
+    os.register_at_fork(after_in_child=lambda: signal.signal(signal.SIGALRM, signal.SIG_DFL))
+    signal.signal(signal.SIGALRM, check)
+    signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
+
+
+def main() -> None:
+    from pyspark import daemon
+
+    session = session_uuid()
+    if session is not None:
+        idle = float(os.environ.get(IDLE_SECONDS_ENV, DEFAULT_IDLE_SECONDS))
+        watch_session(artifact_directory(session), idle)
+    daemon.manager()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
