@@ -98,6 +98,19 @@ def connect_server(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="module")
+def connect_spark(connect_server):
+    # The Connect client class itself: this test process also holds the suite's classic session,
+    # beside which pyspark.sql.SparkSession.builder.remote() refuses to start a remote one.
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    session = RemoteSparkSession.builder.remote(connect_server.url).create()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
 @pytest.fixture
 def db(tmp_path):
     import geneva_provider as gp

@@ -154,10 +154,8 @@ def _checkpoints(store) -> int:
     return len([k for k in store.list_keys("udf-") if "_range-" in k])
 
 
-def test_a_killed_backfill_reads_abandoned_releases_its_fragments_and_is_taken_over(db, spark, call_dir):
-    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=1_000)
-    tbl.add_columns({"y": counting_double(call_dir, sleep=0.0005)})
-    store = tbl.checkpoint_store
+def _kill_a_backfill(db, store) -> None:
+    """SIGKILLs a backfill of 'events'.'y' in its own process once it has checkpointed a few batches."""
     _run_and_kill(f"""
         import geneva_provider as gp
         from geneva_provider.stages import local_session
@@ -165,6 +163,13 @@ def test_a_killed_backfill_reads_abandoned_releases_its_fragments_and_is_taken_o
         gp.connect({db.uri!r}).open_table("events").backfill("y", spark=spark, checkpoint_size=500)
         print("FINISHED")
     """, lambda: _checkpoints(store) >= 6)
+
+
+def test_a_killed_backfill_reads_abandoned_releases_its_fragments_and_is_taken_over(db, spark, call_dir):
+    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": counting_double(call_dir, sleep=0.0005)})
+    store = tbl.checkpoint_store
+    _kill_a_backfill(db, store)
     job = _abandoned(db, "events", "backfill")
     assert job.stage == "apply" and job.rows_planned == 20_000 and job.error and "heartbeat" in job.error
     assert db.get_job(job.job_id).status is JobStatus.ABANDONED
@@ -187,13 +192,7 @@ def test_a_killed_backfill_is_resumed_from_its_checkpoints_by_the_run_that_takes
     tbl = db.create_table("events", events_table(20_000), max_rows_per_file=1_000)
     tbl.add_columns({"y": counting_double(call_dir, sleep=0.0005)})
     store = tbl.checkpoint_store
-    _run_and_kill(f"""
-        import geneva_provider as gp
-        from geneva_provider.stages import local_session
-        spark = local_session("local[2]", conf={{"spark.ui.showConsoleProgress": "false"}})
-        gp.connect({db.uri!r}).open_table("events").backfill("y", spark=spark, checkpoint_size=500)
-        print("FINISHED")
-    """, lambda: _checkpoints(store) >= 6)
+    _kill_a_backfill(db, store)
     job = _abandoned(db, "events", "backfill")
     clear_calls(call_dir)
     rerun = tbl.backfill("y", spark=spark, checkpoint_size=500)

@@ -7,19 +7,6 @@ import pytest
 from tests.helpers import clear_calls, counting_double, events_table, read_calls
 
 
-@pytest.fixture(scope="module")
-def connect_spark(connect_server):
-    # The Connect client class itself: this test process also holds the suite's classic session,
-    # beside which pyspark.sql.SparkSession.builder.remote() refuses to start a remote one.
-    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
-
-    session = RemoteSparkSession.builder.remote(connect_server.url).create()
-    try:
-        yield session
-    finally:
-        session.stop()
-
-
 def test_a_backfill_a_refresh_and_a_compaction_over_spark_connect(db, connect_spark, call_dir):
     from geneva_provider.pipeline.runner import is_connect
 

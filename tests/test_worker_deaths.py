@@ -115,17 +115,6 @@ def test_a_udf_over_the_python_memory_limit_is_named_with_the_limit(db, tmp_path
     _assert_untouched_then_rerun(tbl, flag, spark, before)
 
 
-@pytest.fixture(scope="module")
-def connect_spark(connect_server):
-    # The Connect client class itself: this process also holds the suite's classic session.
-    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
-
-    session = RemoteSparkSession.builder.remote(connect_server.url).create()
-    try:
-        yield session
-    finally:
-        session.stop()
-
 
 def test_over_spark_connect_a_udf_calling_os_exit_is_named_too(db, tmp_path, connect_spark):
     """The same report through mapInArrow: Connect's SparkException becomes the package's error."""
