@@ -277,6 +277,7 @@ class FragmentCheckpoint(_Model):
     rows: int
     where: str | None = None  # the filter of the job that staged it
     complete: bool = False    # the staged file holds a valid value for every live row
+    job_id: str | None = None  # the plan that staged it: a retry of that plan knows its own earlier commits
 
 
 class StagedFiles(_Model):

@@ -152,7 +152,8 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
                            file_major_version=major, file_minor_version=minor, file_size_bytes=w.size_bytes)
     writer.stage(fid, FragmentCheckpoint(
         file=datafile, src_data_files=entry.src_files, output_field_ids=leaves, column_uid=job.column_uid,
-        base_file=entry.base_file, rows=entry.rows, where=job.where, complete=complete))
+        base_file=entry.base_file, rows=entry.rows, where=job.where, complete=complete,
+        job_id=ctx.job_id))
     return WrittenFragment(frag=fid, file=datafile, rows=entry.rows, complete=complete)
 
 
@@ -279,17 +280,27 @@ def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None
 
 
 def _committed_earlier(plan: Plan, store: Any, storage_options: dict[str, str] | None) -> set[int]:
-    """The plan's fragments whose output is already a file this job staged: an earlier attempt committed them."""
-    staged = staged_files(store, plan.job_prefix)
-    if not staged:
+    """The plan's fragments whose output is already a file this plan wrote or reused: an earlier attempt
+    committed them.
+
+    Only this plan's own files count: another job of the same column (an earlier backfill with another
+    filter) stages under the same prefix, and its committed files are no reason to skip a fragment.
+    """
+    mine: dict[int, set[str]] = {}
+    for fid, files in staged_files(store, plan.job_prefix).items():
+        mine.setdefault(fid, set()).update(c.file.path for c in files if c.job_id == plan.job_id)
+    for f in plan.fragments:
+        if f.action is Action.REUSE and f.file is not None:
+            mine.setdefault(f.id, set()).add(f.file.path)
+    if not any(mine.values()):
         return set()
     import lance
 
     live = {f.fragment_id: f.metadata for f in lance.dataset(
         plan.table_uri, storage_options=storage_options).get_fragments()}
     return {f.id for f in plan.fragments
-            if f.action in (Action.COMPUTE, Action.REUSE) and f.id in live and f.id in staged
-            and output_files(live[f.id], plan.output_field_ids) in {c.file.path for c in staged[f.id]}}
+            if f.action in (Action.COMPUTE, Action.REUSE) and f.id in live
+            and output_files(live[f.id], plan.output_field_ids) in mine.get(f.id, set())}
 
 
 class _Committer:
