@@ -42,9 +42,24 @@ def session_uuid() -> str | None:
 
 def artifact_directory(session: str) -> str | None:
     """The session's artifact directory, which the server deletes when it releases the session."""
-    roots = {tempfile.gettempdir(), "/tmp"}
+    roots = {tempfile.gettempdir(), "/tmp", *jvm_temp_dirs(os.getppid())}
     found = [d for root in roots for d in glob.glob(os.path.join(root, "artifacts-*", session))]
     return found[0] if len(found) == 1 else None
+
+
+def jvm_temp_dirs(pid: int) -> list[str]:
+    """The ``java.io.tmpdir`` the JVM ``pid`` (the executor that started this daemon) was given, if any.
+
+    The server makes its artifact directories there, which need not be this process's temp dir
+    (a server started with ``-Djava.io.tmpdir=...`` in ``SPARK_SUBMIT_OPTS``).
+    """
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+    prefix = "-Djava.io.tmpdir="
+    return [a[len(prefix):] for a in args if a.startswith(prefix)]
 
 
 def has_workers(pid: int) -> bool:
