@@ -46,7 +46,8 @@ _EXPORTS = {
         "ErrorPolicy", "Retry", "Skip", "Fail", "retry_transient", "retry_all", "skip_on_error", "fail_fast")},
     **{name: "geneva_provider.core.errors" for name in (
         "GenevaError", "InvalidArgumentError", "TableNotFoundError", "ColumnError", "UDFDefinitionError",
-        "UDFExecutionError", "PlanFormatError", "CheckpointMissingError", "CommitError", "VerificationError",
+        "UDFExecutionError", "UDFWorkerDiedError", "PlanFormatError", "CheckpointMissingError", "CommitError",
+        "VerificationError",
         "SparkEnvironmentError", "StorageUnreachableError")},
 }
 
@@ -55,7 +56,8 @@ __all__ = [
     "CommitError", "Connection", "GenevaError", "InMemoryCheckpointStore", "InvalidArgumentError",
     "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "SparkEnvironmentError",
     "StorageUnreachableError", "Table", "TableNotFoundError",
-    "UDFDefinitionError", "UDFExecutionError", "UDFKind", "VerificationError", "__version__", "connect", "udf",
+    "UDFDefinitionError", "UDFExecutionError", "UDFKind", "UDFWorkerDiedError", "VerificationError", "__version__",
+    "connect", "udf",
     "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
 ]
 
@@ -83,6 +85,7 @@ if TYPE_CHECKING:
         TableNotFoundError,
         UDFDefinitionError,
         UDFExecutionError,
+        UDFWorkerDiedError,
         VerificationError,
     )
     from geneva_provider.core.models import BackfillResult

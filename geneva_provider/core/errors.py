@@ -37,6 +37,17 @@ class UDFExecutionError(GenevaError):
     """A UDF raised or returned something unusable while computing a column."""
 
 
+class UDFWorkerDiedError(UDFExecutionError):
+    """A UDF's Python worker died while computing a column (os._exit, a native crash, a kill for memory).
+
+    Retryable: from outside, a worker the UDF crashed cannot be told from one the operating system or
+    a lost executor took down, and a retry resumes from the batch checkpoints (within one attempt, a
+    worker that dies twice on the same rows is reported rather than run a third time).
+    """
+
+    retryable = True
+
+
 class SparkEnvironmentError(GenevaError):
     """The Spark cluster cannot run the stages as configured (versions, missing packages, unreachable server).
 

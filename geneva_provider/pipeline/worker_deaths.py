@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from geneva_provider.core.checkpoint import CheckpointStore
-from geneva_provider.core.errors import UDFExecutionError
+from geneva_provider.core.errors import UDFExecutionError, UDFWorkerDiedError
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import JobSpec, Task
 
@@ -172,7 +172,7 @@ class WorkerDeath:
 
 
 def death_error(call: RunningCall | None, death: WorkerDeath | None, fallback: str | None, *,
-                deaths: int = 1) -> UDFExecutionError:
+                deaths: int = 1) -> UDFWorkerDiedError:
     """The error a dead worker is reported as: the UDF, column, table, rows, and what killed it."""
     limit = call.memory_limit_mb if call is not None else None
     if call is not None and call.exit:
@@ -191,8 +191,9 @@ def death_error(call: RunningCall | None, death: WorkerDeath | None, fallback: s
     else:
         who = fallback or "a UDF killed its Python worker"
     repeated = f" ({deaths} attempts died on the same rows)" if deaths > 1 else ""
-    return UDFExecutionError(f"{who}: {cause}{repeated}. Nothing was committed; fix the UDF and run the job "
-                             "again (rows checkpointed before the crash are not computed again)")
+    return UDFWorkerDiedError(f"{who}: {cause}{repeated}. Nothing was committed; a rerun resumes from the "
+                              "checkpoints (rows checkpointed before the crash are not computed again) -- if the "
+                              "UDF crashes its worker every time, fix it first")
 
 
 def read_call(store: CheckpointStore, job_id: str, partition: int | None) -> RunningCall | None:
