@@ -63,7 +63,7 @@ $(STAMP): pyproject.toml constraints.txt
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[airflow,dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[airflow,connect,dev]"
 	touch $(STAMP)
 
 clean:
