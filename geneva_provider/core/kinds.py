@@ -1,0 +1,49 @@
+"""The closed vocabularies every layer shares: stages, job kinds, row outcomes and event statuses.
+
+They are ``StrEnum``s so that they travel as the very strings the store, XCom, Spark task results and
+job records have always held (``JobKind.BACKFILL == "backfill"``): a value read back from JSON compares
+equal to its member, and what is written stays the same words.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Stage(StrEnum):
+    """A stage of a job: each is one Airflow task, and each records itself in the job record."""
+
+    PLAN = "plan"
+    APPLY = "apply"
+    WRITE_COMMIT = "write_commit"
+    COMPACT = "compact"
+    VERIFY = "verify"
+
+
+class JobKind(StrEnum):
+    """What a job computes: a UDF column of a table, a view's rows, or a compaction's rewrites."""
+
+    BACKFILL = "backfill"
+    REFRESH = "refresh"
+    COMPACTION = "compaction"
+
+
+class RowOutcome(StrEnum):
+    """What a UDF error policy made of a row whose call failed."""
+
+    SKIPPED = "skipped"      # left NULL, recorded in the error store
+    RECOVERED = "recovered"  # a retry computed it
+    FAILED = "failed"        # the job fails on it
+
+    @property
+    def leaves_row_empty(self) -> bool:
+        """Whether the row ends without its value (the error store's "failed rows")."""
+        return self is not RowOutcome.RECOVERED
+
+
+class EventStatus(StrEnum):
+    """How a stage report or a trigger event ended."""
+
+    SUCCESS = "success"
+    FAILED = "failed"  # a stage report: the stage raised
+    ERROR = "error"    # a trigger event: waiting cannot go on
