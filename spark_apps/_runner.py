@@ -51,7 +51,7 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any]
         if not isinstance(exc, GenevaError):  # the package's own errors say what is wrong; others need the trace
             traceback.print_exc(file=sys.stderr)
         report = StageReport.failed(exc)
-        print(f"geneva {name} failed: {report.error}", file=sys.stderr)
+        print(f"geneva {name} failed: {report.error.describe() if report.error else name}", file=sys.stderr)
         code = 1
     finally:
         if spark is not None:

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
+from geneva_provider.core.errors import ErrorPayload, InvalidArgumentError, PlanFormatError
+from geneva_provider.core.kinds import EventStatus
 
 PLAN_FORMAT = 3
 
@@ -436,22 +437,17 @@ def plan_from_json(text: str, where: str) -> Plan | CompactionPlan:
 class StageReport(_Model):
     """What a spark-submit program leaves beside the plan for the operator that launched it."""
 
-    status: Literal["success", "failed"]
-    error: str | None = None
-    retryable: bool = True  # False: the failure is deterministic (bad input, a UDF bug), a retry cannot help
-    error_type: str | None = None  # the exception's class name (one of the package's errors, or another)
+    status: Literal[EventStatus.SUCCESS, EventStatus.FAILED]
+    error: ErrorPayload | None = None  # FAILED: what the stage raised, and whether a retry can help
     result: ApplyResult | WriteResult | CompactionResult | None = Field(default=None, discriminator="stage")
 
     def to_xcom(self) -> dict[str, Any]:
-        return {"status": self.status, **(self.result.model_dump(mode="json") if self.result else {})}
+        return {"status": self.status.value, **(self.result.model_dump(mode="json") if self.result else {})}
 
     @classmethod
     def failed(cls, exc: BaseException) -> StageReport:
         """The report of a stage that raised ``exc``: the package's errors say whether a retry can help."""
-        from geneva_provider.core.errors import GenevaError
-
-        return cls(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
-                   retryable=not isinstance(exc, GenevaError) or exc.retryable)
+        return cls(status=EventStatus.FAILED, error=ErrorPayload.from_exc(exc))
 
 
 class VerifyResult(_Model):
