@@ -11,8 +11,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from geneva_provider.core.kinds import JobKind
+
 STORAGE_OPTIONS_ENV = "GENEVA_STORAGE_OPTIONS"
-PLAN_KINDS = ("backfill", "refresh")  # the kinds of plan the apply and write+commit stages run
+PLAN_KINDS = (JobKind.BACKFILL, JobKind.REFRESH)  # the kinds of plan the apply and write+commit stages run
 
 
 def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any], argv: list[str] | None = None,

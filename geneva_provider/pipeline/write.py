@@ -32,6 +32,7 @@ from geneva_provider.core.checkpoint import (
 )
 from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError, CorruptCheckpointError
 from geneva_provider.core.fragments import live_row_addresses, output_files
+from geneva_provider.core.kinds import Stage
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
@@ -201,7 +202,7 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
         return WriteResult(job_id=plan.job_id, version=plan.read_version, fragments_committed=0, rows_committed=0,
                            fragments_vanished=[], commit_retries=0, seconds=0.0)
     _check_applied(plan, store)
-    with job_stage(store, plan.job_id, "write_commit"):
+    with job_stage(store, plan.job_id, Stage.WRITE_COMMIT):
         return _write_commit(plan, spark, storage_options)
 
 
