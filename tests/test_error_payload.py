@@ -93,3 +93,18 @@ def test_a_malformed_event_fails_the_sensor_once():
     with pytest.raises(AirflowException, match="boom") as failed:
         sensor.execute_complete({}, {"status": "error", "message": "boom", "error": "KeyError"})
     assert not isinstance(failed.value, AirflowFailException | gp.GenevaError)
+
+
+def test_enum_fields_store_the_same_words():
+    from geneva_provider.core.kinds import JobKind, Stage
+    from geneva_provider.core.models import JobRecord
+
+    record = JobRecord(job_id="j", kind=JobKind.BACKFILL, table="t", stage=Stage.WRITE_COMMIT, created_at="c",
+                       updated_at="u")
+    stored = record.model_dump(mode="json")
+    assert (stored["kind"], stored["stage"]) == ("backfill", "write_commit")
+    read = JobRecord.model_validate_json(record.model_dump_json())
+    assert read.kind is JobKind.BACKFILL and read.stage is Stage.WRITE_COMMIT
+    assert JobRecord.model_validate({**stored, "stage": "done"}).stage == "done"  # a finished job's record
+    with pytest.raises(ValueError, match="stage"):
+        JobRecord.model_validate({**stored, "stage": "apply2"})
