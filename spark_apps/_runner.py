@@ -39,6 +39,7 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any]
         _check_result_file(parser, args.result_file)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from geneva_provider.core.errors import GenevaError
+    from geneva_provider.core.kinds import EventStatus
     from geneva_provider.core.models import StageReport
 
     spark = None
@@ -47,7 +48,7 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any]
         options = _storage_options()
         _check_plan(args.plan_uri, options, name, kinds)
         spark = _session()
-        report = StageReport(status="success", result=stage(args.plan_uri, spark, options))
+        report = StageReport(status=EventStatus.SUCCESS, result=stage(args.plan_uri, spark, options))
         code = 0
     except Exception as exc:  # noqa: BLE001 - every failure becomes an exit code and a message
         if not isinstance(exc, GenevaError):  # the package's own errors say what is wrong; others need the trace
