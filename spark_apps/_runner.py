@@ -11,8 +11,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from geneva_provider.core.kinds import JobKind
+
 STORAGE_OPTIONS_ENV = "GENEVA_STORAGE_OPTIONS"
-PLAN_KINDS = ("backfill", "refresh")  # the kinds of plan the apply and write+commit stages run
+PLAN_KINDS = (JobKind.BACKFILL, JobKind.REFRESH)  # the kinds of plan the apply and write+commit stages run
 
 
 def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any], argv: list[str] | None = None,
@@ -37,6 +39,7 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any]
         _check_result_file(parser, args.result_file)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from geneva_provider.core.errors import GenevaError
+    from geneva_provider.core.kinds import EventStatus
     from geneva_provider.core.models import StageReport
 
     spark = None
@@ -45,13 +48,13 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any]
         options = _storage_options()
         _check_plan(args.plan_uri, options, name, kinds)
         spark = _session()
-        report = StageReport(status="success", result=stage(args.plan_uri, spark, options))
+        report = StageReport(status=EventStatus.SUCCESS, result=stage(args.plan_uri, spark, options))
         code = 0
     except Exception as exc:  # noqa: BLE001 - every failure becomes an exit code and a message
         if not isinstance(exc, GenevaError):  # the package's own errors say what is wrong; others need the trace
             traceback.print_exc(file=sys.stderr)
         report = StageReport.failed(exc)
-        print(f"geneva {name} failed: {report.error}", file=sys.stderr)
+        print(f"geneva {name} failed: {report.error.describe() if report.error else name}", file=sys.stderr)
         code = 1
     finally:
         if spark is not None:

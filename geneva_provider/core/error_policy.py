@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from geneva_provider.core.errors import UDFDefinitionError
+from geneva_provider.core.kinds import RowOutcome
 
 Backoff = Literal["exponential", "fixed", "linear"]
 TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OSError)
@@ -203,7 +204,7 @@ class RowFailure:
     message: str
     traceback: str
     attempts: int
-    outcome: Literal["skipped", "recovered", "failed"]
+    outcome: RowOutcome
 
 
 @dataclass

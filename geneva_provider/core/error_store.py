@@ -11,10 +11,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from geneva_provider.core.kinds import RowOutcome
 from geneva_provider.core.models import RowError
 
 ERRORS_DIR = "_errors"
-FAILED = ("skipped", "failed")  # outcomes that leave a row without its value
+FAILED = tuple(o.value for o in RowOutcome if o.leaves_row_empty)  # outcomes that leave a row without its value
 
 
 def _schema() -> Any:

@@ -1,10 +1,23 @@
-"""The package's exception types (core: imported by every layer, imports nothing).
+"""The package's exception types, and the one form they take to cross a process boundary.
 
 Every error names the table, column or argument at fault so that a failed DAG task
 says what to fix without a trip through the Spark logs.
+
+A stage runs in another process (a spark-submit driver, the triggerer), so its error travels as
+data: an :class:`ErrorPayload` holds the error's ``code`` (its class's, stable), its message and
+whether a retry can help.  The code is looked up in a registry every package error class joins
+when it is defined -- never as an attribute name of this module -- and ``retryable`` is a class
+attribute only: an error that a retry can fix is a class of its own (``SparkServerUnreachableError``),
+so a class name says everything a payload carries.
 """
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+_REGISTRY: dict[str, type[GenevaError]] = {}
 
 
 class GenevaError(Exception):
@@ -12,9 +25,75 @@ class GenevaError(Exception):
 
     ``retryable`` says whether running the same task again can help: bad input, a failing UDF or a
     missing value fail the same way every time (Airflow fails such a task without retrying it).
+    ``code`` names the class in an :class:`ErrorPayload` (its class name unless it sets one);
+    ``register=False`` leaves a subclass out of the registry (an Airflow twin of a class that is in it).
     """
 
-    retryable: bool = False
+    code: ClassVar[str] = "GenevaError"
+    retryable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not register:
+            return
+        cls.code = cls.__dict__.get("code", cls.__name__)
+        known = _REGISTRY.get(cls.code)
+        same = known is not None and (known.__module__, known.__qualname__) == (cls.__module__, cls.__qualname__)
+        if known is not None and not same:  # a reloaded module redefines its own classes
+            raise TypeError(f"error code {cls.code!r} is taken by {known.__module__}.{known.__qualname__}")
+        _REGISTRY[cls.code] = cls
+
+
+_REGISTRY[GenevaError.code] = GenevaError
+
+
+def error_class(code: str) -> type[GenevaError] | None:
+    """The package error class registered under ``code`` (None for another exception's name)."""
+    return _REGISTRY.get(code)
+
+
+def error_classes() -> list[type[GenevaError]]:
+    """Every registered package error class."""
+    return list(_REGISTRY.values())
+
+
+class ErrorPayload(BaseModel):
+    """An error as data: what a stage report, a trigger event or a Spark task result carries.
+
+    ``code`` is a registered package error's code, or the class name of any other exception (which
+    :meth:`to_exc` turns into a ``RuntimeError``: foreign classes are never looked up by name).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: str
+    message: str
+    retryable: bool = True  # False: the failure is deterministic (bad input, a UDF bug), a retry cannot help
+
+    @classmethod
+    def from_exc(cls, exc: BaseException) -> ErrorPayload:
+        """The payload of ``exc``: its code, message, and its class's word on retrying (others: retryable)."""
+        if isinstance(exc, GenevaError):
+            return cls(code=exc.code, message=str(exc), retryable=exc.retryable)
+        return cls(code=type(exc).__name__, message=str(exc), retryable=True)
+
+    @property
+    def is_package_error(self) -> bool:
+        """Whether the code names a registered package error class."""
+        return error_class(self.code) is not None
+
+    def describe(self) -> str:
+        """``Code: message``, as a traceback's last line names an error."""
+        return f"{self.code}: {self.message}"
+
+    def to_exc(self, message: str | None = None) -> Exception:
+        """The error again, with ``message`` (default: the payload's): the registered class for a package code,
+        a ``RuntimeError`` otherwise."""
+        text = self.message if message is None else message
+        cls = error_class(self.code)
+        if cls is None:
+            return RuntimeError(text)
+        return cls(text)
 
 
 class InvalidArgumentError(GenevaError, ValueError):
@@ -31,6 +110,10 @@ class ColumnError(GenevaError, ValueError):
 
 class UDFDefinitionError(GenevaError, TypeError):
     """A UDF cannot be used as declared (no data type, bad signature...)."""
+
+
+class UDFImportError(UDFDefinitionError, ImportError):
+    """A UDF reference that cannot be imported: a UDFDefinitionError, and an ImportError as it always was."""
 
 
 class UDFExecutionError(GenevaError):
@@ -52,8 +135,17 @@ class SparkEnvironmentError(GenevaError):
     """The Spark cluster cannot run the stages as configured (versions, missing packages, unreachable server).
 
     Mismatched versions or packages fail the same way on every attempt; an unreachable server is
-    marked ``retryable`` (it may be restarting).
+    a :class:`SparkServerUnreachableError`, which a retry can fix.
     """
+
+
+class SparkServerUnreachableError(SparkEnvironmentError):
+    """The Spark Connect server cannot be reached (refused, down, lost mid-stage): it may be restarting.
+
+    Retryable: Airflow's retry reconnects and resumes from the checkpoints.
+    """
+
+    retryable = True
 
 
 class PlanFormatError(InvalidArgumentError):
@@ -70,8 +162,21 @@ class CommitError(GenevaError):
     retryable = True  # a later attempt meets other concurrent writers
 
 
+class ConcurrentOverwriteError(CommitError):
+    """A concurrent job of the same column committed newer values over fragments this plan meant to commit.
+
+    Not retryable: every retry of the same plan meets the same newer values; only a new plan takes them in.
+    """
+
+    retryable = False
+
+
 class VerificationError(GenevaError):
     """Planned rows did not end up committed in the table."""
+
+
+class MalformedEventError(GenevaError):
+    """A trigger event that none of the package's triggers could have sent (a bug, or another version's event)."""
 
 
 class JobNotFoundError(GenevaError, LookupError):

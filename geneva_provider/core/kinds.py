@@ -47,3 +47,4 @@ class EventStatus(StrEnum):
     SUCCESS = "success"
     FAILED = "failed"  # a stage report: the stage raised
     ERROR = "error"    # a trigger event: waiting cannot go on
+    TIMEOUT = "timeout"  # a trigger event: the deadline passed first

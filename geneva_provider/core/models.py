@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
+from geneva_provider.core.errors import ErrorPayload, InvalidArgumentError, PlanFormatError
+from geneva_provider.core.kinds import EventStatus, JobKind, RowOutcome, Stage
 
 PLAN_FORMAT = 3
 
@@ -132,7 +133,7 @@ class PlanSettings(_Model):
 class JobSpec(_Model):
     """What a job computes and where: everything a stage needs except the per-fragment plan."""
 
-    kind: Literal["backfill", "refresh"]
+    kind: Literal[JobKind.BACKFILL, JobKind.REFRESH]
     table: str
     table_uri: str
     column: str | None = None
@@ -153,7 +154,7 @@ class JobSpec(_Model):
 
     def label(self) -> str:
         """How logs and errors name the job."""
-        if self.kind == "refresh":
+        if self.kind == JobKind.REFRESH:
             return f"refresh of view '{self.table}'"
         return f"backfill of column '{self.column}' in table '{self.table}'"
 
@@ -199,7 +200,7 @@ class PlanSummary(_Model):
 
     job_id: str
     plan_uri: str
-    kind: Literal["backfill", "refresh", "compaction"] = "backfill"
+    kind: JobKind = JobKind.BACKFILL
     table: str
     column: str | None = None
     read_version: int
@@ -245,7 +246,7 @@ class PlanSummary(_Model):
 
     def describe(self) -> str:
         """What the plan found, in the one wording the plan stage, the operators and the DAG logs all use."""
-        if self.kind == "compaction":
+        if self.kind == JobKind.COMPACTION:
             left = f"; fragments {self.fragments_excluded} left alone (held by live jobs)" if self.fragments_excluded \
                 else ""
             if self.nothing_to_do:
@@ -255,7 +256,7 @@ class PlanSummary(_Model):
         valid = f"{_count(self.fragments_done, 'fragment')} already valid"
         if self.nothing_to_do:
             return f"nothing to do: up to date at version {self.read_version} ({valid})"
-        appended = f" ({self.rows_appended:,} source rows appended)" if self.kind == "refresh" else ""
+        appended = f" ({self.rows_appended:,} source rows appended)" if self.kind == JobKind.REFRESH else ""
         return (f"{self.rows_to_compute:,} rows to compute{appended} in {_count(self.tasks, 'task')} over "
                 f"{_count(self.fragments_to_compute, 'fragment')} at version {self.read_version}; "
                 f"{_count(self.fragments_reused, 'staged fragment')} reused, {valid}, "
@@ -304,7 +305,7 @@ class RowError(_Model):
     message: str
     traceback: str = ""
     attempts: int = 1
-    outcome: Literal["skipped", "recovered", "failed"]
+    outcome: RowOutcome
 
 
 class ApplyTaskResult(_Model):
@@ -331,7 +332,7 @@ class WrittenFragment(_Model):
 class ApplyResult(_Model):
     """The apply stage's counts."""
 
-    stage: Literal["apply"] = "apply"
+    stage: Literal[Stage.APPLY] = Stage.APPLY
     job_id: str
     tasks_run: int
     rows_computed: int
@@ -346,7 +347,7 @@ class ApplyResult(_Model):
 class WriteResult(_Model):
     """The write+commit stage's outcome."""
 
-    stage: Literal["write_commit"] = "write_commit"
+    stage: Literal[Stage.WRITE_COMMIT] = Stage.WRITE_COMMIT
     job_id: str
     version: int
     fragments_committed: int
@@ -377,7 +378,7 @@ class CompactionPlan(_Model):
     """A distributed compaction: Lance's rewrite tasks (pickled), planned on the driver, run on executors."""
 
     format: int = PLAN_FORMAT
-    kind: Literal["compaction"] = "compaction"
+    kind: Literal[JobKind.COMPACTION] = JobKind.COMPACTION
     job_id: str
     created_at: str
     table: str
@@ -398,7 +399,7 @@ class CompactionPlan(_Model):
         return not self.tasks
 
     def summary(self, plan_uri: str) -> PlanSummary:
-        return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind="compaction", table=self.table,
+        return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind=JobKind.COMPACTION, table=self.table,
                            read_version=self.read_version, rows_to_compute=0, rows_reused=0, tasks=len(self.tasks),
                            fragments_to_compute=len(self.fragments), fragments_reused=0, fragments_done=0,
                            nothing_to_do=self.nothing_to_do, fragments_excluded=self.excluded,
@@ -408,7 +409,7 @@ class CompactionPlan(_Model):
 class CompactionResult(_Model):
     """What a compaction did."""
 
-    stage: Literal["compact"] = "compact"
+    stage: Literal[Stage.COMPACT] = Stage.COMPACT
     job_id: str
     version: int
     fragments_removed: int
@@ -430,28 +431,23 @@ def plan_from_json(text: str, where: str) -> Plan | CompactionPlan:
     if fmt != PLAN_FORMAT:
         raise PlanFormatError(f"{where} has plan format {fmt}, expected {PLAN_FORMAT}: it was written by "
                               "another version of airflow-provider-geneva; plan the job again")
-    return (CompactionPlan if kind == "compaction" else Plan).model_validate_json(text)
+    return (CompactionPlan if kind == JobKind.COMPACTION else Plan).model_validate_json(text)
 
 
 class StageReport(_Model):
     """What a spark-submit program leaves beside the plan for the operator that launched it."""
 
-    status: Literal["success", "failed"]
-    error: str | None = None
-    retryable: bool = True  # False: the failure is deterministic (bad input, a UDF bug), a retry cannot help
-    error_type: str | None = None  # the exception's class name (one of the package's errors, or another)
+    status: Literal[EventStatus.SUCCESS, EventStatus.FAILED]
+    error: ErrorPayload | None = None  # FAILED: what the stage raised, and whether a retry can help
     result: ApplyResult | WriteResult | CompactionResult | None = Field(default=None, discriminator="stage")
 
     def to_xcom(self) -> dict[str, Any]:
-        return {"status": self.status, **(self.result.model_dump(mode="json") if self.result else {})}
+        return {"status": self.status.value, **(self.result.model_dump(mode="json") if self.result else {})}
 
     @classmethod
     def failed(cls, exc: BaseException) -> StageReport:
         """The report of a stage that raised ``exc``: the package's errors say whether a retry can help."""
-        from geneva_provider.core.errors import GenevaError
-
-        return cls(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
-                   retryable=not isinstance(exc, GenevaError) or exc.retryable)
+        return cls(status=EventStatus.FAILED, error=ErrorPayload.from_exc(exc))
 
 
 class VerifyResult(_Model):
@@ -489,11 +485,11 @@ class JobRecord(_Model):
     """
 
     job_id: str
-    kind: Literal["backfill", "refresh", "compaction"]
+    kind: JobKind
     table: str
     column: str | None = None
     status: JobStatus = JobStatus.PENDING
-    stage: str = "plan"
+    stage: Stage | Literal["done"] = Stage.PLAN  # "done" once the job finished
     created_at: str
     updated_at: str
     finished_at: str | None = None

@@ -10,20 +10,39 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 from geneva_provider.core.column_names import user_columns
 from geneva_provider.core.errors import ColumnError
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import files_holding, leaf_field_ids
+from geneva_provider.core.table_events import TableSeen
 from geneva_provider.core.view_meta import META_QUERY
 
 
-def table_status(ds: Any) -> dict[str, int]:
+class TableStatus(BaseModel):
+    """A table's version, live rows and fragments."""
+
+    version: int
+    rows: int
+    fragments: int
+
+
+class ColumnBacklog(BaseModel):
+    """Rows of a table (and the fragments holding them) whose column was never computed, at a version."""
+
+    version: int
+    fragments_pending: int
+    rows_pending: int
+
+
+def table_status(ds: Any) -> TableStatus:
     """Version, live rows and fragments of a dataset (no data is read)."""
     fragments = ds.get_fragments()
-    return {"version": ds.version, "rows": sum(f.count_rows() for f in fragments), "fragments": len(fragments)}
+    return TableStatus(version=ds.version, rows=sum(f.count_rows() for f in fragments), fragments=len(fragments))
 
 
-def column_backlog(ds: Any, column: str, table: str = "") -> dict[str, int]:
+def column_backlog(ds: Any, column: str, table: str = "") -> ColumnBacklog:
     """Rows (and the fragments holding them) whose ``column`` has never been computed.
 
     A row is pending when its fragment holds no data file for the column (rows added since the
@@ -51,7 +70,7 @@ def column_backlog(ds: Any, column: str, table: str = "") -> dict[str, int]:
             pending = frag.count_rows(filter=f"`{fp}` IS NULL")
         fragments += pending > 0
         rows += pending
-    return {"version": ds.version, "fragments_pending": fragments, "rows_pending": rows}
+    return ColumnBacklog(version=ds.version, fragments_pending=fragments, rows_pending=rows)
 
 
 def _fingerprint_of(ds: Any, column: str) -> str | None:
@@ -66,18 +85,19 @@ def _fingerprint_of(ds: Any, column: str) -> str | None:
 
 
 def table_changed(ds: Any, min_version: int | None, min_rows: int | None, column: str | None,
-                  table: str = "") -> tuple[bool, dict[str, Any]]:
+                  table: str = "") -> tuple[bool, TableSeen]:
     """Whether the table moved past the watermark, and what was seen (the table's status).
 
     Watermarks: a version above ``min_version``, more than ``min_rows`` rows, or rows whose
     ``column`` was never computed (see :func:`column_backlog`).
     """
-    status: dict[str, Any] = table_status(ds)
-    changed = ((min_version is not None and status["version"] > min_version)
-               or (min_rows is not None and status["rows"] > min_rows))
+    status = table_status(ds)
+    changed = ((min_version is not None and status.version > min_version)
+               or (min_rows is not None and status.rows > min_rows))
+    backlog: dict[str, Any] = {}
     if column is not None:
-        backlog = column_backlog(ds, column, table)
-        status.update(column=column, rows_pending=backlog["rows_pending"],
-                      fragments_pending=backlog["fragments_pending"])
-        changed = changed or backlog["rows_pending"] > 0
-    return changed, status
+        pending = column_backlog(ds, column, table)
+        backlog = {"column": column, "rows_pending": pending.rows_pending,
+                   "fragments_pending": pending.fragments_pending}
+        changed = changed or pending.rows_pending > 0
+    return changed, TableSeen(**status.model_dump(), **backlog)

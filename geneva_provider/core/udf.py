@@ -23,9 +23,11 @@ from typing import Any
 
 import cloudpickle
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
 
 from geneva_provider.core.error_policy import ErrorPolicy, Outcome, RowFailure, call_with_policy, error_policy
 from geneva_provider.core.errors import UDFDefinitionError
+from geneva_provider.core.kinds import RowOutcome
 from geneva_provider.core.udf_identity import udf_fingerprint
 
 META_PREFIX = "geneva::udf::"
@@ -166,7 +168,7 @@ class UDF:
         exc = outcome.error
         if exc is None:
             return outcome.value
-        state = "recovered" if outcome.ok else "skipped" if outcome.skipped else "failed"
+        state = RowOutcome.RECOVERED if outcome.ok else RowOutcome.SKIPPED if outcome.skipped else RowOutcome.FAILED
         if failures is not None:
             failures.append(RowFailure(index=index if index is not None else -1, error_type=type(exc).__name__,
                                        message=str(exc)[:2_000], traceback=outcome.trace,
@@ -289,10 +291,26 @@ class UdfColumnInfo:
     max_failed_rows: int | None = None       # the error policy's skip limits (None: no limit, or no skipping)
     max_failed_fraction: float | None = None
 
-    def describe(self) -> dict[str, Any]:
+    def listing(self) -> UdfColumnListing:
         """The user-facing facts (no pickle)."""
-        return {"name": self.name, "version": self.version, "kind": self.kind, "input_columns": self.input_columns,
-                "column_uid": self.column_uid}
+        return UdfColumnListing(name=self.name, version=self.version, kind=self.kind,
+                                input_columns=self.input_columns, column_uid=self.column_uid)
+
+    def describe(self) -> dict[str, Any]:
+        """The user-facing facts as a dict (what ``Table.udf_columns()`` lists per column)."""
+        return self.listing().model_dump()
+
+
+class UdfColumnListing(BaseModel):
+    """One UDF column as ``Table.udf_columns()`` lists it: its UDF's name, version, kind and inputs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    version: str
+    kind: str
+    input_columns: list[str] | None
+    column_uid: str = ""
 
 
 def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from geneva_provider.core.catalog import DIRECTORY, Catalog
 from geneva_provider.core.errors import GenevaError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
+from geneva_provider.core.kinds import JobKind
 
 if TYPE_CHECKING:
     from geneva_provider.core.models import JobRecord
@@ -122,7 +123,7 @@ class Connection:
         if status is not None and status not in JobStatus.__members__:
             raise InvalidArgumentError(f"list_jobs: status must be one of {list(JobStatus.__members__)}, got "
                                        f"{status!r}")
-        if kind is not None and kind not in ("backfill", "refresh", "compaction"):
+        if kind is not None and kind not in list(JobKind):
             raise InvalidArgumentError(f"list_jobs: kind must be backfill, refresh or compaction, got {kind!r}")
         names = [table] if table is not None else self.table_names()
         records = [r for name in names for r in read_records(self.catalog.ref(name).checkpoint_store())]

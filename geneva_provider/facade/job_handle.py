@@ -10,6 +10,7 @@ from concurrent.futures import Future
 from typing import Any, Literal, TextIO
 
 from geneva_provider.core.checkpoint import CheckpointStore
+from geneva_provider.core.kinds import JobKind, Stage
 from geneva_provider.core.models import BackfillResult, JobRecord, JobStatus, PlanSummary
 from geneva_provider.pipeline.job_records import read_record
 from geneva_provider.pipeline.jobs import JobControl
@@ -25,8 +26,9 @@ def _now() -> str:
 class JobHandle:
     """A backfill or refresh running in a background thread: ``status()``, ``result()``, ``cancel()``."""
 
-    def __init__(self, store: CheckpointStore, label: str, *, kind: Literal["backfill", "refresh"] = "backfill",
-                 table: str = "", column: str | None = None) -> None:
+    def __init__(self, store: CheckpointStore, label: str, *,
+                 kind: Literal[JobKind.BACKFILL, JobKind.REFRESH] = JobKind.BACKFILL, table: str = "",
+                 column: str | None = None) -> None:
         self.store = store
         self.label = label
         self.kind, self.table, self.column = kind, table, column
@@ -59,14 +61,14 @@ class JobHandle:
         summary = self.control.summary
         error = self._error()
         if summary is None:
-            return self._record("", JobStatus.FAILED if error else JobStatus.PENDING, "plan", error=error)
+            return self._record("", JobStatus.FAILED if error else JobStatus.PENDING, Stage.PLAN, error=error)
         record = read_record(self.store, summary.job_id)
         if record is not None:
             return record
         if summary.nothing_to_do:
             return self._record(summary.job_id, JobStatus.DONE, "done", read_version=summary.read_version,
                                 version=summary.read_version)
-        return self._record(summary.job_id, JobStatus.FAILED if error else JobStatus.PENDING, "plan", error=error,
+        return self._record(summary.job_id, JobStatus.FAILED if error else JobStatus.PENDING, Stage.PLAN, error=error,
                             read_version=summary.read_version, rows_planned=summary.rows_to_compute)
 
     def _error(self) -> str | None:
@@ -76,7 +78,7 @@ class JobHandle:
         exc = self.future.exception()
         return f"{type(exc).__name__}: {exc}"
 
-    def _record(self, job_id: str, status: JobStatus, stage: str, **fields: Any) -> JobRecord:
+    def _record(self, job_id: str, status: JobStatus, stage: Stage | Literal["done"], **fields: Any) -> JobRecord:
         """A record built here for a moment the store holds none of (before the plan, or nothing to do)."""
         now = _now()
         ended = now if status in (JobStatus.DONE, JobStatus.FAILED) else None

@@ -20,9 +20,10 @@ from geneva_provider.core.fingerprints import (
     holds_fingerprints_of,
     is_fingerprint_column,
 )
+from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
-from geneva_provider.core.udf import UDF, udf_column_info
+from geneva_provider.core.udf import UDF, UdfColumnListing, udf_column_info
 from geneva_provider.core.view_meta import META_QUERY
 
 if TYPE_CHECKING:
@@ -232,12 +233,12 @@ class Table:
 
     def udf_columns(self) -> dict[str, dict[str, Any]]:
         """UDF columns of the table: name -> UDF name, version, kind and input columns."""
-        out = {}
-        for f in self.schema:
-            info = udf_column_info(f.metadata)
-            if info is not None:
-                out[f.name] = info.describe()
-        return out
+        return {name: listing.model_dump() for name, listing in self.udf_column_listings().items()}
+
+    def udf_column_listings(self) -> dict[str, UdfColumnListing]:
+        """UDF columns of the table as typed listings: name -> UDF name, version, kind and input columns."""
+        infos = ((f.name, udf_column_info(f.metadata)) for f in self.schema)
+        return {name: info.listing() for name, info in infos if info is not None}
 
     # ------------------------------------------------------------------ views
     def search(self, query: Any = None) -> Query:
@@ -284,7 +285,7 @@ class Table:
         from geneva_provider.facade.job_handle import JobHandle
 
         run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options)
-        return JobHandle(checkpoint_store or self.checkpoint_store, f"refresh {self.name}", kind="refresh",
+        return JobHandle(checkpoint_store or self.checkpoint_store, f"refresh {self.name}", kind=JobKind.REFRESH,
                          table=self.name).start(run)
 
     def _refresh_job(self, src_version: int | None, max_rows_per_fragment: int | None, spark: Any,
@@ -385,7 +386,7 @@ class Table:
         from geneva_provider.facade.job_handle import JobHandle
 
         run = self._backfill_job(column, where, spark, checkpoint_store, options)
-        return JobHandle(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}", kind="backfill",
+        return JobHandle(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}", kind=JobKind.BACKFILL,
                          table=self.name, column=column).start(run)
 
     def _backfill_job(self, column: str, where: str | None, spark: Any, store: CheckpointStore | None,

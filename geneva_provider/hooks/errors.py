@@ -2,6 +2,13 @@
 
 Here (the hooks layer) because operators and sensors are sibling layers that cannot import each
 other, and both need the same rule: a package error that a retry cannot fix fails the task once.
+
+Airflow fails a task without retrying it only for an ``AirflowFailException``, and callers catch
+the package's own classes (``ColumnError``...), so such an error is raised as its *fail-once twin*:
+a class declared below that is both.  The twins are written out (not made at run time), carry the
+names of the classes they stand for, and are left out of the error registry (``register=False``):
+a payload of a twin names the package class.  A test checks that every registered class a retry
+cannot fix has its twin.
 """
 
 from __future__ import annotations
@@ -10,7 +17,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from geneva_provider.core.errors import GenevaError
+from airflow.sdk.exceptions import AirflowFailException
+
+from geneva_provider.core import errors
 
 
 def fails_without_retry(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -22,11 +31,9 @@ def fails_without_retry(method: Callable[..., Any]) -> Callable[..., Any]:
     """
     @functools.wraps(method)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        from airflow.sdk.exceptions import AirflowFailException
-
         try:
             return method(self, *args, **kwargs)
-        except GenevaError as exc:
+        except errors.GenevaError as exc:
             if exc.retryable or isinstance(exc, AirflowFailException):  # already converted by an inner method
                 raise
             # ``from None``: the same error, not a second copy of its message chained above it in the task log.
@@ -35,16 +42,84 @@ def fails_without_retry(method: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def no_retry(exc: GenevaError) -> Exception:
-    """``exc`` as an instance of its own class and of ``AirflowFailException`` (same message)."""
-    failed = _no_retry_class(type(exc))(*exc.args)
+def no_retry(exc: errors.GenevaError) -> Exception:
+    """``exc`` as its fail-once twin: an instance of its own class and of ``AirflowFailException`` (same message).
+
+    An error of a class without a twin (a subclass defined elsewhere) takes its nearest ancestor's.
+    """
+    twin = next(FAILS_ONCE[cls] for cls in type(exc).__mro__ if cls in FAILS_ONCE)
+    failed = twin(*exc.args)
     failed.__traceback__ = exc.__traceback__
     return failed
 
 
-@functools.cache
-def _no_retry_class(cls: type[GenevaError]) -> type[Exception]:
-    from airflow.sdk.exceptions import AirflowFailException
+class GenevaError(errors.GenevaError, AirflowFailException, register=False):
+    """A GenevaError that fails its task once."""
 
-    return type(cls.__name__, (cls, AirflowFailException), {"__module__": cls.__module__,
-                                                              "__doc__": cls.__doc__})
+
+class InvalidArgumentError(errors.InvalidArgumentError, AirflowFailException, register=False):
+    """An InvalidArgumentError that fails its task once."""
+
+
+class TableNotFoundError(errors.TableNotFoundError, AirflowFailException, register=False):
+    """A TableNotFoundError that fails its task once."""
+
+
+class ColumnError(errors.ColumnError, AirflowFailException, register=False):
+    """A ColumnError that fails its task once."""
+
+
+class UDFDefinitionError(errors.UDFDefinitionError, AirflowFailException, register=False):
+    """A UDFDefinitionError that fails its task once."""
+
+
+class UDFImportError(errors.UDFImportError, AirflowFailException, register=False):
+    """A UDFImportError that fails its task once."""
+
+
+class UDFExecutionError(errors.UDFExecutionError, AirflowFailException, register=False):
+    """A UDFExecutionError that fails its task once."""
+
+
+class SparkEnvironmentError(errors.SparkEnvironmentError, AirflowFailException, register=False):
+    """A SparkEnvironmentError that fails its task once."""
+
+
+class PlanFormatError(errors.PlanFormatError, AirflowFailException, register=False):
+    """A PlanFormatError that fails its task once."""
+
+
+class CheckpointMissingError(errors.CheckpointMissingError, AirflowFailException, register=False):
+    """A CheckpointMissingError that fails its task once."""
+
+
+class ConcurrentOverwriteError(errors.ConcurrentOverwriteError, AirflowFailException, register=False):
+    """A ConcurrentOverwriteError that fails its task once."""
+
+
+class VerificationError(errors.VerificationError, AirflowFailException, register=False):
+    """A VerificationError that fails its task once."""
+
+
+class MalformedEventError(errors.MalformedEventError, AirflowFailException, register=False):
+    """A MalformedEventError that fails its task once."""
+
+
+class JobNotFoundError(errors.JobNotFoundError, AirflowFailException, register=False):
+    """A JobNotFoundError that fails its task once."""
+
+
+class JobCancelledError(errors.JobCancelledError, AirflowFailException, register=False):
+    """A JobCancelledError that fails its task once."""
+
+
+class CorruptCheckpointError(errors.CorruptCheckpointError, AirflowFailException, register=False):
+    """A CorruptCheckpointError that fails its task once."""
+
+
+# package class -> its fail-once twin
+FAILS_ONCE: dict[type[errors.GenevaError], type[errors.GenevaError]] = {
+    twin.__mro__[1]: twin for twin in (
+        GenevaError, InvalidArgumentError, TableNotFoundError, ColumnError, UDFDefinitionError, UDFImportError,
+        UDFExecutionError, SparkEnvironmentError, PlanFormatError, CheckpointMissingError, ConcurrentOverwriteError,
+        VerificationError, MalformedEventError, JobNotFoundError, JobCancelledError, CorruptCheckpointError)}

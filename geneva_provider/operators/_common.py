@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
+from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError, UDFImportError
 from geneva_provider.core.options import rendered_later
 
 if TYPE_CHECKING:
@@ -23,10 +23,6 @@ if TYPE_CHECKING:
 # What the Spark stage operators take besides the plan (the task groups pass them to both Spark tasks).
 SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package", "cluster_credentials",
                  "spark_conn_id")
-
-
-class UDFImportError(UDFDefinitionError, ImportError):
-    """A UDF reference that cannot be imported: a UDFDefinitionError, and an ImportError as it always was."""
 
 
 def take_options(cls: type[JobOptions], kwargs: dict[str, Any], operator: type | None = None,

@@ -52,7 +52,7 @@ class GenevaAddColumnsOperator(BaseOperator):
         job = f"add_columns on table '{self.table}'"
         columns = check_dict(self.columns, "columns", job, COLUMNS_EXPECTED)  # {} is an error, as for Table.add_columns
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        declared = tbl.udf_columns()
+        declared = tbl.udf_column_listings()
         names = set(tbl.schema.names)
         to_add: dict[str, Any] = {}
         kept = []
@@ -60,10 +60,10 @@ class GenevaAddColumnsOperator(BaseOperator):
             ref, inputs = _udf_spec(spec, column, job)
             fn = import_udf(ref, column)
             if column in declared:
-                if declared[column]["version"] != fn.version:
+                if declared[column].version != fn.version:
                     raise ColumnError(
-                        f"column '{column}' of table '{self.table}' is computed by UDF '{declared[column]['name']}' "
-                        f"version {declared[column]['version']}, not {ref} version {fn.version}; "
+                        f"column '{column}' of table '{self.table}' is computed by UDF '{declared[column].name}' "
+                        f"version {declared[column].version}, not {ref} version {fn.version}; "
                         "drop the column to redefine it")
                 kept.append(column)
             elif column in names:

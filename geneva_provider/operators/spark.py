@@ -217,17 +217,16 @@ class _GenevaSparkStageOperator(BaseOperator):
 
         A deterministic failure (bad input, a UDF bug) fails the task for good; others may retry.
         """
-        from geneva_provider.core import errors
+        from geneva_provider.core.errors import GenevaError
 
-        reason = report.error if report is not None and report.error else "it wrote no report (see Spark's output)"
+        payload = report.error if report is not None else None
+        reason = payload.describe() if payload is not None else "it wrote no report (see Spark's output)"
         # The provider keeps (and masks) the last lines spark-submit printed.
         tail = getattr(self._hook, "_submit_log_tail", "")
         message = f"the {self.stage} stage of plan {job_id} failed: {reason}{tail}"
-        cls = getattr(errors, report.error_type or "", None) if report is not None else None
-        if isinstance(cls, type) and issubclass(cls, errors.GenevaError):  # the package's error, as itself
-            error = cls(message)
-            error.retryable = report.retryable
-            return error if report.retryable else no_retry(error)
+        error = payload.to_exc(message) if payload is not None else None
+        if isinstance(error, GenevaError):  # the package's error, as itself
+            return error if error.retryable else no_retry(error)
         return AirflowException(message)
 
     def on_kill(self) -> None:

@@ -32,6 +32,7 @@ from geneva_provider.core.checkpoint import (
 from geneva_provider.core.error_store import ErrorStore
 from geneva_provider.core.errors import UDFExecutionError
 from geneva_provider.core.fragments import live_row_addresses
+from geneva_provider.core.kinds import RowOutcome, Stage
 from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.pipeline.context import StageContext
@@ -114,7 +115,7 @@ class _Checkpointer:
                 for col, f in failures]
         fingerprints = self.work.fingerprints(rows)
         keep = np.ones(n, bool)
-        keep[[f.index for _, f in failures if f.outcome == "skipped"]] = False
+        keep[[f.index for _, f in failures if f.outcome == RowOutcome.SKIPPED]] = False
         if not keep.all():
             fingerprints = pc.if_else(pa.array(keep), fingerprints, pa.scalar(None, fingerprints.type))
         outputs[self.ctx.job.output_columns[-1]] = fingerprints
@@ -327,7 +328,7 @@ def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None 
                  plan.read_version)
         return ApplyResult(job_id=plan.job_id, tasks_run=0, rows_computed=0, rows_reused=plan.rows_reused,
                            checkpoints_written=0, errors=0, seconds=0.0)
-    with job_stage(store, plan.job_id, "apply"):
+    with job_stage(store, plan.job_id, Stage.APPLY):
         return _apply(plan, store, spark, storage_options)
 
 
@@ -366,12 +367,13 @@ def _apply(plan: Plan, store: CheckpointStore, spark: Any, storage_options: dict
     computed = sum(r.rows_computed for r in results)
     failures = [f for r in results for f in r.failures]
     ErrorStore(plan.table_uri, storage_options).append(plan.job_id, plan.table, failures)
-    failed = sum(1 for f in failures if f.outcome == "skipped")
+    failed = sum(1 for f in failures if f.outcome == RowOutcome.SKIPPED)
     counts = ApplyResult(
         job_id=plan.job_id, tasks_run=len(tasks), rows_computed=computed,
         rows_reused=plan.rows_reused + (planned - computed if not errors else 0),
         checkpoints_written=sum(r.checkpoints for r in results), errors=len(errors), rows_failed=failed,
-        rows_retried=sum(1 for f in failures if f.outcome == "recovered"), seconds=round(time.perf_counter() - t0, 3))
+        rows_retried=sum(1 for f in failures if f.outcome == RowOutcome.RECOVERED),
+        seconds=round(time.perf_counter() - t0, 3))
     log.info("apply %s: %d rows checkpointed in %d checkpoints (%d skipped by the error policy, %d recovered "
              "by retries), %.1fs", plan.job_id, computed, counts.checkpoints_written, failed, counts.rows_retried,
              counts.seconds)

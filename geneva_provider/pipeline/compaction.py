@@ -25,6 +25,7 @@ from typing import Any
 from geneva_provider.core.checkpoint import CheckpointStore, plan_key
 from geneva_provider.core.errors import CommitError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
+from geneva_provider.core.kinds import JobKind, Stage
 from geneva_provider.core.models import (
     Action,
     CompactionPlan,
@@ -70,7 +71,7 @@ def held_fragments(store: CheckpointStore) -> dict[str, list[int]]:
         if not _PLAN_KEY.match(key):
             continue
         record = read_record(store, key.removeprefix("plan-"))
-        if record is not None and (record.kind == "compaction" or not is_live(record, now)):
+        if record is not None and (record.kind == JobKind.COMPACTION or not is_live(record, now)):
             continue  # ended, failed or abandoned: it holds nothing (the plan is read only for a live job)
         try:
             plan = plan_from_json(store.get_text(key), key)
@@ -135,7 +136,7 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
     store.put_model(key, doc)  # even with nothing to do: the compact stage is then handed a no-op, not a dangling URI
     summary = doc.summary(store.key_uri(key))
     if record and not doc.nothing_to_do:
-        first = JobRecord(job_id=doc.job_id, kind="compaction", table=table.name, created_at=doc.created_at,
+        first = JobRecord(job_id=doc.job_id, kind=JobKind.COMPACTION, table=table.name, created_at=doc.created_at,
                           updated_at=doc.created_at, read_version=doc.read_version, rows_planned=doc.rows,
                           airflow_run_id=airflow_run_id)
         start_record(store, first)
@@ -197,7 +198,7 @@ def run_compaction(plan_uri: str, spark: Any, storage_options: dict[str, str] | 
                  plan.table, plan.read_version)
         return CompactionResult(job_id=plan.job_id, version=plan.read_version, fragments_removed=0,
                                 fragments_added=0, files_removed=0, files_added=0, excluded=plan.excluded)
-    with job_stage(store, plan.job_id, "compact"):
+    with job_stage(store, plan.job_id, Stage.COMPACT):
         result = _compact(plan, store, storage_options, spark)
     finish_record(store, plan.job_id, version=result.version, rows_committed=plan.rows)
     return result

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from geneva_provider.core.errors import SparkEnvironmentError
+from geneva_provider.core.errors import SparkEnvironmentError, SparkServerUnreachableError
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def unreachable(spark: Any, url: str) -> str | None:
             f"{now - policy.outage_since:.0f}s; " + ("giving up" if policy.gave_up else "still retrying"))
 
 
-def lost_server(spark: Any, url: str, exc: BaseException) -> SparkEnvironmentError | None:
+def lost_server(spark: Any, url: str, exc: BaseException) -> SparkServerUnreachableError | None:
     """The retryable error naming the server, when ``exc`` is the session's client giving up on reaching it.
 
     A dead or restarting server is no fault of the stage: the task's retry (Airflow's) reconnects and
@@ -152,10 +152,8 @@ def lost_server(spark: Any, url: str, exc: BaseException) -> SparkEnvironmentErr
         return None
     since = f" for {time.monotonic() - policy.outage_since:.0f}s" if policy and policy.outage_since else ""
     reason = policy.reason if policy is not None and policy.reason else _reason(exc)
-    error = SparkEnvironmentError(f"lost the Spark Connect server {_host(url)}: unreachable{since} ({reason}); "
-                                  "a retry resumes from the checkpoints")
-    error.retryable = True
-    return error
+    return SparkServerUnreachableError(f"lost the Spark Connect server {_host(url)}: unreachable{since} ({reason}); "
+                                       "a retry resumes from the checkpoints")
 
 
 def _stage_policy(spark: Any) -> Any:
@@ -270,11 +268,9 @@ def close_session(spark: Any, *, keep: bool = False, interrupt: bool = False) ->
         pass
 
 
-def _unreachable_error(url: str, exc: BaseException) -> SparkEnvironmentError:
-    error = SparkEnvironmentError(f"cannot open a Spark Connect session on {_host(url)}: "
-                                  f"{type(exc).__name__}: {_reason(exc)}")
-    error.retryable = True  # the server may be restarting
-    return error
+def _unreachable_error(url: str, exc: BaseException) -> SparkServerUnreachableError:
+    return SparkServerUnreachableError(f"cannot open a Spark Connect session on {_host(url)}: "
+                                       f"{type(exc).__name__}: {_reason(exc)}")
 
 
 def _with_session_id(url: str, session_id: str | None) -> str:

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from geneva_provider.core.error_policy import RowFailure
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import FINGERPRINT_PREFIX, fingerprint_column, row_fingerprints
+from geneva_provider.core.kinds import JobKind, RowOutcome
 from geneva_provider.core.udf import UDF, UDFCallError, load_udf, udf_column_info
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID
 from geneva_provider.pipeline.context import StageContext
@@ -131,7 +132,7 @@ def input_for(ctx: StageContext, ds: Any) -> JobInput:
     return factory(ctx, ds)
 
 
-@register_input("backfill")
+@register_input(JobKind.BACKFILL)
 class ScanInput:
     """Backfill input: the fragment's own rows, one UDF column out."""
 
@@ -162,7 +163,7 @@ def _stored(column: str) -> str:
     return f"{FINGERPRINT_PREFIX}_stored__{column}"
 
 
-@register_input("refresh")
+@register_input(JobKind.REFRESH)
 class CopyInput:
     """Refresh input: a view fragment's ``__source_row_id``s, the source rows they name, the view columns out.
 
@@ -241,7 +242,7 @@ class CopyInput:
             index[todo] = rows.num_rows + np.arange(len(todo))
             merged = pa.concat_arrays([rows.column(_stored(name)).combine_chunks().cast(self.types[name]),
                                        values.cast(self.types[name])]).take(pa.array(index))
-        skipped = [int(todo[f.index]) for _, f in found if f.outcome == "skipped" and f.index >= 0]
+        skipped = [int(todo[f.index]) for _, f in found if f.outcome == RowOutcome.SKIPPED and f.index >= 0]
         if skipped:  # no value, so no fingerprint: the next refresh tries the row again
             keep = np.ones(rows.num_rows, bool)
             keep[skipped] = False

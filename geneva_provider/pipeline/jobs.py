@@ -17,6 +17,7 @@ from typing import Any
 from geneva_provider.core.catalog import TableResolver
 from geneva_provider.core.checkpoint import CheckpointStore, open_store, split_key_uri
 from geneva_provider.core.errors import InvalidArgumentError, JobCancelledError
+from geneva_provider.core.kinds import Stage
 from geneva_provider.core.models import BackfillResult, CompactionResult, JobStatus, PlanSummary
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
@@ -116,7 +117,7 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
     control.summary = summary
     if control.on_plan is not None:
         control.on_plan(summary)
-    seconds["plan"] = time.perf_counter() - t0
+    seconds[Stage.PLAN] = time.perf_counter() - t0
     so = table.storage_options
     if summary.nothing_to_do:
         log.info("job %s on table '%s': up to date", summary.job_id, table.name)
@@ -126,7 +127,7 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
                               seconds=_rounded(seconds))
     store = open_store(split_key_uri(summary.plan_uri)[0], so)
     try:
-        control.check("apply")
+        control.check(Stage.APPLY)
         t = time.perf_counter()
         # Heartbeats from the plan to the end: the job is live while its Spark session starts, too.
         with keep_alive(store, summary.job_id), _session(spark, f"geneva-{table.name}-{column}") as session:
@@ -134,11 +135,11 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
             seconds["session"] = time.perf_counter() - t
             t = time.perf_counter()
             applied = run_apply(summary.plan_uri, session, so)
-            seconds["apply"] = time.perf_counter() - t
+            seconds[Stage.APPLY] = time.perf_counter() - t
             control.check("write+commit")
             t = time.perf_counter()
             written = run_write_commit(summary.plan_uri, session, so)
-            seconds["write_commit"] = time.perf_counter() - t
+            seconds[Stage.WRITE_COMMIT] = time.perf_counter() - t
             control.spark = None
     except Exception as exc:
         if not control.cancelled.is_set():
@@ -153,7 +154,7 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         raise JobCancelledError(f"job {summary.job_id} was cancelled while running") from None
     t = time.perf_counter()
     verify(summary, so)
-    seconds["verify"] = time.perf_counter() - t
+    seconds[Stage.VERIFY] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - t0
     result = BackfillResult(
         job_id=summary.job_id, column=column, rows_computed=applied.rows_computed, rows_reused=applied.rows_reused,

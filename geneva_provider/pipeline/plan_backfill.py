@@ -24,6 +24,7 @@ from geneva_provider.core.fingerprints import (
     row_fingerprints,
 )
 from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids, live_row_addresses
+from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, UdfRef
 from geneva_provider.core.options import BackfillOptions, check_count
 from geneva_provider.core.refs import TableRef, check_table_ref
@@ -67,7 +68,7 @@ def plan_backfill(
     examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
     fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, info.column_uid, where)
     job = JobSpec(
-        kind="backfill", table=table.name, table_uri=table.uri, column=column, output_columns=[column, fp],
+        kind=JobKind.BACKFILL, table=table.name, table_uri=table.uri, column=column, output_columns=[column, fp],
         input_columns=inputs, where=where, read_version=ds.version, output_field_ids=out_leaves,
         column_uid=info.column_uid, data_storage_version=str(ds.data_storage_version), job_prefix=prefix,
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,

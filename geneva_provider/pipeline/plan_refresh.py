@@ -31,6 +31,7 @@ from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids
+from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, SourceSpec
 from geneva_provider.core.options import RefreshOptions, check_count
 from geneva_provider.core.refs import TableRef, check_table_ref
@@ -113,7 +114,8 @@ def plan_refresh(
     rows_limits = [u.max_failed_rows for u in udf_infos if u and u.max_failed_rows is not None]
     fraction_limits = [u.max_failed_fraction for u in udf_infos if u and u.max_failed_fraction is not None]
     job = JobSpec(
-        kind="refresh", table=view.name, table_uri=view.uri, output_columns=output_columns, read_version=ds.version,
+        kind=JobKind.REFRESH, table=view.name, table_uri=view.uri, output_columns=output_columns,
+        read_version=ds.version,
         output_field_ids=out_leaves, column_uid=column_uid, data_storage_version=str(ds.data_storage_version),
         job_prefix=prefix, rows_appended=added, max_failed_rows=min(rows_limits, default=None),
         max_failed_fraction=min(fraction_limits, default=None), rows_total=ds.count_rows(),

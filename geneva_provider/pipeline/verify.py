@@ -13,6 +13,7 @@ from typing import Any
 
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import VerificationError
+from geneva_provider.core.kinds import Stage
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
@@ -47,7 +48,7 @@ def verify(plan: str | PlanSummary | dict[str, Any], storage_options: dict[str, 
     doc, store = load_plan(uri, storage_options)
     if doc.nothing_to_do:
         return verify(doc.summary(uri), storage_options)
-    with job_stage(store, doc.job_id, "verify"):
+    with job_stage(store, doc.job_id, Stage.VERIFY):
         result = _verify(doc, store, storage_options)
     finish_record(store, doc.job_id, version=result.version)
     return result

@@ -30,8 +30,9 @@ from geneva_provider.core.checkpoint import (
     parse_batch_key,
     staged_key,
 )
-from geneva_provider.core.errors import CheckpointMissingError, CommitError, CorruptCheckpointError
+from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError, CorruptCheckpointError
 from geneva_provider.core.fragments import live_row_addresses, output_files
+from geneva_provider.core.kinds import Stage
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
@@ -201,7 +202,7 @@ def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] 
         return WriteResult(job_id=plan.job_id, version=plan.read_version, fragments_committed=0, rows_committed=0,
                            fragments_vanished=[], commit_retries=0, seconds=0.0)
     _check_applied(plan, store)
-    with job_stage(store, plan.job_id, "write_commit"):
+    with job_stage(store, plan.job_id, Stage.WRITE_COMMIT):
         return _write_commit(plan, spark, storage_options)
 
 
@@ -269,13 +270,11 @@ def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None
     if committer.changed:
         # Every retry of this plan meets the same newer values: only a new plan (a rerun of the backfill,
         # or of its DAG) can take them in, so Airflow must not retry this task.
-        error = CommitError(
+        raise ConcurrentOverwriteError(
             f"columns {plan.output_columns} of table '{plan.table}': fragments {sorted(committer.changed)} were "
             "changed by a concurrent backfill of the same column and were not overwritten; retrying this plan "
             f"({plan.job_id}) cannot commit them: rerun the backfill, or its DAG, for a new plan (its checkpoints "
             "make the rerun cheap)")
-        error.retryable = False
-        raise error
     return outcome
 
 

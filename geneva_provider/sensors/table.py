@@ -13,16 +13,12 @@ from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
-from geneva_provider.core import errors
-from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.errors import GenevaError, InvalidArgumentError
 from geneva_provider.core.options import parse_count, rendered_later
+from geneva_provider.core.table_events import SuccessEvent, TimeoutEvent, parse_event
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.triggers.table import (
-    GenevaColumnBackfilledTrigger,
-    GenevaTableChangedTrigger,
-    describe,
-)
+from geneva_provider.triggers.table import GenevaColumnBackfilledTrigger, GenevaTableChangedTrigger
 
 
 class _GenevaDeferrableSensor(BaseSensorOperator):
@@ -71,9 +67,9 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
     @fails_without_retry
     def poke(self, context: Any) -> PokeReturnValue:
         done, seen = self._trigger(None).poll()
-        self._last_seen = describe(seen)
+        self._last_seen = seen.describe()
         self.log.info("%s: %s", "Done" if done else "Not yet", self._last_seen)
-        return PokeReturnValue(is_done=done, xcom_value=seen)
+        return PokeReturnValue(is_done=done, xcom_value=seen.to_dict())
 
     @fails_without_retry
     def execute(self, context: Any) -> Any:
@@ -98,22 +94,19 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
 
     @fails_without_retry
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        status = event.get("status")
-        if status == "success":
-            result = {k: v for k, v in event.items() if k != "status"}
+        parsed = parse_event(event, f"{type(self).__name__} '{self.task_id}' on table '{self.table}'")
+        if isinstance(parsed, SuccessEvent):
+            result = parsed.seen()
             self.log.info("Done: %s holds (%s)", self.waiting_for(), result)
             return result
-        if status == "timeout":
-            message = self._ended(event.get("message", status), last_seen=False)  # the trigger's message says it
+        message = self._ended(parsed.message, last_seen=False)  # the trigger's message says it
+        if isinstance(parsed, TimeoutEvent):
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
-        message = self._ended(event.get("message", status), last_seen=False)
-        error = getattr(errors, str(event.get("error")), None)
-        if not event.get("retryable", True) and isinstance(error, type) and issubclass(error, errors.GenevaError):
-            failed = error(message)
-            failed.retryable = False
-            raise failed  # as the package's error, failed once (fails_without_retry)
+        error = parsed.payload.to_exc(message)
+        if isinstance(error, GenevaError) and not error.retryable:
+            raise error  # as the package's error, failed once (fails_without_retry)
         raise AirflowException(message)
 
 

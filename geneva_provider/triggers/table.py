@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from geneva_provider.core.table_events import ErrorEvent, SuccessEvent, TableSeen, TimeoutEvent
 from geneva_provider.hooks.lance import LanceHook
 
 
@@ -30,27 +31,6 @@ def check_computed_column(ds: Any, column: str, table: str) -> None:
     if META_QUERY.encode() in metadata and column in view_info(metadata, table).query.columns:
         return
     udf_of(ds, table, column)
-
-
-def describe(seen: dict[str, Any]) -> str:
-    """What a poll saw, in a few words (for the logs and a timeout's message)."""
-    if not seen.get("exists", True):
-        return f"table '{seen['table']}' does not exist (yet)"
-    parts = [f"version {seen['version']}"]
-    if "rows" in seen:
-        parts.append(f"{seen['rows']} rows in {seen['fragments']} fragments")
-    if "column" in seen:
-        parts.append(f"{seen['rows_pending']} rows in {seen['fragments_pending']} fragments never computed "
-                     f"in column '{seen['column']}'")
-    return f"table '{seen['table']}' at " + ", ".join(parts)
-
-
-def error_event(table: str, exc: Exception) -> dict[str, Any]:
-    """An error as a trigger event: its message, its package error type and whether a retry can fix it."""
-    from geneva_provider.core.errors import GenevaError
-
-    return {"status": "error", "table": table, "message": str(exc), "error": type(exc).__name__,
-            "retryable": exc.retryable if isinstance(exc, GenevaError) else True}
 
 
 class _PollingTrigger(BaseTrigger):
@@ -75,20 +55,20 @@ class _PollingTrigger(BaseTrigger):
         return {"table": self.table, "lance_conn_id": self.lance_conn_id, "poll_interval": self.poll_interval,
                 "deadline": self.deadline}
 
-    def check(self, ds: Any) -> tuple[bool, dict[str, Any]]:
+    def check(self, ds: Any) -> tuple[bool, TableSeen]:
         """Whether the condition holds on ``ds``, and what was seen (the success event's payload)."""
         raise NotImplementedError
 
-    def poll(self) -> tuple[bool, dict[str, Any]]:
+    def poll(self) -> tuple[bool, TableSeen]:
         """One look at the table (blocking; the sensors' ``poke`` too): done?, and what was seen."""
         from geneva_provider.core.errors import TableNotFoundError
 
         try:
             ds = LanceHook(self.lance_conn_id).dataset(self.table)
         except TableNotFoundError:
-            return False, {"table": self.table, "exists": False}
+            return False, TableSeen(table=self.table, exists=False)
         done, seen = self.check(ds)
-        return done, {"table": self.table, **seen}
+        return done, TableSeen(table=self.table, **seen.model_dump(exclude_unset=True, exclude={"table"}))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         last = None
@@ -96,19 +76,19 @@ class _PollingTrigger(BaseTrigger):
             try:
                 done, seen = await asyncio.to_thread(self.poll)
             except Exception as exc:  # noqa: BLE001 - delivered to execute_complete as an error event
-                yield TriggerEvent(error_event(self.table, exc))
+                yield TriggerEvent(ErrorEvent.of(self.table, exc).to_dict())
                 return
             if done:
-                yield TriggerEvent({"status": "success", **seen})
+                yield TriggerEvent(SuccessEvent(**seen.to_dict()).to_dict())
                 return
-            if describe(seen) != last:  # what changed, not every poll
-                last = describe(seen)
+            if seen.describe() != last:  # what changed, not every poll
+                last = seen.describe()
                 self.log.info("Not yet: %s", last)
             remaining = self.deadline - time.time() if self.deadline is not None else self.poll_interval
             if remaining <= 0:
                 when = dt.datetime.fromtimestamp(self.deadline, dt.UTC).isoformat(timespec="seconds")
-                yield TriggerEvent({"status": "timeout", "table": self.table,
-                                    "message": f"condition not met by the deadline {when}; last seen: {last}"})
+                yield TriggerEvent(TimeoutEvent(table=self.table, message=(
+                    f"condition not met by the deadline {when}; last seen: {last}")).to_dict())
                 return
             await asyncio.sleep(min(self.poll_interval, remaining))
 
@@ -128,7 +108,7 @@ class GenevaTableChangedTrigger(_PollingTrigger):
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {**self._common(), "min_version": self.min_version, "min_rows": self.min_rows, "column": self.column})
 
-    def check(self, ds: Any) -> tuple[bool, dict[str, Any]]:
+    def check(self, ds: Any) -> tuple[bool, TableSeen]:
         from geneva_provider.core.table_status import table_changed
 
         if self.column is not None:
@@ -150,9 +130,9 @@ class GenevaColumnBackfilledTrigger(_PollingTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {**self._common(), "column": self.column})
 
-    def check(self, ds: Any) -> tuple[bool, dict[str, Any]]:
+    def check(self, ds: Any) -> tuple[bool, TableSeen]:
         from geneva_provider.core.table_status import column_backlog
 
         check_computed_column(ds, self.column, self.table)
         backlog = column_backlog(ds, self.column, self.table)
-        return backlog["rows_pending"] == 0, {"column": self.column, **backlog}
+        return backlog.rows_pending == 0, TableSeen(column=self.column, **backlog.model_dump())

@@ -1,0 +1,109 @@
+"""What a poll of a table saw, and the events the table triggers send to their sensors (core: plain data).
+
+A trigger runs in the triggerer and its event reaches the sensor as a plain dict (Airflow stores it
+between the two); :func:`parse_event` validates it on arrival into one of three typed events, so a
+sensor never reads an event by string keys, and a malformed one fails with a clear error instead
+of a ``KeyError`` far from its cause.  Each model dumps to the same dict the triggers have always
+sent (fields never set are left out).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from geneva_provider.core.errors import ErrorPayload, MalformedEventError
+from geneva_provider.core.kinds import EventStatus
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain dict a trigger event or an XCom carries: only the fields that were set (and an event's status)."""
+        data = self.model_dump(mode="json", exclude_unset=True)
+        status = getattr(self, "status", None)
+        return data if status is None else {"status": status.value, **data}
+
+
+class TableSeen(_Event):
+    """What one poll of a table saw: its status and, for a column, how many rows still lack it.
+
+    ``exists`` is set (False) only when the table was not found; then nothing else but ``table`` is.
+    """
+
+    table: str | None = None
+    exists: bool | None = None
+    version: int | None = None
+    rows: int | None = None
+    fragments: int | None = None
+    column: str | None = None
+    rows_pending: int | None = None
+    fragments_pending: int | None = None
+
+    def describe(self) -> str:
+        """What the poll saw, in a few words (for the logs and a timeout's message)."""
+        if self.exists is False:
+            return f"table '{self.table}' does not exist (yet)"
+        parts = [f"version {self.version}"]
+        if self.rows is not None:
+            parts.append(f"{self.rows} rows in {self.fragments} fragments")
+        if self.column is not None:
+            parts.append(f"{self.rows_pending} rows in {self.fragments_pending} fragments never computed "
+                         f"in column '{self.column}'")
+        return f"table '{self.table}' at " + ", ".join(parts)
+
+
+class SuccessEvent(TableSeen):
+    """The condition holds: what the last poll saw (the sensor's XCom)."""
+
+    status: Literal[EventStatus.SUCCESS] = EventStatus.SUCCESS
+
+    def seen(self) -> dict[str, Any]:
+        """What was seen, without the status: what the sensor returns."""
+        return {k: v for k, v in self.to_dict().items() if k != "status"}
+
+
+class TimeoutEvent(_Event):
+    """The deadline passed before the condition held."""
+
+    status: Literal[EventStatus.TIMEOUT] = EventStatus.TIMEOUT
+    table: str | None = None
+    message: str
+
+
+class ErrorEvent(_Event):
+    """Polling cannot go on: the error, as an :class:`ErrorPayload` spread over the event's fields.
+
+    ``error`` is the payload's code (left out by hand-made events: then not a package error).
+    """
+
+    status: Literal[EventStatus.ERROR] = EventStatus.ERROR
+    table: str | None = None
+    message: str
+    error: str | None = None
+    retryable: bool = True
+
+    @classmethod
+    def of(cls, table: str, exc: BaseException) -> ErrorEvent:
+        payload = ErrorPayload.from_exc(exc)
+        return cls(table=table, message=payload.message, error=payload.code, retryable=payload.retryable)
+
+    @property
+    def payload(self) -> ErrorPayload:
+        return ErrorPayload(code=self.error or "Exception", message=self.message, retryable=self.retryable)
+
+
+TableEvent = Annotated[SuccessEvent | TimeoutEvent | ErrorEvent, Field(discriminator="status")]
+_EVENTS: TypeAdapter[SuccessEvent | TimeoutEvent | ErrorEvent] = TypeAdapter(TableEvent)
+
+
+def parse_event(event: Any, sensor: str) -> SuccessEvent | TimeoutEvent | ErrorEvent:
+    """``event`` as its typed model, or :class:`MalformedEventError` naming the sensor and what is wrong."""
+    try:
+        return _EVENTS.validate_python(event)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}" for e in exc.errors())
+        raise MalformedEventError(f"{sensor} received a malformed trigger event {event!r:.300}: {problems}") from None
+
