@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import cloudpickle
 import pyarrow as pa
@@ -166,7 +166,8 @@ class UDF:
         exc = outcome.error
         if exc is None:
             return outcome.value
-        state = "recovered" if outcome.ok else "skipped" if outcome.skipped else "failed"
+        state: Literal["skipped", "recovered", "failed"] = (
+            "recovered" if outcome.ok else "skipped" if outcome.skipped else "failed")
         if failures is not None:
             failures.append(RowFailure(index=index if index is not None else -1, error_type=type(exc).__name__,
                                        message=str(exc)[:2_000], traceback=outcome.trace,
@@ -242,14 +243,14 @@ class UDF:
         return pa.field(column, self.data_type, nullable=True, metadata=self.to_field_metadata(input_columns))
 
 
-class _Offset(list):
+class _Offset(list[RowFailure]):
     """A failure list that shifts the row index of what is appended to it into a parent list."""
 
     def __init__(self, parent: list[RowFailure] | None, offset: int) -> None:
         super().__init__()
         self.parent, self.offset = parent, offset
 
-    def append(self, failure: RowFailure) -> None:  # type: ignore[override]
+    def append(self, failure: RowFailure) -> None:
         failure.index = self.offset if failure.index < 0 else failure.index + self.offset
         if self.parent is not None:
             self.parent.append(failure)
@@ -258,7 +259,7 @@ class _Offset(list):
 def dumps_by_value(obj: Any) -> bytes:
     """Pickles ``obj`` with its defining module by value, so executors need not import it."""
     target = obj.func if isinstance(obj, UDF) else obj
-    module_name = getattr(target, "__module__", None)
+    module_name: str = getattr(target, "__module__", None) or ""
     module = sys.modules.get(module_name) if module_name else None
     registered = False
     if (
@@ -370,7 +371,7 @@ def _make_udf(
     udf_name = name or getattr(func, "__name__", None) or "udf"
     if stateful:
         _check_stateful_class(func, udf_name)  # type: ignore[arg-type]
-    target = func.__call__ if stateful else func  # type: ignore[union-attr]
+    target = func.__call__ if stateful else func  # type: ignore[operator]
     if not callable(target):
         raise UDFDefinitionError(f"@udf needs a function or a class with __call__, got {func!r}")
     if input_columns is not None and (isinstance(input_columns, str | bytes) or not isinstance(input_columns, Sequence)

@@ -256,7 +256,7 @@ def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], i
             rows = worker.work.read([(part.frag, positions, False)])
             try:
                 worker.work.compute(rows, [], None if watch is None else (
-                    lambda column, udf, addrs=addrs: watch.calling(column, udf, addrs)))
+                    partial(watch.calling, addrs=addrs)))
             except Exception:  # noqa: BLE001 - a UDF error here was not what killed the worker
                 continue
         yield item
@@ -266,17 +266,18 @@ def _locate(spark: Any, ctx: StageContext, store: CheckpointStore, call: Running
             ) -> tuple[RunningCall, WorkerDeath] | None:
     """The fragment a call over many small fragments died on: the call is run again fragment by fragment
     (one Spark task, only after a death).  None when that run does not die the same way."""
-    locate = dataclasses.replace(ctx, job_id=f"{ctx.job_id}-locate")
+    locate_id = f"{ctx.job_id}-locate"
+    locate = dataclasses.replace(ctx, job_id=locate_id)
     try:
         run_tasks(spark, [0], partial(_locate_partition, locate, call, tasks),
                   description=f"geneva locate the fragment that killed a worker of {ctx.job.table}")
     except Exception as exc:  # noqa: BLE001 - the first death is reported whatever happens here
         death = worker_death(exc)
-        found = read_call(store, locate.job_id, 0) if death is not None else None
+        found = read_call(store, locate_id, 0) if death is not None else None
         if death is not None and found is not None:
             return found, death
     finally:
-        clear_markers(store, locate.job_id)
+        clear_markers(store, locate_id)
     return None
 
 

@@ -136,13 +136,13 @@ def _current_jobs(ds: Any, table: TableRef) -> dict[str, _Job]:
             jobs[prefix] = _Job(None, [i for c in outputs for i in leaf_field_ids(ds.lance_schema.field(c))])
         return jobs
     for column in names:
-        info = udf_column_info(ds.schema.field(column).metadata)
+        udf = udf_column_info(ds.schema.field(column).metadata)
         fp = fingerprint_column(column)
-        if info is None or fp not in names or any(c not in names for c in info.input_columns or []):
+        if udf is None or fp not in names or any(c not in names for c in udf.input_columns or []):
             continue
-        read_ids = sorted({i for c in info.input_columns or [] for i in column_field_ids(ds, c)})
+        read_ids = sorted({i for c in udf.input_columns or [] for i in column_field_ids(ds, c)})
         out = leaf_field_ids(ds.lance_schema.field(column)) + leaf_field_ids(ds.lance_schema.field(fp))
-        jobs[backfill_prefix(info, column, table.uri)] = _Job(read_ids, out)
+        jobs[backfill_prefix(udf, column, table.uri)] = _Job(read_ids, out)
     return jobs
 
 

@@ -122,7 +122,7 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
     held_by = _held_among(held_fragments(store), live) if exclude_live_jobs else {}
     excluded = sorted(set(options.pop("excluded_fragment_ids", None) or [])
                       | {f for fragments in held_by.values() for f in fragments})
-    plan = Compaction.plan(ds, CompactionOptions(**options, excluded_fragment_ids=excluded))
+    plan = Compaction.plan(ds, CompactionOptions(**options, excluded_fragment_ids=excluded))  # type: ignore[typeddict-item]
     fragments = sorted({f.id for t in plan.tasks for f in t.fragments})
     now = dt.datetime.now(dt.UTC)
     doc = CompactionPlan(

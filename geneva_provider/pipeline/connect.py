@@ -17,7 +17,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from geneva_provider.core.errors import SparkEnvironmentError
 
@@ -96,7 +96,7 @@ def _stage_policy_class() -> type:
     class OutageState(RetryPolicyState):
         def next_attempt(self, exception: BaseException | None = None) -> int | None:
             wait_ms = super().next_attempt(exception)
-            self.policy.saw(exception, wait_ms)
+            cast("StageRetryPolicy", self.policy).saw(exception, wait_ms)
             return wait_ms
 
     class StageRetryPolicy(DefaultPolicy):

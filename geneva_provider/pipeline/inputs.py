@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from geneva_provider.core.error_policy import RowFailure
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import FINGERPRINT_PREFIX, fingerprint_column, row_fingerprints
-from geneva_provider.core.udf import UDF, UDFCallError, load_udf, udf_column_info
+from geneva_provider.core.udf import UDF, UDFCallError, UdfColumnInfo, load_udf, udf_column_info
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID
 from geneva_provider.pipeline.context import StageContext
 
@@ -31,11 +31,17 @@ from geneva_provider.pipeline.context import StageContext
 _UDFS: dict[tuple[str, str, str, int], UDF] = {}
 
 
-def udf_for(ds: Any, column: str) -> UDF:
-    """The column's UDF, unpickled from the field metadata at the dataset's version."""
+def udf_info(ds: Any, column: str) -> UdfColumnInfo:
+    """The UDF recorded on ``column``'s field metadata; InvalidArgumentError if it is not a UDF column."""
     info = udf_column_info(ds.schema.field(column).metadata)
     if info is None:
         raise InvalidArgumentError(f"column '{column}' of {ds.uri} is not a UDF column")
+    return info
+
+
+def udf_for(ds: Any, column: str) -> UDF:
+    """The column's UDF, unpickled from the field metadata at the dataset's version."""
+    info = udf_info(ds, column)
     key = (info.column_uid, info.version, column, hash(info.pickle))  # retry_failed may swap the code
     if key not in _UDFS:
         _UDFS[key] = load_udf(info.pickle)
@@ -180,7 +186,7 @@ class CopyInput:
         self.ds = ds
         self.src = lance.dataset(self.source.uri, version=self.source.version, storage_options=ctx.storage_options)
         self.udfs = {c: udf_for(ds, c) for c in self.source.udf_columns}
-        self.inputs = {c: udf_column_info(ds.schema.field(c).metadata).input_columns for c in self.source.udf_columns}
+        self.inputs = {c: udf_info(ds, c).input_columns or [] for c in self.source.udf_columns}
         # A view UDF column's fingerprints are seeded with its UDF's version and the column's incarnation.
         self.udf_seeds = {c: f"{info.version}:{info.column_uid}" for c in self.source.udf_columns
                           if (info := udf_column_info(ds.schema.field(c).metadata)) is not None}

@@ -66,13 +66,13 @@ def plan_backfill(
     prefix = backfill_prefix(info, column, table.uri)
     examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
     fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, info.column_uid, where)
-    job = JobSpec(
+    spec = JobSpec(
         kind="backfill", table=table.name, table_uri=table.uri, column=column, output_columns=[column, fp],
         input_columns=inputs, where=where, read_version=ds.version, output_field_ids=out_leaves,
         column_uid=info.column_uid, data_storage_version=str(ds.data_storage_version), job_prefix=prefix,
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,
         max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows())
-    return store_plan(job, fragments, work, options, store, parallelism, f"table '{table.name}' column '{column}'",
+    return store_plan(spec, fragments, work, options, store, parallelism, f"table '{table.name}' column '{column}'",
                       airflow_run_id)
 
 

@@ -43,6 +43,7 @@ from geneva_provider.core.view_meta import (
     query_order,
     view_info,
 )
+from geneva_provider.pipeline.inputs import udf_info
 from geneva_provider.pipeline.layout import complete_output_layout
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
 from geneva_provider.pipeline.view_create import matching_row_ids
@@ -112,14 +113,14 @@ def plan_refresh(
     udf_infos = [udf_column_info(ds.schema.field(c).metadata) for c in udf_cols]
     rows_limits = [u.max_failed_rows for u in udf_infos if u and u.max_failed_rows is not None]
     fraction_limits = [u.max_failed_fraction for u in udf_infos if u and u.max_failed_fraction is not None]
-    job = JobSpec(
+    spec = JobSpec(
         kind="refresh", table=view.name, table_uri=view.uri, output_columns=output_columns, read_version=ds.version,
         output_field_ids=out_leaves, column_uid=column_uid, data_storage_version=str(ds.data_storage_version),
         job_prefix=prefix, rows_appended=added, max_failed_rows=min(rows_limits, default=None),
         max_failed_fraction=min(fraction_limits, default=None), rows_total=ds.count_rows(),
         source=SourceSpec(uri=source.uri, version=src.version, copied=q.columns, udf_columns=udf_cols,
                           read_columns=src_read))
-    return store_plan(job, fragments, work, options, store, parallelism or os.cpu_count() or 1,
+    return store_plan(spec, fragments, work, options, store, parallelism or os.cpu_count() or 1,
                       f"view '{view.name}' from source version {src.version} ({added} rows added, "
                       f"{removed} removed)", airflow_run_id)
 
@@ -132,7 +133,7 @@ def refresh_identity(ds: Any, info: ViewInfo, view: TableRef) -> tuple[str, str]
     rows' fingerprints, does not, so a view keeps its valid rows across the change of layout.
     """
     q = info.query
-    udfs = [udf_column_info(ds.schema.field(c).metadata) for c in q.udf_columns]
+    udfs = [udf_info(ds, c) for c in q.udf_columns]
     query_version = hashlib.md5(json.dumps([q.model_dump(mode="json"), [u.version for u in udfs]],
                                            sort_keys=True).encode()).hexdigest()[:16]
     return (job_prefix("view", f"{query_version}{_CHECKPOINT_LAYOUT}", view.name, None, view.uri),
@@ -184,7 +185,7 @@ def sync_rows(view: TableRef, src: Any, info: ViewInfo, max_rows_per_fragment: i
     if len(new):
         import lance
 
-        kwargs = {"max_rows_per_file": max_rows_per_fragment} if max_rows_per_fragment else {}
+        kwargs: dict[str, Any] = {"max_rows_per_file": max_rows_per_fragment} if max_rows_per_fragment else {}
         ds = lance.write_dataset(pa.table({SOURCE_ROW_ID: pa.array(new, pa.int64())}), view.uri, mode="append",
                                  storage_options=view.storage_options, **kwargs)
     ds.update_schema_metadata({META_BASE_VERSION: str(src.version), META_SCANNED_ROW_ID: str(next_id)})

@@ -186,7 +186,7 @@ def run_tasks(
         sc.setLocalProperty("spark.job.description", None)
 
 
-def _run_over_connect(spark: Any, per_slice: list[Sequence[T]], partition_fn: Callable[[Iterator[T]], Iterable[R]],
+def _run_over_connect(spark: Any, per_slice: Sequence[Sequence[T]], partition_fn: Callable[[Iterator[T]], Iterable[R]],
                       description: str, progress: Callable[[], str | None] | None, tag: str | None) -> list[R]:
     """The same partitions over Spark Connect: ``spark.range(n).mapInArrow``, one row per partition in, each
     result pickled into a binary column out (tasks and results stay small; table data never moves)."""
