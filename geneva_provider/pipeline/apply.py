@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,7 @@ from geneva_provider.core.checkpoint import (
 )
 from geneva_provider.core.error_store import ErrorStore
 from geneva_provider.core.errors import UDFExecutionError
-from geneva_provider.core.fragments import live_row_addresses
+from geneva_provider.core.fragments import fragment_of, live_row_addresses
 from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.pipeline.context import StageContext
@@ -50,6 +50,9 @@ from geneva_provider.pipeline.worker_deaths import (
     read_call,
     worker_death,
 )
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +167,7 @@ class _Worker:
         pieces, held_rows = [], 0
         for part in task.parts:
             prefix = batch_prefix(self.ctx.job.job_prefix, src_key=part.src_key)
-            live = live_row_addresses(self.ds.get_fragment(part.frag))
+            live = live_row_addresses(fragment_of(self.ds, part.frag))
             positions = positions_of(part.ranges)
             addrs = live[positions]
             held = self.held(prefix, part)
@@ -248,7 +251,7 @@ def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], i
     for item in items:
         for part in (p for t in tasks for p in t.parts if p.frag in call.fragments):
             positions = positions_of(part.ranges)
-            addrs = live_row_addresses(worker.ds.get_fragment(part.frag))[positions]
+            addrs = live_row_addresses(fragment_of(worker.ds, part.frag))[positions]
             keep = (addrs >= call.first_address) & (addrs <= call.last_address)
             positions, addrs = positions[keep], addrs[keep]
             if not len(positions):
@@ -262,7 +265,7 @@ def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], i
         yield item
 
 
-def _locate(spark: Any, ctx: StageContext, store: CheckpointStore, call: RunningCall, tasks: list[Task]
+def _locate(spark: SparkSession, ctx: StageContext, store: CheckpointStore, call: RunningCall, tasks: list[Task]
             ) -> tuple[RunningCall, WorkerDeath] | None:
     """The fragment a call over many small fragments died on: the call is run again fragment by fragment
     (one Spark task, only after a death).  None when that run does not die the same way."""
@@ -320,7 +323,7 @@ def unapplied_rows(plan: Plan, store: CheckpointStore) -> dict[int, int]:
     return missing
 
 
-def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> ApplyResult:
+def run_apply(plan_uri: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> ApplyResult:
     """Apply stage: computes every missing planned range on Spark; returns counts."""
     plan, store = load_plan(plan_uri, storage_options)
     if plan.nothing_to_do:  # an up-to-date table: no Spark job, no record
@@ -332,7 +335,8 @@ def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None 
         return _apply(plan, store, spark, storage_options)
 
 
-def _apply(plan: Plan, store: CheckpointStore, spark: Any, storage_options: dict[str, str] | None) -> ApplyResult:
+def _apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_options: dict[str, str] | None
+           ) -> ApplyResult:
     tasks = remaining_tasks(plan, store)
     planned = plan.rows_to_compute
     log.info("apply %s: %d of %d planned tasks still to run (%d rows planned)",

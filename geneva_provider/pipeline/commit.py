@@ -11,11 +11,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.filters import lance_reason
-from geneva_provider.core.fragments import leaf_field_ids, output_files
+from geneva_provider.core.fragments import column_leaf_ids, output_files
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +175,8 @@ def _rebase(outcome: CommitOutcome, pending: dict[int, Any], state: dict[str, in
     outcome.retries += 1
 
 
-def _check_columns(ds: Any, columns: list[str], output_field_ids: list[int], uri: str) -> None:
+def _check_columns(ds: Dataset, columns: list[str], output_field_ids: list[int], uri: str) -> None:
     names = ds.schema.names
     if any(c not in names for c in columns) or [
-            i for c in columns for i in leaf_field_ids(ds.lance_schema.field(c))] != output_field_ids:
+            i for c in columns for i in column_leaf_ids(ds, c)] != output_field_ids:
         raise CommitError(f"column(s) {columns} of {uri} were dropped or replaced while the job ran; rerun it")

@@ -9,7 +9,7 @@ is a failure: its rows now live elsewhere without their value, and the next run 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import VerificationError
@@ -24,6 +24,9 @@ from geneva_provider.core.models import (
 )
 from geneva_provider.pipeline.job_records import finish_record, job_stage
 from geneva_provider.pipeline.planning import committed_key, load_plan, staged_files
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +101,7 @@ def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] 
                         fragments_verified=frags_ok, rows_verified=rows_ok, fragments_deleted=deleted)
 
 
-def _rows_gone(ds: Any, planned: Any, entry: FragmentPlan) -> bool:
+def _rows_gone(ds: Dataset, planned: Any, entry: FragmentPlan) -> bool:
     """True when none of a vanished fragment's rows is live any more (it was deleted, not moved).
 
     Its rows are followed by their stable row ids, read from the version the job planned at.
