@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from lance import LanceDataset
     from lance.fragment import DataFile, FragmentMetadata, LanceFragment
     from lance.lance.schema import LanceField
+    from lance_namespace import LanceNamespace
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession as ClassicSession
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
@@ -36,8 +38,14 @@ if TYPE_CHECKING:
     """A field of a Lance schema (``ds.lance_schema.field(name)``), with its field id and children."""
     SparkSession: TypeAlias = ClassicSession | ConnectSession
     """A Spark session the stages run on: a classic one (py4j, spark-submit) or a Spark Connect client."""
+    Namespace: TypeAlias = LanceNamespace
+    """A ``lance_namespace`` client: the catalog of a Lance database's tables."""
     RowAddresses: TypeAlias = npt.NDArray[np.uint64]
     """Row addresses ``(fragment_id << 32) | offset``, one per live row."""
+    Positions: TypeAlias = npt.NDArray[np.int64]
+    """Positions of rows within a fragment's live rows (the planner's logical offsets)."""
+    ArrayLike: TypeAlias = npt.ArrayLike
+    """Anything numpy makes an array of (a mask, a list of offsets)."""
 
-    __all__ = ["ClassicSession", "ConnectSession", "DataFile", "Dataset", "Field", "Fragment", "FragmentMeta",
-               "RowAddresses", "SparkSession"]
+    __all__ = ["ArrayLike", "ClassicSession", "ConnectSession", "DataFile", "Dataset", "Field", "Fragment",
+               "FragmentMeta", "Namespace", "Positions", "RowAddresses", "SparkContext", "SparkSession"]

@@ -18,7 +18,12 @@ from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.fragments import column_leaf_ids, output_files
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tenacity import Retrying
+
     from geneva_provider.core.lib_types import Dataset
+    from geneva_provider.core.models import PlanSettings
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +42,13 @@ class CommitPolicy:
     backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
 
     @classmethod
-    def of(cls, settings: Any) -> CommitPolicy:
+    def of(cls, settings: PlanSettings) -> CommitPolicy:
         """The policy a plan's settings ask for (``commit_retries``, ``commit_timeout``)."""
         return cls(max_retries=settings.commit_retries if settings.commit_retries is not None
                    else DEFAULT_MAX_RETRIES,
                    budget_seconds=settings.commit_timeout or DEFAULT_BUDGET_SECONDS)
 
-    def retrying(self, retry_on: Any) -> Any:
+    def retrying(self, retry_on: Callable[[BaseException], bool]) -> Retrying:
         import tenacity
 
         return tenacity.Retrying(

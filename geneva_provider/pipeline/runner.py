@@ -26,7 +26,7 @@ from geneva_provider.core.lance_logging import ignore_fork_warning
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
-    from geneva_provider.core.lib_types import ClassicSession, ConnectSession, SparkSession
+    from geneva_provider.core.lib_types import ClassicSession, ConnectSession, SparkContext, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +346,7 @@ def cancel_jobs(spark: SparkSession, job_id: str) -> None:
     spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
 
 
-def _report_progress(sc: Any, group: str, description: str, done: threading.Event,
+def _report_progress(sc: SparkContext | None, group: str, description: str, done: threading.Event,
                      progress: Callable[[], str | None] | None) -> None:
     tracker = sc.statusTracker() if sc is not None else None
     while not done.wait(PROGRESS_SECONDS):

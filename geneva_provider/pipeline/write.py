@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -282,7 +282,7 @@ def _write_commit(plan: Plan, spark: SparkSession, storage_options: dict[str, st
     return outcome
 
 
-def _committed_earlier(plan: Plan, store: Any, storage_options: dict[str, str] | None) -> set[int]:
+def _committed_earlier(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] | None) -> set[int]:
     """The plan's fragments whose output is already a file this plan wrote or reused: an earlier attempt
     committed them.
 
