@@ -266,7 +266,7 @@ def _raise_task_errors(results: list[Any]) -> list[Any]:
     return results
 
 
-class ShippedOptions(dict):
+class ShippedOptions(dict[str, str]):
     """Storage options whose pickled form is only the name of a Spark Connect session artifact holding them.
 
     A Connect server logs the plans it runs -- the pickled task functions included -- so values
