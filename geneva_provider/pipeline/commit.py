@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.filters import lance_reason
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from tenacity import Retrying
 
-    from geneva_provider.core.lib_types import Dataset
+    from geneva_provider.core.lib_types import DataFile, Dataset
     from geneva_provider.core.models import PlanSettings
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def _retry_on(exc: BaseException) -> bool:
 def commit_column_files(
     table_uri: str,
     columns: list[str],
-    files: dict[int, Any],
+    files: dict[int, DataFile],
     read_version: int,
     *,
     output_field_ids: list[int],
@@ -159,7 +159,7 @@ def commit_column_files(
     return outcome
 
 
-def _rebase(outcome: CommitOutcome, pending: dict[int, Any], state: dict[str, int], table_uri: str,
+def _rebase(outcome: CommitOutcome, pending: dict[int, DataFile], state: dict[str, int], table_uri: str,
             columns: list[str], output_field_ids: list[int], base_files: dict[int, str | None] | None,
             storage_options: dict[str, str] | None) -> None:
     """Moves a conflicting commit to the latest version, dropping fragments it may no longer replace."""
