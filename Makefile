@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint setup clean check-deps check-core
+.PHONY: demo test lint typecheck setup clean check-deps check-core
 
 # The demo runs the example DAGs with `airflow dags test` on the embedded default:
 # Airflow on SQLite in .demo/airflow, tables in .demo/lake, and the Spark stages over a local
@@ -31,6 +31,10 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# mypy over the core and the pipeline; what it checks and how strictly is [tool.mypy] in pyproject.toml.
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 # Every import the package makes is declared (deptry; configured in pyproject.toml). Twice: the whole
 # package against the base dependencies + the `airflow` extra, then the core alone (all but the

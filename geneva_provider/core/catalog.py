@@ -14,12 +14,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.storage_errors import reaching
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Namespace
 
 DIRECTORY = "dir"
 
@@ -44,13 +47,13 @@ class Catalog:
         self.storage_options = {str(k): str(v) for k, v in storage_options.items()} if storage_options else None
         self.impl = impl
         self._properties = dict(properties or {})
-        self._ns: Any = None
+        self._ns: Namespace | None = None
 
     def __repr__(self) -> str:  # storage options and properties may hold secrets: never shown
         return f"Catalog(uri={self.uri!r}, impl={self.impl!r})"
 
     @property
-    def namespace(self) -> Any:
+    def namespace(self) -> Namespace:
         """The ``lance_namespace`` client (built on first use: importing it costs about a second)."""
         if self._ns is None:
             import lance_namespace
@@ -110,10 +113,12 @@ class Catalog:
 
         try:
             with reaching(f"table '{name}' in {self.uri}", self.storage_options):
-                location = self.namespace.describe_table(DescribeTableRequest(id=[check_table_name(name)])).location
+                found = self.namespace.describe_table(DescribeTableRequest(id=[check_table_name(name)])).location
         except NamespaceTableNotFound:
             raise TableNotFoundError(f"table '{name}' not found in {self.uri}") from None
-        return TableRef(name, location, self.storage_options)
+        if found is None:  # the response's location is optional: a table without one cannot be opened
+            raise TableNotFoundError(f"table '{name}' in {self.uri} has no location")
+        return TableRef(name, found, self.storage_options)
 
     def create(self, name: str, data: Any, *, mode: str = "create", **write_options: Any) -> TableRef:
         """Writes ``data`` as table ``name`` (``mode``: "create" or "overwrite")."""

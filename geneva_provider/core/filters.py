@@ -13,9 +13,12 @@ so a filter is checked as ``(<filter>)`` too -- the closing parenthesis makes La
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
 
 _USER_INPUT = "Invalid user input"
 _MAX_REASON = 300  # Lance prints whole logical plans in some messages (kilobytes)
@@ -54,7 +57,7 @@ def unquoted_problem(where: str) -> str | None:
     return None
 
 
-def check_where(ds: Any, where: Any, subject: str) -> None:
+def check_where(ds: Dataset, where: Any, subject: str) -> None:
     """Raises :class:`InvalidArgumentError` naming ``subject`` and ``where`` unless Lance reads all of ``where``.
 
     ``None`` (every row) passes.  The filter is run on at most one row of ``ds``, as ``(where)``:
@@ -75,7 +78,7 @@ def check_where(ds: Any, where: Any, subject: str) -> None:
         raise InvalidArgumentError(f"invalid where filter {where!r} for {subject}: {problem}")
 
 
-def _lance_error(ds: Any, where: str) -> BaseException | None:
+def _lance_error(ds: Dataset, where: str) -> BaseException | None:
     """The error Lance raises planning ``where`` on ``ds``, or running it on one row (None if it runs).
 
     Planning reads no data, so whatever fails there -- parsing, resolving, an expression Lance

@@ -7,10 +7,13 @@ lives in one place.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset, Field, Fragment, FragmentMeta, RowAddresses
 
 
-def leaf_field_ids(lance_field: Any) -> list[int]:
+def leaf_field_ids(lance_field: Field) -> list[int]:
     """Leaf field ids of a column: what ``DataFile.fields`` must list (file format 2.1+)."""
     kids = lance_field.children()
     if not kids:
@@ -21,24 +24,45 @@ def leaf_field_ids(lance_field: Any) -> list[int]:
     return out
 
 
-def column_field_ids(ds: Any, column: str) -> list[int]:
+def column_field(ds: Dataset, column: str) -> Field:
+    """The Lance field of ``column``; LookupError naming it when the dataset has no such column."""
+    found = ds.lance_schema.field(column)
+    if found is None:
+        raise LookupError(f"column '{column}' not found in {ds.uri} at version {ds.version}")
+    return found
+
+
+def column_leaf_ids(ds: Dataset, column: str) -> list[int]:
+    """Leaf field ids of ``column`` in ``ds`` (see :func:`leaf_field_ids`)."""
+    return leaf_field_ids(column_field(ds, column))
+
+
+def column_field_ids(ds: Dataset, column: str) -> list[int]:
     """Every field id of a column, itself and nested children."""
-    def walk(f: Any) -> list[int]:
+    def walk(f: Field) -> list[int]:
         ids = [f.id()]
         for k in f.children():
             ids.extend(walk(k))
         return ids
 
-    return walk(ds.lance_schema.field(column))
+    return walk(column_field(ds, column))
 
 
-def files_holding(fragment_meta: Any, field_ids: Iterable[int]) -> list[str]:
+def fragment_of(ds: Dataset, fragment_id: int) -> Fragment:
+    """Fragment ``fragment_id`` of ``ds``; LookupError when the dataset (at its version) has no such fragment."""
+    found = ds.get_fragment(fragment_id)
+    if found is None:
+        raise LookupError(f"fragment {fragment_id} not found in {ds.uri} at version {ds.version}")
+    return found
+
+
+def files_holding(fragment_meta: FragmentMeta, field_ids: Iterable[int]) -> list[str]:
     """Paths of the fragment's data files that store any of ``field_ids``, sorted."""
     wanted = set(field_ids)
     return sorted(df.path for df in fragment_meta.files if wanted.intersection(df.fields))
 
 
-def output_files(fragment_meta: Any, leaf_ids: list[int]) -> str | None:
+def output_files(fragment_meta: FragmentMeta, leaf_ids: list[int]) -> str | None:
     """The data files holding a job's output fields in a fragment (None when they are all NULL there).
 
     What a writer merged its file from: when it changes before the commit, someone else wrote the
@@ -47,7 +71,7 @@ def output_files(fragment_meta: Any, leaf_ids: list[int]) -> str | None:
     return ";".join(files_holding(fragment_meta, leaf_ids)) or None
 
 
-def live_row_addresses(fragment: Any) -> Any:
+def live_row_addresses(fragment: Fragment) -> RowAddresses:
     """Row addresses of the fragment's live rows, in scan order (no data read)."""
     import numpy as np
 

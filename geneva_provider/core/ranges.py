@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import ArrayLike, Positions
 
 
 def missing_ranges(rows: int, covered: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -69,7 +72,7 @@ def pack_tasks(work: list[tuple[int, int]], parallelism: int, min_rows: int, tas
     return tasks
 
 
-def runs_of(mask: Any) -> list[tuple[int, int]]:
+def runs_of(mask: ArrayLike) -> list[tuple[int, int]]:
     """The runs ``[start, end)`` of True in a boolean array (positions needing work, as ranges)."""
     import numpy as np
 
@@ -85,7 +88,7 @@ def count_of(runs: Iterable[tuple[int, int]]) -> int:
     return sum(e - s for s, e in runs)
 
 
-def positions_of(runs: Iterable[tuple[int, int]]) -> Any:
+def positions_of(runs: Iterable[tuple[int, int]]) -> Positions:
     """The positions of disjoint runs, ascending, as an int64 array."""
     import numpy as np
 

@@ -8,10 +8,14 @@ Storage options may hold secrets: they are never part of the repr or of a stored
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.storage_errors import reaching
+
+if TYPE_CHECKING:
+    from geneva_provider.core.checkpoint import LanceCheckpointStore
+    from geneva_provider.core.lib_types import Dataset
 
 CHECKPOINT_DIR = "_checkpoints"
 
@@ -32,7 +36,7 @@ class TableRef:
     uri: str
     storage_options: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
-    def dataset(self, version: int | None = None) -> Any:
+    def dataset(self, version: int | None = None) -> Dataset:
         """The table's ``lance.LanceDataset`` (latest, or at ``version``)."""
         import lance
 
@@ -55,7 +59,7 @@ class TableRef:
         """The default checkpoint store: ``<table>.lance/_checkpoints``."""
         return f"{self.uri.rstrip('/')}/{CHECKPOINT_DIR}"
 
-    def checkpoint_store(self) -> Any:
+    def checkpoint_store(self) -> LanceCheckpointStore:
         """The table's default checkpoint store."""
         from geneva_provider.core.checkpoint import LanceCheckpointStore
 

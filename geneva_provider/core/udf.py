@@ -244,14 +244,14 @@ class UDF:
         return pa.field(column, self.data_type, nullable=True, metadata=self.to_field_metadata(input_columns))
 
 
-class _Offset(list):
+class _Offset(list[RowFailure]):
     """A failure list that shifts the row index of what is appended to it into a parent list."""
 
     def __init__(self, parent: list[RowFailure] | None, offset: int) -> None:
         super().__init__()
         self.parent, self.offset = parent, offset
 
-    def append(self, failure: RowFailure) -> None:  # type: ignore[override]
+    def append(self, failure: RowFailure) -> None:
         failure.index = self.offset if failure.index < 0 else failure.index + self.offset
         if self.parent is not None:
             self.parent.append(failure)
@@ -260,7 +260,7 @@ class _Offset(list):
 def dumps_by_value(obj: Any) -> bytes:
     """Pickles ``obj`` with its defining module by value, so executors need not import it."""
     target = obj.func if isinstance(obj, UDF) else obj
-    module_name = getattr(target, "__module__", None)
+    module_name: str = getattr(target, "__module__", None) or ""
     module = sys.modules.get(module_name) if module_name else None
     registered = False
     if (
@@ -388,7 +388,7 @@ def _make_udf(
     udf_name = name or getattr(func, "__name__", None) or "udf"
     if stateful:
         _check_stateful_class(func, udf_name)  # type: ignore[arg-type]
-    target = func.__call__ if stateful else func  # type: ignore[union-attr]
+    target = func.__call__ if stateful else func  # type: ignore[operator]
     if not callable(target):
         raise UDFDefinitionError(f"@udf needs a function or a class with __call__, got {func!r}")
     if input_columns is not None and (isinstance(input_columns, str | bytes) or not isinstance(input_columns, Sequence)

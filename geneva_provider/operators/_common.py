@@ -11,7 +11,7 @@ import importlib
 import inspect
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError, UDFImportError
 from geneva_provider.core.options import rendered_later
@@ -75,8 +75,12 @@ def _own_parameters(operator: type) -> list[str]:
             if p.kind is p.KEYWORD_ONLY and name not in base]
 
 
-def parse_options(cls: type[JobOptions], operator: Any, job: str) -> JobOptions:
-    """The operator's (rendered) option attributes as typed, validated options."""
+Options = TypeVar("Options", bound="JobOptions")
+
+
+def parse_options(cls: type[Options], operator: Any, job: str) -> Options:
+    """The operator's (rendered) option attributes as typed, validated options (of the class asked for, so a
+    caller reads ``BackfillOptions`` fields without a cast)."""
     return cls.parse({name: getattr(operator, name) for name in cls.names()}, job=job)
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,7 @@ from geneva_provider.core.checkpoint import (
 )
 from geneva_provider.core.error_store import ErrorStore
 from geneva_provider.core.errors import UDFExecutionError
-from geneva_provider.core.fragments import live_row_addresses
+from geneva_provider.core.fragments import fragment_of, live_row_addresses
 from geneva_provider.core.kinds import RowOutcome, Stage
 from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
@@ -51,6 +51,9 @@ from geneva_provider.pipeline.worker_deaths import (
     read_call,
     worker_death,
 )
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +168,7 @@ class _Worker:
         pieces, held_rows = [], 0
         for part in task.parts:
             prefix = batch_prefix(self.ctx.job.job_prefix, src_key=part.src_key)
-            live = live_row_addresses(self.ds.get_fragment(part.frag))
+            live = live_row_addresses(fragment_of(self.ds, part.frag))
             positions = positions_of(part.ranges)
             addrs = live[positions]
             held = self.held(prefix, part)
@@ -249,7 +252,7 @@ def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], i
     for item in items:
         for part in (p for t in tasks for p in t.parts if p.frag in call.fragments):
             positions = positions_of(part.ranges)
-            addrs = live_row_addresses(worker.ds.get_fragment(part.frag))[positions]
+            addrs = live_row_addresses(fragment_of(worker.ds, part.frag))[positions]
             keep = (addrs >= call.first_address) & (addrs <= call.last_address)
             positions, addrs = positions[keep], addrs[keep]
             if not len(positions):
@@ -257,27 +260,28 @@ def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], i
             rows = worker.work.read([(part.frag, positions, False)])
             try:
                 worker.work.compute(rows, [], None if watch is None else (
-                    lambda column, udf, addrs=addrs: watch.calling(column, udf, addrs)))
+                    partial(watch.calling, addrs=addrs)))
             except Exception:  # noqa: BLE001 - a UDF error here was not what killed the worker
                 continue
         yield item
 
 
-def _locate(spark: Any, ctx: StageContext, store: CheckpointStore, call: RunningCall, tasks: list[Task]
+def _locate(spark: SparkSession, ctx: StageContext, store: CheckpointStore, call: RunningCall, tasks: list[Task]
             ) -> tuple[RunningCall, WorkerDeath] | None:
     """The fragment a call over many small fragments died on: the call is run again fragment by fragment
     (one Spark task, only after a death).  None when that run does not die the same way."""
-    locate = dataclasses.replace(ctx, job_id=f"{ctx.job_id}-locate")
+    locate_id = f"{ctx.job_id}-locate"
+    locate = dataclasses.replace(ctx, job_id=locate_id)
     try:
         run_tasks(spark, [0], partial(_locate_partition, locate, call, tasks),
                   description=f"geneva locate the fragment that killed a worker of {ctx.job.table}")
     except Exception as exc:  # noqa: BLE001 - the first death is reported whatever happens here
         death = worker_death(exc)
-        found = read_call(store, locate.job_id, 0) if death is not None else None
+        found = read_call(store, locate_id, 0) if death is not None else None
         if death is not None and found is not None:
             return found, death
     finally:
-        clear_markers(store, locate.job_id)
+        clear_markers(store, locate_id)
     return None
 
 
@@ -320,7 +324,7 @@ def unapplied_rows(plan: Plan, store: CheckpointStore) -> dict[int, int]:
     return missing
 
 
-def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> ApplyResult:
+def run_apply(plan_uri: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> ApplyResult:
     """Apply stage: computes every missing planned range on Spark; returns counts."""
     plan, store = load_plan(plan_uri, storage_options)
     if plan.nothing_to_do:  # an up-to-date table: no Spark job, no record
@@ -332,7 +336,8 @@ def run_apply(plan_uri: str, spark: Any, storage_options: dict[str, str] | None 
         return _apply(plan, store, spark, storage_options)
 
 
-def _apply(plan: Plan, store: CheckpointStore, spark: Any, storage_options: dict[str, str] | None) -> ApplyResult:
+def _apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_options: dict[str, str] | None
+           ) -> ApplyResult:
     tasks = remaining_tasks(plan, store)
     planned = plan.rows_to_compute
     log.info("apply %s: %d of %d planned tasks still to run (%d rows planned)",

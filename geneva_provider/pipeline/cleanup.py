@@ -16,11 +16,11 @@ import datetime as dt
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.checkpoint import CheckpointStore, batch_prefix, parse_batch_key, parse_staged_key
 from geneva_provider.core.fingerprints import fingerprint_column
-from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids, output_files
+from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, output_files
 from geneva_provider.core.models import Action, JobStatus, Plan, StagedFiles, plan_from_json
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udf import udf_column_info
@@ -29,6 +29,9 @@ from geneva_provider.pipeline.job_records import job_key, plan_live, read_record
 from geneva_provider.pipeline.plan_backfill import backfill_prefix
 from geneva_provider.pipeline.plan_refresh import refresh_identity
 from geneva_provider.pipeline.planning import ledger_key, load_ledger, validity_signature
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +126,7 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
     return result
 
 
-def _current_jobs(ds: Any, table: TableRef) -> dict[str, _Job]:
+def _current_jobs(ds: Dataset, table: TableRef) -> dict[str, _Job]:
     """The job prefixes the table's current UDF columns (or its view query) would plan with."""
     jobs: dict[str, _Job] = {}
     names = ds.schema.names
@@ -133,16 +136,16 @@ def _current_jobs(ds: Any, table: TableRef) -> dict[str, _Job]:
         outputs = info.query.output_columns()
         if all(c in names for c in outputs):
             prefix, _ = refresh_identity(ds, info, table)
-            jobs[prefix] = _Job(None, [i for c in outputs for i in leaf_field_ids(ds.lance_schema.field(c))])
+            jobs[prefix] = _Job(None, [i for c in outputs for i in column_leaf_ids(ds, c)])
         return jobs
     for column in names:
-        info = udf_column_info(ds.schema.field(column).metadata)
+        udf = udf_column_info(ds.schema.field(column).metadata)
         fp = fingerprint_column(column)
-        if info is None or fp not in names or any(c not in names for c in info.input_columns or []):
+        if udf is None or fp not in names or any(c not in names for c in udf.input_columns or []):
             continue
-        read_ids = sorted({i for c in info.input_columns or [] for i in column_field_ids(ds, c)})
-        out = leaf_field_ids(ds.lance_schema.field(column)) + leaf_field_ids(ds.lance_schema.field(fp))
-        jobs[backfill_prefix(info, column, table.uri)] = _Job(read_ids, out)
+        read_ids = sorted({i for c in udf.input_columns or [] for i in column_field_ids(ds, c)})
+        out = column_leaf_ids(ds, column) + column_leaf_ids(ds, fp)
+        jobs[backfill_prefix(udf, column, table.uri)] = _Job(read_ids, out)
     return jobs
 
 

@@ -11,11 +11,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.filters import lance_reason
-from geneva_provider.core.fragments import leaf_field_ids, output_files
+from geneva_provider.core.fragments import column_leaf_ids, output_files
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tenacity import Retrying
+
+    from geneva_provider.core.lib_types import DataFile, Dataset
+    from geneva_provider.core.models import PlanSettings
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +42,13 @@ class CommitPolicy:
     backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
 
     @classmethod
-    def of(cls, settings: Any) -> CommitPolicy:
+    def of(cls, settings: PlanSettings) -> CommitPolicy:
         """The policy a plan's settings ask for (``commit_retries``, ``commit_timeout``)."""
         return cls(max_retries=settings.commit_retries if settings.commit_retries is not None
                    else DEFAULT_MAX_RETRIES,
                    budget_seconds=settings.commit_timeout or DEFAULT_BUDGET_SECONDS)
 
-    def retrying(self, retry_on: Any) -> Any:
+    def retrying(self, retry_on: Callable[[BaseException], bool]) -> Retrying:
         import tenacity
 
         return tenacity.Retrying(
@@ -84,7 +92,7 @@ def _retry_on(exc: BaseException) -> bool:
 def commit_column_files(
     table_uri: str,
     columns: list[str],
-    files: dict[int, Any],
+    files: dict[int, DataFile],
     read_version: int,
     *,
     output_field_ids: list[int],
@@ -151,7 +159,7 @@ def commit_column_files(
     return outcome
 
 
-def _rebase(outcome: CommitOutcome, pending: dict[int, Any], state: dict[str, int], table_uri: str,
+def _rebase(outcome: CommitOutcome, pending: dict[int, DataFile], state: dict[str, int], table_uri: str,
             columns: list[str], output_field_ids: list[int], base_files: dict[int, str | None] | None,
             storage_options: dict[str, str] | None) -> None:
     """Moves a conflicting commit to the latest version, dropping fragments it may no longer replace."""
@@ -172,8 +180,8 @@ def _rebase(outcome: CommitOutcome, pending: dict[int, Any], state: dict[str, in
     outcome.retries += 1
 
 
-def _check_columns(ds: Any, columns: list[str], output_field_ids: list[int], uri: str) -> None:
+def _check_columns(ds: Dataset, columns: list[str], output_field_ids: list[int], uri: str) -> None:
     names = ds.schema.names
     if any(c not in names for c in columns) or [
-            i for c in columns for i in leaf_field_ids(ds.lance_schema.field(c))] != output_field_ids:
+            i for c in columns for i in column_leaf_ids(ds, c)] != output_field_ids:
         raise CommitError(f"column(s) {columns} of {uri} were dropped or replaced while the job ran; rerun it")

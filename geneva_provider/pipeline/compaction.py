@@ -20,7 +20,7 @@ import typing
 import uuid
 from collections.abc import Iterable, Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.checkpoint import CheckpointStore, plan_key
 from geneva_provider.core.errors import CommitError, InvalidArgumentError
@@ -48,6 +48,9 @@ from geneva_provider.pipeline.job_records import (
 )
 from geneva_provider.pipeline.planning import open_plan
 from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +126,7 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
     held_by = _held_among(held_fragments(store), live) if exclude_live_jobs else {}
     excluded = sorted(set(options.pop("excluded_fragment_ids", None) or [])
                       | {f for fragments in held_by.values() for f in fragments})
-    plan = Compaction.plan(ds, CompactionOptions(**options, excluded_fragment_ids=excluded))
+    plan = Compaction.plan(ds, CompactionOptions(**options, excluded_fragment_ids=excluded))  # type: ignore[typeddict-item]
     fragments = sorted({f.id for t in plan.tasks for f in t.fragments})
     now = dt.datetime.now(dt.UTC)
     doc = CompactionPlan(
@@ -183,7 +186,8 @@ def _execute(uri: str, storage_options: dict[str, str] | None, tasks: Iterable[s
         yield base64.b64encode(pickle.dumps(task.execute(ds))).decode("ascii")
 
 
-def run_compaction(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> CompactionResult:
+def run_compaction(plan_uri: str, spark: SparkSession, storage_options: dict[str, str] | None = None
+                   ) -> CompactionResult:
     """Runs a compaction plan's tasks on Spark and commits their results in one Rewrite.
 
     When another writer committed to a fragment being rewritten (a backfill that planned after this
@@ -205,7 +209,7 @@ def run_compaction(plan_uri: str, spark: Any, storage_options: dict[str, str] | 
 
 
 def _compact(plan: CompactionPlan, store: CheckpointStore, storage_options: dict[str, str] | None,
-             spark: Any) -> CompactionResult:
+             spark: SparkSession) -> CompactionResult:
     """Runs the rewrite tasks no live job holds, then commits the results no live job holds by now.
 
     The holds are read again right before the commit: a backfill planned after this compaction (its

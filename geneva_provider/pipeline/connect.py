@@ -17,9 +17,12 @@ import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from geneva_provider.core.errors import SparkEnvironmentError, SparkServerUnreachableError
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import ConnectSession
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ STAGE_MAX_BACKOFF_MS = 10_000
 RELEASE_RETRIES = 2  # releasing is best effort (the server's idle timeout releases what we could not): ~0.25 s
 
 
-def connect_session(url: str, *, pyfiles: Sequence[str] = (), session_id: str | None = None) -> Any:
+def connect_session(url: str, *, pyfiles: Sequence[str] = (), session_id: str | None = None) -> ConnectSession:
     """A new Spark Connect client session on ``url`` with ``pyfiles`` shipped and the environment checked.
 
     Always a session of its own (never a default session another caller shares), so stopping it
@@ -58,7 +61,7 @@ def connect_session(url: str, *, pyfiles: Sequence[str] = (), session_id: str | 
     return spark
 
 
-def _first_contact(spark: Any) -> str:
+def _first_contact(spark: ConnectSession) -> str:
     """The server's Spark version: the session's first call, retried for ~20 s (not the client's 10 minutes).
 
     An unreachable server then fails the task soon, with a retryable error, and Airflow's retries
@@ -96,7 +99,7 @@ def _stage_policy_class() -> type:
     class OutageState(RetryPolicyState):
         def next_attempt(self, exception: BaseException | None = None) -> int | None:
             wait_ms = super().next_attempt(exception)
-            self.policy.saw(exception, wait_ms)
+            cast("StageRetryPolicy", self.policy).saw(exception, wait_ms)
             return wait_ms
 
     class StageRetryPolicy(DefaultPolicy):
@@ -129,7 +132,7 @@ def _stage_policy_class() -> type:
 OUTAGE_GAP_SECONDS = 5.0  # no failed call for this long after a back-off: the server answered again
 
 
-def unreachable(spark: Any, url: str) -> str | None:
+def unreachable(spark: ConnectSession, url: str) -> str | None:
     """What to say while the session's client cannot reach its server (None while it can)."""
     policy = _stage_policy(spark)
     if policy is None or policy.outage_since is None:
@@ -141,7 +144,7 @@ def unreachable(spark: Any, url: str) -> str | None:
             f"{now - policy.outage_since:.0f}s; " + ("giving up" if policy.gave_up else "still retrying"))
 
 
-def lost_server(spark: Any, url: str, exc: BaseException) -> SparkServerUnreachableError | None:
+def lost_server(spark: ConnectSession, url: str, exc: BaseException) -> SparkServerUnreachableError | None:
     """The retryable error naming the server, when ``exc`` is the session's client giving up on reaching it.
 
     A dead or restarting server is no fault of the stage: the task's retry (Airflow's) reconnects and
@@ -156,7 +159,7 @@ def lost_server(spark: Any, url: str, exc: BaseException) -> SparkServerUnreacha
                                        "a retry resumes from the checkpoints")
 
 
-def _stage_policy(spark: Any) -> Any:
+def _stage_policy(spark: ConnectSession) -> Any:
     try:
         policies = spark.client.get_retry_policies()
     except Exception:  # noqa: BLE001 - not a Connect session
@@ -179,7 +182,7 @@ def _is_unavailable(exc: BaseException | None) -> bool:
     return False
 
 
-def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) -> tuple[Any, int] | None:
+def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) -> tuple[ConnectSession, int] | None:
     """Attaches to the session an earlier stage of the job left open: ``(session, operations stopped)``.
 
     The next stage reuses the job's session so it finds warm Python workers (this package and
@@ -217,7 +220,7 @@ def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) ->
 PREPARED_CONF = "spark.geneva.session.prepared"  # a session conf: what was shipped to and checked in it
 
 
-def _prepare(spark: Any, pyfiles: Sequence[str], server: str) -> None:
+def _prepare(spark: ConnectSession, pyfiles: Sequence[str], server: str) -> None:
     """Ships ``pyfiles`` and probes the workers, unless this session already holds exactly that.
 
     The marker (a hash of the files and of this client's versions) is a session conf, so it lives
@@ -242,7 +245,7 @@ def _prepare(spark: Any, pyfiles: Sequence[str], server: str) -> None:
     spark.conf.set(PREPARED_CONF, marker)
 
 
-def close_session(spark: Any, *, keep: bool = False, interrupt: bool = False) -> None:
+def close_session(spark: ConnectSession, *, keep: bool = False, interrupt: bool = False) -> None:
     """Releases the session on the server; ``keep=True`` only closes this client's connection, leaving
     the session (and its warm Python workers) for the job's next stage to :func:`resume_session`.
     ``interrupt=True`` first stops the session's running operations (a killed task's).
@@ -279,7 +282,7 @@ def _with_session_id(url: str, session_id: str | None) -> str:
     return f"{url};session_id={session_id}" if "/;" in url else f"{url.rstrip('/')}/;session_id={session_id}"
 
 
-def check_environment(spark: Any, server: str = "the Spark Connect server") -> None:
+def check_environment(spark: ConnectSession, server: str = "the Spark Connect server") -> None:
     """Fails with :class:`SparkEnvironmentError` unless the server's Python workers match this client.
 
     Runs one task that reports its interpreter and package versions.  Spark refuses a worker

@@ -7,10 +7,13 @@ stored document, and are left out of the repr.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from geneva_provider.core.checkpoint import CheckpointStore, open_store
 from geneva_provider.core.models import JobSpec, Plan, PlanSettings
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class StageContext:
     def store(self) -> CheckpointStore:
         return open_store(self.store_uri, self.storage_options)
 
-    def dataset(self) -> Any:
+    def dataset(self) -> Dataset:
         """The table at the plan's read version."""
         import lance
 

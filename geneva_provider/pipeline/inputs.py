@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -21,10 +21,14 @@ import pyarrow.compute as pc
 from geneva_provider.core.error_policy import RowFailure
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import FINGERPRINT_PREFIX, fingerprint_column, row_fingerprints
+from geneva_provider.core.fragments import fragment_of
 from geneva_provider.core.kinds import JobKind, RowOutcome
-from geneva_provider.core.udf import UDF, UDFCallError, load_udf, udf_column_info
+from geneva_provider.core.udf import UDF, UDFCallError, UdfColumnInfo, load_udf, udf_column_info
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID
 from geneva_provider.pipeline.context import StageContext
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset, Fragment
 
 # A Python worker serves many tasks: unpickle each UDF (and build a stateful one) once per
 # process.  The key names the column incarnation, so a dropped and re-created table or column
@@ -32,11 +36,17 @@ from geneva_provider.pipeline.context import StageContext
 _UDFS: dict[tuple[str, str, str, int], UDF] = {}
 
 
-def udf_for(ds: Any, column: str) -> UDF:
-    """The column's UDF, unpickled from the field metadata at the dataset's version."""
+def udf_info(ds: Dataset, column: str) -> UdfColumnInfo:
+    """The UDF recorded on ``column``'s field metadata; InvalidArgumentError if it is not a UDF column."""
     info = udf_column_info(ds.schema.field(column).metadata)
     if info is None:
         raise InvalidArgumentError(f"column '{column}' of {ds.uri} is not a UDF column")
+    return info
+
+
+def udf_for(ds: Dataset, column: str) -> UDF:
+    """The column's UDF, unpickled from the field metadata at the dataset's version."""
+    info = udf_info(ds, column)
     key = (info.column_uid, info.version, column, hash(info.pickle))  # retry_failed may swap the code
     if key not in _UDFS:
         _UDFS[key] = load_udf(info.pickle)
@@ -46,7 +56,7 @@ def udf_for(ds: Any, column: str) -> UDF:
 Pieces = list[tuple[int, np.ndarray, bool]]  # (fragment id, live-row positions, whether that is every live row)
 
 
-def read_positions(frag: Any, positions: np.ndarray, columns: list[str]) -> pa.Table:
+def read_positions(frag: Fragment, positions: np.ndarray, columns: list[str]) -> pa.Table:
     """The live rows at ``positions`` (ascending) of a fragment: one range read, or a take."""
     first, n = int(positions[0]), len(positions)
     if int(positions[-1]) - first + 1 == n:
@@ -54,7 +64,7 @@ def read_positions(frag: Any, positions: np.ndarray, columns: list[str]) -> pa.T
     return frag.take(positions.tolist(), columns=columns)
 
 
-def read_pieces(ds: Any, pieces: Pieces, columns: list[str]) -> pa.Table:
+def read_pieces(ds: Dataset, pieces: Pieces, columns: list[str]) -> pa.Table:
     """``columns`` of the pieces' rows, in order: consecutive whole fragments in one scan, other parts each."""
     parts: list[pa.Table] = []
     wholes: list[Any] = []
@@ -66,10 +76,10 @@ def read_pieces(ds: Any, pieces: Pieces, columns: list[str]) -> pa.Table:
 
     for fid, positions, whole in pieces:
         if whole:
-            wholes.append(ds.get_fragment(fid))
+            wholes.append(fragment_of(ds, fid))
             continue
         scan_wholes()
-        parts.append(read_positions(ds.get_fragment(fid), positions, columns))
+        parts.append(read_positions(fragment_of(ds, fid), positions, columns))
     scan_wholes()
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
@@ -123,7 +133,7 @@ def register_input(kind: str) -> Callable[[InputFactory], InputFactory]:
     return add
 
 
-def input_for(ctx: StageContext, ds: Any) -> JobInput:
+def input_for(ctx: StageContext, ds: Dataset) -> JobInput:
     """The input of the job's kind, over ``ds`` (the table at the job's read version)."""
     try:
         factory = _REGISTRY[ctx.job.kind]
@@ -136,7 +146,7 @@ def input_for(ctx: StageContext, ds: Any) -> JobInput:
 class ScanInput:
     """Backfill input: the fragment's own rows, one UDF column out."""
 
-    def __init__(self, ctx: StageContext, ds: Any) -> None:
+    def __init__(self, ctx: StageContext, ds: Dataset) -> None:
         self.job = ctx.job
         self.ds = ds
         self.column = ctx.job.output_columns[0]
@@ -172,7 +182,7 @@ class CopyInput:
     differs from that of the source row's current inputs -- and keeps its stored value elsewhere.
     """
 
-    def __init__(self, ctx: StageContext, ds: Any) -> None:
+    def __init__(self, ctx: StageContext, ds: Dataset) -> None:
         import lance
 
         if ctx.job.source is None:
@@ -181,7 +191,7 @@ class CopyInput:
         self.ds = ds
         self.src = lance.dataset(self.source.uri, version=self.source.version, storage_options=ctx.storage_options)
         self.udfs = {c: udf_for(ds, c) for c in self.source.udf_columns}
-        self.inputs = {c: udf_column_info(ds.schema.field(c).metadata).input_columns for c in self.source.udf_columns}
+        self.inputs = {c: udf_info(ds, c).input_columns or [] for c in self.source.udf_columns}
         # A view UDF column's fingerprints are seeded with its UDF's version and the column's incarnation.
         self.udf_seeds = {c: f"{info.version}:{info.column_uid}" for c in self.source.udf_columns
                           if (info := udf_column_info(ds.schema.field(c).metadata)) is not None}

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.catalog import TableResolver
 from geneva_provider.core.checkpoint import CheckpointStore, open_store, split_key_uri
@@ -30,6 +30,9 @@ from geneva_provider.pipeline.runner import cancel_jobs, default_parallelism, is
 from geneva_provider.pipeline.verify import verify
 from geneva_provider.pipeline.write import run_write_commit
 
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import SparkSession
+
 log = logging.getLogger(__name__)
 
 
@@ -39,7 +42,7 @@ class JobControl:
 
     on_plan: Callable[[PlanSummary], None] | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
-    spark: Any = None
+    spark: SparkSession | None = None
     summary: PlanSummary | None = None
 
     def cancel(self) -> None:
@@ -53,7 +56,7 @@ class JobControl:
             raise JobCancelledError(f"job {self.summary.job_id if self.summary else ''} was cancelled before {stage}")
 
 
-def backfill(table: TableRef, column: str, options: BackfillOptions | None = None, *, spark: Any = None,
+def backfill(table: TableRef, column: str, options: BackfillOptions | None = None, *, spark: SparkSession | None = None,
              store: CheckpointStore | None = None, control: JobControl | None = None) -> BackfillResult:
     """Runs every stage of a backfill of ``column`` in this process, on ``spark`` or a local session."""
     return run_job(table, column, lambda parallelism: plan_backfill(
@@ -61,14 +64,14 @@ def backfill(table: TableRef, column: str, options: BackfillOptions | None = Non
 
 
 def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: TableResolver | None = None,
-            spark: Any = None, store: CheckpointStore | None = None, control: JobControl | None = None
+            spark: SparkSession | None = None, store: CheckpointStore | None = None, control: JobControl | None = None
             ) -> BackfillResult:
     """Refreshes a materialized view in this process: new source rows, then every stale fragment."""
     return run_job(view, "*", lambda parallelism: plan_refresh(
         view, options, resolve=resolve, store=store, parallelism=parallelism), spark, control)
 
 
-def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Any = None,
+def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: SparkSession | None = None,
             store: CheckpointStore | None = None, exclude_live_jobs: bool = True) -> CompactionResult:
     """Compacts ``table`` with its rewrite tasks on Spark (no session is started when there is nothing to do)."""
     if spark is not None and not is_session(spark):
@@ -87,7 +90,7 @@ def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: An
 
 
 @contextmanager
-def _session(spark: Any, app_name: str) -> Iterator[Any]:
+def _session(spark: SparkSession | None, app_name: str) -> Iterator[SparkSession]:
     """``spark``, else the active session, else a local session made for the job and stopped after it."""
     if spark is None:
         from pyspark.sql import SparkSession
@@ -103,7 +106,7 @@ def _session(spark: Any, app_name: str) -> Iterator[Any]:
         spark.stop()
 
 
-def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSummary], spark: Any,
+def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSummary], spark: SparkSession | None,
             control: JobControl | None = None) -> BackfillResult:
     """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work)."""
     control = control or JobControl()

@@ -18,25 +18,28 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from geneva_provider.core.fragments import leaf_field_ids
+from geneva_provider.core.fragments import column_leaf_ids
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.commit import commit_column_files
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset, FragmentMeta
 
 log = logging.getLogger(__name__)
 
 
-def missing_outputs(fragment_meta: Any, leaves: dict[str, list[int]]) -> tuple[str, ...]:
+def missing_outputs(fragment_meta: FragmentMeta, leaves: dict[str, list[int]]) -> tuple[str, ...]:
     """The output columns a fragment stores no file for, when it stores a file for some other (else empty)."""
     present = {i for df in fragment_meta.files for i in df.fields}
     missing = tuple(c for c, ids in leaves.items() if not present.intersection(ids))
     return missing if len(missing) < len(leaves) else ()
 
 
-def complete_output_layout(table: TableRef, ds: Any, columns: list[str]) -> Any:
+def complete_output_layout(table: TableRef, ds: Dataset, columns: list[str]) -> Dataset:
     """Gives every fragment holding some of ``columns`` an all-NULL file for the others; returns the dataset.
 
     Commits nothing when no fragment needs it (the common case: a look at the manifest only).
@@ -45,7 +48,7 @@ def complete_output_layout(table: TableRef, ds: Any, columns: list[str]) -> Any:
     from lance.file import LanceFileWriter
     from lance.fragment import DataFile
 
-    leaves = {c: leaf_field_ids(ds.lance_schema.field(c)) for c in columns}
+    leaves = {c: column_leaf_ids(ds, c) for c in columns}
     groups: dict[tuple[str, ...], dict[int, int]] = {}  # missing columns -> {fragment id: physical rows}
     for frag in ds.get_fragments():
         missing = missing_outputs(frag.metadata, leaves)

@@ -9,7 +9,7 @@ input fails before any JVM starts and changes nothing.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from geneva_provider.core.fingerprints import (
     holds_fingerprints_of,
     row_fingerprints,
 )
-from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids, live_row_addresses
+from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, live_row_addresses
 from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, UdfRef
 from geneva_provider.core.options import BackfillOptions, check_count
@@ -31,6 +31,9 @@ from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.udf import UdfColumnInfo, udf_column_info
 from geneva_provider.pipeline.layout import complete_output_layout
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset, Fragment
 
 
 def plan_backfill(
@@ -63,32 +66,32 @@ def plan_backfill(
     if options.read_version is None:  # values kept by a table changed outside the package: made committable
         ds = complete_output_layout(table, ds, [column, fp])
 
-    out_leaves = leaf_field_ids(ds.lance_schema.field(column)) + leaf_field_ids(ds.lance_schema.field(fp))
+    out_leaves = column_leaf_ids(ds, column) + column_leaf_ids(ds, fp)
     prefix = backfill_prefix(info, column, table.uri)
     examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
     fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, info.column_uid, where)
-    job = JobSpec(
+    spec = JobSpec(
         kind=JobKind.BACKFILL, table=table.name, table_uri=table.uri, column=column, output_columns=[column, fp],
         input_columns=inputs, where=where, read_version=ds.version, output_field_ids=out_leaves,
         column_uid=info.column_uid, data_storage_version=str(ds.data_storage_version), job_prefix=prefix,
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,
         max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows())
-    return store_plan(job, fragments, work, options, store, parallelism, f"table '{table.name}' column '{column}'",
+    return store_plan(spec, fragments, work, options, store, parallelism, f"table '{table.name}' column '{column}'",
                       airflow_run_id)
 
 
 class BackfillExaminer:
     """Judges a fragment of a backfill: fingerprints of the inputs against the stored ones."""
 
-    def __init__(self, ds: Any, inputs: list[str], where: str | None, udf_version: str, fp: str) -> None:
+    def __init__(self, ds: Dataset, inputs: list[str], where: str | None, udf_version: str, fp: str) -> None:
         self.inputs, self.where, self.seed, self.fp = inputs, where, udf_version, fp
         self.read_ids = sorted({i for c in inputs for i in column_field_ids(ds, c)})
-        self.fp_ids = leaf_field_ids(ds.lance_schema.field(fp))
+        self.fp_ids = column_leaf_ids(ds, fp)
 
-    def src_files(self, frag: Any) -> list[str]:
+    def src_files(self, frag: Fragment) -> list[str]:
         return files_holding(frag.metadata, self.read_ids)
 
-    def examine(self, frag: Any) -> Exam:
+    def examine(self, frag: Fragment) -> Exam:
         if not files_holding(frag.metadata, self.fp_ids):  # never computed here: every row lacks its value
             live = frag.count_rows()
             needed = self.selected(frag) if self.where else np.ones(live, bool)
@@ -102,7 +105,7 @@ class BackfillExaminer:
         needed = invalid & self.selected(frag) if self.where else invalid
         return Exam(needed=needed, invalid=int(invalid.sum()))
 
-    def selected(self, frag: Any) -> np.ndarray:
+    def selected(self, frag: Fragment) -> np.ndarray:
         """The ``where`` as a mask over the fragment's live rows."""
         chosen = frag.to_table(columns=[], filter=self.where, with_row_address=True).column("_rowaddr").to_numpy()
         return np.isin(live_row_addresses(frag), chosen)
@@ -113,7 +116,7 @@ def backfill_prefix(info: UdfColumnInfo, column: str, table_uri: str) -> str:
     return job_prefix(info.name, info.version, column, None, table_uri)
 
 
-def udf_of(ds: Any, table: str, column: str) -> UdfColumnInfo:
+def udf_of(ds: Dataset, table: str, column: str) -> UdfColumnInfo:
     """The UDF recorded on ``column``; ColumnError naming the table if there is none."""
     if column not in ds.schema.names:
         raise ColumnError(f"column '{column}' not found in table '{table}' (columns: {user_columns(ds.schema.names)})")
@@ -123,7 +126,7 @@ def udf_of(ds: Any, table: str, column: str) -> UdfColumnInfo:
     return info
 
 
-def udf_with_inputs(ds: Any, table: str, column: str) -> UdfColumnInfo:
+def udf_with_inputs(ds: Dataset, table: str, column: str) -> UdfColumnInfo:
     """The UDF recorded on ``column``, once its input columns are known to be in ``ds``; ColumnError otherwise."""
     info = udf_of(ds, table, column)
     missing = [c for c in info.input_columns or [] if c not in ds.schema.names]
@@ -133,7 +136,7 @@ def udf_with_inputs(ds: Any, table: str, column: str) -> UdfColumnInfo:
     return info
 
 
-def _with_fingerprints(table: TableRef, ds: Any, column: str, read_version: int | None) -> Any:
+def _with_fingerprints(table: TableRef, ds: Dataset, column: str, read_version: int | None) -> Dataset:
     """The dataset with ``column``'s fingerprint column (declared by add_columns; added here for older tables)."""
     fp = fingerprint_column(column)
     if fp in ds.schema.names:

@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +30,7 @@ from geneva_provider.core.checkpoint import CheckpointStore, job_prefix
 from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
-from geneva_provider.core.fragments import column_field_ids, files_holding, leaf_field_ids
+from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding
 from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, SourceSpec
 from geneva_provider.core.options import RefreshOptions, check_count
@@ -44,9 +44,13 @@ from geneva_provider.core.view_meta import (
     query_order,
     view_info,
 )
+from geneva_provider.pipeline.inputs import udf_info
 from geneva_provider.pipeline.layout import complete_output_layout
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
 from geneva_provider.pipeline.view_create import matching_row_ids
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset, Fragment
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +110,14 @@ def plan_refresh(
     ds = view.dataset()
     udf_cols = list(q.udf_columns)
     src_read = q.source_columns()
-    out_leaves = [i for c in output_columns for i in leaf_field_ids(ds.lance_schema.field(c))]
+    out_leaves = [i for c in output_columns for i in column_leaf_ids(ds, c)]
     prefix, column_uid = refresh_identity(ds, info, view)
     examiner = RefreshExaminer(ds, src, src_read, column_uid, info.stable)
     fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, column_uid, None)
     udf_infos = [udf_column_info(ds.schema.field(c).metadata) for c in udf_cols]
     rows_limits = [u.max_failed_rows for u in udf_infos if u and u.max_failed_rows is not None]
     fraction_limits = [u.max_failed_fraction for u in udf_infos if u and u.max_failed_fraction is not None]
-    job = JobSpec(
+    spec = JobSpec(
         kind=JobKind.REFRESH, table=view.name, table_uri=view.uri, output_columns=output_columns,
         read_version=ds.version,
         output_field_ids=out_leaves, column_uid=column_uid, data_storage_version=str(ds.data_storage_version),
@@ -121,12 +125,12 @@ def plan_refresh(
         max_failed_fraction=min(fraction_limits, default=None), rows_total=ds.count_rows(),
         source=SourceSpec(uri=source.uri, version=src.version, copied=q.columns, udf_columns=udf_cols,
                           read_columns=src_read))
-    return store_plan(job, fragments, work, options, store, parallelism or os.cpu_count() or 1,
+    return store_plan(spec, fragments, work, options, store, parallelism or os.cpu_count() or 1,
                       f"view '{view.name}' from source version {src.version} ({added} rows added, "
                       f"{removed} removed)", airflow_run_id)
 
 
-def refresh_identity(ds: Any, info: ViewInfo, view: TableRef) -> tuple[str, str]:
+def refresh_identity(ds: Dataset, info: ViewInfo, view: TableRef) -> tuple[str, str]:
     """A view's job prefix and the identity of its computed columns (query, UDF versions, column incarnations).
 
     The prefix also names the layout of the refresh's outputs (``_CHECKPOINT_LAYOUT``: with per-UDF
@@ -134,14 +138,14 @@ def refresh_identity(ds: Any, info: ViewInfo, view: TableRef) -> tuple[str, str]
     rows' fingerprints, does not, so a view keeps its valid rows across the change of layout.
     """
     q = info.query
-    udfs = [udf_column_info(ds.schema.field(c).metadata) for c in q.udf_columns]
+    udfs = [udf_info(ds, c) for c in q.udf_columns]
     query_version = hashlib.md5(json.dumps([q.model_dump(mode="json"), [u.version for u in udfs]],
                                            sort_keys=True).encode()).hexdigest()[:16]
     return (job_prefix("view", f"{query_version}{_CHECKPOINT_LAYOUT}", view.name, None, view.uri),
             ":".join([query_version, *(u.column_uid for u in udfs)]))
 
 
-def _source_at(source: TableRef, version: int | None, view: str) -> Any:
+def _source_at(source: TableRef, version: int | None, view: str) -> Dataset:
     try:
         return source.dataset(version)
     except (ValueError, OSError) as exc:
@@ -151,7 +155,7 @@ def _source_at(source: TableRef, version: int | None, view: str) -> Any:
                                    f"{version} (it may have been cleaned up)") from exc
 
 
-def sync_rows(view: TableRef, src: Any, info: ViewInfo, max_rows_per_fragment: int | None) -> tuple[int, int]:
+def sync_rows(view: TableRef, src: Dataset, info: ViewInfo, max_rows_per_fragment: int | None) -> tuple[int, int]:
     """Brings the view's rows to the ones the query selects at ``src``'s version; returns (added, removed).
 
     Appends to a view without ``offset`` or ``limit`` only add rows: the new matching ones.  Any
@@ -186,7 +190,7 @@ def sync_rows(view: TableRef, src: Any, info: ViewInfo, max_rows_per_fragment: i
     if len(new):
         import lance
 
-        kwargs = {"max_rows_per_file": max_rows_per_fragment} if max_rows_per_fragment else {}
+        kwargs: dict[str, Any] = {"max_rows_per_file": max_rows_per_fragment} if max_rows_per_fragment else {}
         ds = lance.write_dataset(pa.table({SOURCE_ROW_ID: pa.array(new, pa.int64())}), view.uri, mode="append",
                                  storage_options=view.storage_options, **kwargs)
     ds.update_schema_metadata({META_BASE_VERSION: str(src.version), META_SCANNED_ROW_ID: str(next_id)})
@@ -196,7 +200,7 @@ def sync_rows(view: TableRef, src: Any, info: ViewInfo, max_rows_per_fragment: i
     return len(new), removed
 
 
-def _only_appends(src: Any, since: int) -> bool:
+def _only_appends(src: Dataset, since: int) -> bool:
     """True when the source changed since version ``since`` by appends alone."""
     if src.version < since:
         return False
@@ -210,10 +214,10 @@ def _only_appends(src: Any, since: int) -> bool:
 class RefreshExaminer:
     """Judges a view fragment: fingerprints of its source rows' read columns against the stored ones."""
 
-    def __init__(self, view_ds: Any, src: Any, read_columns: list[str], seed: str, stable: bool) -> None:
+    def __init__(self, view_ds: Dataset, src: Dataset, read_columns: list[str], seed: str, stable: bool) -> None:
         self.src, self.read_columns, self.seed, self.stable = src, read_columns, seed, stable
         self.read_ids = sorted({i for c in read_columns for i in column_field_ids(src, c)})
-        self.fp_ids = leaf_field_ids(view_ds.lance_schema.field(FP))
+        self.fp_ids = column_leaf_ids(view_ds, FP)
         self.src_meta = {f.fragment_id: f.metadata for f in src.get_fragments()}
         if stable:  # one scan of the source's row ids and addresses: which source fragment holds each row
             m = src.to_table(columns=[], with_row_id=True, with_row_address=True)
@@ -221,10 +225,10 @@ class RefreshExaminer:
             self.sorted_ids = m.column("_rowid").to_numpy()[order]
             self.frag_of = (m.column("_rowaddr").to_numpy()[order] >> 32).astype(np.int64)
 
-    def _ids(self, frag: Any) -> np.ndarray:
+    def _ids(self, frag: Fragment) -> np.ndarray:
         return frag.to_table(columns=[SOURCE_ROW_ID]).column(SOURCE_ROW_ID).to_numpy().astype(np.uint64)
 
-    def src_files(self, frag: Any) -> list[str]:
+    def src_files(self, frag: Fragment) -> list[str]:
         """The source files holding the read columns of the view fragment's rows."""
         ids = self._ids(frag)
         if not self.stable:
@@ -237,7 +241,7 @@ class RefreshExaminer:
         return sorted({f for fid in frags if fid in self.src_meta for f in files_holding(self.src_meta[fid],
                                                                                           self.read_ids)})
 
-    def examine(self, frag: Any) -> Exam:
+    def examine(self, frag: Fragment) -> Exam:
         live = frag.count_rows()
         if not files_holding(frag.metadata, self.fp_ids):
             return Exam(needed=np.ones(live, bool), invalid=live)

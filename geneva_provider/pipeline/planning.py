@@ -18,7 +18,7 @@ import hashlib
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -57,6 +57,9 @@ from geneva_provider.core.options import JobOptions
 from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_runs
 from geneva_provider.pipeline.job_records import check_leases, start_record, take_over
 
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset, Fragment, FragmentMeta
+
 log = logging.getLogger(__name__)
 
 
@@ -71,14 +74,14 @@ class Exam:
 class Examiner(Protocol):
     """How a kind of job judges a fragment."""
 
-    def src_files(self, frag: Any) -> list[str]:
+    def src_files(self, frag: Fragment) -> list[str]:
         """The files the fragment's values are computed from (what batch checkpoints are keyed by)."""
 
-    def examine(self, frag: Any) -> Exam:
+    def examine(self, frag: Fragment) -> Exam:
         """Reads inputs and fingerprints (no UDF) and says which rows need a value."""
 
 
-def validity_signature(src_files: list[str], fragment_meta: Any, out_leaves: list[int]) -> list[str]:
+def validity_signature(src_files: list[str], fragment_meta: FragmentMeta, out_leaves: list[int]) -> list[str]:
     """Every file that decides a fragment's validity: what its values are computed from, and the values."""
     return sorted(set(src_files) | set(files_holding(fragment_meta, out_leaves)))
 
@@ -107,7 +110,7 @@ def record_valid(store: CheckpointStore, job: str, signatures: dict[int, list[st
 
 
 def plan_fragments(
-    ds: Any,
+    ds: Dataset,
     store: CheckpointStore,
     job: str,
     examiner: Examiner,

@@ -18,10 +18,15 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from geneva_provider.core.errors import GenevaError, InvalidArgumentError
 from geneva_provider.core.lance_logging import ignore_fork_warning
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from geneva_provider.core.lib_types import ClassicSession, ConnectSession, SparkContext, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +37,8 @@ PROGRESS_SECONDS = 5.0
 LOCAL_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 
-def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict[str, str] | None = None) -> Any:
+def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict[str, str] | None = None
+                  ) -> ClassicSession:
     """A SparkSession on this machine, bound to 127.0.0.1, whose workers run this interpreter."""
     for name, value in (("master", master), ("app_name", app_name)):
         if not isinstance(value, str) or not value.strip():  # checked before a JVM starts
@@ -97,7 +103,7 @@ def quiet_py4j() -> None:
         py4j.setLevel(logging.WARNING)
 
 
-def check_versions(spark: Any) -> None:
+def check_versions(spark: SparkSession) -> None:
     """Fails fast when pyspark's Python files and the JVM disagree (the pyspark-client overwrite)."""
     import pyspark
 
@@ -108,28 +114,28 @@ def check_versions(spark: Any) -> None:
         )
 
 
-def is_connect(spark: Any) -> bool:
+def is_connect(spark: SparkSession) -> TypeIs[ConnectSession]:
     """True for a Spark Connect session (no SparkContext, no RDDs: tasks run through ``mapInArrow``)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def is_session(spark: Any) -> bool:
+def is_session(spark: SparkSession) -> bool:
     """True for a classic or a Spark Connect SparkSession."""
     return hasattr(spark, "sparkContext") or is_connect(spark)
 
 
-def default_parallelism(spark: Any) -> int:
+def default_parallelism(spark: SparkSession) -> int:
     """How many tasks the session runs at once (over Connect: its ``spark.default.parallelism``, else the CPUs)."""
     if is_connect(spark):
         try:
-            return max(int(spark.conf.get("spark.default.parallelism")), 1)
+            return max(int(spark.conf.get("spark.default.parallelism")), 1)  # type: ignore[arg-type] # unset: below
         except Exception:  # noqa: BLE001 - unset on a local server: the machine's cores
             return os.cpu_count() or 1
     return max(int(spark.sparkContext.defaultParallelism), 1)
 
 
 def run_tasks(
-    spark: Any,
+    spark: SparkSession,
     tasks: Sequence[T],
     partition_fn: Callable[[Iterator[T]], Iterable[R]],
     *,
@@ -182,12 +188,13 @@ def run_tasks(
         reporter.join()
         if tag:
             sc.removeJobTag(tag)
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        sc.setLocalProperty("spark.job.description", None)
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type] # None unsets (typed as str)
+        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
 
 
-def _run_over_connect(spark: Any, per_slice: list[Sequence[T]], partition_fn: Callable[[Iterator[T]], Iterable[R]],
-                      description: str, progress: Callable[[], str | None] | None, tag: str | None) -> list[R]:
+def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
+                      partition_fn: Callable[[Iterator[T]], Iterable[R]], description: str,
+                      progress: Callable[[], str | None] | None, tag: str | None) -> list[R]:
     """The same partitions over Spark Connect: ``spark.range(n).mapInArrow``, one row per partition in, each
     result pickled into a binary column out (tasks and results stay small; table data never moves)."""
     import pickle
@@ -259,7 +266,7 @@ def _raise_task_errors(results: list[Any]) -> list[Any]:
     return results
 
 
-class ShippedOptions(dict):
+class ShippedOptions(dict[str, str]):
     """Storage options whose pickled form is only the name of a Spark Connect session artifact holding them.
 
     A Connect server logs the plans it runs -- the pickled task functions included -- so values
@@ -285,7 +292,7 @@ def _load_shipped_options(artifact: str) -> dict[str, str]:
         return json.load(f)
 
 
-def options_for_tasks(spark: Any, storage_options: dict[str, str] | None) -> dict[str, str] | None:
+def options_for_tasks(spark: SparkSession, storage_options: dict[str, str] | None) -> dict[str, str] | None:
     """The storage options as a stage's tasks should carry them: as they are on a classic session
     (the closure stays inside Spark), as a :class:`ShippedOptions` over Spark Connect."""
     if not storage_options or not is_connect(spark):
@@ -325,13 +332,13 @@ def job_tag(job_id: str) -> str:
 _CANCEL_NOISE_LOGGER = "org.apache.spark.TaskContextImpl"
 
 
-def cancel_jobs(spark: Any, job_id: str) -> None:
+def cancel_jobs(spark: SparkSession, job_id: str) -> None:
     """Cancels the running Spark jobs of a geneva job, without Spark printing stack traces for it."""
     if is_connect(spark):
         spark.interruptTag(job_tag(job_id))
         return
     try:
-        jvm = spark.sparkContext._jvm
+        jvm: Any = spark.sparkContext._jvm  # None only once the context is stopped: the except below
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             _CANCEL_NOISE_LOGGER, jvm.org.apache.logging.log4j.Level.FATAL)
     except Exception as exc:  # noqa: BLE001 - quieter logs must never stop a cancel
@@ -339,7 +346,7 @@ def cancel_jobs(spark: Any, job_id: str) -> None:
     spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
 
 
-def _report_progress(sc: Any, group: str, description: str, done: threading.Event,
+def _report_progress(sc: SparkContext | None, group: str, description: str, done: threading.Event,
                      progress: Callable[[], str | None] | None) -> None:
     tracker = sc.statusTracker() if sc is not None else None
     while not done.wait(PROGRESS_SECONDS):

@@ -9,10 +9,11 @@ is a failure: its rows now live elsewhere without their value, and the next run 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import VerificationError
+from geneva_provider.core.fragments import fragment_of
 from geneva_provider.core.kinds import Stage
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
@@ -25,6 +26,9 @@ from geneva_provider.core.models import (
 )
 from geneva_provider.pipeline.job_records import finish_record, job_stage
 from geneva_provider.pipeline.planning import committed_key, load_plan, staged_files
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +103,7 @@ def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] 
                         fragments_verified=frags_ok, rows_verified=rows_ok, fragments_deleted=deleted)
 
 
-def _rows_gone(ds: Any, planned: Any, entry: FragmentPlan) -> bool:
+def _rows_gone(ds: Dataset, planned: Dataset, entry: FragmentPlan) -> bool:
     """True when none of a vanished fragment's rows is live any more (it was deleted, not moved).
 
     Its rows are followed by their stable row ids, read from the version the job planned at.
@@ -107,7 +111,7 @@ def _rows_gone(ds: Any, planned: Any, entry: FragmentPlan) -> bool:
     if not ds.has_stable_row_ids:  # row ids change with the rows: they cannot be followed, they may have moved
         return False
     try:
-        ids = planned.get_fragment(entry.id).to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()
+        ids = fragment_of(planned, entry.id).to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()
     except (ValueError, OSError):  # the planned version was cleaned up
         return False
     return not len(ids) or ds.count_rows(filter=f"_rowid >= {int(ids.min())} AND _rowid <= {int(ids.max())}") == 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +20,9 @@ from geneva_provider.core.filters import check_where, lance_reason
 from geneva_provider.core.fingerprints import fingerprint_field
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID, ViewQuery, view_metadata
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,7 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
     return view
 
 
-def matching_row_ids(ds: Any, where: str | None, stable: bool) -> tuple[np.ndarray, int]:
+def matching_row_ids(ds: Dataset, where: str | None, stable: bool) -> tuple[np.ndarray, int]:
     """Row ids (stable) or addresses of the rows matching ``where``; and the next row id."""
     ids = ds.to_table(columns=[], filter=where, with_row_id=True).column("_rowid").to_numpy().astype(np.int64)
     all_ids = ds.to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,6 +32,9 @@ from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import UDFExecutionError, UDFWorkerDiedError
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import JobSpec, Task
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +120,7 @@ class CallWatch:
         return cls(store, job, job_id, task.partitionId(), task.attemptNumber())
 
     @contextmanager
-    def calling(self, column: str, udf: str, addrs: Sequence[int]) -> Iterator[None]:
+    def calling(self, column: str, udf: str, addrs: Sequence[int] | np.ndarray) -> Iterator[None]:
         """Marks the call of ``udf`` for ``column`` over the rows at ``addrs`` while it runs."""
         import numpy as np
 
@@ -132,9 +136,9 @@ class CallWatch:
         self._put(call)
         real_exit = os._exit
 
-        def recorded_exit(code: int) -> None:  # the UDF (or a library it calls) ends the process
-            self._put(call.model_copy(update={"exit": f"os._exit({code})"}))
-            real_exit(code)
+        def recorded_exit(status: int) -> NoReturn:  # the UDF (or a library it calls) ends the process
+            self._put(call.model_copy(update={"exit": f"os._exit({status})"}))
+            real_exit(status)
 
         os._exit = recorded_exit
         try:

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,7 @@ from geneva_provider.core.checkpoint import (
     staged_key,
 )
 from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError, CorruptCheckpointError
-from geneva_provider.core.fragments import live_row_addresses, output_files
+from geneva_provider.core.fragments import fragment_of, live_row_addresses, output_files
 from geneva_provider.core.kinds import Stage
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
@@ -59,6 +59,9 @@ from geneva_provider.pipeline.planning import (
     validity_signature,
 )
 from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +112,7 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
     store, ds = writer.store, writer.ds
     fid = entry.id
     prefix = batch_prefix(job.job_prefix, src_key=entry.src_key)
-    frag = ds.get_fragment(fid)
+    frag = fragment_of(ds, fid)
     parts = []
     for _, _, key in sorted(writer.keys.get((prefix, fid), [])):
         try:
@@ -193,7 +196,7 @@ def _write_partition(ctx: StageContext, entries: Iterable[FragmentPlan]) -> Iter
 
 
 # ---------------------------------------------------------------------- driver side
-def run_write_commit(plan_uri: str, spark: Any, storage_options: dict[str, str] | None = None) -> WriteResult:
+def run_write_commit(plan_uri: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> WriteResult:
     """Write+commit stage: fragments dealt over a few Spark tasks, a commit every ``commit_granularity``."""
     plan, store = load_plan(plan_uri, storage_options)
     if plan.nothing_to_do:  # an up-to-date table: no Spark job, no commit, no record
@@ -224,7 +227,7 @@ def _check_applied(plan: Plan, store: CheckpointStore) -> None:
             "or committed")
 
 
-def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None) -> WriteResult:
+def _write_commit(plan: Plan, spark: SparkSession, storage_options: dict[str, str] | None) -> WriteResult:
     t0 = time.perf_counter()
     to_write = [f for f in plan.fragments if f.action is Action.COMPUTE]
     to_commit_now = {f.id: f.file for f in plan.fragments if f.action is Action.REUSE and f.file is not None}
@@ -278,7 +281,7 @@ def _write_commit(plan: Plan, spark: Any, storage_options: dict[str, str] | None
     return outcome
 
 
-def _committed_earlier(plan: Plan, store: Any, storage_options: dict[str, str] | None) -> set[int]:
+def _committed_earlier(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] | None) -> set[int]:
     """The plan's fragments whose output is already a file this plan wrote or reused: an earlier attempt
     committed them.
 
