@@ -8,22 +8,21 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 STORAGE_OPTIONS_ENV = "GENEVA_STORAGE_OPTIONS"
-PLAN_KINDS = ("backfill", "refresh")  # the kinds of plan the apply and write+commit stages run
 
 
-def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any], argv: list[str] | None = None,
-              *, kinds: Sequence[str] = PLAN_KINDS) -> int:
-    """Runs ``stage(plan_uri, spark, storage_options)`` and reports its result.
+def run_stage(name: str, argv: list[str] | None = None) -> int:
+    """Runs the Spark stage ``name`` (a ``Stage``) of the stage registry on a plan and reports its result.
 
-    Storage options come from the ``GENEVA_STORAGE_OPTIONS`` environment variable (JSON) so
-    that secrets never appear on a command line.  Bad arguments and a plan that is missing,
-    unreadable or of another kind than ``kinds`` fail before the Spark session starts.  Exit
-    code 0 on success; on failure the reason goes to stderr (and to the report) and the exit
-    code is 1 (2 for bad arguments, as argparse does).
+    The registry entry gives the function, called as ``function(plan_uri, spark, storage_options)``,
+    and the kinds of plan it runs.  Storage options come from the ``GENEVA_STORAGE_OPTIONS``
+    environment variable (JSON) so that secrets never appear on a command line.  Bad arguments
+    and a plan that is missing, unreadable or of another kind than the entry's fail before the
+    Spark session starts.  Exit code 0 on success; on failure the reason goes to stderr (and to
+    the report) and the exit code is 1 (2 for bad arguments, as argparse does).
     """
     parser = argparse.ArgumentParser(prog=f"geneva-{name}", description=f"Run the geneva {name} stage of a plan")
     parser.add_argument("--plan-uri", required=True, help="the plan reference returned by the plan stage")
@@ -38,14 +37,16 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from geneva_provider.core.errors import GenevaError
     from geneva_provider.core.models import StageReport
+    from geneva_provider.pipeline.stage_registry import spark_stage
 
+    entry = spark_stage(name)
     spark = None
     options = None
     try:
         options = _storage_options()
-        _check_plan(args.plan_uri, options, name, kinds)
+        _check_plan(args.plan_uri, options, name, entry.plan_kinds)
         spark = _session()
-        report = StageReport(status="success", result=stage(args.plan_uri, spark, options))
+        report = StageReport(status="success", result=entry.function(args.plan_uri, spark, options))
         code = 0
     except Exception as exc:  # noqa: BLE001 - every failure becomes an exit code and a message
         if not isinstance(exc, GenevaError):  # the package's own errors say what is wrong; others need the trace

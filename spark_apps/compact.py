@@ -5,8 +5,8 @@
 
 import sys
 
-from geneva_provider.pipeline.compaction import run_compaction
+from geneva_provider.core.kinds import Stage
 from geneva_provider.spark_apps._runner import run_stage
 
 if __name__ == "__main__":
-    sys.exit(run_stage("compact", run_compaction, kinds=("compaction",)))
+    sys.exit(run_stage(Stage.COMPACT))
