@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from geneva_provider.core.kinds import Stage
 from geneva_provider.core.options import parse_count, rendered_later
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
@@ -63,8 +64,7 @@ class GenevaPlanCompactionOperator(BaseOperator):
 class GenevaSparkCompactOperator(_GenevaSparkStageOperator):
     """Runs a compaction plan on Spark: one Spark task per rewrite, one commit; skipped when nothing to compact."""
 
-    stage = "compact"
-    stage_function = "run_compaction"
+    stage = Stage.COMPACT
 
 
 class _GenevaTableCleanupOperator(BaseOperator):
