@@ -73,4 +73,4 @@ def spark_stage(name: str) -> SparkStage:
     try:
         return SPARK_STAGES[Stage(name)]
     except (ValueError, KeyError):
-        raise KeyError(f"no Spark stage named {name!r}; the Spark stages are {', '.join(SPARK_STAGES)}") from None
+        raise KeyError(f"no Spark stage named '{name}'; the Spark stages are {', '.join(SPARK_STAGES)}") from None
