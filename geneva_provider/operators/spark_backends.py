@@ -120,7 +120,7 @@ class ConnectBackend(SparkBackend):
             if self._session is not None:
                 close_session(self._session, keep=keep)
                 self._session = None
-        return StageRun(StageReport(status=EventStatus.SUCCESS, result=result), succeeded=True)
+        return StageRun(StageReport(status="success", result=result), succeeded=True)
 
     def _job_session(self, url: str, store: Any, plan_key: str) -> Any:
         """The job's Spark Connect session: the one an earlier stage (or a dead attempt) left, else a new one.

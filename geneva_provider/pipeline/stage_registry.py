@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-
 from geneva_provider.core.kinds import JobKind, Stage
 from geneva_provider.core.models import ApplyResult, CompactionResult, WriteResult
 
+# What a Spark stage returns: the results a StageReport carries (a new stage's result joins both unions).
+StageResult = ApplyResult | WriteResult | CompactionResult
 # A Spark stage's function: (plan URI, SparkSession -- classic or Spark Connect -, storage options) -> its result.
-StageFunction = Callable[[str, Any, dict[str, str] | None], BaseModel]
+StageFunction = Callable[[str, Any, dict[str, str] | None], StageResult]
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class SparkStage:
 
     name: Stage
     function_path: str  # "module:function" of the pipeline function that runs the stage
-    result: type[BaseModel]  # the model the function returns (a StageReport's ``result``)
+    result: type[StageResult]  # the model the function returns (a StageReport's ``result``)
     plan_kinds: tuple[JobKind, ...]  # the kinds of plan the stage runs; another kind is refused before Spark starts
     keeps_session: bool = False  # over Spark Connect: leave the session open for the job's next Spark stage
     progress_counter: str = "rows_committed"  # the JobRecord field that counts the rows this stage moves forward
@@ -42,7 +42,8 @@ class SparkStage:
     def function(self) -> StageFunction:
         """The pipeline function that runs the stage (imported now, on first use)."""
         module, _, name = self.function_path.partition(":")
-        return getattr(importlib.import_module(module), name)
+        function: StageFunction = getattr(importlib.import_module(module), name)
+        return function
 
     @property
     def function_name(self) -> str:
