@@ -5,6 +5,9 @@
 URI and a SparkSession; ``verify`` checks the result.  ``plan_compaction`` / ``run_compaction`` are
 the distributed compaction (plan on the driver, rewrite tasks on Spark, one commit).
 ``local_session`` builds the local Spark session the embedded default runs on.
+The Spark stages' functions here are the ones the stage registry
+(:mod:`geneva_provider.pipeline.stage_registry`) names: the operators and the spark-submit
+programs run them through it.
 """
 
 from __future__ import annotations

@@ -8,24 +8,21 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from geneva_provider.core.kinds import JobKind
-
 STORAGE_OPTIONS_ENV = "GENEVA_STORAGE_OPTIONS"
-PLAN_KINDS = (JobKind.BACKFILL, JobKind.REFRESH)  # the kinds of plan the apply and write+commit stages run
 
 
-def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any], argv: list[str] | None = None,
-              *, kinds: Sequence[str] = PLAN_KINDS) -> int:
-    """Runs ``stage(plan_uri, spark, storage_options)`` and reports its result.
+def run_stage(name: str, argv: list[str] | None = None) -> int:
+    """Runs the Spark stage ``name`` (a ``Stage``) of the stage registry on a plan and reports its result.
 
-    Storage options come from the ``GENEVA_STORAGE_OPTIONS`` environment variable (JSON) so
-    that secrets never appear on a command line.  Bad arguments and a plan that is missing,
-    unreadable or of another kind than ``kinds`` fail before the Spark session starts.  Exit
-    code 0 on success; on failure the reason goes to stderr (and to the report) and the exit
-    code is 1 (2 for bad arguments, as argparse does).
+    The registry entry gives the function, called as ``function(plan_uri, spark, storage_options)``,
+    and the kinds of plan it runs.  Storage options come from the ``GENEVA_STORAGE_OPTIONS``
+    environment variable (JSON) so that secrets never appear on a command line.  Bad arguments
+    and a plan that is missing, unreadable or of another kind than the entry's fail before the
+    Spark session starts.  Exit code 0 on success; on failure the reason goes to stderr (and to
+    the report) and the exit code is 1 (2 for bad arguments, as argparse does).
     """
     parser = argparse.ArgumentParser(prog=f"geneva-{name}", description=f"Run the geneva {name} stage of a plan")
     parser.add_argument("--plan-uri", required=True, help="the plan reference returned by the plan stage")
@@ -41,14 +38,16 @@ def run_stage(name: str, stage: Callable[[str, Any, dict[str, str] | None], Any]
     from geneva_provider.core.errors import GenevaError
     from geneva_provider.core.kinds import EventStatus
     from geneva_provider.core.models import StageReport
+    from geneva_provider.pipeline.stage_registry import spark_stage
 
+    entry = spark_stage(name)
     spark = None
     options = None
     try:
         options = _storage_options()
-        _check_plan(args.plan_uri, options, name, kinds)
+        _check_plan(args.plan_uri, options, name, entry.plan_kinds)
         spark = _session()
-        report = StageReport(status=EventStatus.SUCCESS, result=stage(args.plan_uri, spark, options))
+        report = StageReport(status=EventStatus.SUCCESS, result=entry.function(args.plan_uri, spark, options))
         code = 0
     except Exception as exc:  # noqa: BLE001 - every failure becomes an exit code and a message
         if not isinstance(exc, GenevaError):  # the package's own errors say what is wrong; others need the trace

@@ -3,8 +3,7 @@
 import sys
 
 from geneva_provider.core.kinds import Stage
-from geneva_provider.pipeline.apply import run_apply
 from geneva_provider.spark_apps._runner import run_stage
 
 if __name__ == "__main__":
-    sys.exit(run_stage(Stage.APPLY, run_apply))
+    sys.exit(run_stage(Stage.APPLY))

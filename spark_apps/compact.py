@@ -5,9 +5,8 @@
 
 import sys
 
-from geneva_provider.core.kinds import JobKind, Stage
-from geneva_provider.pipeline.compaction import run_compaction
+from geneva_provider.core.kinds import Stage
 from geneva_provider.spark_apps._runner import run_stage
 
 if __name__ == "__main__":
-    sys.exit(run_stage(Stage.COMPACT, run_compaction, kinds=(JobKind.COMPACTION,)))
+    sys.exit(run_stage(Stage.COMPACT))

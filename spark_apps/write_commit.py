@@ -6,8 +6,7 @@
 import sys
 
 from geneva_provider.core.kinds import Stage
-from geneva_provider.pipeline.write import run_write_commit
 from geneva_provider.spark_apps._runner import run_stage
 
 if __name__ == "__main__":
-    sys.exit(run_stage(Stage.WRITE_COMMIT, run_write_commit))
+    sys.exit(run_stage(Stage.WRITE_COMMIT))

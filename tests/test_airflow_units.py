@@ -245,7 +245,7 @@ def test_shipped_package_zip_is_importable_on_its_own(tmp_path):
     import subprocess
     import sys
 
-    from geneva_provider.operators.spark import package_zip
+    from geneva_provider.operators.spark_backends import package_zip
 
     zip_path = package_zip()
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import geneva_provider.pipeline.write as w, "

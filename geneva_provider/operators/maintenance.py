@@ -65,7 +65,6 @@ class GenevaSparkCompactOperator(_GenevaSparkStageOperator):
     """Runs a compaction plan on Spark: one Spark task per rewrite, one commit; skipped when nothing to compact."""
 
     stage = Stage.COMPACT
-    stage_function = "run_compaction"
 
 
 class _GenevaTableCleanupOperator(BaseOperator):

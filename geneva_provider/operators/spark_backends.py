@@ -1,0 +1,242 @@
+"""How a Spark stage of a plan runs: over Spark Connect, or with ``spark-submit`` -- chosen once from the connection.
+
+A ``spark_connect`` connection (the Spark provider's ``SparkConnectHook``) gives a
+:class:`ConnectBackend`: the stage runs in the Airflow worker as a client of a long-lived Spark
+Connect server, no JVM starts per task and the package travels as session artifacts.  Any other
+Spark connection gives a :class:`SparkSubmitBackend`: the stage's program is submitted with
+:class:`~geneva_provider.hooks.spark_submit.GenevaSparkSubmitHook` (``local[*]``, a standalone
+master, YARN, Kubernetes) and leaves its report beside the plan.  Either way a backend returns
+a :class:`StageRun`; the operator turns a failed one into the package's error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from geneva_provider.core.kinds import EventStatus, Stage
+from geneva_provider.operators.progress import ProgressLogger
+from geneva_provider.spark_apps import app_path
+
+if TYPE_CHECKING:
+    from geneva_provider.core.models import PlanSummary, StageReport
+    from geneva_provider.hooks.spark_submit import GenevaSparkSubmitHook
+    from geneva_provider.pipeline.stage_registry import SparkStage
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """What the Spark stage operators take besides the plan (rendered), as a backend needs it."""
+
+    conn_id: str = "spark_default"
+    conf: dict[str, Any] = field(default_factory=dict)
+    py_files: str | None = None
+    env_vars: dict[str, str] = field(default_factory=dict)
+    spark_binary: str | None = None
+    ship_package: bool = False
+    cluster_credentials: bool = False
+    submitter: str = "a geneva stage"  # who runs the stage, for messages: "GenevaSparkApplyOperator 'apply'"
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """How a stage run ended: its report, and what explains a failure."""
+
+    report: StageReport | None  # None: the stage left no report
+    succeeded: bool
+    output_tail: str = ""  # the last lines spark-submit printed (masked), for the failure message
+    cause: BaseException | None = None  # what the stage raised in this process (over Spark Connect)
+
+
+class SparkBackend(ABC):
+    """Runs Spark stages of plans on one Spark connection, and stops the one running when the task is killed."""
+
+    def __init__(self, settings: SparkSettings, log: Any) -> None:
+        self.settings = settings
+        self.log = log
+
+    @abstractmethod
+    def run(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any
+            ) -> StageRun:
+        """Runs ``stage`` of ``plan``; its progress is logged from the job record in ``store`` meanwhile."""
+
+    @abstractmethod
+    def on_kill(self) -> None:
+        """Stops the stage this backend is running, if any (the task was killed)."""
+
+
+def spark_backend(settings: SparkSettings, log: Any) -> SparkBackend:
+    """The backend of the Spark connection ``settings.conn_id``: Spark Connect for a ``spark_connect`` one."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk import BaseHook
+
+    if BaseHook.get_connection(settings.conn_id).conn_type == SparkConnectHook.conn_type:
+        return ConnectBackend(settings, log)
+    return SparkSubmitBackend(settings, log)
+
+
+class ConnectBackend(SparkBackend):
+    """Runs a stage in this worker as a client of the connection's Spark Connect server.
+
+    No JVM starts here: a client session (with this package and ``py_files`` shipped as
+    artifacts, versions checked) drives the server's executors, and the stage's own code
+    commits from this process exactly as a spark-submit driver would.
+    """
+
+    def __init__(self, settings: SparkSettings, log: Any) -> None:
+        super().__init__(settings, log)
+        self._session: Any = None  # the Spark Connect client session while a stage runs
+        self.stage: Stage | None = None
+
+    def run(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any
+            ) -> StageRun:
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from geneva_provider.core.checkpoint import split_key_uri
+        from geneva_provider.core.models import StageReport
+        from geneva_provider.pipeline.connect import close_session, lost_server, unreachable
+
+        self.stage = stage.name
+        url = SparkConnectHook(self.settings.conn_id).get_connection_url()
+        self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'): %s",
+                      self.stage, plan.job_id, self.settings.conn_id, plan.describe())
+        keep = False
+        try:
+            self._session = session = self._job_session(url, store, split_key_uri(plan.plan_uri)[1])
+            with ProgressLogger(store, plan.job_id, self.stage, self.log, note=lambda: unreachable(session, url)):
+                result = stage.function(plan.plan_uri, session, storage_options)
+            keep = stage.keeps_session
+        except Exception as exc:  # noqa: BLE001 - the operator reports it with the package's reason first
+            lost = lost_server(self._session, url, exc) if self._session is not None else None
+            return StageRun(StageReport.failed(lost or exc), succeeded=False, cause=exc)
+        finally:
+            if self._session is not None:
+                close_session(self._session, keep=keep)
+                self._session = None
+        return StageRun(StageReport(status=EventStatus.SUCCESS, result=result), succeeded=True)
+
+    def _job_session(self, url: str, store: Any, plan_key: str) -> Any:
+        """The job's Spark Connect session: the one an earlier stage (or a dead attempt) left, else a new one.
+
+        Its id is kept beside the plan, so the write+commit stage reuses apply's warm Python
+        workers, and a retry finds -- and stops -- whatever the attempt it replaces left running.
+        """
+        from geneva_provider.pipeline.connect import connect_session, resume_session
+
+        pyfiles = [package_zip(), *(p for p in (self.settings.py_files or "").split(",") if p)]
+        session_key = f"{plan_key}-connect-session"
+        if session_key in store:
+            session_id = store.get_text(session_key)
+            resumed = resume_session(url, session_id, pyfiles=pyfiles)
+            if resumed is not None:
+                spark, stopped = resumed
+                if stopped:
+                    self.log.warning("Stopped the Spark work an earlier attempt of this %s stage left running",
+                                     self.stage)
+                self.log.info("Reusing the job's Spark Connect session %s", session_id)
+                return spark
+        session_id = str(uuid.uuid4())
+        store.put_text(session_key, session_id)  # before any work: a retry must find it if this process dies
+        return connect_session(url, pyfiles=pyfiles, session_id=session_id)
+
+    def on_kill(self) -> None:
+        if self._session is not None:  # stop the server's work for this session, then release it
+            from geneva_provider.pipeline.connect import close_session
+
+            close_session(self._session, interrupt=True)
+
+
+class SparkSubmitBackend(SparkBackend):
+    """Submits a stage's program with spark-submit; the program leaves its report beside the plan."""
+
+    def __init__(self, settings: SparkSettings, log: Any) -> None:
+        super().__init__(settings, log)
+        self._hook: GenevaSparkSubmitHook | None = None
+        self.stage: Stage | None = None
+
+    def run(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any
+            ) -> StageRun:
+        from geneva_provider.core.checkpoint import split_key_uri
+        from geneva_provider.core.models import StageReport
+
+        self.stage = stage.name
+        result_key = f"{split_key_uri(plan.plan_uri)[1]}-{self.stage}-result"
+        store.delete(result_key)  # a retry must not read an earlier attempt's result
+        self._hook = hook = self.make_hook(stage, plan, storage_options, result_key)
+        self.log.info("Submitting the %s stage of plan %s: %s", self.stage, plan.job_id, plan.describe())
+        submit_error: Exception | None = None
+        with ProgressLogger(store, plan.job_id, self.stage, self.log):
+            try:
+                hook.submit(app_path(stage.program))
+            except AirflowException as exc:  # the provider's generic "Cannot execute: spark-submit ..."
+                submit_error = exc
+        report = store.get_model(result_key, StageReport) if result_key in store else None
+        succeeded = report is not None and report.status == EventStatus.SUCCESS and submit_error is None
+        return StageRun(report, succeeded=succeeded, output_tail=hook.output_tail)
+
+    def make_hook(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None,
+                  result_key: str) -> GenevaSparkSubmitHook:
+        """The hook that submits ``stage``'s program: the plan, the storage options (never on its command line)."""
+        from geneva_provider.hooks.spark_submit import GenevaSparkSubmitHook
+
+        settings = self.settings
+        # The faulthandler makes a UDF's native crash (a segfault) name its fault and frame in the stage's error.
+        conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
+                "spark.python.worker.faulthandler.enabled": "true", **settings.conf}
+        env = {**settings.env_vars}
+        binary = settings.spark_binary or _spark_submit_binary(env)
+        py_files = settings.py_files
+        if settings.ship_package:
+            py_files = ",".join(p for p in (py_files, package_zip()) if p)
+        return GenevaSparkSubmitHook(
+            storage_options=storage_options, cluster_credentials=settings.cluster_credentials,
+            submitter=settings.submitter, conn_id=settings.conn_id, conf=conf, py_files=py_files, env_vars=env,
+            spark_binary=binary, name=f"geneva-{stage.name}-{plan.table}-{plan.column or plan.kind}",
+            application_args=["--plan-uri", plan.plan_uri, "--result-key", result_key])
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
+
+
+def package_zip() -> str:
+    """A zip of the installed ``geneva_provider`` (pure Python) for ``--py-files``, built once per version."""
+    import tempfile
+    import zipfile
+    from pathlib import Path
+
+    import geneva_provider
+
+    target = Path(tempfile.gettempdir()) / f"geneva_provider-{geneva_provider.__version__}-{os.getuid()}.zip"
+    package = Path(geneva_provider.__file__).parent
+    apps = Path(app_path(Stage.APPLY)).parent  # packaged inside geneva_provider, or spark_apps/ in a source tree
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(package.rglob("*.py")):
+            if apps not in path.parents:
+                zf.write(path, f"geneva_provider/{path.relative_to(package)}")
+        for path in sorted(apps.glob("*.py")):
+            zf.write(path, f"geneva_provider/spark_apps/{path.name}")
+    os.replace(tmp, target)
+    return str(target)
+
+
+def _spark_submit_binary(env: dict[str, str]) -> str:
+    """``spark-submit`` from PATH, else the one beside this interpreter (pip's pyspark)."""
+    if shutil.which("spark-submit"):
+        return "spark-submit"
+    local = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    if os.path.exists(local):
+        import pyspark
+
+        env.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
+        env.setdefault("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}")
+        return local
+    return "spark-submit"
