@@ -72,8 +72,8 @@ def test_a_program_refuses_a_plan_of_a_kind_its_entry_does_not_run(db, tmp_path)
     report = tmp_path / "r.json"
     assert run_stage(Stage.APPLY, ["--plan-uri", summary.plan_uri, "--result-file", str(report)]) == 1
     failed = StageReport.model_validate_json(report.read_text())
-    assert failed.error_type == "InvalidArgumentError"
-    assert "is a compaction plan: the apply stage runs backfill or refresh plans" in failed.error
+    assert failed.error is not None and failed.error.code == "InvalidArgumentError"
+    assert "is a compaction plan: the apply stage runs backfill or refresh plans" in failed.error.message
 
 
 @pytest.mark.parametrize(("connection", "backend"), [
