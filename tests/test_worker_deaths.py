@@ -106,6 +106,7 @@ def test_a_udf_over_the_python_memory_limit_is_named_with_the_limit(db, tmp_path
     script = _OVER_MEMORY.format(root=str(Path(__file__).resolve().parents[1]), db=str(tmp_path / "db"))
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert run.stdout.strip(), run.stderr[-3000:]
     outcome = json.loads(run.stdout.strip().splitlines()[-1])
     assert outcome["error"] == "UDFExecutionError" and outcome["package"], outcome
     message = outcome["message"]
@@ -144,8 +145,10 @@ def test_a_worker_that_dies_on_every_retry_stops_after_two_deaths(db, tmp_path):
                              deaths=str(deaths), flag=str(flag))
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert run.stdout.strip(), run.stderr[-3000:]
     outcome = json.loads(run.stdout.strip().splitlines()[-1])
-    assert outcome["error"] == "UDFExecutionError", outcome
+    # UDFWorkerDiedError: a UDFExecutionError (it names the UDF) that a retry may get past
+    assert outcome["error"] == "UDFWorkerDiedError" and outcome["udf_error"], outcome
     assert "fragment 2" in outcome["message"] and "os._exit(3)" in outcome["message"]
     assert "2 attempts died on the same rows" in outcome["message"], outcome["message"]
     assert len(list(deaths.iterdir())) == 2  # two workers died, not four
@@ -157,6 +160,7 @@ import json, os, sys
 sys.path.insert(0, {root!r})
 import pyarrow as pa
 import geneva_provider as gp
+from geneva_provider.core.errors import UDFExecutionError
 from geneva_provider.stages import local_session
 
 @gp.udf(data_type=pa.int64(), name="explode")
@@ -175,6 +179,7 @@ try:
     tbl.backfill("y", spark=spark, task_size=100)
     print(json.dumps({{"error": None}}))
 except Exception as exc:
-    print(json.dumps({{"error": type(exc).__name__, "message": str(exc)}}))
+    print(json.dumps({{"error": type(exc).__name__, "udf_error": isinstance(exc, UDFExecutionError),
+                      "message": str(exc)}}))
 spark.stop()
 """
