@@ -12,13 +12,15 @@ copies it back there before reading it.  What it holds:
   (plans, committed markers, job records, ledgers, batch checkpoints, staged-files records);
 * a view ``doubled`` of it with a UDF column, refreshed (the refresh's keys in the view's store);
 * a compaction of ``events`` (its plan and record);
-* UDF column ``w`` planned and applied but never written: batch checkpoints a rerun must reuse;
+* UDF column ``w`` planned and applied but never written: batch checkpoints a rerun must reuse (its
+  process "died": the gap lease is one second, so whenever the fixture is read the job reads ABANDONED);
 * the operators' keys beside that plan -- the Connect session id and the apply stage's report under
   the key the spark-submit path hands ``--result-key`` (written by the spark-submit program's runner).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -33,6 +35,7 @@ def build() -> None:
 
     import geneva_provider as gp
     from geneva_provider.pipeline.apply import run_apply
+    from geneva_provider.pipeline.job_records import GAP_LEASE_ENV
     from geneva_provider.spark_apps._runner import run_stage
     from geneva_provider.stages import local_session, plan_backfill
 
@@ -48,6 +51,7 @@ def build() -> None:
     def plus_one(x: int) -> int:
         return x + 1
 
+    os.environ[GAP_LEASE_ENV] = "1"  # the jobs' records, written by the code under test, say so
     shutil.rmtree(HOME, ignore_errors=True)
     spark = local_session("local[1]", app_name="store-fixture", conf={"spark.ui.showConsoleProgress": "false"})
     db = gp.connect(f"{HOME}/db")
