@@ -39,8 +39,8 @@ def test_keys_parse_from_the_right():
     prefix = "udf-a_ver-b_col-c_where-d_uri-e_srcfiles-f_frag-9_range-1-2"  # a prefix that looks like a key
     parsed = parse_batch_key(BatchKey(prefix, 3, 100, 200).key())
     assert (parsed.prefix, parsed.frag_id, parsed.start, parsed.end) == (prefix, 3, 100, 200)
-    assert parse_staged_key(StagedKey.new("job_x_frag-3").key()) == "job_x_frag-3"
-    assert parse_batch_key(StagedKey.new("job_x").key()) is None
+    assert parse_staged_key(StagedKey("job_x_frag-3").key()) == "job_x_frag-3"
+    assert parse_batch_key(StagedKey("job_x").key()) is None
     assert parse_staged_key(BatchKey("job_x", 1, 0, 5).key()) is None
 
 

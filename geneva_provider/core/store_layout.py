@@ -29,7 +29,7 @@ import hashlib
 import json
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from geneva_provider.core.kinds import Stage
@@ -97,14 +97,21 @@ def job_of_batch_prefix(prefix: str) -> str:
 
 # ------------------------------------------------------------------ record kinds
 @dataclass(frozen=True)
-class PlanKey:
+class _JobKey:
+    """A key made of a job id between a fixed head and tail (the record kinds below only name theirs)."""
+
+    job_id: str
+    head: ClassVar[str] = _PLAN
+    tail: ClassVar[str] = ""
+
+    def key(self) -> str:
+        return f"{self.head}{self.job_id}{self.tail}"
+
+
+class PlanKey(_JobKey):
     """A job's plan document."""
 
     kind: ClassVar[Literal["plan"]] = "plan"
-    job_id: str
-
-    def key(self) -> str:
-        return f"{_PLAN}{self.job_id}"
 
     @classmethod
     def of(cls, plan_key: str) -> PlanKey:
@@ -114,15 +121,25 @@ class PlanKey:
         return cls(plan_key[len(_PLAN):])
 
 
-@dataclass(frozen=True)
-class CommittedKey:
+class CommittedKey(_JobKey):
     """The marker the write+commit stage leaves when a job's commits are done (the job is no longer live)."""
 
     kind: ClassVar[Literal["committed"]] = "committed"
-    job_id: str
+    tail: ClassVar[str] = "-committed"
 
-    def key(self) -> str:
-        return f"{PlanKey(self.job_id).key()}-committed"
+
+class ConnectSessionKey(_JobKey):
+    """The id of the job's Spark Connect session, so later stages and retries find it."""
+
+    kind: ClassVar[Literal["connect_session"]] = "connect_session"
+    tail: ClassVar[str] = "-connect-session"
+
+
+class JobRecordKey(_JobKey):
+    """A job's record (:class:`~geneva_provider.core.models.JobRecord`)."""
+
+    kind: ClassVar[Literal["job_record"]] = "job_record"
+    head: ClassVar[str] = _JOB
 
 
 @dataclass(frozen=True)
@@ -134,29 +151,7 @@ class StageResultKey:
     stage: Stage
 
     def key(self) -> str:
-        return f"{PlanKey(self.job_id).key()}-{self.stage}-result"
-
-
-@dataclass(frozen=True)
-class ConnectSessionKey:
-    """The id of the job's Spark Connect session, so later stages and retries find it."""
-
-    kind: ClassVar[Literal["connect_session"]] = "connect_session"
-    job_id: str
-
-    def key(self) -> str:
-        return f"{PlanKey(self.job_id).key()}-connect-session"
-
-
-@dataclass(frozen=True)
-class JobRecordKey:
-    """A job's record (:class:`~geneva_provider.core.models.JobRecord`)."""
-
-    kind: ClassVar[Literal["job_record"]] = "job_record"
-    job_id: str
-
-    def key(self) -> str:
-        return f"{_JOB}{self.job_id}"
+        return f"{_PLAN}{self.job_id}-{self.stage}-result"
 
 
 @dataclass(frozen=True)
@@ -203,11 +198,7 @@ class StagedKey:
 
     kind: ClassVar[Literal["staged"]] = "staged"
     job_prefix: str
-    token: str  # 32 hex digits, one per writer
-
-    @classmethod
-    def new(cls, job: str) -> StagedKey:
-        return cls(job, uuid.uuid4().hex)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)  # 32 hex digits, a new one per writer
 
     def key(self) -> str:
         return f"{self.job_prefix}_staged-{self.token}"
@@ -251,7 +242,10 @@ def parse_key(key: str) -> StoreKey | None:
         if m["session"]:
             return ConnectSessionKey(m["id"])
         if m["stage"] is not None:
-            return StageResultKey(m["id"], Stage(m["stage"])) if m["stage"] in Stage._value2member_map_ else None
+            try:
+                return StageResultKey(m["id"], Stage(m["stage"]))
+            except ValueError:  # not a stage's report
+                return None
         return PlanKey(m["id"])
     if key.startswith(_JOB) and len(key) > len(_JOB):
         return JobRecordKey(key[len(_JOB):])
@@ -357,4 +351,4 @@ class JobStore:
 
     def put_staged(self, job: str, files: StagedFiles) -> None:
         """Stores one writer's staged-files record under a key of its own."""
-        self.store.put_model(StagedKey.new(job).key(), files)
+        self.store.put_model(StagedKey(job).key(), files)
