@@ -12,6 +12,7 @@ import pytest
 import geneva_provider as gp
 from geneva_provider.core.checkpoint import ROWADDR
 from geneva_provider.core.errors import CommitError
+from geneva_provider.core.store_layout import JobStore
 from geneva_provider.stages import BackfillOptions, load_plan, plan_backfill, run_apply, run_write_commit, verify
 from tests.helpers import (
     clear_calls,
@@ -134,9 +135,8 @@ def test_rerun_after_udf_failure_computes_only_missing_ranges(db, spark, call_di
 
     store = tbl.checkpoint_store
     checkpointed = set()
-    for key in store.list_keys("udf-"):
-        if "_range-" in key:
-            checkpointed.update((a & 0xFFFFFFFF) + (a >> 32) * 12_000 for a in store[key].column(ROWADDR).to_pylist())
+    for bk in JobStore(store).batches(""):
+        checkpointed.update((a & 0xFFFFFFFF) + (a >> 32) * 12_000 for a in store[bk.key()].column(ROWADDR).to_pylist())
     assert set(range(7_000)) <= checkpointed and 7_500 not in checkpointed
     clear_calls(call_dir)
     flag.unlink()
@@ -158,8 +158,7 @@ def test_a_lost_checkpoint_fails_the_write_naming_the_fragment_and_commits_nothi
     plan_uri = plan_backfill(tbl.ref, "y", BackfillOptions(checkpoint_size=1_000, task_size=10_000)).plan_uri
     run_apply(plan_uri, spark)
     store = tbl.checkpoint_store
-    lost = sorted((k for k in store.list_keys("udf-") if "_frag-1_range-" in k),
-                  key=lambda k: int(k.rsplit("_range-", 1)[1].split("-")[0]))[2]
+    lost = sorted((bk for bk in JobStore(store).batches("") if bk.frag_id == 1), key=lambda bk: bk.start)[2].key()
     rows = store[lost].num_rows
     store.delete(lost)
     with pytest.raises(gp.CheckpointMissingError) as exc:

@@ -36,6 +36,7 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.errors import GenevaError, JobNotFoundError
+from geneva_provider.core.store_layout import JobStore
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators.backfill import (
     GenevaAddColumnsOperator,
@@ -240,9 +241,9 @@ def summary(ctx: Ctx, **changes: Any) -> dict[str, Any]:
 
 def garbage_plan(ctx: Ctx) -> str:
     """A plan URI whose document is not JSON (in a store outside the database)."""
-    store = gp.LanceCheckpointStore(str(ctx.scratch / "store"))
-    store.put_text("plan-20260101T000000-0badf00d", "garbage{")
-    return store.key_uri("plan-20260101T000000-0badf00d")
+    jobs = JobStore(gp.LanceCheckpointStore(str(ctx.scratch / "store")))
+    jobs.put_plan("20260101T000000-0badf00d", "garbage{")
+    return jobs.plan_uri("20260101T000000-0badf00d")
 
 
 def set_conn(name: str, value: dict[str, Any]) -> None:

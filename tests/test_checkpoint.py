@@ -1,4 +1,4 @@
-"""Checkpoint key formats and the two stores."""
+"""Checkpoint key formats (the store layout) and the two stores."""
 
 from __future__ import annotations
 
@@ -8,26 +8,24 @@ import re
 import pyarrow as pa
 import pytest
 
-from geneva_provider.core.checkpoint import (
-    InMemoryCheckpointStore,
-    LanceCheckpointStore,
-    batch_key,
+from geneva_provider.core.checkpoint import InMemoryCheckpointStore, LanceCheckpointStore, split_key_uri
+from geneva_provider.core.ranges import count_of, missing_ranges, positions_of, runs_of, slice_runs
+from geneva_provider.core.store_layout import (
+    BatchKey,
+    StagedKey,
     batch_prefix,
     job_prefix,
     md5_hex,
     parse_batch_key,
     parse_staged_key,
-    split_key_uri,
-    staged_key,
 )
-from geneva_provider.core.ranges import count_of, missing_ranges, positions_of, runs_of, slice_runs
 
 
 def test_key_format_is_the_documented_one_and_hashes_user_strings():
     job = job_prefix("my udf/name_x", "0123456789abcdef", "col_with_underscores", "x > 1 AND s = 'a_b'",
                      "/data/t.lance")
     prefix = batch_prefix(job, ["a.lance", "b.lance"])
-    key = batch_key(prefix, 12, 0, 5000)
+    key = BatchKey(prefix, 12, 0, 5000).key()
     assert re.fullmatch(
         r"udf-[0-9a-f]{16}_ver-0123456789abcdef_col-[0-9a-f]{16}_where-[0-9a-f]{32}_uri-[0-9a-f]{32}"
         r"_srcfiles-[0-9a-f]{32}_frag-12_range-0-5000", key)
@@ -39,10 +37,11 @@ def test_key_format_is_the_documented_one_and_hashes_user_strings():
 
 def test_keys_parse_from_the_right():
     prefix = "udf-a_ver-b_col-c_where-d_uri-e_srcfiles-f_frag-9_range-1-2"  # a prefix that looks like a key
-    parsed = parse_batch_key(batch_key(prefix, 3, 100, 200))
+    parsed = parse_batch_key(BatchKey(prefix, 3, 100, 200).key())
     assert (parsed.prefix, parsed.frag_id, parsed.start, parsed.end) == (prefix, 3, 100, 200)
-    assert parse_staged_key(staged_key("job_x_frag-3")) == "job_x_frag-3"
-    assert parse_batch_key(staged_key("job_x")) is None and parse_staged_key(batch_key("job_x", 1, 0, 5)) is None
+    assert parse_staged_key(StagedKey("job_x_frag-3").key()) == "job_x_frag-3"
+    assert parse_batch_key(StagedKey("job_x").key()) is None
+    assert parse_staged_key(BatchKey("job_x", 1, 0, 5).key()) is None
 
 
 @pytest.mark.parametrize("kind", ["memory", "lance"])

@@ -18,6 +18,7 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.models import JobRecord, JobStatus
+from geneva_provider.core.store_layout import JobStore
 from geneva_provider.pipeline.job_records import LEASE_ENV
 from geneva_provider.stages import (
     BackfillOptions,
@@ -151,7 +152,7 @@ def _abandoned(db, table: str, kind: str) -> JobRecord:
 
 
 def _checkpoints(store) -> int:
-    return len([k for k in store.list_keys("udf-") if "_range-" in k])
+    return len(JobStore(store).batches(""))
 
 
 def _kill_a_backfill(db, store) -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.checkpoint import ROWADDR, parse_batch_key
+from geneva_provider.core.checkpoint import ROWADDR
+from geneva_provider.core.store_layout import JobStore
 from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def _rounds() -> list[tuple[str, int]]:
 
 def _reached(stage: str, k: int, tbl: gp.Table, v0: int, files0: int) -> bool:
     if stage == "apply":
-        return sum(1 for key in tbl.checkpoint_store.list_keys("udf-") if parse_batch_key(key) is not None) >= k
+        return len(JobStore(tbl.checkpoint_store).batches("")) >= k
     if stage == "write":  # column files staged by the writers
         return len(os.listdir(Path(tbl.uri) / "data")) - files0 >= k
     return tbl.version >= v0 + k
@@ -55,9 +56,8 @@ def _held_rows(tbl: gp.Table) -> set[int]:
     by_address = {r["_rowaddr"]: r["x"] for r in tbl.dataset().to_table(columns=["x"], with_row_address=True)
                   .to_pylist()}
     held: set[int] = set()
-    for key in store.list_keys("udf-"):
-        if parse_batch_key(key) is not None:
-            held.update(by_address[a] for a in store.get_columns(key, [ROWADDR]).column(ROWADDR).to_pylist())
+    for bk in JobStore(store).batches(""):
+        held.update(by_address[a] for a in store.get_columns(bk.key(), [ROWADDR]).column(ROWADDR).to_pylist())
     return held
 
 

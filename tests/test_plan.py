@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.checkpoint import batch_key, batch_prefix
+from geneva_provider.core.store_layout import BatchKey, batch_prefix
 from geneva_provider.stages import BackfillOptions, load_plan, plan_backfill
 from tests.helpers import events_table
 
@@ -70,7 +70,7 @@ def test_plan_skips_rows_already_checkpointed(tbl):
     store = tbl.checkpoint_store
     # A checkpoint (of any earlier job, whatever its filter) holding rows 0..1499 and 2000..2099 of fragment 1.
     held = [*range(1_500), *range(2_000, 2_100)]
-    store[batch_key(prefix, 1, 0, 2_100)] = pa.table({
+    store[BatchKey(prefix, 1, 0, 2_100).key()] = pa.table({
         "_rowaddr": pa.array([(1 << 32) + i for i in held], pa.uint64()), "y": pa.array(held, pa.int64()),
         "__geneva_fp__y": pa.array(held, pa.uint64())})
     summary = plan_backfill(tbl.ref, "y", BackfillOptions(task_size=1_000))
@@ -181,11 +181,11 @@ def test_column_backlog_of_an_unknown_column_names_table_and_column(tbl):
 def test_a_plan_of_another_format_is_refused_clearly(tbl):
     import json
 
-    from geneva_provider.core.checkpoint import plan_key
+    from geneva_provider.core.store_layout import PlanKey
 
     summary = plan_backfill(tbl.ref, "y")
     store = tbl.checkpoint_store
-    key = plan_key(summary.job_id)
+    key = PlanKey(summary.job_id).key()
     old = json.loads(store.get_text(key))
     store.put_text(key, json.dumps({**old, "format": 1}))
     with pytest.raises(gp.PlanFormatError, match=r"has plan format 1, expected 3"):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from geneva_provider.core.checkpoint import ROWADDR
+from geneva_provider.core.store_layout import JobStore
 from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ def run_and_kill_after_checkpoints(script: str, store, checkpoints: int, env: di
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.monotonic() + 180
-        while len([k for k in store.list_keys("udf-") if "_range-" in k]) < checkpoints:
+        while len(JobStore(store).batches("")) < checkpoints:
             assert proc.poll() is None, "the process ended before it could be killed"
             assert time.monotonic() < deadline, "no checkpoints appeared"
             time.sleep(0.05)
@@ -38,10 +39,9 @@ def run_and_kill_after_checkpoints(script: str, store, checkpoints: int, env: di
 def _checkpointed_rows(store, rows_per_fragment: int = ROWS_PER_FRAGMENT) -> set[int]:
     """The row numbers (x) in the range checkpoints, from their row addresses."""
     rows: set[int] = set()
-    for key in store.list_keys("udf-"):
-        if "_range-" in key:
-            rows.update((a & 0xFFFFFFFF) + (a >> 32) * rows_per_fragment
-                        for a in store[key].column(ROWADDR).to_pylist())
+    for bk in JobStore(store).batches(""):
+        rows.update((a & 0xFFFFFFFF) + (a >> 32) * rows_per_fragment
+                    for a in store[bk.key()].column(ROWADDR).to_pylist())
     return rows
 
 

@@ -9,7 +9,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from geneva_provider.core.checkpoint import ROWADDR, parse_batch_key
+from geneva_provider.core.checkpoint import ROWADDR
+from geneva_provider.core.store_layout import JobStore
 from geneva_provider.stages import load_plan, plan_backfill
 from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
 
@@ -63,19 +64,18 @@ def test_a_killed_packed_task_resumes_recomputing_at_most_the_task_in_flight(db,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180
-        while len([k for k in store.list_keys("udf-") if "_range-" in k]) < 14:  # inside the second task
+        while len(JobStore(store).batches("")) < 14:  # inside the second task
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
     finally:
         kill_session(proc.pid)
         proc.wait(timeout=30)
-    plan_key = next(k for k in store.list_keys("plan-") if k.count("-") == 2)
-    plan, _ = load_plan(store.key_uri(plan_key))
+    jobs = JobStore(store)
+    plan, _ = load_plan(jobs.plan_uri(jobs.plans()[0].job_id))
     assert all(len(t.parts) == 10 for t in plan.tasks)
     held = set()
-    for key in store.list_keys("udf-"):
-        if parse_batch_key(key) is not None:
-            held.update((a >> 32) * 50 + (a & 0xFFFFFFFF) for a in store[key].column(ROWADDR).to_pylist())
+    for bk in jobs.batches(""):
+        held.update((a >> 32) * 50 + (a & 0xFFFFFFFF) for a in store[bk.key()].column(ROWADDR).to_pylist())
     calls_before = read_calls(call_dir)
     in_flight = set(calls_before) - held  # computed by the killed task but not checkpointed yet
     assert len(in_flight) <= 500

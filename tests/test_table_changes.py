@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
+from geneva_provider.core.store_layout import JobStore, LedgerKey, PlanFamilyKey, parse_key
 from geneva_provider.stages import plan_backfill, run_apply, run_write_commit, verify
 from tests.helpers import clear_calls, counting_array_triple, counting_double, events_table, read_calls, times
 
@@ -210,7 +211,7 @@ def test_rows_compacted_away_during_a_backfill_are_computed_where_they_now_live(
 def test_checkpoint_cleanup_keeps_a_running_jobs_and_removes_what_nothing_can_use(db, spark, call_dir):
     import datetime as dt
 
-    from geneva_provider.core.checkpoint import parse_batch_key
+    from geneva_provider.core.store_layout import PlanKey, parse_batch_key
 
     tbl = db.create_table("events", events_table(20_000), max_rows_per_file=2_000)
     tbl.add_columns({"y": counting_double(call_dir)})
@@ -225,7 +226,7 @@ def test_checkpoint_cleanup_keeps_a_running_jobs_and_removes_what_nothing_can_us
     after = store.list_keys("")
     assert result.total == len(before) - len(after) > 0 and result.kept_for_live_jobs > 0
     # What is left: the live plan, its checkpoints, and the ledger; nothing of the finished jobs.
-    assert [k for k in after if k.startswith("plan-")] == [f"plan-{live.job_id}"]
+    assert [k for k in after if isinstance(parse_key(k), PlanFamilyKey)] == [PlanKey(live.job_id).key()]
     live_frags = {bk.frag_id for k in after if (bk := parse_batch_key(k)) is not None}
     assert live_frags == {14}  # the one fragment the running job computes
     # The running job still lands, and the next run needs none of what was removed.
@@ -235,7 +236,7 @@ def test_checkpoint_cleanup_keeps_a_running_jobs_and_removes_what_nothing_can_us
     assert tbl.backfill("y", spark=spark).rows_computed == 0 and read_calls(call_dir) == []
     assert values(tbl, "y") == {x: 2 * x for x in range(25_000)}
     tbl.cleanup_checkpoints(older_than=dt.timedelta(0))
-    assert [k for k in store.list_keys("") if not k.startswith("ledger-")] == []
+    assert [k for k in store.list_keys("") if not isinstance(parse_key(k), LedgerKey)] == []
 
 
 def test_tables_without_stable_row_ids_keep_their_values_through_compaction(db, spark, call_dir):
@@ -275,7 +276,7 @@ def test_a_compaction_racing_a_backfill_in_another_process(db, spark, call_dir):
     store = tbl.checkpoint_store
     earlier = set(store.list_keys(""))
     deadline = time.monotonic() + 120
-    while not [k for k in store.list_keys("udf-") if "_range-" in k and k not in earlier]:  # it is computing
+    while not [bk for bk in JobStore(store).batches("") if bk.key() not in earlier]:  # it is computing
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.05)

@@ -14,8 +14,15 @@ import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.checkpoint import parse_batch_key, parse_staged_key
 from geneva_provider.core.models import JobStatus, StagedFiles
+from geneva_provider.core.store_layout import (
+    JobRecordKey,
+    PlanFamilyKey,
+    PlanKey,
+    parse_batch_key,
+    parse_key,
+    parse_staged_key,
+)
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.write import _Writer, write_fragment
 from geneva_provider.stages import load_plan, plan_backfill, run_apply, run_write_commit
@@ -217,7 +224,7 @@ def test_job_records_list_a_failed_a_skipped_rows_and_a_successful_job(db, spark
     records = len(db.list_jobs())
     noop = tbl.backfill("ok", spark=spark)
     assert noop.rows_computed == 0 and len(db.list_jobs()) == records
-    assert set(tbl.checkpoint_store.list_keys()) - keys == {f"plan-{noop.job_id}"}
+    assert set(tbl.checkpoint_store.list_keys()) - keys == {PlanKey(noop.job_id).key()}
 
 
 def test_backfill_async_reports_progress_and_can_be_cancelled(db, spark, call_dir):
@@ -341,8 +348,8 @@ def test_a_week_of_hourly_runs_cleans_up_to_what_live_jobs_need(db, spark, call_
               f"{files_after} files ({bytes_after / 1e6:.2f} MB); removed {result.removed}")
     keys = store.list_keys()
     # Left: the live job's plan, record and checkpoints, and the ledger; no finished job's plan or record.
-    assert [k for k in keys if k.startswith("plan-")] == [f"plan-{live.job_id}"]
-    assert [k for k in keys if k.startswith("job-")] == [f"job-{live.job_id}"]
+    assert [k for k in keys if isinstance(parse_key(k), PlanFamilyKey)] == [PlanKey(live.job_id).key()]
+    assert [k for k in keys if isinstance(parse_key(k), JobRecordKey)] == [JobRecordKey(live.job_id).key()]
     assert files_after <= 20 and bytes_after < bytes_before / 10
     run_write_commit(live.plan_uri, spark)  # the running job still lands
     clear_calls(call_dir)

@@ -1,25 +1,22 @@
-"""Checkpoint stores and the key formats that name what they hold (core).
+"""Checkpoint stores: key -> Arrow table stores beside each table (core).
 
 Stages talk to each other only through the store: apply writes one batch checkpoint per
 computed range, the writer reads them back and records the files it staged (one record for
-many fragments), and plans are documents in the same store.  Keys become file names, so every user-supplied string
-is hashed, and keys are parsed from the right, where the structure is fixed.
+many fragments), and plans are documents in the same store.  What the keys are is the store
+layout's business (:mod:`geneva_provider.core.store_layout`); a store only keeps them as file names.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from geneva_provider.core.errors import CorruptCheckpointError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
+from geneva_provider.core.store_layout import PlanKey
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,91 +27,8 @@ M = TypeVar("M", bound="BaseModel")
 KEY_SUFFIX = ".lance"
 _MIN_FILE_BYTES = 40  # a Lance file's footer alone is longer
 ROWADDR = "_rowaddr"  # the row-address column of every batch checkpoint
-_BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)(?P<partial>_partial)?$")
-_PLAIN_VERSION = re.compile(r"[0-9A-Za-z]{1,16}")
-PARTIAL = "_partial"  # the suffix of a batch checkpoint holding rows the UDF's error policy skipped
-_STAGED_RE = re.compile(r"^(?P<prefix>.+)_staged-[0-9a-f]{32}$")
 
 
-def md5_hex(text: str) -> str:
-    """The full md5 hex digest of ``text`` (used for where, uri and source files)."""
-    return hashlib.md5(text.encode()).hexdigest()
-
-
-def short_hash(text: str) -> str:
-    """A 16-hex-digit hash for user names, short enough to keep keys under file name limits."""
-    return md5_hex(text)[:16]
-
-
-def job_prefix(udf_name: str, udf_version: str, column: str, where: str | None, table_uri: str) -> str:
-    """The part of every key shared by one column's backfills with the same UDF and filter."""
-    # A version is the user's string (a uuid, "v2-experimental"...): kept as is only while short and plain.
-    version = udf_version if _PLAIN_VERSION.fullmatch(udf_version) else short_hash(udf_version)
-    return (
-        f"udf-{short_hash(udf_name)}_ver-{version}_col-{short_hash(column)}"
-        f"_where-{md5_hex(where or '')}_uri-{md5_hex(table_uri)}"
-    )
-
-
-def src_files_key(src_files: list[str]) -> str:
-    """Names a set of source files (what batch checkpoints are computed from) in a key."""
-    return md5_hex(json.dumps(sorted(src_files)))
-
-
-def batch_prefix(job: str, src_files: list[str] | None = None, *, src_key: str | None = None) -> str:
-    """The key prefix of batch checkpoints computed from exactly these source files."""
-    return f"{job}_srcfiles-{src_key or src_files_key(src_files or [])}"
-
-
-def batch_key(prefix: str, frag_id: int, start: int, end: int, *, partial: bool = False) -> str:
-    """Key of the checkpoint holding rows ``[start, end)`` (fragment-local, end exclusive).
-
-    A *partial* checkpoint holds some rows without a value (skipped by the UDF's error policy,
-    NULL fingerprint): it covers its range for the writer, but not for planning or resuming.
-    """
-    return f"{prefix}_frag-{frag_id}_range-{start}-{end}{PARTIAL if partial else ''}"
-
-
-def staged_key(job: str) -> str:
-    """A new key for a staged-files record: the data files one writer staged for some fragments."""
-    return f"{job}_staged-{uuid.uuid4().hex}"
-
-
-def plan_key(job_id: str) -> str:
-    """Key of a job's plan document."""
-    return f"plan-{job_id}"
-
-
-@dataclass(frozen=True)
-class BatchKey:
-    """A parsed batch checkpoint key."""
-
-    prefix: str
-    frag_id: int
-    start: int
-    end: int
-    partial: bool = False
-
-    @property
-    def key(self) -> str:
-        return batch_key(self.prefix, self.frag_id, self.start, self.end, partial=self.partial)
-
-
-def parse_batch_key(key: str) -> BatchKey | None:
-    """Parses a batch key from the right; returns None for keys of other kinds."""
-    m = _BATCH_RE.match(key)
-    if not m:
-        return None
-    return BatchKey(m["prefix"], int(m["frag"]), int(m["start"]), int(m["end"]), bool(m["partial"]))
-
-
-def parse_staged_key(key: str) -> str | None:
-    """The job prefix of a staged-files record key (None for keys of other kinds)."""
-    m = _STAGED_RE.match(key)
-    return m["prefix"] if m else None
-
-
-# ------------------------------------------------------------------------- stores
 class CheckpointStore(ABC):
     """A key -> Arrow table store; values are small record batches or JSON documents."""
 
@@ -297,7 +211,7 @@ def split_key_uri(key_uri: str) -> tuple[str, str]:
     root, _, name = key_uri.rstrip("/").rpartition("/")
     if not root or not name.endswith(KEY_SUFFIX):
         raise InvalidArgumentError(f"not a plan or checkpoint reference: {key_uri!r} (expected the plan_uri "
-                                   "the plan stage returned, '<store>/plan-<job id>.lance')")
+                                   f"the plan stage returned, '<store>/{PlanKey('<job id>').key()}{KEY_SUFFIX}')")
     return root, name[: -len(KEY_SUFFIX)]
 
 

@@ -128,10 +128,11 @@ class ConnectBackend(SparkBackend):
         Its id is kept beside the plan, so the write+commit stage reuses apply's warm Python
         workers, and a retry finds -- and stops -- whatever the attempt it replaces left running.
         """
+        from geneva_provider.core.store_layout import ConnectSessionKey, PlanKey
         from geneva_provider.pipeline.connect import connect_session, resume_session
 
         pyfiles = [package_zip(), *(p for p in (self.settings.py_files or "").split(",") if p)]
-        session_key = f"{plan_key}-connect-session"
+        session_key = ConnectSessionKey(PlanKey.of(plan_key).job_id).key()
         if session_key in store:
             session_id = store.get_text(session_key)
             resumed = resume_session(url, session_id, pyfiles=pyfiles)
@@ -165,9 +166,10 @@ class SparkSubmitBackend(SparkBackend):
             ) -> StageRun:
         from geneva_provider.core.checkpoint import split_key_uri
         from geneva_provider.core.models import StageReport
+        from geneva_provider.core.store_layout import PlanKey, StageResultKey
 
         self.stage = stage.name
-        result_key = f"{split_key_uri(plan.plan_uri)[1]}-{self.stage}-result"
+        result_key = StageResultKey(PlanKey.of(split_key_uri(plan.plan_uri)[1]).job_id, stage.name).key()
         store.delete(result_key)  # a retry must not read an earlier attempt's result
         self._hook = hook = self.make_hook(stage, plan, storage_options, result_key)
         self.log.info("Submitting the %s stage of plan %s: %s", self.stage, plan.job_id, plan.describe())

@@ -21,20 +21,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.core.checkpoint import (
-    ROWADDR,
-    BatchKey,
-    CheckpointStore,
-    batch_key,
-    batch_prefix,
-    parse_batch_key,
-)
+from geneva_provider.core.checkpoint import ROWADDR, CheckpointStore
 from geneva_provider.core.error_store import ErrorStore
 from geneva_provider.core.errors import UDFExecutionError
 from geneva_provider.core.fragments import fragment_of, live_row_addresses
 from geneva_provider.core.kinds import RowOutcome, Stage
 from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
+from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
 from geneva_provider.pipeline.job_records import job_stage, update_record
@@ -127,8 +121,8 @@ class _Checkpointer:
         offset = 0
         for p in pieces:
             k = len(p)
-            key = batch_key(p.prefix, p.frag, int(p.positions[0]), int(p.positions[-1]) + 1,
-                            partial=not keep[offset:offset + k].all())
+            key = BatchKey(p.prefix, p.frag, int(p.positions[0]), int(p.positions[-1]) + 1,
+                           partial=not keep[offset:offset + k].all()).key()
             self.store[key] = computed.slice(offset, k)
             offset += k
         return None, seconds
@@ -153,10 +147,8 @@ class _Worker:
         self.work = input_for(ctx, self.ds)
         self.watch = CallWatch.here(self.store, ctx.job, ctx.job_id)
         self.keys: dict[tuple[str, int], list[BatchKey]] = {}
-        for key in self.store.list_keys(ctx.job.job_prefix):
-            bk = parse_batch_key(key)
-            if bk is not None:
-                self.keys.setdefault((bk.prefix, bk.frag_id), []).append(bk)
+        for bk in JobStore(self.store).batches(ctx.job.job_prefix):
+            self.keys.setdefault((bk.prefix, bk.frag_id), []).append(bk)
 
     def held(self, prefix: str, part: TaskPart) -> np.ndarray:
         """Row addresses that checkpoints overlapping ``part`` already hold."""
@@ -295,9 +287,8 @@ def _apply_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[Apply
 def _covered(plan: Plan, store: CheckpointStore, *, skipped_done: bool) -> dict[tuple[str, int], list[tuple[int, int]]]:
     """The ranges batch checkpoints hold, by (prefix, fragment); ``skipped_done``: partial checkpoints too."""
     covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    for key in store.list_keys(plan.job_prefix):
-        bk = parse_batch_key(key)
-        if bk is not None and (skipped_done or not bk.partial):
+    for bk in JobStore(store).batches(plan.job_prefix):
+        if skipped_done or not bk.partial:
             covered.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end))
     return covered
 
@@ -397,7 +388,7 @@ class _ApplyProgress:
 
     def __init__(self, plan: Plan, store: CheckpointStore, tasks: list[Task]) -> None:
         self.plan, self.store = plan, store
-        self.before = set(store.list_keys(plan.job_prefix))
+        self.before = set(JobStore(store).batches(plan.job_prefix))
         self.already = plan.rows_to_compute - sum(t.rows for t in tasks)
         self.t0 = time.perf_counter()
 
@@ -410,8 +401,8 @@ class _ApplyProgress:
             log.warning("apply %s: could not record the rows checkpointed: %s", self.plan.job_id, exc)
 
     def __call__(self) -> str:
-        new = sum(bk.end - bk.start for key in self.store.list_keys(self.plan.job_prefix)
-                  if key not in self.before and (bk := parse_batch_key(key)) is not None)
+        new = sum(bk.end - bk.start for bk in JobStore(self.store).batches(self.plan.job_prefix)
+                  if bk not in self.before)
         done = min(self.already + new, self.plan.rows_to_compute)
         update_record(self.store, self.plan.job_id, rows_checkpointed=done)
         elapsed = time.perf_counter() - self.t0

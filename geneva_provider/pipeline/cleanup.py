@@ -14,28 +14,36 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.checkpoint import CheckpointStore, batch_prefix, parse_batch_key, parse_staged_key
+from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, output_files
 from geneva_provider.core.models import Action, JobStatus, Plan, StagedFiles, plan_from_json
 from geneva_provider.core.refs import TableRef
+from geneva_provider.core.store_layout import (
+    BatchKey,
+    CommittedKey,
+    JobRecordKey,
+    LedgerKey,
+    PlanFamilyKey,
+    PlanKey,
+    StagedKey,
+    batch_prefix,
+    parse_key,
+)
 from geneva_provider.core.udf import udf_column_info
 from geneva_provider.core.view_meta import view_info
-from geneva_provider.pipeline.job_records import job_key, plan_live, read_record, read_records
+from geneva_provider.pipeline.job_records import plan_live, read_record, read_records
 from geneva_provider.pipeline.plan_backfill import backfill_prefix
 from geneva_provider.pipeline.plan_refresh import refresh_identity
-from geneva_provider.pipeline.planning import ledger_key, load_ledger, validity_signature
+from geneva_provider.pipeline.planning import load_ledger, validity_signature
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
 
 log = logging.getLogger(__name__)
-
-_PLAN = re.compile(r"^plan-(?P<id>\d{8}T\d{6}-[0-9a-f]{8})(?P<rest>-.*)?$")
 
 
 @dataclass
@@ -61,11 +69,11 @@ class _Job:
 def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.timedelta) -> CleanupResult:
     """Removes the plans, batch checkpoints, staged-files records and ledgers nothing can use any more."""
     now = dt.datetime.now(dt.UTC)
-    keys = store.list_keys("")
+    keys = {key: parse_key(key) for key in store.list_keys("")}
     result = CleanupResult()
     live: dict[str, set[int]] = {}  # job prefix of a live plan -> the fragments it still has to commit
-    plans = {m["id"]: key for key in keys if (m := _PLAN.match(key)) and not m["rest"]}
-    done = {m["id"] for key in keys if (m := _PLAN.match(key)) and m["rest"] == "-committed"}
+    plans = {k.job_id: key for key, k in keys.items() if isinstance(k, PlanKey)}
+    done = {k.job_id for k in keys.values() if isinstance(k, CommittedKey)}
     stale_plans: set[str] = set()
     for job_id, key in plans.items():
         try:
@@ -80,30 +88,29 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
                 f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE))
         if finished and created < now - older_than:
             stale_plans.add(job_id)
-    for key in keys:
-        m = _PLAN.match(key)
-        if m and m["id"] in stale_plans:
-            _remove(store, key, "plans" if not m["rest"] else "plan results", result)
+    for key, k in keys.items():
+        if isinstance(k, PlanFamilyKey) and k.job_id in stale_plans:
+            _remove(store, key, "plans" if isinstance(k, PlanKey) else "plan results", result)
     for record in read_records(store):  # history of finished jobs, kept for older_than
         ended = record.finished_at or record.updated_at
         if record.status in (JobStatus.DONE, JobStatus.FAILED, JobStatus.ABANDONED) and \
                 dt.datetime.fromisoformat(ended) < now - older_than:
-            _remove(store, job_key(record.job_id), "job records", result)
+            _remove(store, JobRecordKey(record.job_id).key(), "job records", result)
 
     ds = table.dataset()
     jobs = _current_jobs(ds, table)
     fragments = {f.fragment_id: f for f in ds.get_fragments()}
     ledgers = {prefix: load_ledger(store, prefix) for prefix in jobs}
-    for key in keys:
-        if (staged_job := parse_staged_key(key)) is not None:
-            _clean_staged(store, key, staged_job, jobs, fragments, result)
+    current_ledgers = {LedgerKey.of(p) for p in jobs}
+    for key, batch in keys.items():
+        if isinstance(batch, StagedKey):
+            _clean_staged(store, key, batch.job_prefix, jobs, fragments, result)
             continue
-        batch = parse_batch_key(key)
-        if batch is None:
-            if key.startswith("ledger-") and key not in {ledger_key(p) for p in jobs}:
+        if not isinstance(batch, BatchKey):
+            if isinstance(batch, LedgerKey) and batch not in current_ledgers:
                 _remove(store, key, "ledgers", result)
             continue
-        job, fid = batch.prefix.rsplit("_srcfiles-", 1)[0], batch.frag_id
+        job, fid = batch.job_prefix, batch.frag_id
         if fid in live.get(job, ()):
             result.kept_for_live_jobs += 1
             continue

@@ -14,15 +14,13 @@ import base64
 import datetime as dt
 import logging
 import pickle
-import re
 import time
 import typing
-import uuid
 from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.checkpoint import CheckpointStore, plan_key
+from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import CommitError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.kinds import JobKind, Stage
@@ -36,6 +34,7 @@ from geneva_provider.core.models import (
     plan_from_json,
 )
 from geneva_provider.core.refs import TableRef
+from geneva_provider.core.store_layout import JobStore, new_job_id
 from geneva_provider.pipeline.job_records import (
     check_leases,
     finish_record,
@@ -57,9 +56,6 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 
 
-_PLAN_KEY = re.compile(r"^plan-\d{8}T\d{6}-[0-9a-f]{8}$")
-
-
 def held_fragments(store: CheckpointStore) -> dict[str, list[int]]:
     """The live backfills and refreshes of this table, by job id, and the fragments each has still to commit.
 
@@ -68,19 +64,18 @@ def held_fragments(store: CheckpointStore) -> dict[str, list[int]]:
     A plan without a record (written by an older version) holds them for a day unless its commits are done.
     """
     now = dt.datetime.now(dt.UTC)
-    keys = set(store.list_keys("plan-"))
+    jobs = JobStore(store)
     held: dict[str, list[int]] = {}
-    for key in sorted(keys):
-        if not _PLAN_KEY.match(key):
-            continue
-        record = read_record(store, key.removeprefix("plan-"))
+    for plan_key in jobs.plans():
+        job_id, key = plan_key.job_id, plan_key.key()
+        record = read_record(store, job_id)
         if record is not None and (record.kind == JobKind.COMPACTION or not is_live(record, now)):
             continue  # ended, failed or abandoned: it holds nothing (the plan is read only for a live job)
         try:
             plan = plan_from_json(store.get_text(key), key)
         except (InvalidArgumentError, ValueError, KeyError, OSError):  # unreadable or of another format: not live
             continue
-        if not isinstance(plan, Plan) or not plan_live(record, plan.created_at, f"{key}-committed" in keys, now):
+        if not isinstance(plan, Plan) or not plan_live(record, plan.created_at, jobs.is_committed(job_id), now):
             continue
         fragments = sorted({f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE)})
         if fragments:
@@ -130,14 +125,14 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
     fragments = sorted({f.id for t in plan.tasks for f in t.fragments})
     now = dt.datetime.now(dt.UTC)
     doc = CompactionPlan(
-        job_id=f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", created_at=now.isoformat(), table=table.name,
+        job_id=new_job_id(now), created_at=now.isoformat(), table=table.name,
         table_uri=table.uri, read_version=plan.read_version, store_uri=store.uri or "", options=options,
         tasks=[base64.b64encode(pickle.dumps(t)).decode("ascii") for t in plan.tasks], fragments=fragments,
         rows=sum(live[f].count_rows() for f in fragments if f in live), excluded=excluded, held_by=held_by,
         exclude_live_jobs=exclude_live_jobs)
-    key = plan_key(doc.job_id)
-    store.put_model(key, doc)  # even with nothing to do: the compact stage is then handed a no-op, not a dangling URI
-    summary = doc.summary(store.key_uri(key))
+    jobs = JobStore(store)
+    jobs.put_plan(doc.job_id, doc.model_dump_json())  # even with nothing to do: the compact stage is then handed
+    summary = doc.summary(jobs.plan_uri(doc.job_id))  # a no-op, not a dangling URI
     if record and not doc.nothing_to_do:
         first = JobRecord(job_id=doc.job_id, kind=JobKind.COMPACTION, table=table.name, created_at=doc.created_at,
                           updated_at=doc.created_at, read_version=doc.read_version, rows_planned=doc.rows,

@@ -1,6 +1,6 @@
 """Job records: every backfill, refresh and compaction leaves its status and progress in its store.
 
-A record is a :class:`~geneva_provider.core.models.JobRecord` document keyed ``job-<id>`` in the
+A record is a :class:`~geneva_provider.core.models.JobRecord` document (a ``JobRecordKey``) in the
 table's checkpoint store, written by the stages as they run -- so Airflow tasks, spark-submit
 programs and notebooks all update the same record, and ``db.list_jobs()`` reads it back from any
 process.  Writes replace the whole document (atomic on local disks and object stores); a record
@@ -26,10 +26,10 @@ from typing import Any
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.models import JobRecord, JobStatus
+from geneva_provider.core.store_layout import JobStore
 
 log = logging.getLogger(__name__)
 
-JOB_PREFIX = "job-"
 _LOCK = threading.Lock()  # the driver's progress thread and its stage share a record
 
 LEASE_SECONDS = 300.0       # a running stage heartbeats every tenth of this; silent longer, its process is gone
@@ -40,10 +40,6 @@ GAP_LEASE_ENV = "GENEVA_JOB_GAP_LEASE_SECONDS"  # overrides GAP_LEASE_SECONDS
 
 _ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING)  # a job that may still commit
 _beating: dict[str, int] = {}  # job id -> heartbeats running in this process (a whole in-process job, its stage)
-
-
-def job_key(job_id: str) -> str:
-    return f"{JOB_PREFIX}{job_id}"
 
 
 def _now() -> str:
@@ -125,9 +121,9 @@ def observed(record: JobRecord, now: dt.datetime | None = None) -> JobRecord:
 
 
 def _read(store: CheckpointStore, job_id: str) -> JobRecord | None:
-    key = job_key(job_id)
+    jobs = JobStore(store)
     try:
-        return store.get_model(key, JobRecord) if key in store else None
+        return jobs.record(job_id) if jobs.has_record(job_id) else None
     except (ValueError, KeyError, OSError):
         return None
 
@@ -142,9 +138,10 @@ def read_records(store: CheckpointStore) -> list[JobRecord]:
     """Every job record in ``store``, as it stands now (unreadable ones are left out)."""
     records = []
     now = dt.datetime.now(dt.UTC)
-    for key in store.list_keys(JOB_PREFIX):
+    jobs = JobStore(store)
+    for job_id in jobs.record_ids():
         try:
-            records.append(observed(store.get_model(key, JobRecord), now))
+            records.append(observed(jobs.record(job_id), now))
         except (ValueError, KeyError, OSError):
             continue
     return records
@@ -228,9 +225,10 @@ def take_over(store: CheckpointStore, record: JobRecord) -> list[JobRecord]:
     """
     taken = []
     now = dt.datetime.now(dt.UTC)
-    for key in store.list_keys(JOB_PREFIX):
+    jobs = JobStore(store)
+    for job_id in jobs.record_ids():
         try:
-            old = store.get_model(key, JobRecord)
+            old = jobs.record(job_id)
         except (ValueError, KeyError, OSError):
             continue
         if (old.job_id == record.job_id or (old.kind, old.table, old.column) != (record.kind, record.table,
@@ -256,6 +254,6 @@ def finish_record(store: CheckpointStore, job_id: str, **changes: Any) -> None:
 
 def _write(store: CheckpointStore, record: JobRecord) -> None:
     try:
-        store.put_model(job_key(record.job_id), record)
+        JobStore(store).put_record(record)
     except (OSError, ValueError) as exc:  # a record must never fail the job it describes
         log.warning("job %s: could not write its record: %s", record.job_id, exc)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from geneva_provider.core.checkpoint import CheckpointStore, job_prefix
+from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.column_names import user_columns
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.filters import check_where
@@ -28,6 +28,7 @@ from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, UdfRef
 from geneva_provider.core.options import BackfillOptions, check_count
 from geneva_provider.core.refs import TableRef, check_table_ref
+from geneva_provider.core.store_layout import job_prefix
 from geneva_provider.core.udf import UdfColumnInfo, udf_column_info
 from geneva_provider.pipeline.layout import complete_output_layout
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from geneva_provider.core.catalog import Catalog, TableResolver
-from geneva_provider.core.checkpoint import CheckpointStore, job_prefix
+from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
@@ -35,6 +35,7 @@ from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, SourceSpec
 from geneva_provider.core.options import RefreshOptions, check_count
 from geneva_provider.core.refs import TableRef, check_table_ref
+from geneva_provider.core.store_layout import job_prefix
 from geneva_provider.core.udf import udf_column_info
 from geneva_provider.core.view_meta import (
     META_BASE_VERSION,

@@ -14,26 +14,13 @@ carries only its :class:`~geneva_provider.core.models.PlanSummary`.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from geneva_provider.core.checkpoint import (
-    ROWADDR,
-    BatchKey,
-    CheckpointStore,
-    batch_prefix,
-    open_store,
-    parse_batch_key,
-    parse_staged_key,
-    plan_key,
-    split_key_uri,
-    src_files_key,
-)
+from geneva_provider.core.checkpoint import ROWADDR, CheckpointStore, open_store, split_key_uri
 from geneva_provider.core.errors import CorruptCheckpointError, InvalidArgumentError
 from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
@@ -55,6 +42,7 @@ from geneva_provider.core.models import (
 )
 from geneva_provider.core.options import JobOptions
 from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_runs
+from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix, new_job_id, src_files_key
 from geneva_provider.pipeline.job_records import check_leases, start_record, take_over
 
 if TYPE_CHECKING:
@@ -86,16 +74,12 @@ def validity_signature(src_files: list[str], fragment_meta: FragmentMeta, out_le
     return sorted(set(src_files) | set(files_holding(fragment_meta, out_leaves)))
 
 
-def ledger_key(job: str) -> str:
-    return f"ledger-{hashlib.md5(job.encode()).hexdigest()}"
-
-
 def load_ledger(store: CheckpointStore, job: str) -> Ledger:
-    key = ledger_key(job)
-    if key not in store:
+    jobs = JobStore(store)
+    if not jobs.has_ledger(job):
         return Ledger()
     try:
-        return store.get_model(key, Ledger)
+        return jobs.ledger(job)
     except (ValueError, KeyError, OSError):  # a cache: an unreadable one is simply rebuilt
         return Ledger()
 
@@ -106,7 +90,7 @@ def record_valid(store: CheckpointStore, job: str, signatures: dict[int, list[st
         return
     ledger = load_ledger(store, job)
     ledger.fragments.update(signatures)
-    store.put_model(ledger_key(job), ledger)
+    JobStore(store).put_ledger(job, ledger)
 
 
 def plan_fragments(
@@ -125,10 +109,8 @@ def plan_fragments(
     """
     ledger = load_ledger(store, job)
     keys_by_frag: dict[tuple[str, int], list[BatchKey]] = {}
-    for key in store.list_keys(job):
-        bk = parse_batch_key(key)
-        if bk is not None:
-            keys_by_frag.setdefault((bk.prefix, bk.frag_id), []).append(bk)
+    for bk in JobStore(store).batches(job):
+        keys_by_frag.setdefault((bk.prefix, bk.frag_id), []).append(bk)
     staged = staged_files(store, job)
 
     fragments: list[FragmentPlan] = []
@@ -179,11 +161,11 @@ def checkpointed_addresses(store: CheckpointStore, keys: list[BatchKey]) -> np.n
     for bk in keys:
         try:
             if not bk.partial:
-                parts.append(store.get_columns(bk.key, [ROWADDR]).column(ROWADDR).to_numpy())
+                parts.append(store.get_columns(bk.key(), [ROWADDR]).column(ROWADDR).to_numpy())
                 continue
-            table = store[bk.key]
+            table = store[bk.key()]
         except CorruptCheckpointError as exc:
-            discard_corrupt(store, bk.key, exc)
+            discard_corrupt(store, bk.key(), exc)
             continue
         # The job's own fingerprint comes last (a view's row fingerprint follows its UDF columns' ones).
         fp = [name for name in table.column_names if is_fingerprint_column(name)][-1]
@@ -222,7 +204,7 @@ def store_plan(
     tasks = sorted((Task(parts=[TaskPart(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid])
                                 for fid, a, b in piece]) for piece in pieces), key=lambda t: t.rows, reverse=True)
     now = dt.datetime.now(dt.UTC)
-    job_id = f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    job_id = new_job_id(now)
     settings = PlanSettings(checkpoint_size=options.initial_checkpoint_size(), min_checkpoint_size=lo,
                             max_checkpoint_size=hi, task_size=options.task_size,
                             commit_granularity=options.commit_granularity, concurrency=options.concurrency,
@@ -233,11 +215,11 @@ def store_plan(
     plan = Plan(**job.model_dump(), job_id=job_id, created_at=now.isoformat(), store_uri=store.uri,
                 settings=settings, fragments=fragments, tasks=tasks, rows_to_compute=rows_to_compute,
                 rows_reused=reused)
-    key = plan_key(job_id)
-    summary = plan.summary(store.key_uri(key))
+    jobs = JobStore(store)
+    summary = plan.summary(jobs.plan_uri(job_id))
     # Stored even with nothing to do, so every later stage can be handed its URI and be a no-op;
     # it holds no fragment (compaction and clean-up see no live job) and gets no job record.
-    store.put_text(key, plan.model_dump_json(exclude_none=True))
+    jobs.put_plan(job_id, plan.model_dump_json(exclude_none=True))
     if not summary.nothing_to_do:
         record = JobRecord(
             job_id=job_id, kind=job.kind, table=job.table, column=job.column, created_at=plan.created_at,
@@ -274,17 +256,11 @@ def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> t
     return plan, store
 
 
-def committed_key(job_id: str) -> str:
-    """The marker the write+commit stage leaves when a job's commits are done (the job is no longer live)."""
-    return f"{plan_key(job_id)}-committed"
-
-
 def staged_records(store: CheckpointStore, job: str) -> dict[str, StagedFiles]:
     """The job's staged-files records by key (an unreadable one is removed: its fragments are written again)."""
     records = {}
-    for key in store.list_keys(job):
-        if parse_staged_key(key) != job:
-            continue
+    for staged in JobStore(store).staged_keys(job):
+        key = staged.key()
         try:
             records[key] = store.get_model(key, StagedFiles)
         except KeyError:

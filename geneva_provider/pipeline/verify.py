@@ -18,14 +18,14 @@ from geneva_provider.core.kinds import Stage
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
-    CommitRecord,
     FragmentPlan,
     Plan,
     PlanSummary,
     VerifyResult,
 )
+from geneva_provider.core.store_layout import JobStore
 from geneva_provider.pipeline.job_records import finish_record, job_stage
-from geneva_provider.pipeline.planning import committed_key, load_plan, staged_files
+from geneva_provider.pipeline.planning import load_plan, staged_files
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -63,8 +63,8 @@ def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] 
 
     ds = lance.dataset(plan.table_uri, storage_options=storage_options)
     live = {f.fragment_id: f.metadata for f in ds.get_fragments()}
-    record = committed_key(plan.job_id)
-    committed = store.get_model(record, CommitRecord).staged if record in store else {}
+    commit = JobStore(store).committed(plan.job_id)
+    committed = commit.staged if commit is not None else {}
     problems, deleted, rows_ok, frags_ok = [], [], 0, 0
     staged: dict[int, set[str]] | None = None  # read only when a commit record does not tell
     planned = [entry for entry in plan.fragments if entry.action in _VERIFIED]

@@ -32,6 +32,7 @@ from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import UDFExecutionError, UDFWorkerDiedError
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import JobSpec, Task
+from geneva_provider.core.store_layout import RunningKey
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,12 +41,6 @@ log = logging.getLogger(__name__)
 
 MAX_DEATHS = 2  # deaths of a task's workers on the same rows before the task stops calling the UDF
 MEMORY_CONF = "spark.executor.pyspark.memory"
-_RUNNING = "running-"
-
-
-def running_key(job_id: str, partition: int) -> str:
-    """The marker of the UDF call a Spark partition of job ``job_id`` is running."""
-    return f"{_RUNNING}{job_id}-p{partition}"
 
 
 class RunningCall(BaseModel):
@@ -96,7 +91,7 @@ class CallWatch:
     def __init__(self, store: CheckpointStore, job: JobSpec, job_id: str, partition: int, attempt: int) -> None:
         self.store, self.job = store, job
         self.partition, self.attempt = partition, attempt
-        self.key = running_key(job_id, partition)
+        self.key = RunningKey(job_id, partition).key()
         self.limit = memory_limit_mb()
         self.earlier: RunningCall | None = None
         if attempt > 0:  # an earlier attempt of this task left its marker: its worker died in that call
@@ -205,7 +200,7 @@ def read_call(store: CheckpointStore, job_id: str, partition: int | None) -> Run
     if partition is None:
         return None
     try:
-        key = running_key(job_id, partition)
+        key = RunningKey(job_id, partition).key()
         return store.get_model(key, RunningCall) if key in store else None
     except Exception:  # noqa: BLE001 - without a marker the plan still names the rows
         return None
@@ -228,7 +223,7 @@ def explain_death(job: JobSpec, death: WorkerDeath, call: RunningCall | None, ta
 def clear_markers(store: CheckpointStore, job_id: str) -> None:
     """Removes the job's markers (tasks Spark killed after another failed leave theirs behind)."""
     try:
-        for key in store.list_keys(f"{_RUNNING}{job_id}-p"):
+        for key in store.list_keys(RunningKey.prefix(job_id)):
             store.delete(key)
     except Exception as exc:  # noqa: BLE001 - stale markers are harmless
         log.debug("could not remove the markers of job %s: %s", job_id, exc)

@@ -22,14 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.core.checkpoint import (
-    ROWADDR,
-    CheckpointStore,
-    batch_prefix,
-    open_store,
-    parse_batch_key,
-    staged_key,
-)
+from geneva_provider.core.checkpoint import ROWADDR, CheckpointStore, open_store
 from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError, CorruptCheckpointError
 from geneva_provider.core.fragments import fragment_of, live_row_addresses, output_files
 from geneva_provider.core.kinds import Stage
@@ -46,12 +39,12 @@ from geneva_provider.core.models import (
     WrittenFragment,
 )
 from geneva_provider.core.ranges import count_of, positions_of
+from geneva_provider.core.store_layout import JobStore, batch_prefix
 from geneva_provider.pipeline.apply import unapplied_rows
 from geneva_provider.pipeline.commit import CommitPolicy, commit_column_files
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import job_stage, update_record
 from geneva_provider.pipeline.planning import (
-    committed_key,
     discard_corrupt,
     load_plan,
     record_valid,
@@ -81,10 +74,8 @@ class _Writer:
         self.fields = [self.ds.schema.field(c) for c in ctx.job.output_columns]
         self.staged: dict[int, FragmentCheckpoint] = {}
         self.keys: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
-        for key in self.store.list_keys(ctx.job.job_prefix):
-            bk = parse_batch_key(key)
-            if bk is not None:
-                self.keys.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end, key))
+        for bk in JobStore(self.store).batches(ctx.job.job_prefix):
+            self.keys.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end, bk.key()))
 
     def stage(self, fid: int, ckpt: FragmentCheckpoint) -> None:
         """Records a staged file; every ``STAGED_PER_RECORD`` files become one record in the store."""
@@ -95,7 +86,7 @@ class _Writer:
     def flush(self) -> None:
         """Writes the staged files not yet recorded (before the driver commits any of them)."""
         if self.staged:
-            self.store.put_model(staged_key(self.ctx.job.job_prefix), StagedFiles(files=self.staged))
+            JobStore(self.store).put_staged(self.ctx.job.job_prefix, StagedFiles(files=self.staged))
             self.staged = {}
 
 
@@ -268,8 +259,7 @@ def _write_commit(plan: Plan, spark: SparkSession, storage_options: dict[str, st
                     committer.complete.update(r.frag for r in written if r.complete)
                     committer.commit({r.frag: r.file for r in written})
     outcome = committer.summary(round(time.perf_counter() - t0, 3))
-    committer.store.put_model(
-        committed_key(plan.job_id), CommitRecord(result=outcome, staged=committer.staged))
+    JobStore(committer.store).put_committed(plan.job_id, CommitRecord(result=outcome, staged=committer.staged))
     if committer.changed:
         # Every retry of this plan meets the same newer values: only a new plan (a rerun of the backfill,
         # or of its DAG) can take them in, so Airflow must not retry this task.
