@@ -21,6 +21,7 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.checkpoint import InMemoryCheckpointStore
+from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.kinds import Stage
 from geneva_provider.core.models import JobRecord, JobStatus, Ledger
 from geneva_provider.core.store_layout import (
@@ -157,7 +158,7 @@ def test_keys_of_no_family_and_hand_made_ids():
         assert parse_key(key) is None, key
     assert parse_key("job-j1") == JobRecordKey("j1")  # records are read whatever their id
     assert PlanKey.of("plan-j") == PlanKey("j")
-    with pytest.raises(ValueError, match="not a plan key"):
+    with pytest.raises(InvalidArgumentError, match="not a plan reference: 'job-j'"):
         PlanKey.of("job-j")
 
 

@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.kinds import Stage
 
 if TYPE_CHECKING:
@@ -115,9 +116,13 @@ class PlanKey(_JobKey):
 
     @classmethod
     def of(cls, plan_key: str) -> PlanKey:
-        """The plan a key names (any job id, so that a hand-made plan key keeps working); ValueError otherwise."""
+        """The plan a key names (any job id, so that a hand-made plan key keeps working).
+
+        InvalidArgumentError (a ValueError) for a key that names no plan: a plan reference is always the
+        plan stage's ``plan_uri``.
+        """
         if not plan_key.startswith(_PLAN):
-            raise ValueError(f"not a plan key: {plan_key!r}")
+            raise InvalidArgumentError(f"not a plan reference: {plan_key!r} (pass the plan stage's plan_uri)")
         return cls(plan_key[len(_PLAN):])
 
 

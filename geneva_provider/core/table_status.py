@@ -8,16 +8,19 @@ takes fingerprinting every input row, which is the next backfill's plan, not a p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from geneva_provider.core.column_names import user_columns
 from geneva_provider.core.errors import ColumnError
 from geneva_provider.core.fingerprints import fingerprint_column
-from geneva_provider.core.fragments import files_holding, leaf_field_ids
+from geneva_provider.core.fragments import column_leaf_ids, files_holding
 from geneva_provider.core.table_events import TableSeen
 from geneva_provider.core.view_meta import META_QUERY
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
 
 
 class TableStatus(BaseModel):
@@ -36,13 +39,13 @@ class ColumnBacklog(BaseModel):
     rows_pending: int
 
 
-def table_status(ds: Any) -> TableStatus:
+def table_status(ds: Dataset) -> TableStatus:
     """Version, live rows and fragments of a dataset (no data is read)."""
     fragments = ds.get_fragments()
     return TableStatus(version=ds.version, rows=sum(f.count_rows() for f in fragments), fragments=len(fragments))
 
 
-def column_backlog(ds: Any, column: str, table: str = "") -> ColumnBacklog:
+def column_backlog(ds: Dataset, column: str, table: str = "") -> ColumnBacklog:
     """Rows (and the fragments holding them) whose ``column`` has never been computed.
 
     A row is pending when its fragment holds no data file for the column (rows added since the
@@ -55,9 +58,9 @@ def column_backlog(ds: Any, column: str, table: str = "") -> ColumnBacklog:
     if column not in ds.schema.names:
         raise ColumnError(f"column '{column}' not found in table '{table or ds.uri}' "
                           f"(columns: {user_columns(ds.schema.names)})")
-    leaves = leaf_field_ids(ds.lance_schema.field(column))
+    leaves = column_leaf_ids(ds, column)
     fp = _fingerprint_of(ds, column)
-    fp_leaves = leaf_field_ids(ds.lance_schema.field(fp)) if fp else []
+    fp_leaves = column_leaf_ids(ds, fp) if fp else []
     fragments = rows = 0
     for frag in ds.get_fragments():
         if not any(set(leaves) <= set(df.fields) for df in frag.metadata.files):
@@ -73,7 +76,7 @@ def column_backlog(ds: Any, column: str, table: str = "") -> ColumnBacklog:
     return ColumnBacklog(version=ds.version, fragments_pending=fragments, rows_pending=rows)
 
 
-def _fingerprint_of(ds: Any, column: str) -> str | None:
+def _fingerprint_of(ds: Dataset, column: str) -> str | None:
     """The fingerprint column of ``column``: a view's row fingerprint (NULL until the row is refreshed), else
     the column's own (None on older tables)."""
     names = ds.schema.names
@@ -84,7 +87,7 @@ def _fingerprint_of(ds: Any, column: str) -> str | None:
     return None
 
 
-def table_changed(ds: Any, min_version: int | None, min_rows: int | None, column: str | None,
+def table_changed(ds: Dataset, min_version: int | None, min_rows: int | None, column: str | None,
                   table: str = "") -> tuple[bool, TableSeen]:
     """Whether the table moved past the watermark, and what was seen (the table's status).
 
