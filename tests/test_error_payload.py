@@ -9,7 +9,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 import geneva_provider as gp
 from geneva_provider.core import errors
-from geneva_provider.core.errors import ErrorPayload, error_class, error_classes
+from geneva_provider.core.error_payload import ErrorPayload
+from geneva_provider.core.errors import error_class, error_classes
 from geneva_provider.core.kinds import EventStatus
 from geneva_provider.core.models import StageReport
 from geneva_provider.core.table_events import ErrorEvent, SuccessEvent, TimeoutEvent, parse_event

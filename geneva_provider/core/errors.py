@@ -1,21 +1,20 @@
-"""The package's exception types, and the one form they take to cross a process boundary.
+"""The package's exception types (imported by every layer, they import nothing), and their registry.
 
 Every error names the table, column or argument at fault so that a failed DAG task
 says what to fix without a trip through the Spark logs.
 
 A stage runs in another process (a spark-submit driver, the triggerer), so its error travels as
-data: an :class:`ErrorPayload` holds the error's ``code`` (its class's, stable), its message and
-whether a retry can help.  The code is looked up in a registry every package error class joins
-when it is defined -- never as an attribute name of this module -- and ``retryable`` is a class
-attribute only: an error that a retry can fix is a class of its own (``SparkServerUnreachableError``),
-so a class name says everything a payload carries.
+data: an ``ErrorPayload`` (:mod:`geneva_provider.core.error_payload`) holds the error's ``code``
+(its class's, stable), its message and whether a retry can help.  The code is looked up in a
+registry every package error class joins when it is defined -- never as an attribute name of this
+module -- and ``retryable`` is a class attribute only: an error that a retry can fix is a class of
+its own (``SparkServerUnreachableError``), so a class name says everything a payload carries.
+This module imports nothing, so that a Spark worker can always load it to say what else it lacks.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
-
-from pydantic import BaseModel, ConfigDict
 
 _REGISTRY: dict[str, type[GenevaError]] = {}
 
@@ -55,45 +54,6 @@ def error_class(code: str) -> type[GenevaError] | None:
 def error_classes() -> list[type[GenevaError]]:
     """Every registered package error class."""
     return list(_REGISTRY.values())
-
-
-class ErrorPayload(BaseModel):
-    """An error as data: what a stage report, a trigger event or a Spark task result carries.
-
-    ``code`` is a registered package error's code, or the class name of any other exception (which
-    :meth:`to_exc` turns into a ``RuntimeError``: foreign classes are never looked up by name).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    code: str
-    message: str
-    retryable: bool = True  # False: the failure is deterministic (bad input, a UDF bug), a retry cannot help
-
-    @classmethod
-    def from_exc(cls, exc: BaseException) -> ErrorPayload:
-        """The payload of ``exc``: its code, message, and its class's word on retrying (others: retryable)."""
-        if isinstance(exc, GenevaError):
-            return cls(code=exc.code, message=str(exc), retryable=exc.retryable)
-        return cls(code=type(exc).__name__, message=str(exc), retryable=True)
-
-    @property
-    def is_package_error(self) -> bool:
-        """Whether the code names a registered package error class."""
-        return error_class(self.code) is not None
-
-    def describe(self) -> str:
-        """``Code: message``, as a traceback's last line names an error."""
-        return f"{self.code}: {self.message}"
-
-    def to_exc(self, message: str | None = None) -> Exception:
-        """The error again, with ``message`` (default: the payload's): the registered class for a package code,
-        a ``RuntimeError`` otherwise."""
-        text = self.message if message is None else message
-        cls = error_class(self.code)
-        if cls is None:
-            return RuntimeError(text)
-        return cls(text)
 
 
 class InvalidArgumentError(GenevaError, ValueError):

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from geneva_provider.core.errors import ErrorPayload, InvalidArgumentError, PlanFormatError
+from geneva_provider.core.error_payload import ErrorPayload
+from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
 from geneva_provider.core.kinds import EventStatus, JobKind, RowOutcome, Stage
 
 PLAN_FORMAT = 3

@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from geneva_provider.core.errors import ErrorPayload, MalformedEventError
+from geneva_provider.core.error_payload import ErrorPayload
+from geneva_provider.core.errors import MalformedEventError
 from geneva_provider.core.kinds import EventStatus
 
 
