@@ -160,21 +160,6 @@ class StageResultKey:
 
 
 @dataclass(frozen=True)
-class LedgerKey:
-    """The ledger of a job prefix: fragments known valid (the prefix is hashed: it is long)."""
-
-    kind: ClassVar[Literal["ledger"]] = "ledger"
-    digest: str
-
-    @classmethod
-    def of(cls, job: str) -> LedgerKey:
-        return cls(md5_hex(job))
-
-    def key(self) -> str:
-        return f"{_LEDGER}{self.digest}"
-
-
-@dataclass(frozen=True)
 class BatchKey:
     """A batch checkpoint: rows ``[start, end)`` of a fragment (fragment-local, end exclusive).
 
@@ -195,6 +180,22 @@ class BatchKey:
     @property
     def job_prefix(self) -> str:
         return job_of_batch_prefix(self.prefix)
+
+
+@dataclass(frozen=True)
+class LedgerKey:
+    """The ledger of a job prefix: fragments known valid (the prefix is hashed: it is long)."""
+
+    kind: ClassVar[Literal["ledger"]] = "ledger"
+    digest: str
+
+    def key(self) -> str:
+        return f"{_LEDGER}{self.digest}"
+
+    @classmethod
+    def of(cls, job: str) -> LedgerKey:
+        """The ledger of the job prefix ``job``."""
+        return cls(md5_hex(job))
 
 
 @dataclass(frozen=True)
