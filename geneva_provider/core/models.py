@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from geneva_provider.core.errors import ErrorPayload, InvalidArgumentError, PlanFormatError
 from geneva_provider.core.kinds import EventStatus, JobKind, RowOutcome, Stage
+from geneva_provider.core.resources import ResourceAsk
 
 PLAN_FORMAT = 3
 
@@ -151,6 +152,7 @@ class JobSpec(_Model):
     max_failed_rows: int | None = None        # the UDFs' skip limits: past them the job fails
     max_failed_fraction: float | None = None  # of rows_total
     rows_total: int = 0                       # live rows of the table at the read version
+    resource_asks: list[ResourceAsk] = Field(default_factory=list)  # the UDFs' CPU / GPU / memory needs per task
 
     def label(self) -> str:
         """How logs and errors name the job."""

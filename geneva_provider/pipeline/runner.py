@@ -35,11 +35,20 @@ R = TypeVar("R")
 
 PROGRESS_SECONDS = 5.0
 LOCAL_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+LOCAL_CLUSTER_MB = 2048  # the local-cluster worker's memory: its one executor's (spark.executor.memory, 1g) fits
 
 
-def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict[str, str] | None = None
-                  ) -> ClassicSession:
-    """A SparkSession on this machine, bound to 127.0.0.1, whose workers run this interpreter."""
+def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict[str, str] | None = None,
+                  gpus: int | None = None) -> ClassicSession:
+    """A SparkSession on this machine, bound to 127.0.0.1, whose workers run this interpreter.
+
+    ``gpus=N`` gives its executor N GPUs for UDFs that ask for them (``@udf(num_gpus=1)``): Spark runs
+    task resource profiles only on a cluster master, so ``local[C]`` becomes ``local-cluster[1,C,...]``
+    (one worker of C cores) with the GPUs found by the script the package ships (nvidia-smi, or the
+    addresses in ``GENEVA_FAKE_GPUS`` such as ``"0,1"``).  Starting it takes some 10 s more.
+    """
+    if gpus is not None:
+        master, conf = gpu_cluster(master, gpus, conf)
     for name, value in (("master", master), ("app_name", app_name)):
         if not isinstance(value, str) or not value.strip():  # checked before a JVM starts
             raise InvalidArgumentError(f"local_session: {name} must be a non-empty string (e.g. 'local[*]'), "
@@ -75,6 +84,34 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
     quiet_py4j()
     check_versions(spark)
     return spark
+
+
+def gpu_cluster(master: str, gpus: int, conf: dict[str, str] | None) -> tuple[str, dict[str, str]]:
+    """The ``local-cluster`` master and Spark settings of a local session whose one executor has ``gpus`` GPUs."""
+    import re
+
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise InvalidArgumentError(f"local_session: gpus must be a positive whole number, got {gpus!r}")
+    found = re.fullmatch(r"local\[(\d+|\*)\]", master.strip()) if isinstance(master, str) else None
+    if found is None:
+        raise InvalidArgumentError(f"local_session: gpus= runs a local-cluster of the cores of a local[N] master, "
+                                   f"got master {master!r}")
+    cores = (os.cpu_count() or 1) if found.group(1) == "*" else int(found.group(1))
+    script = discovery_script()
+    gpu_conf = {
+        "spark.worker.resource.gpu.amount": str(gpus), "spark.worker.resource.gpu.discoveryScript": script,
+        "spark.executor.resource.gpu.amount": str(gpus), "spark.executor.resource.gpu.discoveryScript": script,
+        "spark.executor.cores": str(cores), "spark.dynamicAllocation.enabled": "false",
+    }
+    return f"local-cluster[1,{cores},{LOCAL_CLUSTER_MB}]", {**gpu_conf, **(conf or {})}
+
+
+def discovery_script() -> str:
+    """The path of the GPU discovery script the package ships (Spark runs it to list an executor's GPUs)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "discover_gpus.sh")
+    if not os.access(path, os.X_OK):  # an install that dropped the executable bit
+        os.chmod(path, 0o755)
+    return path
 
 
 def quiet_conf() -> dict[str, str]:
@@ -144,6 +181,7 @@ def run_tasks(
     progress: Callable[[], str | None] | None = None,
     tag: str | None = None,
     explain: Callable[[BaseException, list[list[T]]], BaseException | None] | None = None,
+    profile: Any | None = None,
 ) -> list[R]:
     """Runs ``partition_fn`` over ``tasks`` on the executors and returns its small results.
 
@@ -153,7 +191,8 @@ def run_tasks(
     A package error a task raises (a missing checkpoint, a bad plan) is raised here as itself.
     When the job fails otherwise (a Python worker died), ``explain`` gets Spark's error and the
     tasks of each partition (Spark's task index is the partition's) and may return the error to
-    raise instead.
+    raise instead.  With a stage-level resource ``profile`` (a UDF's GPUs, cores or memory), the
+    partitions run as ``mapInArrow(..., profile=)`` on a classic session too; without one, nothing changes.
     """
     if not tasks:
         return []
@@ -163,7 +202,7 @@ def run_tasks(
     per_slice = [list(tasks[i::slices]) for i in range(slices)]
     if is_connect(spark):
         try:
-            return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag)
+            return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag, profile)
         except Exception as exc:
             _raise_explained(exc, per_slice, explain)
             raise
@@ -177,6 +216,8 @@ def run_tasks(
         sc.addJobTag(tag)
     reporter.start()
     try:
+        if profile is not None:
+            return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile))
         rdd = sc.parallelize(per_slice, slices)
         return _raise_task_errors(
             rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect())
@@ -194,9 +235,27 @@ def run_tasks(
 
 def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
                       partition_fn: Callable[[Iterator[T]], Iterable[R]], description: str,
-                      progress: Callable[[], str | None] | None, tag: str | None) -> list[R]:
-    """The same partitions over Spark Connect: ``spark.range(n).mapInArrow``, one row per partition in, each
-    result pickled into a binary column out (tasks and results stay small; table data never moves)."""
+                      progress: Callable[[], str | None] | None, tag: str | None, profile: Any | None
+                      ) -> list[R]:
+    """The same partitions over Spark Connect (no RDDs there), with the Connect session's tags and progress."""
+    done = threading.Event()
+    reporter = threading.Thread(target=_report_progress, args=(None, "", description, done, progress), daemon=True)
+    if tag:
+        spark.addTag(tag)
+    reporter.start()
+    try:
+        return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile))
+    finally:
+        done.set()
+        reporter.join()
+        if tag:
+            spark.removeTag(tag)
+
+
+def _collect_partitions(spark: SparkSession, per_slice: Sequence[Sequence[T]],
+                        partition_fn: Callable[[Iterator[T]], Iterable[Any]], profile: Any | None) -> list[Any]:
+    """``spark.range(n).mapInArrow``, one row per partition in, each result pickled into a binary column out
+    (tasks and results stay small; table data never moves); under ``profile`` when one is given."""
     import pickle
 
     import pyarrow as pa
@@ -207,20 +266,10 @@ def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
                 results = [pickle.dumps(r) for r in partition_fn(iter(per_slice[index]))]
                 yield pa.RecordBatch.from_pydict({"result": pa.array(results, pa.binary())})
 
-    done = threading.Event()
-    reporter = threading.Thread(target=_report_progress, args=(None, "", description, done, progress), daemon=True)
-    if tag:
-        spark.addTag(tag)
-    reporter.start()
-    try:
-        rows = (spark.range(0, len(per_slice), 1, len(per_slice))
-                .mapInArrow(run_slices, "result binary").collect())
-    finally:
-        done.set()
-        reporter.join()
-        if tag:
-            spark.removeTag(tag)
-    return _raise_task_errors([pickle.loads(row.result) for row in rows])
+    frame = spark.range(0, len(per_slice), 1, len(per_slice))
+    mapped = (frame.mapInArrow(run_slices, "result binary") if profile is None
+              else frame.mapInArrow(run_slices, "result binary", profile=profile))
+    return [pickle.loads(row.result) for row in mapped.collect()]
 
 
 def _raise_explained(exc: Exception, per_slice: list[list[T]],
