@@ -223,3 +223,61 @@ def test_more_memory_than_an_executor_has_fails_before_any_work(db, gpu_spark):
 
 def test_task_device_outside_a_spark_task_is_the_cpu():
     assert gp.task_gpus() == [] and gp.task_device() == "cpu"
+
+
+def test_a_view_refresh_runs_its_gpu_udf_column_one_task_per_gpu(db, gpu_spark, tmp_path):
+    log_dir = tmp_path / "calls"
+    log_dir.mkdir()
+    src = db.create_table("src", events_table(ROWS))
+    q = src.search(None).select({"x": "x", "y": _recording_udf(str(log_dir), num_gpus=1)})
+    view = db.create_materialized_view("gpu_view", q)
+    view.refresh(spark=gpu_spark, task_size=1, concurrency=ROWS)
+
+    calls = _calls(str(log_dir))
+    assert len(calls) == ROWS and all(len(c["gpus"]) == 1 for c in calls)
+    assert _most_at_once(calls) <= 2
+    assert _values(view) == [(x, 2 * x) for x in range(ROWS)]
+
+
+_CLASSIC_GPU_SESSION = """
+import json, os, sys, time
+import pyarrow as pa
+import geneva_provider as gp
+from geneva_provider.stages import local_session
+
+LOG_DIR = sys.argv[2]  # read here: the UDF runs in Spark's workers, whose argv is not this script's
+
+
+@gp.udf(data_type=pa.int64(), num_gpus=1)
+def on_gpu(x: int) -> int:
+    start = time.time()
+    time.sleep(0.4)
+    print(json.dumps({"gpus": gp.task_gpus(), "start": start, "end": time.time()}), file=open(
+        os.path.join(LOG_DIR, str(x)), "w"))
+    return x * 2
+
+spark = local_session("local[4]", gpus=2)
+db = gp.connect(sys.argv[1])
+tbl = db.create_table("t", pa.table({"x": pa.array(range(8), pa.int64())}))
+tbl.add_columns({"y": on_gpu})
+tbl.backfill("y", spark=spark, task_size=1, concurrency=8, progress=False)
+spark.stop()
+print(sorted(tbl.dataset().to_table().column("y").to_pylist()))
+"""
+
+
+def test_local_session_with_gpus_schedules_gpu_udfs_on_a_classic_session(tmp_path):
+    """``local_session(gpus=2)`` (its own process: one SparkContext per process) runs the classic path's profile."""
+    import subprocess
+    import sys
+
+    log_dir = tmp_path / "calls"
+    log_dir.mkdir()
+    env = {**os.environ, "GENEVA_FAKE_GPUS": "0,1"}
+    done = subprocess.run([sys.executable, "-c", _CLASSIC_GPU_SESSION, str(tmp_path / "db"), str(log_dir)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == str([2 * x for x in range(8)])
+    calls = _calls(str(log_dir))
+    assert len(calls) == 8 and all(len(c["gpus"]) == 1 for c in calls)
+    assert _most_at_once(calls) <= 2
