@@ -89,7 +89,14 @@ def _values(tbl) -> list[tuple[int, int]]:
     return sorted(zip(t.column("x").to_pylist(), t.column("y").to_pylist(), strict=True))
 
 
-def test_one_gpu_per_task_runs_as_many_tasks_at_once_as_there_are_gpus(db, gpu_spark, tmp_path):
+def _logged_most_at_once(caplog) -> list[int]:
+    """The "at most N tasks ran at once" figures the apply stage logged."""
+    import re
+
+    return [int(n) for n in re.findall(r"resource profile [^:]*: at most (\d+) tasks ran at once", caplog.text)]
+
+
+def test_one_gpu_per_task_runs_as_many_tasks_at_once_as_there_are_gpus(db, gpu_spark, tmp_path, caplog):
     log_dir = tmp_path / "calls"
     log_dir.mkdir()
     tbl, result = _backfill(db, "one_gpu", _recording_udf(str(log_dir), num_gpus=1), gpu_spark)
@@ -104,9 +111,14 @@ def test_one_gpu_per_task_runs_as_many_tasks_at_once_as_there_are_gpus(db, gpu_s
             if a is not b and a["start"] < b["end"] and b["start"] < a["end"]:
                 assert a["gpus"] != b["gpus"], (a, b)
     assert {c["gpus"][0] for c in calls} == {"0", "1"}
+    # The apply stage logs its profile and the most tasks that ran at once (from the partitions' own times).
+    assert "resource profile 1 cpus, 1 gpu per task" in caplog.text
+    logged = _logged_most_at_once(caplog)
+    assert logged and all(1 <= n <= 2 for n in logged), caplog.text
+    assert _most_at_once(calls) <= logged[-1]  # a partition's span holds its calls
 
 
-def test_the_same_udf_without_gpus_runs_on_every_core(db, gpu_spark, tmp_path):
+def test_the_same_udf_without_gpus_runs_on_every_core(db, gpu_spark, tmp_path, caplog):
     """The control: on the same 4-core executor, a UDF that asks for nothing runs more than 2 calls at once."""
     log_dir = tmp_path / "calls"
     log_dir.mkdir()
@@ -116,9 +128,10 @@ def test_the_same_udf_without_gpus_runs_on_every_core(db, gpu_spark, tmp_path):
     assert _values(tbl) == [(x, 2 * x) for x in range(ROWS)]
     assert all(c["gpus"] == [] for c in calls)
     assert _most_at_once(calls) > 2
+    assert _logged_most_at_once(caplog) == []  # no profile, nothing said about one
 
 
-def test_half_a_gpu_per_task_shares_each_gpu_between_two_tasks(db, gpu_spark, tmp_path):
+def test_half_a_gpu_per_task_shares_each_gpu_between_two_tasks(db, gpu_spark, tmp_path, caplog):
     log_dir = tmp_path / "calls"
     log_dir.mkdir()
     tbl, _ = _backfill(db, "half_gpu", _recording_udf(str(log_dir), num_gpus=0.5), gpu_spark)
@@ -127,6 +140,7 @@ def test_half_a_gpu_per_task_shares_each_gpu_between_two_tasks(db, gpu_spark, tm
     assert _values(tbl) == [(x, 2 * x) for x in range(ROWS)]
     assert all(len(c["gpus"]) == 1 for c in calls)
     assert 2 < _most_at_once(calls) <= 4
+    assert all(n <= 4 for n in _logged_most_at_once(caplog)) and _logged_most_at_once(caplog)
     for address in ("0", "1"):
         assert _most_at_once([c for c in calls if c["gpus"] == [address]]) <= 2
 

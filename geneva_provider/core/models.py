@@ -344,6 +344,7 @@ class ApplyResult(_Model):
     rows_failed: int = 0     # rows skipped by the UDF's error policy (NULL, in the error store)
     rows_retried: int = 0    # rows that failed an attempt and then succeeded
     seconds: float
+    max_tasks_at_once: int | None = None  # under a UDF's resource profile: most tasks that overlapped in time
 
 
 class WriteResult(_Model):

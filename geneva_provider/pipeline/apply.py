@@ -33,7 +33,7 @@ from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
 from geneva_provider.pipeline.job_records import job_stage, update_record
 from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
-from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
+from geneva_provider.pipeline.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
 from geneva_provider.pipeline.task_resources import resource_profile
 from geneva_provider.pipeline.worker_deaths import (
     CallWatch,
@@ -350,13 +350,14 @@ def _apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_opti
             call, death = _locate(spark, ctx, store, call, dead, profile) or (call, death)
         return explain_death(plan, death, call, dead)
 
+    spans: list[tuple[float, float]] = []
     if tasks:
         clear_markers(store, plan.job_id)  # an earlier run's: a marker means "this attempt's worker died"
     try:
         results = run_tasks(spark, tasks, partial(_apply_partition, ctx),
                             description=f"geneva apply {plan.table}.{','.join(plan.output_columns)}",
                             concurrency=plan.settings.concurrency, progress=progress,
-                            tag=job_tag(plan.job_id), explain=explain, profile=profile) if tasks else []
+                            tag=job_tag(plan.job_id), explain=explain, profile=profile, spans=spans) if tasks else []
     finally:
         if tasks:
             progress.final()
@@ -371,10 +372,13 @@ def _apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_opti
         rows_reused=plan.rows_reused + (planned - computed if not errors else 0),
         checkpoints_written=sum(r.checkpoints for r in results), errors=len(errors), rows_failed=failed,
         rows_retried=sum(1 for f in failures if f.outcome == RowOutcome.RECOVERED),
-        seconds=round(time.perf_counter() - t0, 3))
+        seconds=round(time.perf_counter() - t0, 3),
+        max_tasks_at_once=most_at_once(spans) if profile is not None and spans else None)
     log.info("apply %s: %d rows checkpointed in %d checkpoints (%d skipped by the error policy, %d recovered "
-             "by retries), %.1fs", plan.job_id, computed, counts.checkpoints_written, failed, counts.rows_retried,
-             counts.seconds)
+             "by retries), %.1fs%s", plan.job_id, computed, counts.checkpoints_written, failed, counts.rows_retried,
+             counts.seconds, "" if counts.max_tasks_at_once is None else
+             f"; under the resource profile {describe_profile(profile)}: at most {counts.max_tasks_at_once} tasks "
+             "ran at once")
     if not errors:
         update_record(store, plan.job_id, rows_checkpointed=planned, rows_failed=failed,
                       rows_retried=counts.rows_retried)

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -182,6 +183,7 @@ def run_tasks(
     tag: str | None = None,
     explain: Callable[[BaseException, list[list[T]]], BaseException | None] | None = None,
     profile: Any | None = None,
+    spans: list[tuple[float, float]] | None = None,
 ) -> list[R]:
     """Runs ``partition_fn`` over ``tasks`` on the executors and returns its small results.
 
@@ -193,6 +195,8 @@ def run_tasks(
     tasks of each partition (Spark's task index is the partition's) and may return the error to
     raise instead.  With a stage-level resource ``profile`` (a UDF's GPUs, cores or memory), the
     partitions run as ``mapInArrow(..., profile=)`` on a classic session too; without one, nothing changes.
+    A profiled stage logs the profile and how many of its tasks ran at once at most (from each
+    partition's start and end wall time, which ``spans`` receives when given).
     """
     if not tasks:
         return []
@@ -202,7 +206,7 @@ def run_tasks(
     per_slice = [list(tasks[i::slices]) for i in range(slices)]
     if is_connect(spark):
         try:
-            return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag, profile)
+            return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag, profile, spans)
         except Exception as exc:
             _raise_explained(exc, per_slice, explain)
             raise
@@ -217,7 +221,7 @@ def run_tasks(
     reporter.start()
     try:
         if profile is not None:
-            return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile))
+            return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
         rdd = sc.parallelize(per_slice, slices)
         return _raise_task_errors(
             rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect())
@@ -235,8 +239,8 @@ def run_tasks(
 
 def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
                       partition_fn: Callable[[Iterator[T]], Iterable[R]], description: str,
-                      progress: Callable[[], str | None] | None, tag: str | None, profile: Any | None
-                      ) -> list[R]:
+                      progress: Callable[[], str | None] | None, tag: str | None, profile: Any | None,
+                      spans: list[tuple[float, float]] | None = None) -> list[R]:
     """The same partitions over Spark Connect (no RDDs there), with the Connect session's tags and progress."""
     done = threading.Event()
     reporter = threading.Thread(target=_report_progress, args=(None, "", description, done, progress), daemon=True)
@@ -244,7 +248,7 @@ def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
         spark.addTag(tag)
     reporter.start()
     try:
-        return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile))
+        return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
     finally:
         done.set()
         reporter.join()
@@ -253,9 +257,14 @@ def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
 
 
 def _collect_partitions(spark: SparkSession, per_slice: Sequence[Sequence[T]],
-                        partition_fn: Callable[[Iterator[T]], Iterable[Any]], profile: Any | None) -> list[Any]:
+                        partition_fn: Callable[[Iterator[T]], Iterable[Any]], profile: Any | None,
+                        description: str = "", spans: list[tuple[float, float]] | None = None) -> list[Any]:
     """``spark.range(n).mapInArrow``, one row per partition in, each result pickled into a binary column out
-    (tasks and results stay small; table data never moves); under ``profile`` when one is given."""
+    (tasks and results stay small; table data never moves); under ``profile`` when one is given.
+
+    Each partition also sends back its start and end wall time (a :class:`_Span`), from which a
+    profiled stage logs how many tasks ran at once at most.
+    """
     import pickle
 
     import pyarrow as pa
@@ -263,13 +272,52 @@ def _collect_partitions(spark: SparkSession, per_slice: Sequence[Sequence[T]],
     def run_slices(batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
+                start = time.time()
                 results = [pickle.dumps(r) for r in partition_fn(iter(per_slice[index]))]
+                results.append(pickle.dumps(_Span(start, time.time())))
                 yield pa.RecordBatch.from_pydict({"result": pa.array(results, pa.binary())})
 
     frame = spark.range(0, len(per_slice), 1, len(per_slice))
     mapped = (frame.mapInArrow(run_slices, "result binary") if profile is None
               else frame.mapInArrow(run_slices, "result binary", profile=profile))
-    return [pickle.loads(row.result) for row in mapped.collect()]
+    results: list[Any] = []
+    found: list[tuple[float, float]] = []
+    for row in mapped.collect():
+        value = pickle.loads(row.result)
+        if isinstance(value, _Span):
+            found.append((value.start, value.end))
+        else:
+            results.append(value)
+    if spans is not None:
+        spans.extend(found)
+    if profile is not None:
+        log.info("%s: ran under the resource profile %s: at most %d tasks ran at once (%d tasks)", description,
+                 describe_profile(profile), most_at_once(found), len(found))
+    return results
+
+
+@dataclass(frozen=True)
+class _Span:
+    """A partition's start and end wall time (``time.time()`` on its executor)."""
+
+    start: float
+    end: float
+
+
+def most_at_once(spans: Iterable[tuple[float, float]]) -> int:
+    """The largest number of ``(start, end)`` spans that overlap at one instant (touching ends do not)."""
+    edges = sorted([(end, -1) for _, end in spans] + [(start, 1) for start, _ in spans])
+    running = most = 0
+    for _, step in edges:  # at the same instant an end (-1) sorts before a start (+1)
+        running += step
+        most = max(most, running)
+    return most
+
+
+def describe_profile(profile: Any) -> str:
+    """A task resource profile as its per-task asks, e.g. ``1 cpus, 1 gpu per task``."""
+    asks = [f"{req.amount:g} {name}" for name, req in sorted(getattr(profile, "taskResources", {}).items())]
+    return ", ".join(asks) + " per task" if asks else "(no task resources)"
 
 
 def _raise_explained(exc: Exception, per_slice: list[list[T]],
