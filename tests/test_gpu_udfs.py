@@ -26,29 +26,59 @@ SLEEP = 0.5
 
 
 @pytest.fixture(scope="module")
-def gpu_spark(tmp_path_factory):
-    """A Connect client of a server on ``local-cluster[1,4,2048]`` whose executor has 2 (fake) GPUs."""
-    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+def gpu_server(tmp_path_factory):
+    """``geneva-connect-server start --gpus 2 --master local[4]`` (GENEVA_FAKE_GPUS=0,1) on a free port in a tmp
+    ``--dir``; stopped (and checked gone) after the module's tests."""
+    from geneva_provider.connect_server import _free_port, main
 
-    from geneva_provider.connect_server import LocalConnectServer
-    from geneva_provider.pipeline.runner import gpu_cluster
-
-    master, conf = gpu_cluster("local[4]", 2, None)
+    directory = str(tmp_path_factory.mktemp("gpu-connect"))
+    port = _free_port()
     before = os.environ.get("GENEVA_FAKE_GPUS")
     os.environ["GENEVA_FAKE_GPUS"] = "0,1"  # the server, its worker and executor inherit it
     try:
-        with LocalConnectServer(0, master=master, directory=tmp_path_factory.mktemp("gpu-connect"),
-                                conf=conf) as server:
-            session = RemoteSparkSession.builder.remote(server.url).create()
-            try:
-                yield session
-            finally:
-                session.stop()
+        assert main(["start", "--gpus", "2", "--master", "local[4]", "--port", str(port), "--dir", directory]) == 0
+        try:
+            yield {"dir": directory, "url": f"sc://127.0.0.1:{port}"}
+        finally:
+            assert main(["stop", "--dir", directory]) == 0
+            assert main(["status", "--dir", directory]) == 3  # not running
     finally:
         if before is None:
             os.environ.pop("GENEVA_FAKE_GPUS", None)
         else:
             os.environ["GENEVA_FAKE_GPUS"] = before
+
+
+@pytest.fixture(scope="module")
+def gpu_spark(gpu_server):
+    """A Connect client of that server: ``local-cluster[1,4,2048]`` whose executor has 2 (fake) GPUs."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    session = RemoteSparkSession.builder.remote(gpu_server["url"]).create()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def test_the_connect_server_started_with_gpus_shows_them(gpu_server, gpu_spark, capsys):
+    from geneva_provider.connect_server import main
+
+    assert main(["status", "--dir", gpu_server["dir"]]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"running at {gpu_server['url']}") and "GPUs 0, 1 on local-cluster[1,4,2048]" in out
+    assert gpu_spark.conf.get("spark.executor.resource.gpu.amount") == "2"
+
+
+def test_the_connect_server_refuses_more_gpus_than_it_finds_before_starting(tmp_path, monkeypatch, capsys):
+    from geneva_provider.connect_server import _free_port, main
+
+    monkeypatch.setenv("GENEVA_FAKE_GPUS", "0")
+    t0 = time.perf_counter()
+    assert main(["start", "--gpus", "2", "--port", str(_free_port()), "--dir", str(tmp_path)]) == 1
+    assert time.perf_counter() - t0 < 10  # no JVM was started
+    assert "--gpus 2: the GPU discovery script found 1 GPUs (0;" in capsys.readouterr().err
+    assert main(["status", "--dir", str(tmp_path)]) == 3
 
 
 def _recording_udf(log_dir: str, **resources):

@@ -115,6 +115,18 @@ def discovery_script() -> str:
     return path
 
 
+def discovered_gpus() -> list[str]:
+    """The GPU addresses the shipped discovery script finds here (``GENEVA_FAKE_GPUS``, else nvidia-smi)."""
+    import json
+    import subprocess
+
+    done = subprocess.run([discovery_script()], capture_output=True, text=True, timeout=60, check=False)
+    try:
+        return [str(a) for a in json.loads(done.stdout)["addresses"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
 def quiet_conf() -> dict[str, str]:
     """Spark settings for a driver whose stderr is not a terminal (an Airflow task, a CI log, a pipe).
 
