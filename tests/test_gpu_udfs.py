@@ -217,6 +217,9 @@ def test_resources_travel_in_the_column_metadata_and_a_udf_without_them_has_none
     assert stored == {"memory": 512 << 20, "num_cpus": 2, "num_gpus": 0.5}
     assert META_RESOURCES.encode() not in schema.field("b").metadata
     assert asks.version == gp.udf(data_type=pa.int64())(asks.func).version  # resources do not change the version
+    listed = tbl.udf_columns()
+    assert listed["a"]["resources"] == {"num_cpus": 2, "num_gpus": 0.5, "memory": 512 << 20}
+    assert listed["b"]["resources"] is None and listed["b"]["name"] == "plain"
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [

@@ -301,7 +301,8 @@ class UdfColumnInfo:
     def listing(self) -> UdfColumnListing:
         """The user-facing facts (no pickle)."""
         return UdfColumnListing(name=self.name, version=self.version, kind=self.kind,
-                                input_columns=self.input_columns, column_uid=self.column_uid)
+                                input_columns=self.input_columns, column_uid=self.column_uid,
+                                resources=self.resources)
 
     def describe(self) -> dict[str, Any]:
         """The user-facing facts as a dict (what ``Table.udf_columns()`` lists per column)."""
@@ -309,7 +310,8 @@ class UdfColumnInfo:
 
 
 class UdfColumnListing(BaseModel):
-    """One UDF column as ``Table.udf_columns()`` lists it: its UDF's name, version, kind and inputs."""
+    """One UDF column as ``Table.udf_columns()`` lists it: its UDF's name, version, kind, inputs and the
+    resources each Spark task computing it asks for (``@udf(num_gpus=1)``; None when it asks for none)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -318,6 +320,7 @@ class UdfColumnListing(BaseModel):
     kind: str
     input_columns: list[str] | None
     column_uid: str = ""
+    resources: UDFResources | None = None
 
 
 def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | None:
