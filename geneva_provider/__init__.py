@@ -36,6 +36,8 @@ _EXPORTS = {
     "UDF": "geneva_provider.core.udf",
     "UDFKind": "geneva_provider.core.udf",
     "udf": "geneva_provider.core.udf",
+    "task_gpus": "geneva_provider.core.devices",
+    "task_device": "geneva_provider.core.devices",
     "BackfillOptions": "geneva_provider.core.options",
     "RefreshOptions": "geneva_provider.core.options",
     "BackfillResult": "geneva_provider.core.models",
@@ -48,21 +50,23 @@ _EXPORTS = {
         "GenevaError", "InvalidArgumentError", "TableNotFoundError", "ColumnError", "UDFDefinitionError",
         "UDFExecutionError", "UDFWorkerDiedError", "PlanFormatError", "CheckpointMissingError", "CommitError",
         "VerificationError",
-        "SparkEnvironmentError", "StorageUnreachableError")},
+        "SparkEnvironmentError", "ResourceUnavailableError", "StorageUnreachableError")},
 }
 
 __all__ = [
     "UDF", "BackfillOptions", "BackfillResult", "CheckpointMissingError", "CheckpointStore", "ColumnError",
     "CommitError", "Connection", "GenevaError", "InMemoryCheckpointStore", "InvalidArgumentError",
-    "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "SparkEnvironmentError",
+    "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "ResourceUnavailableError",
+    "SparkEnvironmentError",
     "StorageUnreachableError", "Table", "TableNotFoundError",
     "UDFDefinitionError", "UDFExecutionError", "UDFKind", "UDFWorkerDiedError", "VerificationError", "__version__",
-    "connect", "udf",
+    "connect", "task_device", "task_gpus", "udf",
     "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
 ]
 
 if TYPE_CHECKING:
     from geneva_provider.core.checkpoint import CheckpointStore, InMemoryCheckpointStore, LanceCheckpointStore
+    from geneva_provider.core.devices import task_device, task_gpus
     from geneva_provider.core.error_policy import (
         ErrorPolicy,
         Fail,
@@ -80,6 +84,7 @@ if TYPE_CHECKING:
         GenevaError,
         InvalidArgumentError,
         PlanFormatError,
+        ResourceUnavailableError,
         SparkEnvironmentError,
         StorageUnreachableError,
         TableNotFoundError,

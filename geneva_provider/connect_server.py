@@ -7,6 +7,10 @@ live in ``--dir`` (default ``~/.geneva/connect``), so any shell can stop what an
 Airflow then reaches it through a ``spark_connect`` connection, e.g.
 ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": 15002}'``,
 and every Spark stage runs in the Airflow worker as a Connect client: no JVM starts per task.
+``start --gpus N`` gives it N GPUs for UDFs that ask for them (``@udf(num_gpus=1)``): its master
+becomes a ``local-cluster`` of the ``--master``'s cores whose executor finds the GPUs with the
+script the package ships (nvidia-smi, or the addresses in ``GENEVA_FAKE_GPUS``), as
+``local_session(gpus=N)`` does; ``status`` lists them.
 
 The server is ``SparkConnectServer`` run by the wheel's ``spark-submit`` on ``local[*]``; its
 Python workers run this interpreter, so they have the same packages as the Airflow worker, and
@@ -27,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from geneva_provider.pipeline.runner import LOCAL_JVM_OPTIONS
+from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.pipeline.runner import LOCAL_JVM_OPTIONS, discovered_gpus, gpu_cluster
 
 DEFAULT_PORT = 15002  # Spark Connect's own default port
 DEFAULT_DIR = Path.home() / ".geneva" / "connect"
@@ -43,13 +48,17 @@ class LocalConnectServer:
     """A Spark Connect server on 127.0.0.1:``port``; ``with LocalConnectServer() as server:`` starts and stops it.
 
     ``port=0`` picks a free port.  ``start()`` returns at once when this directory's server is
-    already running.  ``conf`` adds Spark settings (``spark.executor.memory``...).
+    already running.  ``conf`` adds Spark settings (``spark.executor.memory``...).  ``gpus=N`` runs it
+    on a ``local-cluster`` of ``master``'s cores with N GPUs (see :func:`~geneva_provider.pipeline.runner.gpu_cluster`).
     """
 
     def __init__(self, port: int = DEFAULT_PORT, *, master: str = "local[*]", directory: str | Path = DEFAULT_DIR,
-                 conf: dict[str, str] | None = None) -> None:
+                 conf: dict[str, str] | None = None, gpus: int | None = None) -> None:
         self.directory = Path(directory)
         self.port = port or _free_port()
+        self.gpus = gpus
+        if gpus is not None:
+            master, conf = gpu_cluster(master, gpus, conf)
         self.master = master
         self.conf = conf or {}
         self.started_here = False  # True once start() launched the server (not found it running)
@@ -83,6 +92,7 @@ class LocalConnectServer:
             return self.url
         import pyspark
 
+        addresses = self._check_gpus()
         home = Path(pyspark.__file__).parent
         self.directory.mkdir(parents=True, exist_ok=True)
         conf = {
@@ -126,9 +136,24 @@ class LocalConnectServer:
                 raise ConnectServerError(f"the Spark Connect server did not start on port {self.port} "
                                          f"(log {self.log_path}):\n{self._log_tail()}")
             time.sleep(0.25)
-        self._state_path.write_text(json.dumps({"pid": proc.pid, "port": self.port, "url": self.url}))
+        state = {"pid": proc.pid, "port": self.port, "url": self.url, "master": self.master}
+        if addresses is not None:
+            state["gpus"] = addresses
+        self._state_path.write_text(json.dumps(state))
         self.started_here = True
         return self.url
+
+    def _check_gpus(self) -> list[str] | None:
+        """The GPU addresses a ``gpus=N`` server's executor will get; ConnectServerError, before any JVM, when
+        fewer than N are found."""
+        if self.gpus is None:
+            return None
+        addresses = discovered_gpus()
+        if len(addresses) < self.gpus:
+            raise ConnectServerError(f"--gpus {self.gpus}: the GPU discovery script found {len(addresses)} GPUs "
+                                     f"({', '.join(addresses) or 'none'}; it asks nvidia-smi, or lists the addresses "
+                                     "in GENEVA_FAKE_GPUS such as '0,1'): ask for at most that many")
+        return addresses[:self.gpus]  # Spark gives the executor the first N the script lists
 
     def status(self) -> dict[str, Any] | None:
         """The running server's state plus its open ``sessions`` and ``python_daemons`` / ``python_workers``.
@@ -254,8 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"gRPC port on 127.0.0.1 ({DEFAULT_PORT})")
     parser.add_argument("--master", default="local[*]", help="Spark master of the server (local[*])")
     parser.add_argument("--dir", default=str(DEFAULT_DIR), help=f"state and log directory ({DEFAULT_DIR})")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="give the server's executor N GPUs for @udf(num_gpus=...) UDFs (a local-cluster "
+                             "master of the --master's cores; GPUs found by nvidia-smi or GENEVA_FAKE_GPUS)")
     args = parser.parse_args(argv)
-    server = LocalConnectServer(args.port, master=args.master, directory=args.dir)
+    try:
+        server = LocalConnectServer(args.port, master=args.master, directory=args.dir,
+                                    gpus=args.gpus if args.action == "start" else None)
+    except InvalidArgumentError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if args.action == "start":
         already = server.running()
         started = time.perf_counter()
@@ -264,14 +297,17 @@ def main(argv: list[str] | None = None) -> int:
         except ConnectServerError as exc:
             print(exc, file=sys.stderr)
             return 1
+        gpus = (server.running() or {}).get("gpus")
         print(f"Spark Connect server {'already running' if already else 'started'} at {url} "
-              f"({time.perf_counter() - started:.1f}s; log {server.log_path})")
+              f"({time.perf_counter() - started:.1f}s; log {server.log_path})"
+              + (f" with GPUs {', '.join(gpus)} on {server.master}" if gpus else ""))
     elif args.action == "stop":
         print("Spark Connect server stopped" if server.stop() else "no Spark Connect server was running")
     else:
         state = server.status()
+        gpus = f"; GPUs {', '.join(state['gpus'])} on {state['master']}" if state and "gpus" in state else ""
         print(f"running at {state['url']} (pid {state['pid']}): {state['sessions']} open sessions, "
-              f"{state['python_daemons']} Python daemons with {state['python_workers']} workers"
+              f"{state['python_daemons']} Python daemons with {state['python_workers']} workers{gpus}"
               if state else "not running")
         return 0 if state else 3
     return 0

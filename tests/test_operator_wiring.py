@@ -189,3 +189,52 @@ def test_overlapping_backfills_of_one_column_fail_the_later_commit_for_good(db, 
         assert needle in message
     assert tbl.version == version  # the first run's values stand
     assert tbl.to_arrow(["x", "y"]).to_pydict()["y"] == [2 * x for x in range(4_000)]
+
+
+GPU_CONF = {"spark.executor.resource.gpu.amount": "1",
+            "spark.executor.resource.gpu.discoveryScript": "/opt/spark/getGpus.sh",
+            "spark.dynamicAllocation.enabled": False, "spark.executor.cores": 8}
+
+
+def _submit_command(monkeypatch, extra: dict, **operator_args) -> list[str]:
+    import json
+
+    from geneva_provider.hooks.lance import LanceHook
+    from geneva_provider.operators.spark import GenevaSparkApplyOperator
+    from geneva_provider.spark_apps import app_path
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_GPUS", json.dumps(
+        {"conn_type": "spark", "host": "spark://gpu-master:7077", "extra": extra}))
+    plan = PlanSummary(**SUMMARY)
+    op = GenevaSparkApplyOperator(task_id="a", plan=plan, spark_conn_id="spark_gpus", **operator_args)
+    return op.make_hook(plan, LanceHook().storage_options, "r")._build_spark_submit_command(app_path("apply"))
+
+
+def _confs(command: list[str]) -> dict[str, str]:
+    pairs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def test_a_spark_connections_spark_conf_extra_reaches_the_submit_command_under_the_operators_conf(monkeypatch):
+    from tests.conftest import FAKE_SECRET
+
+    command = _submit_command(monkeypatch, {"deploy-mode": "client", "spark_conf": GPU_CONF},
+                              conf={"spark.executor.cores": "4"})
+    confs = _confs(command)
+    assert confs["spark.executor.resource.gpu.amount"] == "1"
+    assert confs["spark.executor.resource.gpu.discoveryScript"] == "/opt/spark/getGpus.sh"
+    assert confs["spark.dynamicAllocation.enabled"] == "false"  # a JSON boolean, as Spark spells it
+    assert confs["spark.executor.cores"] == "4"  # the operator's conf wins over the connection's
+    assert "spark.pyspark.python" in confs  # the package's own settings stay
+    assert command[command.index("--master") + 1] == "spark://gpu-master:7077"
+    assert FAKE_SECRET not in " ".join(command) and "GENEVA_STORAGE_OPTIONS" not in " ".join(command)
+
+
+def test_a_connection_without_spark_conf_adds_nothing_and_a_bad_one_is_refused(monkeypatch):
+    confs = _confs(_submit_command(monkeypatch, {"deploy-mode": "client"}))
+    assert not any(k.startswith("spark.executor.resource") for k in confs)
+    as_text = _confs(_submit_command(monkeypatch, {"spark_conf": '{"spark.executor.resource.gpu.amount": "2"}'}))
+    assert as_text["spark.executor.resource.gpu.amount"] == "2"
+    for bad in (["spark.executor.resource.gpu.amount=1"], {"spark.x": {"nested": 1}}, "not json"):
+        with pytest.raises(gp.InvalidArgumentError, match="'spark_gpus' has a spark_conf extra that is not a dict"):
+            _submit_command(monkeypatch, {"spark_conf": bad})

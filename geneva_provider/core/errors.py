@@ -108,6 +108,14 @@ class SparkServerUnreachableError(SparkEnvironmentError):
     retryable = True
 
 
+class ResourceUnavailableError(SparkEnvironmentError):
+    """A UDF asks for resources (GPUs, cores, memory per task) that the Spark session cannot give.
+
+    Raised before any Spark job, naming the UDF, what it asked, what the session offers and what
+    to change; nothing is written.  Not retryable: the same session refuses the same ask again.
+    """
+
+
 class PlanFormatError(InvalidArgumentError):
     """A stored plan was written by another version of the package (plan format N, expected M)."""
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from geneva_provider.core.error_payload import ErrorPayload
 from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
 from geneva_provider.core.kinds import EventStatus, JobKind, RowOutcome, Stage
+from geneva_provider.core.resources import ResourceAsk
 
 PLAN_FORMAT = 3
 
@@ -152,6 +153,7 @@ class JobSpec(_Model):
     max_failed_rows: int | None = None        # the UDFs' skip limits: past them the job fails
     max_failed_fraction: float | None = None  # of rows_total
     rows_total: int = 0                       # live rows of the table at the read version
+    resource_asks: list[ResourceAsk] = Field(default_factory=list)  # the UDFs' CPU / GPU / memory needs per task
 
     def label(self) -> str:
         """How logs and errors name the job."""
@@ -343,6 +345,7 @@ class ApplyResult(_Model):
     rows_failed: int = 0     # rows skipped by the UDF's error policy (NULL, in the error store)
     rows_retried: int = 0    # rows that failed an attempt and then succeeded
     seconds: float
+    max_tasks_at_once: int | None = None  # under a UDF's resource profile: most tasks that overlapped in time
 
 
 class WriteResult(_Model):

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from geneva_provider.core.error_policy import ErrorPolicy, Outcome, RowFailure, call_with_policy, error_policy
 from geneva_provider.core.errors import UDFDefinitionError
 from geneva_provider.core.kinds import RowOutcome
+from geneva_provider.core.resources import UDFResources, resources_from_metadata, udf_resources
 from geneva_provider.core.udf_identity import udf_fingerprint
 
 META_PREFIX = "geneva::udf::"
@@ -79,19 +80,25 @@ class UDF:
     stateful: bool = False
     concurrency: int = 1  # calls in flight at once in each Spark task (for UDFs that wait on I/O)
     on_error: ErrorPolicy = field(default_factory=ErrorPolicy)  # what a failing row does: fail, retry, skip
-    _instance: Any = field(default=None, repr=False, compare=False)
+    resources: UDFResources | None = None  # CPUs, GPUs, memory per Spark task (None: asks for nothing)
+    # A stateful UDF's instances, by the GPU addresses of the task that created them (() without GPUs).
+    _instances: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calls the wrapped function directly, so a decorated function stays usable."""
         return self._callable()(*args, **kwargs)
 
     def _callable(self) -> Callable[..., Any]:
-        # A stateful UDF is instantiated once per process (per worker) and then reused.
+        # A stateful UDF is instantiated once per process (per worker) and device, then reused: a reused
+        # worker serves tasks given different GPUs, and a model loaded on one must not serve another.
         if not self.stateful:
             return self.func
-        if self._instance is None:
-            self._instance = self.func()
-        return self._instance
+        from geneva_provider.core.devices import task_gpus
+
+        device = tuple(task_gpus())
+        if device not in self._instances:
+            self._instances[device] = self.func()
+        return self._instances[device]
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str],
@@ -187,9 +194,7 @@ class UDF:
 
     def _serial(self) -> UDF:
         """This UDF, one call at a time (sharing the stateful instance)."""
-        serial = dataclasses.replace(self, concurrency=1)
-        serial._instance = self._instance
-        return serial
+        return dataclasses.replace(self, concurrency=1, _instances=self._instances)
 
     def _to_output_array(self, out: Any, n: int) -> pa.Array:
         if isinstance(out, pa.ChunkedArray):
@@ -220,6 +225,7 @@ class UDF:
             limits[META_SKIP_LIMITS] = json.dumps({"max_rows": max_rows, "max_fraction": max_fraction})
         return {
             **limits,
+            **(self.resources.to_metadata() if self.resources is not None else {}),
             META_COLUMN_UID: uuid.uuid4().hex,
             META_NAME: self.name,
             META_VERSION: self.version,
@@ -290,11 +296,13 @@ class UdfColumnInfo:
     column_uid: str = ""
     max_failed_rows: int | None = None       # the error policy's skip limits (None: no limit, or no skipping)
     max_failed_fraction: float | None = None
+    resources: UDFResources | None = None  # what each task computing the column needs (None: nothing)
 
     def listing(self) -> UdfColumnListing:
         """The user-facing facts (no pickle)."""
         return UdfColumnListing(name=self.name, version=self.version, kind=self.kind,
-                                input_columns=self.input_columns, column_uid=self.column_uid)
+                                input_columns=self.input_columns, column_uid=self.column_uid,
+                                resources=self.resources)
 
     def describe(self) -> dict[str, Any]:
         """The user-facing facts as a dict (what ``Table.udf_columns()`` lists per column)."""
@@ -302,7 +310,8 @@ class UdfColumnInfo:
 
 
 class UdfColumnListing(BaseModel):
-    """One UDF column as ``Table.udf_columns()`` lists it: its UDF's name, version, kind and inputs."""
+    """One UDF column as ``Table.udf_columns()`` lists it: its UDF's name, version, kind, inputs and the
+    resources each Spark task computing it asks for (``@udf(num_gpus=1)``; None when it asks for none)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -311,6 +320,7 @@ class UdfColumnListing(BaseModel):
     kind: str
     input_columns: list[str] | None
     column_uid: str = ""
+    resources: UDFResources | None = None
 
 
 def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | None:
@@ -323,7 +333,7 @@ def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | No
     return UdfColumnInfo(name=md[META_NAME], version=md[META_VERSION], kind=md[META_KIND],
                          input_columns=json.loads(md[META_INPUTS]), pickle=md[META_PICKLE],
                          column_uid=md.get(META_COLUMN_UID, ""), max_failed_rows=limits.get("max_rows"),
-                         max_failed_fraction=limits.get("max_fraction"))
+                         max_failed_fraction=limits.get("max_fraction"), resources=resources_from_metadata(md))
 
 
 def load_udf(pickle_b64: str) -> UDF:
@@ -344,6 +354,9 @@ def udf(
     version: str | None = None,
     concurrency: int = 1,
     on_error: Any = None,
+    num_cpus: int | None = None,
+    num_gpus: float | None = None,
+    memory: int | str | None = None,
 ) -> Any:
     """Declares a UDF column function.
 
@@ -359,6 +372,12 @@ def udf(
     ``on_error`` says what a failing row does (default: fail the job): ``retry_transient()``,
     ``retry_all()``, ``skip_on_error()``, or an ordered list of ``Retry`` / ``Skip`` / ``Fail``
     matchers (see :mod:`geneva_provider.core.error_policy`).  It does not change the UDF's version.
+
+    ``num_cpus``, ``num_gpus`` and ``memory`` are what each Spark task computing the column needs:
+    whole cores, GPUs (a fraction up to 1 shares a GPU between tasks, else a whole number) and
+    bytes (or a size such as ``"4g"``).  The apply stage runs such a UDF's tasks under a Spark
+    resource profile, so with ``num_gpus=1`` as many tasks run at once as there are GPUs; inside,
+    ``geneva_provider.task_device()`` names the task's GPU.  They do not change the UDF's version.
     """
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise UDFDefinitionError(f"@udf: concurrency must be a positive integer, got {concurrency!r}")
@@ -369,7 +388,8 @@ def udf(
 
     def wrap(f: Callable[..., Any] | type) -> UDF:
         made = _make_udf(f, data_type=data_type, input_columns=input_columns, name=name, version=version)
-        return dataclasses.replace(made, concurrency=concurrency, on_error=policy)
+        resources = udf_resources(made.name, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory)
+        return dataclasses.replace(made, concurrency=concurrency, on_error=policy, resources=resources)
 
     if func is not None:
         return wrap(func)

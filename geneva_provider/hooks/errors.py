@@ -85,6 +85,10 @@ class SparkEnvironmentError(errors.SparkEnvironmentError, AirflowFailException, 
     """A SparkEnvironmentError that fails its task once."""
 
 
+class ResourceUnavailableError(errors.ResourceUnavailableError, AirflowFailException, register=False):
+    """A ResourceUnavailableError that fails its task once."""
+
+
 class PlanFormatError(errors.PlanFormatError, AirflowFailException, register=False):
     """A PlanFormatError that fails its task once."""
 
@@ -121,5 +125,6 @@ class CorruptCheckpointError(errors.CorruptCheckpointError, AirflowFailException
 FAILS_ONCE: dict[type[errors.GenevaError], type[errors.GenevaError]] = {
     twin.__mro__[1]: twin for twin in (
         GenevaError, InvalidArgumentError, TableNotFoundError, ColumnError, UDFDefinitionError, UDFImportError,
-        UDFExecutionError, SparkEnvironmentError, PlanFormatError, CheckpointMissingError, ConcurrentOverwriteError,
-        VerificationError, MalformedEventError, JobNotFoundError, JobCancelledError, CorruptCheckpointError)}
+        UDFExecutionError, SparkEnvironmentError, ResourceUnavailableError, PlanFormatError, CheckpointMissingError,
+        ConcurrentOverwriteError, VerificationError, MalformedEventError, JobNotFoundError, JobCancelledError,
+        CorruptCheckpointError)}

@@ -35,10 +35,17 @@ class GenevaSparkSubmitHook(SparkSubmitHook):
     starts -- unless ``cluster_credentials=True`` says the cluster reaches the tables with its
     own credentials (then they are not passed at all).  A local master gets ``SPARK_LOCAL_IP``
     (loopback) unless ``env_vars`` sets it.  ``submitter`` names the task in messages.
+
+    The Spark connection's extras may hold a ``spark_conf`` dict of Spark settings the cluster
+    needs for every stage -- GPU discovery (``spark.executor.resource.gpu.amount``,
+    ``spark.executor.resource.gpu.discoveryScript``), ``spark.dynamicAllocation.enabled=false`` --
+    passed as ``--conf``: over ``conf_defaults`` (the package's own), under ``conf`` (the operator's).
     """
 
     def __init__(self, *, storage_options: dict[str, str] | None = None, cluster_credentials: bool = False,
-                 submitter: str = "a geneva stage", env_vars: dict[str, str] | None = None, **kwargs: Any) -> None:
+                 submitter: str = "a geneva stage", env_vars: dict[str, str] | None = None,
+                 conf_defaults: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self.conf_defaults = dict(conf_defaults or {})
         self.storage_options = storage_options
         self.cluster_credentials = cluster_credentials
         self.submitter = submitter
@@ -49,9 +56,31 @@ class GenevaSparkSubmitHook(SparkSubmitHook):
         super().__init__(env_vars=self.environment, **kwargs)
 
     def _resolve_connection(self) -> dict[str, Any]:
+        self._conf = {**self.conf_defaults, **self._connection_spark_conf(), **self._conf}
         connection = super()._resolve_connection()
         self.environment.update(self._stage_environment(connection["master"], connection["deploy_mode"]))
         return connection
+
+    def _connection_spark_conf(self) -> dict[str, str]:
+        """The ``spark_conf`` dict of the Spark connection's extras ({} without one, or without the connection)."""
+        from airflow.exceptions import AirflowException
+
+        try:
+            extra = self.get_connection(self._conn_id).extra_dejson
+        except AirflowException:  # no such connection: the provider falls back to its defaults (yarn)
+            return {}
+        spark_conf = extra.get("spark_conf") or {}
+        if isinstance(spark_conf, str):  # the extras' JSON may hold it as a JSON string
+            try:
+                spark_conf = json.loads(spark_conf)
+            except ValueError:
+                spark_conf = None
+        if not isinstance(spark_conf, dict) or not all(
+                isinstance(k, str) and isinstance(v, str | int | float | bool) for k, v in spark_conf.items()):
+            raise InvalidArgumentError(
+                f"{self.submitter}: the Spark connection '{self._conn_id}' has a spark_conf extra that is not a "
+                "dict of Spark settings to values (e.g. {\"spark.executor.resource.gpu.amount\": \"1\"})")
+        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spark_conf.items()}
 
     def _stage_environment(self, master: str, deploy_mode: str | None) -> dict[str, str]:
         """What the stage program needs in its environment on ``master``; refuses to put secrets on a command line."""

@@ -190,8 +190,9 @@ class SparkSubmitBackend(SparkBackend):
 
         settings = self.settings
         # The faulthandler makes a UDF's native crash (a segfault) name its fault and frame in the stage's error.
-        conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-                "spark.python.worker.faulthandler.enabled": "true", **settings.conf}
+        # The Spark connection's spark_conf extra goes between these defaults and the operator's conf.
+        defaults = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
+                    "spark.python.worker.faulthandler.enabled": "true"}
         env = {**settings.env_vars}
         binary = settings.spark_binary or _spark_submit_binary(env)
         py_files = settings.py_files
@@ -199,7 +200,8 @@ class SparkSubmitBackend(SparkBackend):
             py_files = ",".join(p for p in (py_files, package_zip()) if p)
         return GenevaSparkSubmitHook(
             storage_options=storage_options, cluster_credentials=settings.cluster_credentials,
-            submitter=settings.submitter, conn_id=settings.conn_id, conf=conf, py_files=py_files, env_vars=env,
+            submitter=settings.submitter, conn_id=settings.conn_id, conf=dict(settings.conf), conf_defaults=defaults,
+            py_files=py_files, env_vars=env,
             spark_binary=binary, name=f"geneva-{stage.name}-{plan.table}-{plan.column or plan.kind}",
             application_args=["--plan-uri", plan.plan_uri, "--result-key", result_key])
 

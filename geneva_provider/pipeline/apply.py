@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +33,8 @@ from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
 from geneva_provider.pipeline.job_records import job_stage, update_record
 from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
-from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
+from geneva_provider.pipeline.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
+from geneva_provider.pipeline.task_resources import resource_profile
 from geneva_provider.pipeline.worker_deaths import (
     CallWatch,
     RunningCall,
@@ -258,15 +259,15 @@ def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], i
         yield item
 
 
-def _locate(spark: SparkSession, ctx: StageContext, store: CheckpointStore, call: RunningCall, tasks: list[Task]
-            ) -> tuple[RunningCall, WorkerDeath] | None:
+def _locate(spark: SparkSession, ctx: StageContext, store: CheckpointStore, call: RunningCall, tasks: list[Task],
+            profile: Any | None) -> tuple[RunningCall, WorkerDeath] | None:
     """The fragment a call over many small fragments died on: the call is run again fragment by fragment
     (one Spark task, only after a death).  None when that run does not die the same way."""
     locate_id = f"{ctx.job_id}-locate"
     locate = dataclasses.replace(ctx, job_id=locate_id)
     try:
         run_tasks(spark, [0], partial(_locate_partition, locate, call, tasks),
-                  description=f"geneva locate the fragment that killed a worker of {ctx.job.table}")
+                  description=f"geneva locate the fragment that killed a worker of {ctx.job.table}", profile=profile)
     except Exception as exc:  # noqa: BLE001 - the first death is reported whatever happens here
         death = worker_death(exc)
         found = read_call(store, locate_id, 0) if death is not None else None
@@ -323,12 +324,13 @@ def run_apply(plan_uri: str, spark: SparkSession, storage_options: dict[str, str
                  plan.read_version)
         return ApplyResult(job_id=plan.job_id, tasks_run=0, rows_computed=0, rows_reused=plan.rows_reused,
                            checkpoints_written=0, errors=0, seconds=0.0)
+    profile = resource_profile(spark, plan.resource_asks, plan.label())  # refused before any Spark job
     with job_stage(store, plan.job_id, Stage.APPLY):
-        return _apply(plan, store, spark, storage_options)
+        return _apply(plan, store, spark, storage_options, profile)
 
 
-def _apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_options: dict[str, str] | None
-           ) -> ApplyResult:
+def _apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_options: dict[str, str] | None,
+           profile: Any | None) -> ApplyResult:
     tasks = remaining_tasks(plan, store)
     planned = plan.rows_to_compute
     log.info("apply %s: %d of %d planned tasks still to run (%d rows planned)",
@@ -345,16 +347,17 @@ def _apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_opti
             partitions) else [t for p in partitions for t in p]
         call = read_call(store, plan.job_id, death.partition)
         if call is not None and len(call.fragments) > 1 and not call.deaths:
-            call, death = _locate(spark, ctx, store, call, dead) or (call, death)
+            call, death = _locate(spark, ctx, store, call, dead, profile) or (call, death)
         return explain_death(plan, death, call, dead)
 
+    spans: list[tuple[float, float]] = []
     if tasks:
         clear_markers(store, plan.job_id)  # an earlier run's: a marker means "this attempt's worker died"
     try:
         results = run_tasks(spark, tasks, partial(_apply_partition, ctx),
                             description=f"geneva apply {plan.table}.{','.join(plan.output_columns)}",
                             concurrency=plan.settings.concurrency, progress=progress,
-                            tag=job_tag(plan.job_id), explain=explain) if tasks else []
+                            tag=job_tag(plan.job_id), explain=explain, profile=profile, spans=spans) if tasks else []
     finally:
         if tasks:
             progress.final()
@@ -369,10 +372,13 @@ def _apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_opti
         rows_reused=plan.rows_reused + (planned - computed if not errors else 0),
         checkpoints_written=sum(r.checkpoints for r in results), errors=len(errors), rows_failed=failed,
         rows_retried=sum(1 for f in failures if f.outcome == RowOutcome.RECOVERED),
-        seconds=round(time.perf_counter() - t0, 3))
+        seconds=round(time.perf_counter() - t0, 3),
+        max_tasks_at_once=most_at_once(spans) if profile is not None and spans else None)
     log.info("apply %s: %d rows checkpointed in %d checkpoints (%d skipped by the error policy, %d recovered "
-             "by retries), %.1fs", plan.job_id, computed, counts.checkpoints_written, failed, counts.rows_retried,
-             counts.seconds)
+             "by retries), %.1fs%s", plan.job_id, computed, counts.checkpoints_written, failed, counts.rows_retried,
+             counts.seconds, "" if counts.max_tasks_at_once is None else
+             f"; under the resource profile {describe_profile(profile)}: at most {counts.max_tasks_at_once} tasks "
+             "ran at once")
     if not errors:
         update_record(store, plan.job_id, rows_checkpointed=planned, rows_failed=failed,
                       rows_retried=counts.rows_retried)

@@ -28,6 +28,7 @@ from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, UdfRef
 from geneva_provider.core.options import BackfillOptions, check_count
 from geneva_provider.core.refs import TableRef, check_table_ref
+from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store_layout import job_prefix
 from geneva_provider.core.udf import UdfColumnInfo, udf_column_info
 from geneva_provider.pipeline.layout import complete_output_layout
@@ -76,7 +77,8 @@ def plan_backfill(
         input_columns=inputs, where=where, read_version=ds.version, output_field_ids=out_leaves,
         column_uid=info.column_uid, data_storage_version=str(ds.data_storage_version), job_prefix=prefix,
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,
-        max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows())
+        max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows(),
+        resource_asks=[ResourceAsk(udf=info.name, column=column, resources=info.resources)] if info.resources else [])
     return store_plan(spec, fragments, work, options, store, parallelism, f"table '{table.name}' column '{column}'",
                       airflow_run_id)
 

@@ -35,6 +35,7 @@ from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, SourceSpec
 from geneva_provider.core.options import RefreshOptions, check_count
 from geneva_provider.core.refs import TableRef, check_table_ref
+from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store_layout import job_prefix
 from geneva_provider.core.udf import udf_column_info
 from geneva_provider.core.view_meta import (
@@ -124,6 +125,8 @@ def plan_refresh(
         output_field_ids=out_leaves, column_uid=column_uid, data_storage_version=str(ds.data_storage_version),
         job_prefix=prefix, rows_appended=added, max_failed_rows=min(rows_limits, default=None),
         max_failed_fraction=min(fraction_limits, default=None), rows_total=ds.count_rows(),
+        resource_asks=[ResourceAsk(udf=u.name, column=c, resources=u.resources)
+                       for c, u in zip(udf_cols, udf_infos, strict=True) if u is not None and u.resources is not None],
         source=SourceSpec(uri=source.uri, version=src.version, copied=q.columns, udf_columns=udf_cols,
                           read_columns=src_read))
     return store_plan(spec, fragments, work, options, store, parallelism or os.cpu_count() or 1,

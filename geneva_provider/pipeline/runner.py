@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -35,11 +36,20 @@ R = TypeVar("R")
 
 PROGRESS_SECONDS = 5.0
 LOCAL_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+LOCAL_CLUSTER_MB = 2048  # the local-cluster worker's memory: its one executor's (spark.executor.memory, 1g) fits
 
 
-def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict[str, str] | None = None
-                  ) -> ClassicSession:
-    """A SparkSession on this machine, bound to 127.0.0.1, whose workers run this interpreter."""
+def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict[str, str] | None = None,
+                  gpus: int | None = None) -> ClassicSession:
+    """A SparkSession on this machine, bound to 127.0.0.1, whose workers run this interpreter.
+
+    ``gpus=N`` gives its executor N GPUs for UDFs that ask for them (``@udf(num_gpus=1)``): Spark runs
+    task resource profiles only on a cluster master, so ``local[C]`` becomes ``local-cluster[1,C,...]``
+    (one worker of C cores) with the GPUs found by the script the package ships (nvidia-smi, or the
+    addresses in ``GENEVA_FAKE_GPUS`` such as ``"0,1"``).  Starting it takes some 10 s more.
+    """
+    if gpus is not None:
+        master, conf = gpu_cluster(master, gpus, conf)
     for name, value in (("master", master), ("app_name", app_name)):
         if not isinstance(value, str) or not value.strip():  # checked before a JVM starts
             raise InvalidArgumentError(f"local_session: {name} must be a non-empty string (e.g. 'local[*]'), "
@@ -75,6 +85,46 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
     quiet_py4j()
     check_versions(spark)
     return spark
+
+
+def gpu_cluster(master: str, gpus: int, conf: dict[str, str] | None) -> tuple[str, dict[str, str]]:
+    """The ``local-cluster`` master and Spark settings of a local session whose one executor has ``gpus`` GPUs."""
+    import re
+
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise InvalidArgumentError(f"local_session: gpus must be a positive whole number, got {gpus!r}")
+    found = re.fullmatch(r"local\[(\d+|\*)\]", master.strip()) if isinstance(master, str) else None
+    if found is None:
+        raise InvalidArgumentError(f"local_session: gpus= runs a local-cluster of the cores of a local[N] master, "
+                                   f"got master {master!r}")
+    cores = (os.cpu_count() or 1) if found.group(1) == "*" else int(found.group(1))
+    script = discovery_script()
+    gpu_conf = {
+        "spark.worker.resource.gpu.amount": str(gpus), "spark.worker.resource.gpu.discoveryScript": script,
+        "spark.executor.resource.gpu.amount": str(gpus), "spark.executor.resource.gpu.discoveryScript": script,
+        "spark.executor.cores": str(cores), "spark.dynamicAllocation.enabled": "false",
+    }
+    return f"local-cluster[1,{cores},{LOCAL_CLUSTER_MB}]", {**gpu_conf, **(conf or {})}
+
+
+def discovery_script() -> str:
+    """The path of the GPU discovery script the package ships (Spark runs it to list an executor's GPUs)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "discover_gpus.sh")
+    if not os.access(path, os.X_OK):  # an install that dropped the executable bit
+        os.chmod(path, 0o755)
+    return path
+
+
+def discovered_gpus() -> list[str]:
+    """The GPU addresses the shipped discovery script finds here (``GENEVA_FAKE_GPUS``, else nvidia-smi)."""
+    import json
+    import subprocess
+
+    done = subprocess.run([discovery_script()], capture_output=True, text=True, timeout=60, check=False)
+    try:
+        return [str(a) for a in json.loads(done.stdout)["addresses"]]
+    except (ValueError, KeyError, TypeError):
+        return []
 
 
 def quiet_conf() -> dict[str, str]:
@@ -144,6 +194,8 @@ def run_tasks(
     progress: Callable[[], str | None] | None = None,
     tag: str | None = None,
     explain: Callable[[BaseException, list[list[T]]], BaseException | None] | None = None,
+    profile: Any | None = None,
+    spans: list[tuple[float, float]] | None = None,
 ) -> list[R]:
     """Runs ``partition_fn`` over ``tasks`` on the executors and returns its small results.
 
@@ -153,7 +205,10 @@ def run_tasks(
     A package error a task raises (a missing checkpoint, a bad plan) is raised here as itself.
     When the job fails otherwise (a Python worker died), ``explain`` gets Spark's error and the
     tasks of each partition (Spark's task index is the partition's) and may return the error to
-    raise instead.
+    raise instead.  With a stage-level resource ``profile`` (a UDF's GPUs, cores or memory), the
+    partitions run as ``mapInArrow(..., profile=)`` on a classic session too; without one, nothing changes.
+    A profiled stage logs the profile and how many of its tasks ran at once at most (from each
+    partition's start and end wall time, which ``spans`` receives when given).
     """
     if not tasks:
         return []
@@ -163,7 +218,7 @@ def run_tasks(
     per_slice = [list(tasks[i::slices]) for i in range(slices)]
     if is_connect(spark):
         try:
-            return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag)
+            return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag, profile, spans)
         except Exception as exc:
             _raise_explained(exc, per_slice, explain)
             raise
@@ -177,6 +232,8 @@ def run_tasks(
         sc.addJobTag(tag)
     reporter.start()
     try:
+        if profile is not None:
+            return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
         rdd = sc.parallelize(per_slice, slices)
         return _raise_task_errors(
             rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect())
@@ -194,9 +251,32 @@ def run_tasks(
 
 def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
                       partition_fn: Callable[[Iterator[T]], Iterable[R]], description: str,
-                      progress: Callable[[], str | None] | None, tag: str | None) -> list[R]:
-    """The same partitions over Spark Connect: ``spark.range(n).mapInArrow``, one row per partition in, each
-    result pickled into a binary column out (tasks and results stay small; table data never moves)."""
+                      progress: Callable[[], str | None] | None, tag: str | None, profile: Any | None,
+                      spans: list[tuple[float, float]] | None = None) -> list[R]:
+    """The same partitions over Spark Connect (no RDDs there), with the Connect session's tags and progress."""
+    done = threading.Event()
+    reporter = threading.Thread(target=_report_progress, args=(None, "", description, done, progress), daemon=True)
+    if tag:
+        spark.addTag(tag)
+    reporter.start()
+    try:
+        return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
+    finally:
+        done.set()
+        reporter.join()
+        if tag:
+            spark.removeTag(tag)
+
+
+def _collect_partitions(spark: SparkSession, per_slice: Sequence[Sequence[T]],
+                        partition_fn: Callable[[Iterator[T]], Iterable[Any]], profile: Any | None,
+                        description: str = "", spans: list[tuple[float, float]] | None = None) -> list[Any]:
+    """``spark.range(n).mapInArrow``, one row per partition in, each result pickled into a binary column out
+    (tasks and results stay small; table data never moves); under ``profile`` when one is given.
+
+    Each partition also sends back its start and end wall time (a :class:`_Span`), from which a
+    profiled stage logs how many tasks ran at once at most.
+    """
     import pickle
 
     import pyarrow as pa
@@ -204,23 +284,52 @@ def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
     def run_slices(batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
+                start = time.time()
                 results = [pickle.dumps(r) for r in partition_fn(iter(per_slice[index]))]
+                results.append(pickle.dumps(_Span(start, time.time())))
                 yield pa.RecordBatch.from_pydict({"result": pa.array(results, pa.binary())})
 
-    done = threading.Event()
-    reporter = threading.Thread(target=_report_progress, args=(None, "", description, done, progress), daemon=True)
-    if tag:
-        spark.addTag(tag)
-    reporter.start()
-    try:
-        rows = (spark.range(0, len(per_slice), 1, len(per_slice))
-                .mapInArrow(run_slices, "result binary").collect())
-    finally:
-        done.set()
-        reporter.join()
-        if tag:
-            spark.removeTag(tag)
-    return _raise_task_errors([pickle.loads(row.result) for row in rows])
+    frame = spark.range(0, len(per_slice), 1, len(per_slice))
+    mapped = (frame.mapInArrow(run_slices, "result binary") if profile is None
+              else frame.mapInArrow(run_slices, "result binary", profile=profile))
+    results: list[Any] = []
+    found: list[tuple[float, float]] = []
+    for row in mapped.collect():
+        value = pickle.loads(row.result)
+        if isinstance(value, _Span):
+            found.append((value.start, value.end))
+        else:
+            results.append(value)
+    if spans is not None:
+        spans.extend(found)
+    if profile is not None:
+        log.info("%s: ran under the resource profile %s: at most %d tasks ran at once (%d tasks)", description,
+                 describe_profile(profile), most_at_once(found), len(found))
+    return results
+
+
+@dataclass(frozen=True)
+class _Span:
+    """A partition's start and end wall time (``time.time()`` on its executor)."""
+
+    start: float
+    end: float
+
+
+def most_at_once(spans: Iterable[tuple[float, float]]) -> int:
+    """The largest number of ``(start, end)`` spans that overlap at one instant (touching ends do not)."""
+    edges = sorted([(end, -1) for _, end in spans] + [(start, 1) for start, _ in spans])
+    running = most = 0
+    for _, step in edges:  # at the same instant an end (-1) sorts before a start (+1)
+        running += step
+        most = max(most, running)
+    return most
+
+
+def describe_profile(profile: Any) -> str:
+    """A task resource profile as its per-task asks, e.g. ``1 cpus, 1 gpu per task``."""
+    asks = [f"{req.amount:g} {name}" for name, req in sorted(getattr(profile, "taskResources", {}).items())]
+    return ", ".join(asks) + " per task" if asks else "(no task resources)"
 
 
 def _raise_explained(exc: Exception, per_slice: list[list[T]],

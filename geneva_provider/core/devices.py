@@ -1,0 +1,30 @@
+"""Which GPUs the current Spark task was given: ``task_gpus()`` and ``task_device()`` (core).
+
+Spark does not isolate devices: every Python worker on an executor sees every GPU, and a reused
+worker serves tasks given different GPUs one after the other.  So a UDF must place its work on
+the addresses Spark assigned to the task it is running in (``model.to(task_device())``), never
+on ``CUDA_VISIBLE_DEVICES`` set once per process.  A Python worker runs one task at a time, and
+pyspark keeps that task's context on a class attribute, so the threads of ``@udf(concurrency=N)``
+read the same task's addresses as the task's own thread.
+"""
+
+from __future__ import annotations
+
+
+def task_gpus() -> list[str]:
+    """The GPU addresses Spark assigned to the running task (``["0"]``); ``[]`` outside a GPU task or Spark."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is a dependency; a UDF run by hand needs no Spark
+        return []
+    ctx = TaskContext.get()
+    if ctx is None:
+        return []
+    gpu = ctx.resources().get("gpu")
+    return list(gpu.addresses) if gpu is not None else []
+
+
+def task_device() -> str:
+    """``"cuda:<address>"`` of the task's first GPU (the torch device to put a model on); ``"cpu"`` without one."""
+    gpus = task_gpus()
+    return f"cuda:{gpus[0]}" if gpus else "cpu"
