@@ -38,6 +38,7 @@ _EXPORTS = {
     "udf": "geneva_provider.core.udf",
     "task_gpus": "geneva_provider.core.devices",
     "task_device": "geneva_provider.core.devices",
+    "local_session": "geneva_provider.pipeline.runner",
     "BackfillOptions": "geneva_provider.core.options",
     "RefreshOptions": "geneva_provider.core.options",
     "BackfillResult": "geneva_provider.core.models",
@@ -60,7 +61,7 @@ __all__ = [
     "SparkEnvironmentError",
     "StorageUnreachableError", "Table", "TableNotFoundError",
     "UDFDefinitionError", "UDFExecutionError", "UDFKind", "UDFWorkerDiedError", "VerificationError", "__version__",
-    "connect", "task_device", "task_gpus", "udf",
+    "connect", "local_session", "task_device", "task_gpus", "udf",
     "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
 ]
 
@@ -99,6 +100,7 @@ if TYPE_CHECKING:
     from geneva_provider.facade.connection import Connection, connect
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table
+    from geneva_provider.pipeline.runner import local_session
 
 
 def __getattr__(name: str) -> Any:

@@ -290,7 +290,6 @@ _CLASSIC_GPU_SESSION = """
 import json, os, sys, time
 import pyarrow as pa
 import geneva_provider as gp
-from geneva_provider.stages import local_session
 
 LOG_DIR = sys.argv[2]  # read here: the UDF runs in Spark's workers, whose argv is not this script's
 
@@ -303,7 +302,7 @@ def on_gpu(x: int) -> int:
         os.path.join(LOG_DIR, str(x)), "w"))
     return x * 2
 
-spark = local_session("local[4]", gpus=2)
+spark = gp.local_session("local[4]", gpus=2)  # the package-level switch
 db = gp.connect(sys.argv[1])
 tbl = db.create_table("t", pa.table({"x": pa.array(range(8), pa.int64())}))
 tbl.add_columns({"y": on_gpu})
