@@ -26,6 +26,7 @@ class JobKind(StrEnum):
     BACKFILL = "backfill"
     REFRESH = "refresh"
     COMPACTION = "compaction"
+    UDTF = "udtf"  # the refresh of a chunker or batch-UDTF view: rows expanded from source rows
 
 
 class RowOutcome(StrEnum):

@@ -118,6 +118,28 @@ class SourceSpec(_Model):
     read_columns: list[str]
 
 
+class UdtfWork(_Model):
+    """A UDTF view refresh: the source version its rows are expanded from, and what leaves the view.
+
+    The plan's tasks name the parents to expand: each task part's ranges are runs of source row ids
+    (a chunker) or a partition's row ids (a batch UDTF, whose ``frag`` indexes ``partitions``).
+    """
+
+    source_uri: str
+    source_version: int
+    base_version: int                   # the source version the view held when planned (-1: never refreshed)
+    read_columns: list[str]             # source columns read for each parent
+    delete_parents: list[tuple[int, int]] = Field(default_factory=list)  # runs of parent ids whose rows go
+    delete_partitions: list[int] = Field(default_factory=list)  # a batch UDTF: partition hashes whose rows go
+    partitions: list[tuple[int, int]] = Field(default_factory=list)  # a batch UDTF: (hash, fingerprint) per part
+    partition_state: dict[str, int] | None = None  # a batch UDTF: every partition's fingerprint after the refresh
+    max_rows_per_fragment: int | None = None
+
+    @property
+    def deletes(self) -> bool:
+        return bool(self.delete_parents or self.delete_partitions)
+
+
 class PlanSettings(_Model):
     """The job options as resolved by the planner (defaults filled in)."""
 
@@ -135,7 +157,7 @@ class PlanSettings(_Model):
 class JobSpec(_Model):
     """What a job computes and where: everything a stage needs except the per-fragment plan."""
 
-    kind: Literal[JobKind.BACKFILL, JobKind.REFRESH]
+    kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.UDTF]
     table: str
     table_uri: str
     column: str | None = None
@@ -154,10 +176,11 @@ class JobSpec(_Model):
     max_failed_fraction: float | None = None  # of rows_total
     rows_total: int = 0                       # live rows of the table at the read version
     resource_asks: list[ResourceAsk] = Field(default_factory=list)  # the UDFs' CPU / GPU / memory needs per task
+    udtf: UdtfWork | None = None  # a UDTF view refresh: its source and deletions
 
     def label(self) -> str:
         """How logs and errors name the job."""
-        if self.kind == JobKind.REFRESH:
+        if self.kind in (JobKind.REFRESH, JobKind.UDTF):
             return f"refresh of view '{self.table}'"
         return f"backfill of column '{self.column}' in table '{self.table}'"
 
@@ -185,7 +208,8 @@ class Plan(JobSpec):
     @property
     def nothing_to_do(self) -> bool:
         """No task to run and no fragment to write or commit: every stage after the plan is a no-op."""
-        return not self.tasks and not self.count(Action.REUSE) and not self.count(Action.COMPUTE)
+        return not self.tasks and not self.count(Action.REUSE) and not self.count(Action.COMPUTE) and not (
+            self.udtf is not None and self.udtf.deletes)
 
     def summary(self, plan_uri: str) -> PlanSummary:
         """The XCom-sized view of the plan."""
@@ -259,6 +283,9 @@ class PlanSummary(_Model):
         valid = f"{_count(self.fragments_done, 'fragment')} already valid"
         if self.nothing_to_do:
             return f"nothing to do: up to date at version {self.read_version} ({valid})"
+        if self.kind == JobKind.UDTF:
+            return (f"{_count(self.rows_to_compute, 'source row')} to expand in {_count(self.tasks, 'task')} "
+                    f"(view version {self.read_version})")
         appended = f" ({self.rows_appended:,} source rows appended)" if self.kind == JobKind.REFRESH else ""
         return (f"{self.rows_to_compute:,} rows to compute{appended} in {_count(self.tasks, 'task')} over "
                 f"{_count(self.fragments_to_compute, 'fragment')} at version {self.read_version}; "
@@ -346,6 +373,7 @@ class ApplyResult(_Model):
     rows_retried: int = 0    # rows that failed an attempt and then succeeded
     seconds: float
     max_tasks_at_once: int | None = None  # under a UDF's resource profile: most tasks that overlapped in time
+    udtf_calls: int | None = None  # a UDTF view refresh: the UDTF's calls (parents expanded, partitions run)
 
 
 class WriteResult(_Model):
@@ -359,6 +387,14 @@ class WriteResult(_Model):
     fragments_vanished: list[int]
     commit_retries: int
     seconds: float
+
+
+class AppendedFragments(_Model):
+    """The fragments a UDTF view refresh wrote (Lance ``FragmentMetadata`` JSON), recorded before the commit."""
+
+    fragments: list[str]
+    rows: int
+    pending: list[int] = Field(default_factory=list)  # parents whose expansion the error policy skipped
 
 
 class CommitRecord(_Model):

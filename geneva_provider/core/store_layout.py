@@ -11,6 +11,7 @@ The families (``<id>`` is a job id, :func:`new_job_id`)::
     plan-<id>-committed                 CommittedKey      left when the job's commits are done
     plan-<id>-<stage>-result            StageResultKey    a spark-submit stage's report
     plan-<id>-connect-session           ConnectSessionKey the job's Spark Connect session id
+    plan-<id>-appended                  AppendedKey       a UDTF refresh's written fragments, before their commit
     job-<id>                            JobRecordKey      the job's record (status, progress)
     ledger-<md5(job prefix)>            LedgerKey         fragments known valid
     <batch prefix>_frag-N_range-a-b[_partial]  BatchKey   one batch checkpoint
@@ -37,7 +38,7 @@ from geneva_provider.core.kinds import Stage
 
 if TYPE_CHECKING:
     from geneva_provider.core.checkpoint import CheckpointStore
-    from geneva_provider.core.models import CommitRecord, JobRecord, Ledger, StagedFiles
+    from geneva_provider.core.models import AppendedFragments, CommitRecord, JobRecord, Ledger, StagedFiles
 
 JOB_ID = r"\d{8}T\d{6}-[0-9a-f]{8}"  # what new_job_id() makes: sortable by creation time, unique
 PARTIAL = "_partial"  # the suffix of a batch checkpoint holding rows the UDF's error policy skipped
@@ -47,7 +48,7 @@ _LEDGER = "ledger-"
 _RUNNING = "running-"
 _SRCFILES = "_srcfiles-"
 _PLAN_RE = re.compile(rf"^{_PLAN}(?P<id>{JOB_ID})(?:(?P<committed>-committed)|-(?P<stage>[a-z_]+)-result"
-                      r"|(?P<session>-connect-session))?$")
+                      r"|(?P<session>-connect-session)|(?P<appended>-appended))?$")
 _BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)(?P<partial>_partial)?$")
 _STAGED_RE = re.compile(r"^(?P<prefix>.+)_staged-(?P<token>[0-9a-f]{32})$")
 _RUNNING_RE = re.compile(rf"^{_RUNNING}(?P<id>.+)-p(?P<partition>\d+)$")
@@ -124,6 +125,13 @@ class PlanKey(_JobKey):
         if not plan_key.startswith(_PLAN):
             raise InvalidArgumentError(f"not a plan reference: {plan_key!r} (pass the plan stage's plan_uri)")
         return cls(plan_key[len(_PLAN):])
+
+
+class AppendedKey(_JobKey):
+    """The fragments a UDTF view refresh wrote, recorded before they are committed (a retry commits them)."""
+
+    kind: ClassVar[Literal["appended"]] = "appended"
+    tail: ClassVar[str] = "-appended"
 
 
 class CommittedKey(_JobKey):
@@ -227,9 +235,10 @@ class RunningKey:
         return f"{self.prefix(self.job_id)}{self.partition}"
 
 
-PlanFamilyKey = PlanKey | CommittedKey | StageResultKey | ConnectSessionKey  # a plan and what is kept beside it
-StoreKey = (PlanKey | CommittedKey | StageResultKey | ConnectSessionKey | JobRecordKey | LedgerKey | BatchKey
-            | StagedKey | RunningKey)
+# A plan and what is kept beside it.
+PlanFamilyKey = PlanKey | CommittedKey | StageResultKey | ConnectSessionKey | AppendedKey
+StoreKey = (PlanKey | CommittedKey | StageResultKey | ConnectSessionKey | AppendedKey | JobRecordKey | LedgerKey
+            | BatchKey | StagedKey | RunningKey)
 
 
 def parse_key(key: str) -> StoreKey | None:
@@ -247,6 +256,8 @@ def parse_key(key: str) -> StoreKey | None:
             return CommittedKey(m["id"])
         if m["session"]:
             return ConnectSessionKey(m["id"])
+        if m["appended"]:
+            return AppendedKey(m["id"])
         if m["stage"] is not None:
             try:
                 return StageResultKey(m["id"], Stage(m["stage"]))
@@ -300,6 +311,15 @@ class JobStore:
         """The plan's key and every key kept beside it (committed marker, stage results, Connect session)."""
         return [key for key in self.store.list_keys(PlanKey(job_id).key())
                 if isinstance(k := parse_key(key), PlanFamilyKey) and k.job_id == job_id]
+
+    def put_appended(self, job_id: str, record: AppendedFragments) -> None:
+        self.store.put_model(AppendedKey(job_id).key(), record)
+
+    def appended(self, job_id: str) -> AppendedFragments | None:
+        from geneva_provider.core.models import AppendedFragments
+
+        key = AppendedKey(job_id).key()
+        return self.store.get_model(key, AppendedFragments) if key in self.store else None
 
     def is_committed(self, job_id: str) -> bool:
         return CommittedKey(job_id).key() in self.store

@@ -265,7 +265,8 @@ class _Offset(list[RowFailure]):
 
 def dumps_by_value(obj: Any) -> bytes:
     """Pickles ``obj`` with its defining module by value, so executors need not import it."""
-    target = obj.func if isinstance(obj, UDF) else obj
+    # A UDF or UDTF travels with its function's module: the module of interest is the function's.
+    target = obj.func if dataclasses.is_dataclass(obj) and hasattr(obj, "func") else obj
     module_name: str = getattr(target, "__module__", None) or ""
     module = sys.modules.get(module_name) if module_name else None
     registered = False

@@ -108,6 +108,28 @@ class Connection:
                           max_rows_per_fragment=max_rows_per_fragment)
         return Table(self, ref)
 
+    def create_udtf_view(self, name: str, source: Query | Table, udtf: Any, *,
+                         max_rows_per_fragment: int | None = None) -> Table:
+        """Creates a chunker (1:N) or batch-UDTF (N:M) view ``name`` of ``udtf`` over ``source``.
+
+        ``source`` is ``table.search(None)`` with an optional ``.where(...)`` and ``.select([...])`` (the
+        parent columns each chunk carries), or a table.  The view is empty until ``refresh()``, which
+        expands only the source rows that are new or changed since the last one.
+        """
+        from geneva_provider.facade.query import Query
+        from geneva_provider.facade.table import Table
+        from geneva_provider.pipeline.udtf_view_create import create_udtf_view
+
+        if isinstance(source, Table):
+            source = source.search(None)
+        if not isinstance(source, Query):
+            raise InvalidArgumentError(f"create_udtf_view '{name}': source must be a query (table.search(None)"
+                                       f".where(...).select([...])) or a table, got {source!r}")
+        source.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
+        ref = create_udtf_view(self.catalog, name, source.table.ref, source.spec, udtf,
+                               max_rows_per_fragment=max_rows_per_fragment)
+        return Table(self, ref)
+
     # ------------------------------------------------------------------ job records
     def list_jobs(self, table: str | None = None, *, status: str | None = None, kind: str | None = None
                   ) -> list[JobRecord]:

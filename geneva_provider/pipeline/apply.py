@@ -25,7 +25,7 @@ from geneva_provider.core.checkpoint import ROWADDR, CheckpointStore
 from geneva_provider.core.error_store import ErrorStore
 from geneva_provider.core.errors import UDFExecutionError
 from geneva_provider.core.fragments import fragment_of, live_row_addresses
-from geneva_provider.core.kinds import RowOutcome, Stage
+from geneva_provider.core.kinds import JobKind, RowOutcome, Stage
 from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
@@ -35,6 +35,7 @@ from geneva_provider.pipeline.job_records import job_stage, update_record
 from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
 from geneva_provider.pipeline.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
 from geneva_provider.pipeline.task_resources import resource_profile
+from geneva_provider.pipeline.udtf_stages import run_udtf_apply
 from geneva_provider.pipeline.worker_deaths import (
     CallWatch,
     RunningCall,
@@ -326,6 +327,8 @@ def run_apply(plan_uri: str, spark: SparkSession, storage_options: dict[str, str
                            checkpoints_written=0, errors=0, seconds=0.0)
     profile = resource_profile(spark, plan.resource_asks, plan.label())  # refused before any Spark job
     with job_stage(store, plan.job_id, Stage.APPLY):
+        if plan.kind == JobKind.UDTF:  # a chunker or batch-UDTF view: parents expanded into new rows
+            return run_udtf_apply(plan, store, spark, storage_options, profile)
         return _apply(plan, store, spark, storage_options, profile)
 
 

@@ -38,6 +38,7 @@ from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store_layout import job_prefix
 from geneva_provider.core.udf import udf_column_info
+from geneva_provider.core.udtf_view_meta import is_udtf_view
 from geneva_provider.core.view_meta import (
     META_BASE_VERSION,
     META_SCANNED_ROW_ID,
@@ -48,7 +49,9 @@ from geneva_provider.core.view_meta import (
 )
 from geneva_provider.pipeline.inputs import udf_info
 from geneva_provider.pipeline.layout import complete_output_layout
+from geneva_provider.pipeline.plan_udtf import plan_udtf_refresh
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
+from geneva_provider.pipeline.source_versions import only_appends, source_at
 from geneva_provider.pipeline.view_create import matching_row_ids
 
 if TYPE_CHECKING:
@@ -79,8 +82,11 @@ def plan_refresh(
     job = f"refresh of view '{view.name}'"
     options = RefreshOptions.coerce(options, job)
     check_count(parallelism, "parallelism", job)
-    store = store or view.checkpoint_store()
     ds = view.dataset()
+    if is_udtf_view(ds.schema.metadata):  # a chunker or batch-UDTF view: rows expanded, not copied
+        return plan_udtf_refresh(view, options, resolve=resolve, store=store, parallelism=parallelism,
+                                 airflow_run_id=airflow_run_id)
+    store = store or view.checkpoint_store()
     info = view_info(ds.schema.metadata, view.name)
     resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))
     try:
@@ -88,7 +94,7 @@ def plan_refresh(
     except TableNotFoundError as exc:  # say which view needs it: a DAG refreshing many views must know which broke
         raise TableNotFoundError(f"refresh of view '{view.name}': its source table '{info.base_table}' was not "
                                  f"found ({exc})") from None
-    src = _source_at(source, options.src_version, view.name)
+    src = source_at(source, options.src_version, view.name)
     missing = [c for c in info.query.source_columns() if c not in src.schema.names]
     if missing:  # e.g. a version older than a column the view reads
         raise InvalidArgumentError(
@@ -149,16 +155,6 @@ def refresh_identity(ds: Dataset, info: ViewInfo, view: TableRef) -> tuple[str, 
             ":".join([query_version, *(u.column_uid for u in udfs)]))
 
 
-def _source_at(source: TableRef, version: int | None, view: str) -> Dataset:
-    try:
-        return source.dataset(version)
-    except (ValueError, OSError) as exc:
-        if version is None:
-            raise
-        raise InvalidArgumentError(f"refresh of view '{view}': source table '{source.name}' has no version "
-                                   f"{version} (it may have been cleaned up)") from exc
-
-
 def sync_rows(view: TableRef, src: Dataset, info: ViewInfo, max_rows_per_fragment: int | None) -> tuple[int, int]:
     """Brings the view's rows to the ones the query selects at ``src``'s version; returns (added, removed).
 
@@ -171,7 +167,7 @@ def sync_rows(view: TableRef, src: Dataset, info: ViewInfo, max_rows_per_fragmen
     q = info.query
     ds = view.dataset()
     windowed = bool(q.offset) or q.limit is not None
-    if not windowed and _only_appends(src, info.base_table_version):
+    if not windowed and only_appends(src, info.base_table_version):
         cond = f"_rowid >= {info.next_row_id}"
         new, next_id = matching_row_ids(src, f"({q.where}) AND {cond}" if q.where else cond, True)
         removed = 0
@@ -202,17 +198,6 @@ def sync_rows(view: TableRef, src: Dataset, info: ViewInfo, max_rows_per_fragmen
         log.info("view '%s': %d rows removed (their source rows were deleted, no longer match, or left the "
                  "query's offset/limit window)", view.name, removed)
     return len(new), removed
-
-
-def _only_appends(src: Dataset, since: int) -> bool:
-    """True when the source changed since version ``since`` by appends alone."""
-    if src.version < since:
-        return False
-    try:
-        transactions = src.delta(compared_against=since).list_transactions()
-    except (ValueError, OSError):  # an old version cleaned up: synchronise everything
-        return False
-    return all(type(t.operation).__name__ == "Append" for t in transactions if t is not None)
 
 
 class RefreshExaminer:

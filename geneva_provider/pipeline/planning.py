@@ -190,19 +190,39 @@ def store_plan(
     airflow_run_id: str | None = None,
 ) -> PlanSummary:
     """Cuts the work into tasks, stores the plan document and the job's record, and returns its summary."""
-    if store.uri is None:
-        raise InvalidArgumentError("the checkpoint store must be reachable from Spark executors (it has no URI)")
-    check_leases()  # before anything is stored
     src_keys = {f.id: f.src_key for f in fragments if f.src_key is not None}
     runs = dict(work)
     counts = [(fid, count_of(r)) for fid, r in work]
     rows_to_compute = sum(n for _, n in counts)
-    lo, hi = options.checkpoint_bounds()
+    lo, _ = options.checkpoint_bounds()
     pieces = pack_tasks(counts, parallelism, lo, options.task_size)
     # Longest first: Spark launches tasks in partition order, so the big ones start early and
     # the small ones fill the gaps at the end.
     tasks = sorted((Task(parts=[TaskPart(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid])
                                 for fid, a, b in piece]) for piece in pieces), key=lambda t: t.rows, reverse=True)
+    # Reused: rows already valid, held by a staged file, or checkpointed by an earlier run.
+    reused = sum(f.rows for f in fragments if f.action is not Action.EMPTY) - rows_to_compute
+    return save_plan(job, fragments, tasks, rows_to_compute, reused, options, store, parallelism, label,
+                     airflow_run_id)
+
+
+def save_plan(
+    job: JobSpec,
+    fragments: list[FragmentPlan],
+    tasks: list[Task],
+    rows_to_compute: int,
+    reused: int,
+    options: JobOptions,
+    store: CheckpointStore,
+    parallelism: int,
+    label: str,
+    airflow_run_id: str | None = None,
+) -> PlanSummary:
+    """Stores a plan of ready-cut tasks and the job's record (a job that is not live gets none); its summary."""
+    if store.uri is None:
+        raise InvalidArgumentError("the checkpoint store must be reachable from Spark executors (it has no URI)")
+    check_leases()  # before anything is stored
+    lo, hi = options.checkpoint_bounds()
     now = dt.datetime.now(dt.UTC)
     job_id = new_job_id(now)
     settings = PlanSettings(checkpoint_size=options.initial_checkpoint_size(), min_checkpoint_size=lo,
@@ -210,8 +230,6 @@ def store_plan(
                             commit_granularity=options.commit_granularity, concurrency=options.concurrency,
                             parallelism=parallelism, commit_retries=options.commit_retries,
                             commit_timeout=options.commit_timeout)
-    # Reused: rows already valid, held by a staged file, or checkpointed by an earlier run.
-    reused = sum(f.rows for f in fragments if f.action is not Action.EMPTY) - rows_to_compute
     plan = Plan(**job.model_dump(), job_id=job_id, created_at=now.isoformat(), store_uri=store.uri,
                 settings=settings, fragments=fragments, tasks=tasks, rows_to_compute=rows_to_compute,
                 rows_reused=reused)
@@ -224,7 +242,7 @@ def store_plan(
         record = JobRecord(
             job_id=job_id, kind=job.kind, table=job.table, column=job.column, created_at=plan.created_at,
             updated_at=plan.created_at, read_version=plan.read_version, rows_planned=rows_to_compute,
-            rows_checkpointed=sum(f.rows for f in fragments if f.action is Action.COMPUTE) - rows_to_compute,
+            rows_checkpointed=max(sum(f.rows for f in fragments if f.action is Action.COMPUTE) - rows_to_compute, 0),
             airflow_run_id=airflow_run_id)
         start_record(store, record)
         take_over(store, record)  # a killed run of the same column (or view): this job continues from its checkpoints

@@ -56,7 +56,7 @@ class SparkStage:
         return self.name.value
 
 
-_BACKFILL_OR_REFRESH = (JobKind.BACKFILL, JobKind.REFRESH)
+_BACKFILL_OR_REFRESH = (JobKind.BACKFILL, JobKind.REFRESH, JobKind.UDTF)
 
 SPARK_STAGES: dict[Stage, SparkStage] = {entry.name: entry for entry in (
     SparkStage(Stage.APPLY, "geneva_provider.pipeline.apply:run_apply", ApplyResult, _BACKFILL_OR_REFRESH,

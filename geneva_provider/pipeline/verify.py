@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import VerificationError
 from geneva_provider.core.fragments import fragment_of
-from geneva_provider.core.kinds import Stage
+from geneva_provider.core.kinds import JobKind, Stage
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
@@ -26,6 +26,7 @@ from geneva_provider.core.models import (
 from geneva_provider.core.store_layout import JobStore
 from geneva_provider.pipeline.job_records import finish_record, job_stage
 from geneva_provider.pipeline.planning import load_plan, staged_files
+from geneva_provider.pipeline.udtf_stages import verify_udtf
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -53,7 +54,8 @@ def verify(plan: str | PlanSummary | dict[str, Any], storage_options: dict[str, 
     if doc.nothing_to_do:
         return verify(doc.summary(uri), storage_options)
     with job_stage(store, doc.job_id, Stage.VERIFY):
-        result = _verify(doc, store, storage_options)
+        result = verify_udtf(doc, store, storage_options) if doc.kind == JobKind.UDTF else _verify(
+            doc, store, storage_options)
     finish_record(store, doc.job_id, version=result.version)
     return result
 

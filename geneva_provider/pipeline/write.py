@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from geneva_provider.core.checkpoint import ROWADDR, CheckpointStore, open_store
 from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError, CorruptCheckpointError
 from geneva_provider.core.fragments import fragment_of, live_row_addresses, output_files
-from geneva_provider.core.kinds import Stage
+from geneva_provider.core.kinds import JobKind, Stage
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
@@ -52,6 +52,7 @@ from geneva_provider.pipeline.planning import (
     validity_signature,
 )
 from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
+from geneva_provider.pipeline.udtf_stages import run_udtf_write_commit
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import SparkSession
@@ -195,6 +196,9 @@ def run_write_commit(plan_uri: str, spark: SparkSession, storage_options: dict[s
                  plan.read_version)
         return WriteResult(job_id=plan.job_id, version=plan.read_version, fragments_committed=0, rows_committed=0,
                            fragments_vanished=[], commit_retries=0, seconds=0.0)
+    if plan.kind == JobKind.UDTF:  # new rows appended and replaced ones deleted, in one commit
+        with job_stage(store, plan.job_id, Stage.WRITE_COMMIT):
+            return run_udtf_write_commit(plan, store, spark, storage_options)
     _check_applied(plan, store)
     with job_stage(store, plan.job_id, Stage.WRITE_COMMIT):
         return _write_commit(plan, spark, storage_options)

@@ -1,0 +1,387 @@
+"""Apply, write+commit and verify of a chunker or batch-UDTF view refresh.
+
+Apply expands the planned parents (or runs the planned partitions) on Spark executors, one batch
+checkpoint per part of a task, so a killed run loses at most the parts in flight.  Write+commit turns
+the checkpoints into new Lance fragments on the executors, records them in the store, then commits them
+on the driver in one ``Update`` with the deletion of the rows they replace -- atomic, so a reader never
+sees a parent's old and new rows at once, nor neither.  The commit carries the job's id as its message,
+so a retried stage knows when its commit already landed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from geneva_provider.core.checkpoint import CheckpointStore
+from geneva_provider.core.error_store import ErrorStore
+from geneva_provider.core.errors import CheckpointMissingError, UDFExecutionError, VerificationError
+from geneva_provider.core.fingerprints import row_fingerprints
+from geneva_provider.core.kinds import RowOutcome
+from geneva_provider.core.models import (
+    AppendedFragments,
+    ApplyResult,
+    CommitRecord,
+    Plan,
+    RowError,
+    Task,
+    TaskError,
+    TaskPart,
+    UdtfWork,
+    VerifyResult,
+    WriteResult,
+)
+from geneva_provider.core.ranges import positions_of
+from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
+from geneva_provider.core.udf import UDFCallError
+from geneva_provider.core.udtf import UDTF, UDTFKind, load_udtf
+from geneva_provider.core.udtf_view_meta import (
+    CHUNK_INDEX,
+    PARTITION,
+    PARTITION_FP,
+    SOURCE_FP,
+    refreshed_metadata,
+    udtf_view_state,
+)
+from geneva_provider.core.view_meta import SOURCE_ROW_ID
+from geneva_provider.pipeline.commit import CommitPolicy, is_retryable_conflict
+from geneva_provider.pipeline.context import StageContext
+from geneva_provider.pipeline.job_records import update_record
+from geneva_provider.pipeline.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset, SparkSession
+
+log = logging.getLogger(__name__)
+
+_UDTFS: dict[tuple[str, int], UDTF] = {}  # one unpickled UDTF (and stateful instance) per worker process
+_SKIPPED = -1  # the __chunk_index of a marker row: a parent whose expansion the error policy skipped
+
+
+def _work(plan_or_ctx: Plan | StageContext) -> UdtfWork:
+    job = plan_or_ctx.job if isinstance(plan_or_ctx, StageContext) else plan_or_ctx
+    if job.udtf is None:
+        raise CheckpointMissingError(f"plan of view '{job.table}' is a UDTF refresh without its source")
+    return job.udtf
+
+
+def part_prefix(job_prefix: str, part: TaskPart) -> str:
+    return batch_prefix(job_prefix, src_key=part.src_key)
+
+
+def part_key(job_prefix: str, part: TaskPart, partial_: bool = False) -> str:
+    """A part's checkpoint key: its parents' ids name it, so a rerun of the same refresh finds it."""
+    ids = part.ranges
+    return BatchKey(part_prefix(job_prefix, part), part.frag, ids[0][0], ids[-1][1], partial=partial_).key()
+
+
+def held_keys(store: CheckpointStore, job_prefix: str) -> dict[tuple[str, int], str]:
+    """The job's checkpoints, by (prefix, part)."""
+    return {(bk.prefix, bk.frag_id): bk.key() for bk in JobStore(store).batches(job_prefix)}
+
+
+# ---------------------------------------------------------------------- executor side
+class _Expander:
+    """What one Spark partition opens once: the UDTF, the source at the plan's version, the store."""
+
+    def __init__(self, ctx: StageContext) -> None:
+        import lance
+
+        self.ctx, self.job, self.work = ctx, ctx.job, _work(ctx)
+        self.store = ctx.store()
+        self.view = ctx.dataset()
+        state = udtf_view_state(self.view.schema.metadata, self.job.table)
+        self.spec = state.spec
+        cache = (self.job.table_uri, hash(state.pickle))
+        if cache not in _UDTFS:
+            _UDTFS[cache] = load_udtf(state.pickle)
+        self.fn = _UDTFS[cache]
+        self.src = lance.dataset(self.work.source_uri, version=self.work.source_version,
+                                 storage_options=ctx.storage_options)
+        self.held = held_keys(self.store, self.job.job_prefix)
+        self.schema = pa.schema([self.view.schema.field(n) for n in self._columns()])
+
+    def _columns(self) -> list[str]:
+        fields = [*self.spec.columns, *self.fn.output_schema.names]
+        return [*fields, *(f.name for f in self.spec.reserved_fields())]
+
+    def done(self, part: TaskPart) -> bool:
+        return (part_prefix(self.job.job_prefix, part), part.frag) in self.held
+
+    def run(self, part: TaskPart, failures: list[RowError]) -> tuple[int, TaskError | None]:
+        """Expands one part into its checkpoint; returns (UDTF calls, error)."""
+        ids = positions_of(part.ranges)
+        rows = self.src._take_rows(pa.array(ids, pa.uint64()), columns=self.work.read_columns)
+        if rows.num_rows != len(ids):
+            raise RuntimeError(f"view '{self.job.table}': {len(ids) - rows.num_rows} of {len(ids)} source rows are "
+                               f"missing at the pinned source version {self.work.source_version}")
+        found: list[Any] = []
+        try:
+            if self.fn.kind is UDTFKind.CHUNKER:
+                table, calls = self._expand(rows, ids, found), len(ids)
+            else:
+                table, calls = self._partition(part, rows), 1
+        except UDFCallError as exc:
+            return 0, self._error(exc, ids)
+        finally:
+            failures += [RowError(column=self.fn.name, frag=0, row_address=int(ids[f.index]) if f.index >= 0 else None,
+                                  error_type=f.error_type, message=f.message, traceback=f.traceback,
+                                  attempts=f.attempts, outcome=f.outcome) for f in found]
+        skipped = any(f.outcome == RowOutcome.SKIPPED for f in found)
+        self.store[part_key(self.job.job_prefix, part, skipped)] = table
+        return calls, None
+
+    def _error(self, exc: UDFCallError, ids: np.ndarray) -> TaskError:
+        where = (f"source row {int(ids[exc.index])} (__source_row_id) of table '{self.spec.base_table}'"
+                 if exc.index is not None and exc.index < len(ids) else
+                 f"source rows {int(ids[0])}..{int(ids[-1])} of table '{self.spec.base_table}'")
+        original = exc.original
+        return TaskError(message=f"{self.fn.label} failed at {where}, refreshing view '{self.job.table}': {exc}",
+                         exception=type(original).__name__ if original is not None else "UDFCallError", frag=0)
+
+    def _expand(self, rows: pa.Table, ids: np.ndarray, found: list[Any]) -> pa.Table:
+        out, parents = self.fn.expand(rows, found)
+        order = np.argsort(parents, kind="stable")
+        if len(order) and np.any(np.diff(parents) < 0):
+            out, parents = out.take(pa.array(order)), parents[order]
+        first = np.searchsorted(parents, parents, side="left")
+        fps = row_fingerprints([rows.column(c) for c in self.work.read_columns], self.job.column_uid, rows.num_rows)
+        take = pa.array(parents, pa.int64())
+        columns: dict[str, Any] = {name: rows.column(src).take(take) for name, src in self.spec.columns.items()}
+        columns.update({name: out.column(name) for name in out.column_names})
+        columns[SOURCE_ROW_ID] = pa.array(ids[parents], pa.int64())
+        columns[CHUNK_INDEX] = pa.array(np.arange(len(parents)) - first, pa.int32())
+        columns[SOURCE_FP] = fps.take(take)
+        table = pa.table(columns).cast(self.schema)
+        skipped = sorted({int(ids[f.index]) for f in found if f.outcome == RowOutcome.SKIPPED and f.index >= 0})
+        if skipped:  # markers: the parents to expand again next time (never committed as rows)
+            marks = pa.table({SOURCE_ROW_ID: pa.array(skipped, pa.int64()),
+                              CHUNK_INDEX: pa.array([_SKIPPED] * len(skipped), pa.int32())})
+            table = pa.concat_tables([table, marks], promote_options="default").cast(self.schema)
+        return table
+
+    def _partition(self, part: TaskPart, rows: pa.Table) -> pa.Table:
+        inputs = self.spec.input_columns
+        out = self.fn.run_partition(rows.select(inputs))
+        key, fp = self.work.partitions[part.frag]
+        columns = {name: out.column(name) for name in out.column_names}
+        columns[PARTITION] = pa.array([key] * out.num_rows, pa.uint64())
+        columns[PARTITION_FP] = pa.array([fp] * out.num_rows, pa.uint64())
+        return pa.table(columns).cast(self.schema)
+
+
+def _expand_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[dict[str, Any]]:
+    worker = _Expander(ctx)
+    for task in tasks:
+        calls, checkpoints, failures, error = 0, 0, [], None
+        for part in task.parts:
+            if worker.done(part):
+                continue
+            n, error = worker.run(part, failures)
+            if error is not None:
+                break
+            calls, checkpoints = calls + n, checkpoints + 1
+        yield {"calls": calls, "checkpoints": checkpoints, "parents": sum(p.rows for p in task.parts),
+               "failures": [f.model_dump_json() for f in failures],
+               "error": error.model_dump_json() if error is not None else None}
+
+
+# ---------------------------------------------------------------------- driver side: apply
+def run_udtf_apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_options: dict[str, str] | None,
+                   profile: Any | None) -> ApplyResult:
+    """Expands every planned part no checkpoint holds yet, on Spark."""
+    held = held_keys(store, plan.job_prefix)
+    tasks = [t for t in plan.tasks if any((part_prefix(plan.job_prefix, p), p.frag) not in held for p in t.parts)]
+    log.info("apply %s: %d of %d tasks still to run (%s)", plan.job_id, len(tasks), len(plan.tasks),
+             plan.summary("").describe())
+    t0 = time.perf_counter()
+    ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if tasks else storage_options)
+    spans: list[tuple[float, float]] = []
+    results = run_tasks(spark, tasks, partial(_expand_partition, ctx), description=f"geneva expand {plan.table}",
+                        concurrency=plan.settings.concurrency, tag=job_tag(plan.job_id), profile=profile,
+                        spans=spans) if tasks else []
+    calls = sum(r["calls"] for r in results)
+    failures = [RowError.model_validate_json(f) for r in results for f in r["failures"]]
+    errors = [TaskError.model_validate_json(r["error"]) for r in results if r["error"]]
+    ErrorStore(plan.table_uri, storage_options).append(plan.job_id, plan.table, failures)
+    failed = sum(1 for f in failures if f.outcome == RowOutcome.SKIPPED)
+    result = ApplyResult(job_id=plan.job_id, tasks_run=len(tasks), rows_computed=calls if _chunker(plan) else sum(
+        r["parents"] for r in results), rows_reused=0, checkpoints_written=sum(r["checkpoints"] for r in results),
+        errors=len(errors), rows_failed=failed,
+        rows_retried=sum(1 for f in failures if f.outcome == RowOutcome.RECOVERED),
+        seconds=round(time.perf_counter() - t0, 3), udtf_calls=calls,
+        max_tasks_at_once=most_at_once(spans) if profile is not None and spans else None)
+    log.info("apply %s: %d UDTF calls, %d checkpoints, %d rows skipped by the error policy, %.1fs%s", plan.job_id,
+             calls, result.checkpoints_written, failed, result.seconds,
+             "" if result.max_tasks_at_once is None else
+             f"; under the resource profile {describe_profile(profile)}: at most {result.max_tasks_at_once} tasks "
+             "ran at once")
+    if errors:
+        raise UDFExecutionError(errors[0].message + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else ""))
+    update_record(store, plan.job_id, rows_checkpointed=plan.rows_to_compute, rows_failed=failed)
+    return result
+
+
+def _chunker(plan: Plan) -> bool:
+    return not _work(plan).partitions and not _work(plan).partition_state
+
+
+# ---------------------------------------------------------------------- write+commit
+def _write_group(ctx: StageContext, groups: Iterable[list[str]]) -> Iterator[dict[str, Any]]:
+    """Writes a group of checkpoints as new fragments of the view (not committed)."""
+    import lance
+
+    store = ctx.store()
+    work = _work(ctx)
+    for keys in groups:
+        tables = [store[k] for k in keys]
+        if not tables:
+            continue
+        table = pa.concat_tables(tables)
+        pending: list[int] = []
+        if CHUNK_INDEX in table.column_names:
+            marker = pc.equal(table.column(CHUNK_INDEX), _SKIPPED)
+            pending = table.filter(marker).column(SOURCE_ROW_ID).to_pylist()
+            table = table.filter(pc.invert(marker))
+        fragments = []
+        if table.num_rows:
+            kwargs: dict[str, Any] = {"max_rows_per_file": work.max_rows_per_fragment} \
+                if work.max_rows_per_fragment else {}
+            fragments = [json.dumps(f.to_json()) for f in lance.fragment.write_fragments(
+                table, ctx.job.table_uri, mode="append", storage_options=ctx.storage_options, **kwargs)]
+        yield {"fragments": fragments, "rows": table.num_rows, "pending": pending}
+
+
+def run_udtf_write_commit(plan: Plan, store: CheckpointStore, spark: SparkSession,
+                          storage_options: dict[str, str] | None) -> WriteResult:
+    """Writes the expanded rows as new fragments, then commits them with the deletions, atomically."""
+    jobs = JobStore(store)
+    done = jobs.committed(plan.job_id)
+    if done is not None:
+        log.info("write %s: committed by an earlier attempt at version %d", plan.job_id, done.result.version)
+        return done.result
+    t0 = time.perf_counter()
+    appended = jobs.appended(plan.job_id)
+    if appended is None:
+        held = held_keys(store, plan.job_prefix)
+        keys, missing = [], []
+        for task in plan.tasks:
+            for p in task.parts:
+                key = held.get((part_prefix(plan.job_prefix, p), p.frag))
+                (keys.append(key) if key is not None else missing.append(p))
+        if missing:
+            raise CheckpointMissingError(
+                f"write+commit of job {plan.job_id} ({plan.label()}): the apply stage has not finished: {len(missing)} "
+                f"of {sum(len(t.parts) for t in plan.tasks)} parts have no checkpoint (first: source rows "
+                f"{missing[0].ranges[0][0]}..{missing[0].ranges[-1][1] - 1}); run the apply stage first. Nothing was "
+                "written or committed")
+        slots = max(1, min(len(keys), plan.settings.parallelism))
+        groups = [keys[i::slots] for i in range(slots)] if keys else []
+        ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if groups else storage_options)
+        written = run_tasks(spark, groups, partial(_write_group, ctx), description=f"geneva write {plan.table}",
+                            tag=job_tag(plan.job_id)) if groups else []
+        appended = AppendedFragments(fragments=[f for r in written for f in r["fragments"]],
+                                     rows=sum(r["rows"] for r in written),
+                                     pending=sorted(i for r in written for i in r["pending"]))
+        jobs.put_appended(plan.job_id, appended)  # before the commit: a retry commits these, never writes again
+    version, deleted, retries = _commit(plan, appended, storage_options)
+    result = WriteResult(job_id=plan.job_id, version=version, fragments_committed=len(appended.fragments),
+                         rows_committed=appended.rows, fragments_vanished=[], commit_retries=retries,
+                         seconds=round(time.perf_counter() - t0, 3))
+    jobs.put_committed(plan.job_id, CommitRecord(result=result))
+    update_record(store, plan.job_id, rows_committed=plan.rows_to_compute)
+    log.info("write %s: view '%s' version %d: %d rows added in %d fragments, %d rows deleted, %d parents left to "
+             "expand again", plan.job_id, plan.table, version, appended.rows, len(appended.fragments), deleted,
+             len(appended.pending))
+    return result
+
+
+def _message(plan: Plan) -> str:
+    return f"geneva udtf refresh {plan.job_id}"
+
+
+def _landed(ds: Dataset, plan: Plan) -> bool:
+    """True when the job's commit is among the view's versions since the plan read it."""
+    if ds.version <= plan.read_version:
+        return False
+    message = _message(plan)
+    return any(t is not None and (t.transaction_properties or {}).get("__lance_commit_message") == message
+               for t in ds.get_transactions(ds.version - plan.read_version))
+
+
+def _commit(plan: Plan, appended: AppendedFragments, storage_options: dict[str, str] | None
+            ) -> tuple[int, int, int]:
+    """One Update: the new fragments, and the rows of deleted or re-expanded parents removed; then the
+    view's metadata (the source version it now holds).  Returns (version, rows deleted, retries)."""
+    import lance
+
+    work = _work(plan)
+    new = [lance.fragment.FragmentMetadata.from_json(f) for f in appended.fragments]
+    policy = CommitPolicy.of(plan.settings)
+    state = {"retries": -1, "deleted": 0}
+    ds = lance.dataset(plan.table_uri, storage_options=storage_options)
+    for attempt in policy.retrying(is_retryable_conflict):
+        with attempt:
+            state["retries"] += 1
+            ds = lance.dataset(plan.table_uri, storage_options=storage_options)
+            if _landed(ds, plan):
+                break
+            updated, removed, state["deleted"] = _deletions(ds, work)
+            if not (new or updated or removed):
+                break
+            ds = lance.LanceDataset.commit(
+                plan.table_uri, lance.LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
+                                                            new_fragments=new),
+                read_version=ds.version, storage_options=storage_options, commit_message=_message(plan))
+    ds.update_schema_metadata(refreshed_metadata(work.source_version, appended.pending, work.partition_state))
+    return lance.dataset(plan.table_uri, storage_options=storage_options).version, state["deleted"], max(
+        state["retries"], 0)
+
+
+def _deletions(ds: Dataset, work: UdtfWork) -> tuple[list[Any], list[int], int]:
+    """The fragments that lose rows (with their deletion files) and those that lose all of them."""
+    if work.delete_parents:
+        column, values = SOURCE_ROW_ID, positions_of(work.delete_parents)
+    elif work.delete_partitions:
+        column, values = PARTITION, np.asarray(work.delete_partitions, np.uint64)
+    else:
+        return [], [], 0
+    t = ds.to_table(columns=[column], with_row_address=True)
+    hit = np.isin(t.column(column).to_numpy(), values)
+    addrs = t.column("_rowaddr").to_numpy()[hit]
+    found = t.column(column).to_numpy()[hit]
+    updated, removed = [], []
+    for fid in np.unique(addrs >> np.uint64(32)).tolist():
+        mine = np.unique(found[(addrs >> np.uint64(32)) == fid])
+        meta = ds.get_fragment(int(fid)).delete(f"{column} IN ({','.join(str(int(v)) for v in mine)})")
+        (removed.append(int(fid)) if meta is None else updated.append(meta))
+    return updated, removed, int(hit.sum())
+
+
+# ---------------------------------------------------------------------- verify
+def verify_udtf(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] | None) -> VerifyResult:
+    """Checks the refresh landed: its commit recorded, and the view holding the planned source version."""
+    import lance
+
+    commit = JobStore(store).committed(plan.job_id)
+    if commit is None:
+        raise VerificationError(f"job {plan.job_id} ({plan.label()}) is not committed: run its write+commit stage")
+    ds = lance.dataset(plan.table_uri, storage_options=storage_options)
+    state = udtf_view_state(ds.schema.metadata, plan.table)
+    work = _work(plan)
+    if state.base_version < work.source_version:
+        raise VerificationError(f"job {plan.job_id} ({plan.label()}): the view holds source version "
+                                f"{state.base_version}, not {work.source_version}, which the job expanded")
+    log.info("verify %s: view '%s' holds source version %d at version %d (%d rows added)", plan.job_id, plan.table,
+             work.source_version, ds.version, commit.result.rows_committed)
+    return VerifyResult(job_id=plan.job_id, table=plan.table, column=None, version=ds.version,
+                        fragments_verified=commit.result.fragments_committed,
+                        rows_verified=commit.result.rows_committed)
