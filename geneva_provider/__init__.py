@@ -67,6 +67,7 @@ __all__ = [
     "UDFDefinitionError", "UDFExecutionError", "UDFKind", "UDFWorkerDiedError", "VerificationError", "__version__",
     "connect", "local_session", "task_device", "task_gpus", "udf",
     "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
+    "UDTF", "chunker", "scalar_udtf", "udtf",
 ]
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ if TYPE_CHECKING:
     from geneva_provider.core.models import BackfillResult
     from geneva_provider.core.options import BackfillOptions, RefreshOptions
     from geneva_provider.core.udf import UDF, UDFKind, udf
+    from geneva_provider.core.udtf import UDTF, chunker, scalar_udtf, udtf
     from geneva_provider.facade.connection import Connection, connect
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -168,3 +170,24 @@ def times(k: int, name: str = "times") -> gp.UDF:
         return pc.multiply(x, k)
 
     return multiply
+
+
+WIDTH = 10  # characters per chunk of counting_split
+
+
+@dataclass
+class Chunk:
+    chunk: str
+    start: int
+
+
+def counting_split(log_dir: str, sleep: float = 0.0) -> gp.UDTF:
+    @gp.chunker
+    def split(doc_id: int, text: str) -> Iterator[Chunk]:
+        if sleep:
+            time.sleep(sleep)
+        _log_calls(log_dir, [doc_id])
+        for i in range(0, len(text), WIDTH):
+            yield Chunk(text[i:i + WIDTH], i)
+
+    return split

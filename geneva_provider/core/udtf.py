@@ -23,6 +23,7 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 import cloudpickle
@@ -102,7 +103,7 @@ class UDTF:
         out: list[Any] = []
         parents: list[int] = []
         for i, args in enumerate(zip(*columns, strict=True) if columns else [()] * rows.num_rows):
-            outcome = call_with_policy(self.on_error, lambda a=args: _as_rows(fn(*a), self.label))
+            outcome = call_with_policy(self.on_error, partial(_call_rows, fn, args, self.label))
             if outcome.error is not None:
                 state = (RowOutcome.RECOVERED if outcome.ok else
                          RowOutcome.SKIPPED if outcome.skipped else RowOutcome.FAILED)
@@ -249,6 +250,10 @@ def _as_rows(result: Any, label: str) -> list[Any]:
         raise TypeError(f"{label} must yield its rows (or return a list of them), but returned a "
                         f"{type(result).__name__}: {str(result)[:80]!r}")
     return list(result)
+
+
+def _call_rows(fn: Callable[..., Any], args: tuple[Any, ...], label: str) -> list[Any]:
+    return _as_rows(fn(*args), label)
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -431,7 +436,7 @@ def chunker(
         if not batch and not (inspect.isgeneratorfunction(target) or _row_type_of_return(ret) is not None):
             raise UDFDefinitionError(f"{label} is not a generator and is not annotated as returning rows: a chunker "
                                      "yields its rows (or returns a list[...] of them)")
-        udtf_name = name or getattr(f, "__name__", "chunker")
+        udtf_name = str(name or getattr(f, "__name__", "chunker"))
         made = UDTF(func=f, kind=UDTFKind.CHUNKER, output_schema=schema, input_columns=inputs, name=udtf_name,
                     version=version or udf_fingerprint(f, str(schema), "chunker", batch), batch=batch,
                     stateful=stateful, on_error=policy,
@@ -441,7 +446,9 @@ def chunker(
     return wrap(func) if func is not None else wrap
 
 
-scalar_udtf = chunker  # the reference system's other name for it
+def scalar_udtf(func: Callable[..., Any] | type | None = None, **options: Any) -> Any:
+    """:func:`chunker` under the reference system's other name for it (same options)."""
+    return chunker(func, **options)
 
 
 def udtf(
@@ -468,7 +475,7 @@ def udtf(
     policy = error_policy(on_error, f"@udtf{f' {name!r}' if name else ''}")
 
     def wrap(f: Callable[..., Any] | type) -> UDTF:
-        udtf_name = name or getattr(f, "__name__", "udtf")
+        udtf_name = str(name or getattr(f, "__name__", "udtf"))
         label = f"UDTF '{udtf_name}'"
         _check_name(name, "name", label)
         _check_name(version, "version", label)

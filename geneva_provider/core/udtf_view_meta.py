@@ -102,9 +102,11 @@ def udtf_view_metadata(spec: UdtfViewSpec, pickle_b64: str) -> dict[str, str]:
             META_UDTF_BASE_VERSION: str(NOT_REFRESHED)}
 
 
-def refreshed_metadata(base_version: int, pending: list[int], partitions: dict[str, int] | None) -> dict[str, str]:
+def refreshed_metadata(base_version: int, pending: list[int], partitions: dict[str, int] | None
+                       ) -> dict[str, str | None]:
     """The metadata a refresh leaves: the source version it expanded, what stays pending, the partitions."""
-    md = {META_UDTF_BASE_VERSION: str(base_version), META_UDTF_PENDING: json.dumps(sorted(pending))}
+    md: dict[str, str | None] = {META_UDTF_BASE_VERSION: str(base_version),
+                                 META_UDTF_PENDING: json.dumps(sorted(pending))}
     if partitions is not None:
         md[META_UDTF_PARTITIONS] = json.dumps(partitions, sort_keys=True)
     return md

@@ -25,6 +25,7 @@ from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.error_store import ErrorStore
 from geneva_provider.core.errors import CheckpointMissingError, UDFExecutionError, VerificationError
 from geneva_provider.core.fingerprints import row_fingerprints
+from geneva_provider.core.fragments import fragment_of
 from geneva_provider.core.kinds import RowOutcome
 from geneva_provider.core.models import (
     AppendedFragments,
@@ -181,7 +182,8 @@ class _Expander:
 def _expand_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[dict[str, Any]]:
     worker = _Expander(ctx)
     for task in tasks:
-        calls, checkpoints, failures, error = 0, 0, [], None
+        calls, checkpoints, error = 0, 0, None
+        failures: list[RowError] = []
         for part in task.parts:
             if worker.done(part):
                 continue
@@ -361,7 +363,7 @@ def _deletions(ds: Dataset, work: UdtfWork) -> tuple[list[Any], list[int], int]:
     updated, removed = [], []
     for fid in np.unique(addrs >> np.uint64(32)).tolist():
         mine = np.unique(found[(addrs >> np.uint64(32)) == fid])
-        meta = ds.get_fragment(int(fid)).delete(f"{column} IN ({','.join(str(int(v)) for v in mine)})")
+        meta = fragment_of(ds, int(fid)).delete(f"{column} IN ({','.join(str(int(v)) for v in mine)})")
         (removed.append(int(fid)) if meta is None else updated.append(meta))
     return updated, removed, int(hit.sum())
 

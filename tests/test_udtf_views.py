@@ -1,0 +1,409 @@
+"""Chunker (1:N) and batch-UDTF (N:M) views on real Spark: contents, and which parents each refresh expands.
+
+UDTF calls are counted across Spark's Python workers: each call appends its parent's ``doc_id`` (or its
+partition's key) to a per-process file in a directory the function's closure captures.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError, UDFExecutionError
+from geneva_provider.core.store_layout import JobStore
+from tests.helpers import WIDTH, Chunk, _log_calls, clear_calls, counting_split, kill_session, read_calls
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = 10_000
+
+
+def doc_text(doc_id: int, salt: str = "") -> str:
+    """0..200 characters, so 0..20 chunks (some documents have none)."""
+    n = (doc_id * 7919) % 201
+    return ((salt + f"{doc_id:05d}" + "abcdefghij" * 21)[:n])
+
+
+def docs_table(ids: range | list[int]) -> pa.Table:
+    ids = list(ids)
+    return pa.table({"doc_id": pa.array(ids, pa.int64()), "text": [doc_text(i) for i in ids],
+                     "lang": [("en", "de", "fr", "es")[i % 4] for i in ids]})
+
+
+def chunks_of(text: str) -> list[tuple[str, int]]:
+    return [(text[i:i + WIDTH], i) for i in range(0, len(text), WIDTH)]
+
+
+def counting_embed(log_dir: str) -> gp.UDF:
+    @gp.udf(data_type=pa.int64(), name="embed")
+    def embed(doc_id: int, start: int) -> int:
+        _log_calls(log_dir, [doc_id * 1000 + start])
+        return doc_id * 1000 + start
+
+    return embed
+
+
+def view_rows(view: gp.Table) -> list[tuple]:
+    t = view.to_arrow(["doc_id", "chunk", "start", "__source_row_id", "__chunk_index"])
+    return sorted(zip(*(t.column(c).to_pylist() for c in t.column_names), strict=True))
+
+
+def expected_rows(docs: gp.Table) -> list[tuple]:
+    t = docs.dataset().to_table(columns=["doc_id", "text"], with_row_id=True).to_pylist()
+    return sorted((r["doc_id"], c, s, r["_rowid"], k) for r in t for k, (c, s) in enumerate(chunks_of(r["text"])))
+
+
+def _spark_jobs(spark) -> int:
+    return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId())
+
+
+def test_a_chunker_view_expands_only_new_and_changed_documents(db, spark, tmp_path):
+    split_calls, embed_calls = tmp_path / "split", tmp_path / "embed"
+    split_calls.mkdir()
+    embed_calls.mkdir()
+    docs = db.create_table("docs", docs_table(range(DOCS)), stable_row_ids=True, max_rows_per_file=1_000)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(split_calls)))
+    assert view.count_rows() == 0
+
+    # First refresh: every document expanded exactly once; documents without text give no chunk.
+    first = view.refresh(spark=spark, checkpoint_size=500)
+    calls = read_calls(split_calls)
+    assert sorted(calls) == list(range(DOCS))
+    assert first.rows_computed == DOCS
+    assert view_rows(view) == expected_rows(docs)
+    assert sum(1 for i in range(DOCS) if not doc_text(i)) > 0  # some documents have no chunk at all
+    assert max(len(chunks_of(doc_text(i))) for i in range(DOCS)) == 20
+    view.add_columns({"embedding": counting_embed(str(embed_calls))})
+    view.backfill("embedding", spark=spark)
+    assert len(read_calls(embed_calls)) == view.count_rows()
+
+    def step() -> tuple[list[int], list[int]]:
+        clear_calls(split_calls)
+        clear_calls(embed_calls)
+        view.refresh(spark=spark, checkpoint_size=500)
+        view.backfill("embedding", spark=spark)
+        return sorted(read_calls(split_calls)), sorted(read_calls(embed_calls))
+
+    # +10 % documents: only those are expanded, only their chunks embedded.
+    docs.add(docs_table(range(DOCS, DOCS + DOCS // 10)))
+    split_, embedded = step()
+    assert split_ == list(range(DOCS, DOCS + DOCS // 10))
+    assert embedded == sorted(d * 1000 + s for d in split_ for _, s in chunks_of(doc_text(d)))
+    assert view_rows(view) == expected_rows(docs)
+
+    # Delete 5 %: their chunks are gone, nothing is computed.
+    gone = [i for i in range(DOCS + DOCS // 10) if i % 20 == 0]
+    docs.delete("doc_id % 20 = 0")
+    assert step() == ([], [])
+    assert view.count_rows(f"doc_id IN ({','.join(map(str, gone))})") == 0
+    assert view_rows(view) == expected_rows(docs)
+
+    # Update 1 % of the texts: exactly those re-expanded, only their new chunks embedded.
+    changed = [i for i in range(DOCS + DOCS // 10) if i % 100 == 1]
+    docs.dataset().update({"text": "concat(text, 'UPDATED!')"}, where="doc_id % 100 = 1")
+    split_, embedded = step()
+    assert split_ == changed
+    assert embedded == sorted(d * 1000 + s for d in changed for _, s in chunks_of(doc_text(d) + "UPDATED!"))
+    assert view_rows(view) == expected_rows(docs)
+    emb = view.to_arrow(["doc_id", "start", "embedding"]).to_pylist()
+    assert all(r["embedding"] == r["doc_id"] * 1000 + r["start"] for r in emb)
+
+    # An update of a column the view does not read re-expands nothing.
+    docs.dataset().update({"lang": "'xx'"}, where="doc_id % 100 = 2")
+    assert step() == ([], [])
+
+    # Compaction of the source and of the view: nothing is computed.
+    docs.compact(spark=spark, target_rows_per_fragment=100_000)
+    view.compact(spark=spark, target_rows_per_fragment=100_000)
+    assert step() == ([], [])
+    assert view_rows(view) == expected_rows(docs)
+
+    # A refresh with nothing new starts no Spark job.
+    before = _spark_jobs(spark)
+    clear_calls(split_calls)
+    result = view.refresh(spark=spark)
+    assert result.rows_computed == 0 and read_calls(split_calls) == []
+    assert _spark_jobs(spark) == before
+    view.dataset().validate()
+    docs.dataset().validate()
+    # Every row traces back to its parent.
+    src = {r["_rowid"]: r["doc_id"] for r in docs.dataset().to_table(columns=["doc_id"], with_row_id=True).to_pylist()}
+    assert all(src[r["__source_row_id"]] == r["doc_id"]
+               for r in view.to_arrow(["doc_id", "__source_row_id"]).to_pylist())
+
+
+def test_a_chunker_view_is_a_table_like_any_other(db, spark, tmp_path):
+    """A materialized view over a chunk view, pinned source versions, the Lance table itself."""
+    docs = db.create_table("docs", docs_table(range(300)), stable_row_ids=True)
+    view = db.create_udtf_view("chunks", source=docs.search(None).where("lang = 'en'").select({"id": "doc_id",
+                                                                                              "text": "text"}),
+                               udtf=counting_split(str(tmp_path)))
+    v1 = docs.version
+    docs.add(docs_table(range(300, 400)))
+    view.refresh(spark=spark, src_version=v1)  # pinned: the rows appended later are not there
+    ids = set(view.to_arrow(["id"]).column("id").to_pylist())
+    assert ids == {i for i in range(300) if i % 4 == 0 and doc_text(i)}
+    view.refresh(spark=spark)
+    ids = set(view.to_arrow(["id"]).column("id").to_pylist())
+    assert ids == {i for i in range(400) if i % 4 == 0 and doc_text(i)}
+    long_chunks = db.create_materialized_view("long_chunks", view.search(None).where("start >= 100").select(
+        ["id", "chunk"]))
+    long_chunks.refresh(spark=spark)
+    assert long_chunks.count_rows() == view.count_rows("start >= 100")
+    assert isinstance(view.dataset().to_table(), pa.Table)
+
+
+def test_a_batch_udtf_reruns_only_the_partitions_whose_rows_changed(db, spark, tmp_path):
+    log_dir = str(tmp_path)
+    langs = ("en", "de", "fr", "es")
+
+    @gp.udtf(output_schema=pa.schema([("lang", pa.string()), ("docs", pa.int64()), ("chars", pa.int64())]),
+             partition_by="lang", input_columns=["lang", "text"])
+    def stats(batches):
+        t = pa.Table.from_batches(list(batches))
+        lang = t.column("lang")[0].as_py()
+        _log_calls(log_dir, [langs.index(lang)])
+        yield pa.RecordBatch.from_pylist([{"lang": lang, "docs": t.num_rows,
+                                           "chars": sum(len(x) for x in t.column("text").to_pylist())}])
+
+    docs = db.create_table("docs", docs_table(range(2_000)), stable_row_ids=True, max_rows_per_file=300)
+    view = db.create_udtf_view("lang_stats", source=docs, udtf=stats)
+
+    def expected() -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for r in docs.to_arrow(["lang", "text"]).to_pylist():
+            n, c = out.get(r["lang"], (0, 0))
+            out[r["lang"]] = (n + 1, c + len(r["text"]))
+        return out
+
+    def contents() -> dict[str, tuple[int, int]]:
+        rows = view.to_arrow(["lang", "docs", "chars"]).to_pylist()
+        assert len(rows) == len({r["lang"] for r in rows})
+        return {r["lang"]: (r["docs"], r["chars"]) for r in rows}
+
+    def refresh() -> list[str]:
+        clear_calls(log_dir)
+        view.refresh(spark=spark)
+        return sorted(langs[i] for i in read_calls(log_dir))
+
+    assert refresh() == sorted(langs)
+    assert contents() == expected()
+    docs.dataset().update({"text": "'changed'"}, where="doc_id = 5")  # 5 % 4 == 1: "de"
+    assert refresh() == ["de"]
+    assert contents() == expected()
+    docs.add(docs_table([2_002]))  # "fr"
+    assert refresh() == ["fr"]
+    assert contents() == expected()
+    docs.delete("lang = 'es'")
+    assert refresh() == []
+    assert contents() == expected() and "es" not in contents()
+    docs.compact(spark=spark, target_rows_per_fragment=100_000)
+    assert refresh() == []
+    before = _spark_jobs(spark)
+    assert refresh() == [] and _spark_jobs(spark) == before
+    view.dataset().validate()
+
+
+def test_an_unpartitioned_batch_udtf_runs_once_over_the_selection_and_is_skipped_while_its_source_is_unchanged(
+        db, spark, tmp_path):
+    log_dir = str(tmp_path)
+
+    @gp.udtf(output_schema=pa.schema([("doc_id", pa.int64()), ("words", pa.int64())]))
+    def pairs(table: pa.Table):
+        _log_calls(log_dir, [table.num_rows])
+        ids = table.column("doc_id").to_pylist()
+        return pa.table({"doc_id": [i for i in ids if i % 2], "words": [len(str(i)) for i in ids if i % 2]})
+
+    docs = db.create_table("docs", docs_table(range(100)), stable_row_ids=True)
+    view = db.create_udtf_view("odd", source=docs.search(None).where("doc_id < 50").select(["doc_id"]), udtf=pairs)
+    view.refresh(spark=spark)
+    assert read_calls(log_dir) == [50]
+    assert sorted(view.to_arrow(["doc_id"]).column("doc_id").to_pylist()) == list(range(1, 50, 2))
+    clear_calls(log_dir)
+    view.refresh(spark=spark)
+    assert read_calls(log_dir) == []
+    docs.delete("doc_id = 3")
+    view.refresh(spark=spark)
+    assert read_calls(log_dir) == [49]
+    assert sorted(view.to_arrow(["doc_id"]).column("doc_id").to_pylist()) == [i for i in range(1, 50, 2) if i != 3]
+
+
+def test_a_killed_chunker_refresh_resumes_with_the_parents_in_flight_and_lands_the_same_view(tmp_path, spark):
+    db = gp.connect(str(tmp_path / "db"))
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    n = 3_000
+    docs = db.create_table("docs", docs_table(range(n)), stable_row_ids=True, max_rows_per_file=500)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(calls), sleep=0.001))
+    script = textwrap.dedent(f"""
+        import geneva_provider as gp
+        from geneva_provider.stages import local_session
+        spark = local_session("local[1]", conf={{"spark.ui.showConsoleProgress": "false"}})
+        gp.connect({db.uri!r}).open_table("chunks").refresh(spark=spark, checkpoint_size=100)
+        print("FINISHED")
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(JobStore(view.checkpoint_store).batches("")) < 8:
+            assert proc.poll() is None, "the refresh finished before it was killed"
+            assert time.monotonic() < deadline, "the refresh never checkpointed"
+            time.sleep(0.005)
+    finally:
+        kill_session(proc.pid)
+        proc.wait(timeout=30)
+    assert "FINISHED" not in proc.stdout.read()
+    assert view.count_rows() == 0  # nothing committed
+    held = set()
+    for bk in JobStore(view.checkpoint_store).batches(""):
+        held.update(range(bk.start, bk.end))  # the parents' row ids (= doc_id: one fresh table)
+    clear_calls(calls)
+
+    result = view.refresh(spark=spark, checkpoint_size=100)
+
+    rerun = read_calls(calls)
+    assert len(rerun) == len(set(rerun)), "a parent was expanded twice in the rerun"
+    assert set(rerun) == set(range(n)) - held  # only what was in flight (or not started) is computed
+    assert result.rows_computed == n - len(held)
+    assert view_rows(view) == expected_rows(docs)
+    other = db.create_udtf_view("chunks_again", source=docs.search(None).select(["doc_id", "text"]),
+                                udtf=counting_split(str(calls)))
+    other.refresh(spark=spark)
+    assert view_rows(other) == view_rows(view)  # the same as an uninterrupted run
+    view.dataset().validate()
+
+
+# ---------------------------------------------------------------------- bad input
+def test_a_chunker_needs_rows_it_can_describe():
+    with pytest.raises(UDFDefinitionError, match=r"chunker 'count'.*not a generator"):
+        @gp.chunker(output_schema=pa.schema([("n", pa.int64())]))
+        def count(text: str) -> int:
+            return len(text)
+
+    with pytest.raises(UDFDefinitionError, match=r"chunker 'untyped'.*Iterator"):
+        @gp.chunker
+        def untyped(text: str):
+            yield {"n": 1}
+
+    with pytest.raises(UDFDefinitionError, match="reserved"):
+        gp.chunker(output_schema=pa.schema([("__x", pa.int64())]))(lambda text: iter([]))
+
+    @gp.scalar_udtf
+    def fine(text: str) -> Iterator[Chunk]:
+        yield Chunk(text, 0)
+
+    assert fine.output_schema == pa.schema([("chunk", pa.string()), ("start", pa.int64())])
+    assert list(fine("ab")) == [Chunk("ab", 0)]
+
+
+def test_a_chunker_yielding_rows_off_its_schema_fails_naming_the_column_and_the_row(db, spark):
+    @gp.chunker
+    def bad(doc_id: int, text: str) -> Iterator[Chunk]:
+        yield Chunk(text, "not a number" if doc_id == 7 else 0)
+
+    docs = db.create_table("docs", docs_table(range(20)), stable_row_ids=True)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id"]), udtf=bad)
+    version = view.version
+    with pytest.raises(UDFExecutionError, match=r"chunker 'bad'.*source row 7.*'start'"):
+        view.refresh(spark=spark)
+    assert view.version == version and view.count_rows() == 0
+    view.dataset().validate()
+
+    @gp.chunker
+    def single(text: str) -> list[Chunk]:
+        return "just a string"  # type: ignore[return-value]
+
+    other = db.create_udtf_view("single", source=docs.search(None).select(["doc_id"]), udtf=single)
+    with pytest.raises(UDFExecutionError, match=r"chunker 'single'.*source row 0.*must yield its rows"):
+        other.refresh(spark=spark)
+
+
+def test_bad_views_are_refused_before_anything_is_written(db, tmp_path):
+    docs = db.create_table("docs", docs_table(range(10)), stable_row_ids=True)
+    plain = db.create_table("plain", docs_table(range(10)), stable_row_ids=False)
+    split = counting_split(str(tmp_path))
+
+    @gp.udtf(output_schema=pa.schema([("n", pa.int64())]), partition_by="country")
+    def by_country(batches):
+        yield pa.RecordBatch.from_pylist([{"n": 1}])
+
+    with pytest.raises(ColumnError, match=r"UDTF 'by_country'.*partition_by column 'country'.*'docs'"):
+        db.create_udtf_view("by_country", source=docs, udtf=by_country)
+    with pytest.raises(InvalidArgumentError, match="table 'plain' already exists"):
+        db.create_udtf_view("plain", source=docs, udtf=split)
+    with pytest.raises(InvalidArgumentError, match="no stable row ids"):
+        db.create_udtf_view("c1", source=plain, udtf=split)
+    with pytest.raises(InvalidArgumentError, match="clash"):
+        db.create_udtf_view("c2", source=docs.search(None).select({"chunk": "text", "doc_id": "doc_id",
+                                                                    "text": "text"}), udtf=split)
+    with pytest.raises(InvalidArgumentError, match="limit"):
+        db.create_udtf_view("c3", source=docs.search(None).limit(3), udtf=split)
+    with pytest.raises(UDFDefinitionError, match="@chunker or @udtf"):
+        db.create_udtf_view("c4", source=docs, udtf=lambda text: [])
+
+    @gp.chunker
+    def reads_missing(title: str) -> Iterator[Chunk]:
+        yield Chunk(title, 0)
+
+    with pytest.raises(ColumnError, match=r"chunker 'reads_missing'.*input column 'title'"):
+        db.create_udtf_view("c5", source=docs, udtf=reads_missing)
+    assert sorted(db.table_names()) == ["docs", "plain"]
+
+
+def test_a_stateful_batch_chunker_is_built_once_per_worker(db, spark, tmp_path):
+    log_dir = str(tmp_path)
+
+    @gp.chunker(batch=True, output_schema=pa.schema([("piece", pa.string())]))
+    class Halves:
+        def __init__(self):
+            _log_calls(log_dir, [-1])
+
+        def __call__(self, text: pa.Array) -> pa.RecordBatch:
+            pieces, parents = [], []
+            for i, t in enumerate(text.to_pylist()):
+                for half in (t[: len(t) // 2], t[len(t) // 2:]) if t else ():
+                    pieces.append(half)
+                    parents.append(i)
+            return pa.RecordBatch.from_pydict({"piece": pieces, "__parent_index": parents})
+
+    docs = db.create_table("docs", docs_table(range(400)), stable_row_ids=True)
+    view = db.create_udtf_view("halves", source=docs.search(None).select(["doc_id"]), udtf=Halves)
+    view.refresh(spark=spark, checkpoint_size=50)
+    got = view.to_arrow(["doc_id", "piece", "__chunk_index"]).to_pylist()
+    want = sorted((i, h, k) for i in range(400) if doc_text(i)
+                  for k, h in enumerate((doc_text(i)[: len(doc_text(i)) // 2], doc_text(i)[len(doc_text(i)) // 2:])))
+    assert sorted((r["doc_id"], r["piece"], r["__chunk_index"]) for r in got) == want
+    per_process = [p.read_text().split().count("-1") for p in Path(log_dir).glob("*.log")]
+    assert per_process and all(n == 1 for n in per_process)  # once per worker process, not per batch
+
+
+def test_a_chunker_view_refreshes_over_spark_connect_stage_by_stage(db, connect_spark, tmp_path):
+    """The stages one by one, as the Airflow operators run them, on a Spark Connect server."""
+    from geneva_provider import stages
+
+    docs = db.create_table("docs", docs_table(range(500)), stable_row_ids=True, max_rows_per_file=100)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(tmp_path)))
+    summary = stages.plan_refresh(view.ref)
+    assert summary.kind == "udtf" and summary.rows_to_compute == 500 and not summary.nothing_to_do
+    applied = stages.run_apply(summary.plan_uri, connect_spark)
+    assert applied.udtf_calls == 500
+    written = stages.run_write_commit(summary.plan_uri, connect_spark)
+    assert written.rows_committed == len(expected_rows(docs))
+    again = stages.run_write_commit(summary.plan_uri, connect_spark)  # a retried stage commits nothing twice
+    assert again.version == written.version
+    stages.verify(summary)
+    assert view_rows(view) == expected_rows(docs)
+    assert sorted(read_calls(tmp_path)) == list(range(500))
+    jobs = db.list_jobs("chunks")
+    assert jobs[0].kind == "udtf" and jobs[0].status == "DONE"
