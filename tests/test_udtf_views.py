@@ -407,3 +407,24 @@ def test_a_chunker_view_refreshes_over_spark_connect_stage_by_stage(db, connect_
     assert sorted(read_calls(tmp_path)) == list(range(500))
     jobs = db.list_jobs("chunks")
     assert jobs[0].kind == "udtf" and jobs[0].status == "DONE"
+
+
+def test_checkpoint_clean_up_keeps_a_live_refresh_and_clears_a_finished_one(db, spark, tmp_path):
+    import datetime as dt
+
+    from geneva_provider import stages
+
+    docs = db.create_table("docs", docs_table(range(300)), stable_row_ids=True)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(tmp_path)))
+    summary = stages.plan_refresh(view.ref, {"checkpoint_size": 50})
+    stages.run_apply(summary.plan_uri, spark)
+    held = len(JobStore(view.checkpoint_store).batches(""))
+    assert held == 6
+    view.cleanup_checkpoints(older_than=dt.timedelta(0))  # the refresh is live: its checkpoints stay
+    assert len(JobStore(view.checkpoint_store).batches("")) == held
+    stages.run_write_commit(summary.plan_uri, spark)
+    stages.verify(summary)
+    assert view_rows(view) == expected_rows(docs)
+    view.cleanup_checkpoints(older_than=dt.timedelta(0))
+    assert JobStore(view.checkpoint_store).batches("") == []

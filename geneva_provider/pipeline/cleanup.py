@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, output_files
+from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import Action, JobStatus, Plan, StagedFiles, plan_from_json
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store_layout import (
@@ -34,6 +35,7 @@ from geneva_provider.core.store_layout import (
     parse_key,
 )
 from geneva_provider.core.udf import udf_column_info
+from geneva_provider.core.udtf_view_meta import is_udtf_view
 from geneva_provider.core.view_meta import view_info
 from geneva_provider.pipeline.job_records import plan_live, read_record, read_records
 from geneva_provider.pipeline.plan_backfill import backfill_prefix
@@ -86,6 +88,8 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
         if not finished and isinstance(plan, Plan):
             live.setdefault(plan.job_prefix, set()).update(
                 f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE))
+            if plan.kind == JobKind.UDTF:  # its checkpoints are numbered by part, not by fragment: all kept
+                live[plan.job_prefix].update(p.frag for t in plan.tasks for p in t.parts)
         if finished and created < now - older_than:
             stale_plans.add(job_id)
     for key, k in keys.items():
@@ -138,7 +142,8 @@ def _current_jobs(ds: Dataset, table: TableRef) -> dict[str, _Job]:
     jobs: dict[str, _Job] = {}
     names = ds.schema.names
     md = ds.schema.metadata or {}
-    if any((k.decode() if isinstance(k, bytes) else k).startswith("geneva::view::") for k in md):
+    if not is_udtf_view(md) and any((k.decode() if isinstance(k, bytes) else k).startswith("geneva::view::")
+                                    for k in md):
         info = view_info(md, table.name)
         outputs = info.query.output_columns()
         if all(c in names for c in outputs):
