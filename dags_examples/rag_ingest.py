@@ -5,7 +5,8 @@ first run, together with the chunk view ``doc_chunks`` of ``geneva_provider.exam
 refreshes the view -- only the documents added since the last refresh are chunked -- and
 backfills the ``embedding`` column of ``geneva_provider.examples:embed_chunk`` on the view, which
 computes exactly the chunks that lack it.  The ingest emits the ``docs`` Asset, the refresh the
-``doc_chunks`` Asset, the backfill the ``doc_chunks`` Asset again (with the column in its extra).
+``doc_chunks`` Asset and the backfill the ``doc_chunks/embedding`` Asset (a search-index DAG would
+be scheduled on the last).
 
 Run: ``airflow dags test geneva_rag_ingest`` (``-c '{"docs": 500}'`` for a bigger batch).
 Connections: ``lance_default`` (host = database directory or URI) and ``spark_default``.

@@ -248,6 +248,9 @@ def rag_chunks_got(view) -> tuple[list[tuple[int, int, str]], dict[tuple[int, in
 
 @pytest.mark.slow
 def test_rag_ingest_chunks_and_embeds_only_new_documents(dagbag, lance_db, capfd):
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
     from geneva_provider.examples import hashed_embedding, split_text
 
     rag = dagbag.get_dag("geneva_rag_ingest")
@@ -264,6 +267,11 @@ def test_rag_ingest_chunks_and_embeds_only_new_documents(dagbag, lance_db, capfd
         assert embeddings[doc_id, start] == pytest.approx(hashed_embedding(chunk))
     assert tis["refresh_chunks.apply"].xcom_pull(task_ids="refresh_chunks.apply")["status"] == "success"
     first_chunks = len(wanted)
+    with create_session() as session:  # docs ingested, the view refreshed, its embedding column computed
+        emitted = {(e.asset.uri, e.source_task_id) for e in session.query(AssetEvent) if e.source_run_id == dr.run_id}
+    assert emitted == {("lance://lance_default/docs", "ingest"),
+                       ("lance://lance_default/doc_chunks", "refresh_chunks.verify"),
+                       ("lance://lance_default/doc_chunks/embedding", "embed_chunks.verify")}, emitted
     assert tis["embed_chunks.plan"].xcom_pull(task_ids="embed_chunks.plan")["rows_to_compute"] == first_chunks
     assert tis["embed_chunks.apply"].xcom_pull(task_ids="embed_chunks.apply")["rows_computed"] == first_chunks
     before = dict(embeddings)
