@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -30,3 +35,49 @@ def sample(n: int, start: int = 0) -> pa.Table:
     ids = pa.array(range(start, start + n), pa.int64())
     text = [" ".join(WORDS[(i + k) % len(WORDS)] for k in range(1 + i % 5)) for i in range(start, start + n)]
     return pa.table({"id": ids, "x": ids, "text": text})
+
+
+# ---------------------------------------------------------------------- the RAG ingest example
+CHUNK_CHARS = 120   # a chunk is at most this many characters ...
+CHUNK_STRIDE = 100  # ... and starts this many after the previous one (20 characters of overlap)
+EMBEDDING_DIM = 8
+
+
+def documents(n: int, start: int = 0) -> pa.Table:
+    """``n`` deterministic documents ``doc_id`` = start .. start+n-1, of 1 to about 400 characters."""
+    ids = range(start, start + n)
+    text = [" ".join(f"{WORDS[(i * 7 + k) % len(WORDS)]}{(i + k) % 13}" for k in range(1 + (i * 37) % 50))
+            for i in ids]
+    return pa.table({"doc_id": pa.array(ids, pa.int64()), "text": text})
+
+
+@dataclass
+class Chunk:
+    chunk: str
+    start: int
+
+
+def split_text(text: str) -> list[Chunk]:
+    """Overlapping windows of ``text``: the chunker's logic, callable in plain Python."""
+    if not text:
+        return []
+    overlap = CHUNK_CHARS - CHUNK_STRIDE
+    return [Chunk(text[i:i + CHUNK_CHARS], i) for i in range(0, max(len(text) - overlap, 1), CHUNK_STRIDE)]
+
+
+@gp.chunker
+def chunk_text(text: str) -> Iterator[Chunk]:
+    """A chunker: one document in, its overlapping chunks out (a view row each)."""
+    yield from split_text(text)
+
+
+def hashed_embedding(text: str) -> list[float]:
+    """A deterministic stand-in for an embedding model: EMBEDDING_DIM floats in [-1, 1) from a hash of text."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return [v / 32768.0 for v in struct.unpack(f"<{EMBEDDING_DIM}h", digest[:2 * EMBEDDING_DIM])]
+
+
+@gp.udf(data_type=pa.list_(pa.float32(), EMBEDDING_DIM))
+def embed_chunk(chunk: str) -> list[float]:
+    """A scalar UDF on the chunk view: the chunk's 'embedding' (no model download)."""
+    return hashed_embedding(chunk)

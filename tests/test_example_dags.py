@@ -228,3 +228,69 @@ def test_maintenance_compacts_on_spark_without_recompute(dagbag, lance_db, tmp_p
     # Nothing left to compact: the Spark task is skipped.
     dr, states, _, _ = run(dagbag.get_dag("geneva_maintenance"), run_conf={"target_rows_per_fragment": 5_000})
     assert dr.state == "success" and states["compact"] == "skipped", states
+
+
+def rag_chunks_wanted(docs) -> list[tuple[int, int, str]]:
+    """(doc_id, start, chunk) of every chunk of ``docs``, by the chunker's logic in plain Python."""
+    from geneva_provider.examples import split_text
+
+    got = docs.to_arrow(["doc_id", "text"]).to_pydict()
+    return sorted((d, c.start, c.chunk) for d, t in zip(got["doc_id"], got["text"], strict=True)
+                  for c in split_text(t))
+
+
+def rag_chunks_got(view) -> tuple[list[tuple[int, int, str]], dict[tuple[int, int], list[float] | None]]:
+    got = view.to_arrow(["doc_id", "start", "chunk", "text", "embedding"]).to_pylist()
+    assert all(r["text"] for r in got)  # the parent's text is carried beside each chunk
+    return (sorted((r["doc_id"], r["start"], r["chunk"]) for r in got),
+            {(r["doc_id"], r["start"]): r["embedding"] for r in got})
+
+
+@pytest.mark.slow
+def test_rag_ingest_chunks_and_embeds_only_new_documents(dagbag, lance_db, capfd):
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    from geneva_provider.examples import hashed_embedding, split_text
+
+    rag = dagbag.get_dag("geneva_rag_ingest")
+    dr, states, tis, first_s = run(rag, run_conf={"docs": 120})
+    assert dr.state == "success", states
+    assert set(states.values()) == {"success"}, states
+    docs, view = lance_db.open_table("docs"), lance_db.open_table("doc_chunks")
+    assert docs.dataset().has_stable_row_ids and docs.count_rows() == 120
+    wanted = rag_chunks_wanted(docs)
+    chunks, embeddings = rag_chunks_got(view)
+    assert chunks == wanted and len(wanted) > 120  # documents of several chunks
+    assert {len(split_text(t)) for t in docs.to_arrow(["text"]).column("text").to_pylist()} >= {1, 2, 3, 4}
+    for doc_id, start, chunk in chunks:
+        assert embeddings[doc_id, start] == pytest.approx(hashed_embedding(chunk))
+    assert tis["refresh_chunks.apply"].xcom_pull(task_ids="refresh_chunks.apply")["status"] == "success"
+    first_chunks = len(wanted)
+    with create_session() as session:  # docs ingested, the view refreshed, its embedding column computed
+        emitted = {(e.asset.uri, e.source_task_id) for e in session.query(AssetEvent) if e.source_run_id == dr.run_id}
+    assert emitted == {("lance://lance_default/docs", "ingest"),
+                       ("lance://lance_default/doc_chunks", "refresh_chunks.verify"),
+                       ("lance://lance_default/doc_chunks/embedding", "embed_chunks.verify")}, emitted
+    assert tis["embed_chunks.plan"].xcom_pull(task_ids="embed_chunks.plan")["rows_to_compute"] == first_chunks
+    assert tis["embed_chunks.apply"].xcom_pull(task_ids="embed_chunks.apply")["rows_computed"] == first_chunks
+    before = dict(embeddings)
+
+    # A second batch: only the new documents are chunked, only their chunks embedded.
+    dr, states, tis, second_s = run(rag, run_conf={"docs": 30})
+    assert dr.state == "success", states
+    assert docs.count_rows() == 150
+    wanted = rag_chunks_wanted(docs)
+    chunks, embeddings = rag_chunks_got(view)
+    assert chunks == wanted
+    new = [c for c in wanted if c[0] >= 120]
+    assert new and len(wanted) == first_chunks + len(new)
+    for doc_id, start, chunk in chunks:
+        assert embeddings[doc_id, start] == pytest.approx(hashed_embedding(chunk))
+    assert {k: v for k, v in embeddings.items() if k[0] < 120} == before  # the old chunks left as they were
+    assert tis["embed_chunks.plan"].xcom_pull(task_ids="embed_chunks.plan")["rows_to_compute"] == len(new)
+    assert tis["embed_chunks.apply"].xcom_pull(task_ids="embed_chunks.apply")["rows_computed"] == len(new)
+    view.dataset().validate()
+    assert_no_secret_leaked(capfd)
+    with capfd.disabled():
+        print(f"\nRAG ingest DAG: first run {first_s:.1f}s, second run {second_s:.1f}s")

@@ -78,7 +78,7 @@ class AirflowStack:
         self.lake = root / "lake"
         for d in (self.home, self.dags, self.logs, self.component_logs):
             d.mkdir(parents=True)
-        for src in (ROOT / "dags_examples" / "backfill_after_ingest.py",
+        for src in (ROOT / "dags_examples" / "backfill_after_ingest.py", ROOT / "dags_examples" / "rag_ingest.py",
                     ROOT / "tests" / "dags" / "geneva_test_sensor.py"):
             shutil.copy(src, self.dags / src.name)
         self.port = free_port()
@@ -388,7 +388,7 @@ def test_the_scheduler_runs_the_backfill_after_ingest_by_itself(stack: AirflowSt
     import geneva_provider as gp
     from geneva_provider.examples import sample
 
-    wanted = {"geneva_ingest_events", "geneva_backfill_after_ingest", "geneva_test_sensor"}
+    wanted = {"geneva_ingest_events", "geneva_backfill_after_ingest", "geneva_test_sensor", "geneva_rag_ingest"}
 
     def parsed() -> set[str] | None:
         dags = {d["dag_id"]: d for d in stack.get("/dags", params={"limit": 100})["dags"]}
@@ -477,3 +477,27 @@ def test_a_deferrable_sensor_waits_in_the_triggerer(stack: AirflowStack) -> None
     assert "Trigger fired event" in trigger_log.read_text(errors="replace"), trigger_log.read_text()
     assert_no_secret_in_logs(stack)
 
+
+
+@with_logs
+def test_the_scheduler_runs_the_rag_ingest(stack: AirflowStack) -> None:
+    """One run of the RAG DAG: documents appended, chunked by the chunker view's refresh, chunks embedded."""
+    import geneva_provider as gp
+    from geneva_provider.examples import hashed_embedding, split_text
+
+    t0 = time.monotonic()
+    run_id = stack.trigger("geneva_rag_ingest", {"docs": 40})
+    states = stack.wait_for_run("geneva_rag_ingest", run_id, timeout=400)
+    assert set(states.values()) == {"success"} and len(states) == 10, states
+    db = gp.connect(str(stack.lake))
+    docs = db.open_table("docs").to_arrow(["doc_id", "text"]).to_pydict()
+    wanted = sorted((d, c.start, c.chunk) for d, t in zip(docs["doc_id"], docs["text"], strict=True)
+                    for c in split_text(t))
+    view = db.open_table("doc_chunks")
+    got = view.to_arrow(["doc_id", "start", "chunk", "embedding"]).to_pylist()
+    assert sorted(docs["doc_id"]) == list(range(40))
+    assert sorted((r["doc_id"], r["start"], r["chunk"]) for r in got) == wanted
+    assert all(r["embedding"] == pytest.approx(hashed_embedding(r["chunk"])) for r in got)
+    view.dataset().validate()
+    assert_no_secret_in_logs(stack)
+    print(f"\nRAG ingest run {time.monotonic() - t0:.0f}s ({len(wanted)} chunks of 40 documents)")
