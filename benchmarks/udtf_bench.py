@@ -162,6 +162,10 @@ def row(label: str, docs: int, t: Timing, calls: int, chunk_rows: int) -> None:
     print("  " + " | ".join(line), flush=True)
 
 
+def stages(res: gp.BackfillResult) -> None:
+    print("    stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in res.seconds.items()), flush=True)
+
+
 def print_table() -> None:
     widths = [max(len(r[i]) for r in [HEADER, *ROWS]) for i in range(len(HEADER))]
     print("\n" + "=" * 100)
@@ -217,6 +221,7 @@ def main() -> None:
         print("\n[first refresh]", flush=True)
         res, t = timed(lambda: view.refresh(spark=spark))
         row("view: first refresh", n, t, res.rows_computed, view.count_rows())
+        stages(res)
         (ref_docs, ref_rows), t = timed(lambda: reference_job(spark, docs.uri, ref_uri))
         row("reference PySpark job", n, t, ref_docs, ref_rows)
         check(view, ref_uri, n)
@@ -225,6 +230,7 @@ def main() -> None:
         docs.add(docs_table(n, extra))
         res, t = timed(lambda: view.refresh(spark=spark))
         row("view: incremental refresh", n + extra, t, res.rows_computed, view.count_rows())
+        stages(res)
         (ref_docs, ref_rows), t = timed(lambda: reference_job(spark, docs.uri, ref_uri))
         row("reference PySpark job (all again)", n + extra, t, ref_docs, ref_rows)
         check(view, ref_uri, n + extra)
@@ -232,6 +238,7 @@ def main() -> None:
         print("\n[nothing changed]", flush=True)
         res, t = timed(lambda: view.refresh(spark=spark))
         row("view: no-op refresh", n + extra, t, res.rows_computed, view.count_rows())
+        stages(res)
         view.dataset().validate()
         print("result check: the view's chunks equal the reference's after each run: OK")
         print_table()
