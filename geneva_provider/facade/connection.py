@@ -136,8 +136,9 @@ class Connection:
         """Records of the backfills, refreshes and compactions run on this database's tables, newest first.
 
         ``table``, ``status`` (PENDING, RUNNING, DONE, FAILED, ABANDONED) and ``kind`` (backfill, refresh,
-        compaction) narrow the list.  A PENDING or RUNNING job whose process stopped heartbeating
-        (killed) is listed ABANDONED, with the stage and counts it had reached.
+        compaction, udtf: a chunker or batch-UDTF view refresh) narrow the list.  A PENDING or RUNNING job
+        whose process stopped heartbeating (killed) is listed ABANDONED, with the stage and counts it had
+        reached.
         """
         from geneva_provider.core.models import JobStatus
         from geneva_provider.pipeline.job_records import read_records
@@ -146,7 +147,7 @@ class Connection:
             raise InvalidArgumentError(f"list_jobs: status must be one of {list(JobStatus.__members__)}, got "
                                        f"{status!r}")
         if kind is not None and kind not in list(JobKind):
-            raise InvalidArgumentError(f"list_jobs: kind must be backfill, refresh or compaction, got {kind!r}")
+            raise InvalidArgumentError(f"list_jobs: kind must be one of {[str(k) for k in JobKind]}, got {kind!r}")
         names = [table] if table is not None else self.table_names()
         records = [r for name in names for r in read_records(self.catalog.ref(name).checkpoint_store())]
         records = [r for r in records if (status is None or r.status == status) and (kind is None or r.kind == kind)]

@@ -118,7 +118,7 @@ def plan_udtf_refresh(
         expand, delete = (np.zeros(0, np.int64),) * 2 if unchanged else _chunker_changes(ds, src, source, state, seed)
         work.delete_parents = id_runs(delete)
         size = options.initial_checkpoint_size()
-        tasks = _cut(id_runs(expand), size, parallelism)
+        tasks = _cut(id_runs(expand), size, parallelism, f"{ds.version}:{src.version}")
         rows, label = len(expand), f"{len(expand):,} parents to expand, {len(delete):,} whose rows go"
     else:
         tasks, rows = [], 0
@@ -141,14 +141,17 @@ def plan_udtf_refresh(
                      f"view '{view.name}' of {fn.label} from source version {src.version} ({label})", airflow_run_id)
 
 
-def _cut(runs: list[tuple[int, int]], size: int, parallelism: int) -> list[Task]:
+def _cut(runs: list[tuple[int, int]], size: int, parallelism: int, versions: str) -> list[Task]:
     """Runs of parent ids cut into checkpoints of ``size`` parents, dealt into about 2 tasks per core.
 
-    The cut depends on the ids alone, so a rerun of the same refresh finds the checkpoints it left.
+    A checkpoint is named by its parents' ids and ``versions`` (the view's and the source's), so a rerun
+    of the same refresh (same versions: nothing committed since) finds the checkpoints it left, while a
+    later refresh of the same parents -- updated again, or skipped by the error policy -- never takes an
+    earlier refresh's rows.
     """
     ids = positions_of(runs)
     chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
-    parts = [TaskPart(frag=k, ranges=id_runs(c), src_key=md5_hex(json.dumps(id_runs(c))))
+    parts = [TaskPart(frag=k, ranges=id_runs(c), src_key=md5_hex(f"{versions}:{json.dumps(id_runs(c))}"))
              for k, c in enumerate(chunks)]
     n_tasks = max(1, min(len(parts), 2 * parallelism))
     per = -(-len(parts) // n_tasks) if parts else 0
