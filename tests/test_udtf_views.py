@@ -6,6 +6,7 @@ partition's key) to a per-process file in a directory the function's closure cap
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -428,3 +429,54 @@ def test_checkpoint_clean_up_keeps_a_live_refresh_and_clears_a_finished_one(db, 
     assert view_rows(view) == expected_rows(docs)
     view.cleanup_checkpoints(older_than=dt.timedelta(0))
     assert JobStore(view.checkpoint_store).batches("") == []
+
+
+def test_a_skipped_parent_is_expanded_again_by_the_next_refresh_and_skip_limits_hold(db, spark, tmp_path):
+    flag = tmp_path / "failing"
+    flag.touch()
+    log_dir = str(tmp_path)
+
+    @gp.chunker(on_error=gp.skip_on_error(max_rows=2))
+    def fragile(doc_id: int, text: str) -> Iterator[Chunk]:
+        if doc_id % 50 == 7 and os.path.exists(flag):
+            raise ValueError(f"cannot split document {doc_id}")
+        _log_calls(log_dir, [doc_id])
+        yield Chunk(text[:WIDTH], 0)
+
+    docs = db.create_table("docs", docs_table(range(1, 101)), stable_row_ids=True)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id"]), udtf=fragile)
+    result = view.refresh(spark=spark)
+    assert result.rows_failed == 2
+    assert sorted(view.to_arrow(["doc_id"]).column("doc_id").to_pylist()) == [i for i in range(1, 101)
+                                                                               if i % 50 != 7]
+    errors = view.get_errors().to_pylist()
+    assert sorted(e["row_address"] for e in errors) == [6, 56]  # the parents' source row ids (doc_id - 1)
+    assert all("cannot split document" in e["message"] for e in errors)
+    flag.unlink()
+    clear_calls(log_dir)
+    view.refresh(spark=spark)
+    assert sorted(read_calls(log_dir)) == [7, 57]  # only the skipped parents
+    assert sorted(view.to_arrow(["doc_id"]).column("doc_id").to_pylist()) == list(range(1, 101))
+
+    flag.touch()
+    docs.add(docs_table(range(101, 301)))  # 107, 157, 207, 257 fail: over max_rows=2
+    version = view.version
+    with pytest.raises(UDFExecutionError, match="more than its skip policy allows"):
+        view.refresh(spark=spark)
+    assert view.version == version
+    view.dataset().validate()
+
+
+def test_a_gpu_chunker_on_a_session_without_gpus_fails_fast_and_changes_nothing(db, spark):
+    @gp.chunker(num_gpus=1)
+    def on_gpu(text: str) -> Iterator[Chunk]:
+        yield Chunk(text, 0)
+
+    docs = db.create_table("docs", docs_table(range(50)), stable_row_ids=True)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id"]), udtf=on_gpu)
+    version = view.version
+    t0 = time.monotonic()
+    with pytest.raises(gp.ResourceUnavailableError, match="on_gpu"):
+        view.refresh(spark=spark)
+    assert time.monotonic() - t0 < 15
+    assert view.version == version and view.count_rows() == 0

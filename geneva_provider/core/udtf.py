@@ -122,7 +122,16 @@ class UDTF:
         return table, np.asarray(parents, np.int64)
 
     def _rows_to_table(self, out: list[Any], parents: list[int]) -> pa.Table:
+        """The yielded rows as a table of the output schema; UDFCallError naming the first bad row's column."""
         names = self.output_schema.names
+        columns = _columns_of(out, names)
+        if columns is not None:  # rows of one dataclass / NamedTuple type: column by column, no dict per row
+            try:
+                return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, self.output_schema,
+                                                                                      strict=True)],
+                                            schema=self.output_schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+                pass  # the row by row path below names the row and the column
         records = []
         for k, row in enumerate(out):
             try:
@@ -258,6 +267,21 @@ def _call_rows(fn: Callable[..., Any], args: tuple[Any, ...], label: str) -> lis
 
 def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(obj, "_fields")
+
+
+def _columns_of(rows: list[Any], names: list[str]) -> list[list[Any]] | None:
+    """The rows' values column by column when all are of one dataclass or NamedTuple type with exactly the
+    schema's fields; None otherwise (dicts, mixed types: converted row by row)."""
+    if not rows:
+        return [[] for _ in names]
+    kind = type(rows[0])
+    if any(type(r) is not kind for r in rows):
+        return None
+    if issubclass(kind, tuple) and list(getattr(kind, "_fields", ())) == names:
+        return [list(c) for c in zip(*rows, strict=True)]
+    if dataclasses.is_dataclass(kind) and [f.name for f in dataclasses.fields(kind)] == names:
+        return [[getattr(r, n) for r in rows] for n in names]
+    return None
 
 
 def _as_record(row: Any, names: list[str]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, in
 from geneva_provider.pipeline.job_records import job_stage, update_record
 from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
 from geneva_provider.pipeline.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
+from geneva_provider.pipeline.skip_limits import check_skip_limits
 from geneva_provider.pipeline.task_resources import resource_profile
 from geneva_provider.pipeline.udtf_stages import run_udtf_apply
 from geneva_provider.pipeline.worker_deaths import (
@@ -388,7 +389,7 @@ def _apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_opti
     if errors:
         raise UDFExecutionError(errors[0].message + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else "")
                                 + (f"; the failed rows are in the error store (job {plan.job_id})" if failures else ""))
-    _check_skip_limits(plan, failed)
+    check_skip_limits(plan, failed)
     return counts
 
 
@@ -417,18 +418,3 @@ class _ApplyProgress:
         elapsed = time.perf_counter() - self.t0
         return (f"apply {self.plan.job_id} ({self.plan.label()}): {done:,} of {self.plan.rows_to_compute:,} rows "
                 f"checkpointed, {new / elapsed if elapsed else 0:,.0f} rows/s")
-
-
-def _check_skip_limits(plan: Plan, failed: int) -> None:
-    """Fails the job when the UDF skipped more rows than its policy allows (the values stay checkpointed)."""
-    over = []
-    if plan.max_failed_rows is not None and failed > plan.max_failed_rows:
-        over.append(f"max_rows={plan.max_failed_rows}")
-    # The fraction is of the table's rows, so a rerun that only retries the failed rows is held to
-    # the same bar as the run that failed on them.
-    if plan.max_failed_fraction is not None and failed > plan.max_failed_fraction * plan.rows_total:
-        over.append(f"max_fraction={plan.max_failed_fraction} of the table's {plan.rows_total} rows")
-    if over:
-        raise UDFExecutionError(
-            f"{plan.label()}: the UDF failed on {failed} rows, more than its skip policy allows ({', '.join(over)}); "
-            f"the failed rows are in the error store (job {plan.job_id}); nothing was committed")

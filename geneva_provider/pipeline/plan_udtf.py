@@ -132,6 +132,7 @@ def plan_udtf_refresh(
         read_version=ds.version, output_field_ids=[], column_uid=seed,
         data_storage_version=str(ds.data_storage_version), job_prefix=prefix, rows_total=src.count_rows(),
         resource_asks=[ResourceAsk(udf=fn.name, column=view.name, resources=fn.resources)] if fn.resources else [],
+        max_failed_rows=fn.on_error.skip_limits[0], max_failed_fraction=fn.on_error.skip_limits[1],
         udtf=work)
     if not tasks and not work.deletes and state.base_version != src.version:
         # Nothing to expand or delete at this version: the view now matches it (the next refresh starts here).
@@ -141,8 +142,16 @@ def plan_udtf_refresh(
                      f"view '{view.name}' of {fn.label} from source version {src.version} ({label})", airflow_run_id)
 
 
+PIECES = 16               # a refresh is cut into at least this many checkpoints (when it has the parents) ...
+MIN_CHECKPOINT_PARENTS = 100  # ... of at least this many parents: a small refresh still spreads over the cores
+
+
 def _cut(runs: list[tuple[int, int]], size: int, parallelism: int, versions: str) -> list[Task]:
-    """Runs of parent ids cut into checkpoints of ``size`` parents, dealt into about 2 tasks per core.
+    """Runs of parent ids cut into checkpoints of at most ``size`` parents, dealt into about 2 tasks per core.
+
+    Checkpoints are made small enough that the parents make ``PIECES`` of them, so a small refresh
+    still runs on every core; the cut depends on the parents and the options, never on the cluster, so
+    a rerun on another cluster still finds what the killed run checkpointed.
 
     A checkpoint is named by its parents' ids and ``versions`` (the view's and the source's), so a rerun
     of the same refresh (same versions: nothing committed since) finds the checkpoints it left, while a
@@ -150,6 +159,7 @@ def _cut(runs: list[tuple[int, int]], size: int, parallelism: int, versions: str
     earlier refresh's rows.
     """
     ids = positions_of(runs)
+    size = max(1, min(size, max(MIN_CHECKPOINT_PARENTS, -(-len(ids) // PIECES))))
     chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
     parts = [TaskPart(frag=k, ranges=id_runs(c), src_key=md5_hex(f"{versions}:{json.dumps(id_runs(c))}"))
              for k, c in enumerate(chunks)]

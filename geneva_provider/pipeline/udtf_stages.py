@@ -57,6 +57,7 @@ from geneva_provider.pipeline.commit import CommitPolicy, is_retryable_conflict
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import update_record
 from geneva_provider.pipeline.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
+from geneva_provider.pipeline.skip_limits import check_skip_limits
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset, SparkSession
@@ -207,9 +208,10 @@ def run_udtf_apply(plan: Plan, store: CheckpointStore, spark: SparkSession, stor
     t0 = time.perf_counter()
     ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if tasks else storage_options)
     spans: list[tuple[float, float]] = []
+    progress = _ExpandProgress(plan, store)
     results = run_tasks(spark, tasks, partial(_expand_partition, ctx), description=f"geneva expand {plan.table}",
-                        concurrency=plan.settings.concurrency, tag=job_tag(plan.job_id), profile=profile,
-                        spans=spans) if tasks else []
+                        concurrency=plan.settings.concurrency, progress=progress, tag=job_tag(plan.job_id),
+                        profile=profile, spans=spans) if tasks else []
     calls = sum(r["calls"] for r in results)
     failures = [RowError.model_validate_json(f) for r in results for f in r["failures"]]
     errors = [TaskError.model_validate_json(r["error"]) for r in results if r["error"]]
@@ -229,7 +231,27 @@ def run_udtf_apply(plan: Plan, store: CheckpointStore, spark: SparkSession, stor
     if errors:
         raise UDFExecutionError(errors[0].message + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else ""))
     update_record(store, plan.job_id, rows_checkpointed=plan.rows_to_compute, rows_failed=failed)
+    check_skip_limits(plan, failed)
     return result
+
+
+class _ExpandProgress:
+    """Parents expanded so far (from the checkpoints in the store), for the log and the job's record."""
+
+    def __init__(self, plan: Plan, store: CheckpointStore) -> None:
+        self.plan, self.store, self.t0 = plan, store, time.perf_counter()
+        self.parts = {(part_prefix(plan.job_prefix, p), p.frag): p.rows for t in plan.tasks for p in t.parts}
+        self.before = self._done()
+
+    def _done(self) -> int:
+        return sum(self.parts.get(key, 0) for key in held_keys(self.store, self.plan.job_prefix))
+
+    def __call__(self) -> str:
+        done = self._done()
+        update_record(self.store, self.plan.job_id, rows_checkpointed=done)
+        elapsed = time.perf_counter() - self.t0
+        return (f"apply {self.plan.job_id} ({self.plan.label()}): {done:,} of {self.plan.rows_to_compute:,} source "
+                f"rows expanded, {(done - self.before) / elapsed if elapsed else 0:,.0f} rows/s")
 
 
 def _chunker(plan: Plan) -> bool:
