@@ -480,3 +480,32 @@ def test_a_gpu_chunker_on_a_session_without_gpus_fails_fast_and_changes_nothing(
         view.refresh(spark=spark)
     assert time.monotonic() - t0 < 15
     assert view.version == version and view.count_rows() == 0
+
+
+def test_partial_commits_land_group_by_group_and_a_retried_write_commits_nothing_twice(db, spark, tmp_path):
+    from geneva_provider import stages
+    from geneva_provider.core.store_layout import AppendedKey, CommittedKey
+
+    docs = db.create_table("docs", docs_table(range(500)), stable_row_ids=True)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(tmp_path)))
+    view.refresh(spark=spark)
+    docs.dataset().update({"text": "concat(text, '!')"}, where="doc_id < 250")
+    summary = stages.plan_refresh(view.ref, {"checkpoint_size": 100, "commit_granularity": 1})
+    assert summary.tasks >= 1 and summary.rows_to_compute == 250
+    stages.run_apply(summary.plan_uri, spark)
+    v0 = view.version
+    stages.run_write_commit(summary.plan_uri, spark)
+    updates = [t for t in view.dataset().get_transactions(view.version - v0) if t is not None
+               and type(t.operation).__name__ == "Update"]
+    assert len(updates) == 3  # 250 parents in checkpoints of 100: three commits, each replacing its parents' rows
+    assert view_rows(view) == expected_rows(docs)
+    # A retried stage whose record of what it committed was lost still commits nothing twice.
+    store = view.checkpoint_store
+    store.delete(CommittedKey(summary.job_id).key())
+    record = store.get_text(AppendedKey(summary.job_id).key())
+    store.delete(AppendedKey(summary.job_id).key())
+    assert '"committed":[0,1,2]' in record.replace(" ", "")
+    stages.run_write_commit(summary.plan_uri, spark)
+    assert view_rows(view) == expected_rows(docs)
+    view.dataset().validate()

@@ -389,12 +389,19 @@ class WriteResult(_Model):
     seconds: float
 
 
-class AppendedFragments(_Model):
-    """The fragments a UDTF view refresh wrote (Lance ``FragmentMetadata`` JSON), recorded before the commit."""
+class GroupFragments(_Model):
+    """The fragments a UDTF refresh wrote for one commit (Lance ``FragmentMetadata`` JSON)."""
 
     fragments: list[str]
     rows: int
     pending: list[int] = Field(default_factory=list)  # parents whose expansion the error policy skipped
+
+
+class AppendedFragments(_Model):
+    """What a UDTF view refresh wrote, by commit group, each recorded before its commit; and which landed."""
+
+    groups: dict[int, GroupFragments] = Field(default_factory=dict)
+    committed: list[int] = Field(default_factory=list)
 
 
 class CommitRecord(_Model):

@@ -31,6 +31,7 @@ from geneva_provider.core.models import (
     AppendedFragments,
     ApplyResult,
     CommitRecord,
+    GroupFragments,
     Plan,
     RowError,
     Task,
@@ -286,102 +287,137 @@ def _write_group(ctx: StageContext, groups: Iterable[list[str]]) -> Iterator[dic
 
 def run_udtf_write_commit(plan: Plan, store: CheckpointStore, spark: SparkSession,
                           storage_options: dict[str, str] | None) -> WriteResult:
-    """Writes the expanded rows as new fragments, then commits them with the deletions, atomically."""
+    """Writes the expanded rows as new fragments and commits them with the rows they replace deleted.
+
+    One atomic commit by default; with ``commit_granularity=N``, one commit per N checkpoints (each
+    deleting the old rows of its own parents), so a killed write keeps what it committed.
+    """
     jobs = JobStore(store)
     done = jobs.committed(plan.job_id)
     if done is not None:
         log.info("write %s: committed by an earlier attempt at version %d", plan.job_id, done.result.version)
         return done.result
     t0 = time.perf_counter()
-    appended = jobs.appended(plan.job_id)
-    if appended is None:
-        held = held_keys(store, plan.job_prefix)
-        keys, missing = [], []
-        for task in plan.tasks:
-            for p in task.parts:
-                key = held.get((part_prefix(plan.job_prefix, p), p.frag))
-                (keys.append(key) if key is not None else missing.append(p))
-        if missing:
-            raise CheckpointMissingError(
-                f"write+commit of job {plan.job_id} ({plan.label()}): the apply stage has not finished: {len(missing)} "
-                f"of {sum(len(t.parts) for t in plan.tasks)} parts have no checkpoint (first: source rows "
-                f"{missing[0].ranges[0][0]}..{missing[0].ranges[-1][1] - 1}); run the apply stage first. Nothing was "
-                "written or committed")
-        slots = max(1, min(len(keys), plan.settings.parallelism))
-        groups = [keys[i::slots] for i in range(slots)] if keys else []
-        ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if groups else storage_options)
-        written = run_tasks(spark, groups, partial(_write_group, ctx), description=f"geneva write {plan.table}",
-                            tag=job_tag(plan.job_id)) if groups else []
-        appended = AppendedFragments(fragments=[f for r in written for f in r["fragments"]],
-                                     rows=sum(r["rows"] for r in written),
-                                     pending=sorted(i for r in written for i in r["pending"]))
-        jobs.put_appended(plan.job_id, appended)  # before the commit: a retry commits these, never writes again
-    version, deleted, retries = _commit(plan, appended, storage_options)
-    result = WriteResult(job_id=plan.job_id, version=version, fragments_committed=len(appended.fragments),
-                         rows_committed=appended.rows, fragments_vanished=[], commit_retries=retries,
-                         seconds=round(time.perf_counter() - t0, 3))
+    held = held_keys(store, plan.job_prefix)
+    parts = [p for t in plan.tasks for p in t.parts]
+    missing = [p for p in parts if (part_prefix(plan.job_prefix, p), p.frag) not in held]
+    if missing:
+        raise CheckpointMissingError(
+            f"write+commit of job {plan.job_id} ({plan.label()}): the apply stage has not finished: {len(missing)} "
+            f"of {len(parts)} parts have no checkpoint (first: source rows {missing[0].ranges[0][0]}.."
+            f"{missing[0].ranges[-1][1] - 1}); run the apply stage first. Nothing was written or committed")
+    size = plan.settings.commit_granularity or max(len(parts), 1)
+    groups = [parts[i:i + size] for i in range(0, len(parts), size)] or [[]]
+    record = jobs.appended(plan.job_id) or AppendedFragments()
+    work = _work(plan)
+    ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if parts else storage_options)
+    version, deleted, retries = plan.read_version, 0, 0
+    for g, group in enumerate(groups):
+        if g in record.committed:
+            continue
+        if g not in record.groups:
+            keys = [held[(part_prefix(plan.job_prefix, p), p.frag)] for p in group]
+            slots = max(1, min(len(keys), plan.settings.parallelism))
+            written = run_tasks(spark, [keys[i::slots] for i in range(slots)], partial(_write_group, ctx),
+                                description=f"geneva write {plan.table}", tag=job_tag(plan.job_id)) if keys else []
+            record.groups[g] = GroupFragments(fragments=[f for r in written for f in r["fragments"]],
+                                              rows=sum(r["rows"] for r in written),
+                                              pending=sorted(i for r in written for i in r["pending"]))
+            jobs.put_appended(plan.job_id, record)  # before the commit: a retry commits these, never writes again
+        last = g == len(groups) - 1
+        version, n, tries = _commit(plan, record.groups[g], _replaced(work, group, parts if last else None),
+                                    f"{_message(plan)} commit {g + 1}/{len(groups)}", storage_options)
+        deleted, retries = deleted + n, retries + tries
+        record.committed.append(g)
+        jobs.put_appended(plan.job_id, record)
+        if len(groups) > 1:
+            log.info("write %s: commit %d of %d: version %d, %d rows added, %d deleted", plan.job_id, g + 1,
+                     len(groups), version, record.groups[g].rows, n)
+    pending = sorted(i for grp in record.groups.values() for i in grp.pending)
+    ds = _open(plan.table_uri, storage_options)
+    ds.update_schema_metadata(refreshed_metadata(work.source_version, pending, work.partition_state))
+    rows = sum(grp.rows for grp in record.groups.values())
+    fragments = sum(len(grp.fragments) for grp in record.groups.values())
+    result = WriteResult(job_id=plan.job_id, version=_open(plan.table_uri, storage_options).version,
+                         fragments_committed=fragments, rows_committed=rows, fragments_vanished=[],
+                         commit_retries=retries, seconds=round(time.perf_counter() - t0, 3))
     jobs.put_committed(plan.job_id, CommitRecord(result=result))
     update_record(store, plan.job_id, rows_committed=plan.rows_to_compute)
     log.info("write %s: view '%s' version %d: %d rows added in %d fragments, %d rows deleted, %d parents left to "
-             "expand again", plan.job_id, plan.table, version, appended.rows, len(appended.fragments), deleted,
-             len(appended.pending))
+             "expand again", plan.job_id, plan.table, result.version, rows, fragments, deleted, len(pending))
     return result
+
+
+def _open(uri: str, storage_options: dict[str, str] | None) -> Dataset:
+    import lance
+
+    return lance.dataset(uri, storage_options=storage_options)
 
 
 def _message(plan: Plan) -> str:
     return f"geneva udtf refresh {plan.job_id}"
 
 
-def _landed(ds: Dataset, plan: Plan) -> bool:
-    """True when the job's commit is among the view's versions since the plan read it."""
+def _landed(ds: Dataset, plan: Plan, message: str) -> bool:
+    """True when the commit ``message`` names is among the view's versions since the plan read it."""
     if ds.version <= plan.read_version:
         return False
-    message = _message(plan)
     return any(t is not None and (t.transaction_properties or {}).get("__lance_commit_message") == message
                for t in ds.get_transactions(ds.version - plan.read_version))
 
 
-def _commit(plan: Plan, appended: AppendedFragments, storage_options: dict[str, str] | None
-            ) -> tuple[int, int, int]:
-    """One Update: the new fragments, and the rows of deleted or re-expanded parents removed; then the
-    view's metadata (the source version it now holds).  Returns (version, rows deleted, retries)."""
+def _replaced(work: UdtfWork, group: list[TaskPart], every: list[TaskPart] | None) -> tuple[str, np.ndarray]:
+    """The rows a commit deletes: (column, values) -- the old rows of the group's own parents (or
+    partitions); the last commit (``every`` given) also those of parents no part expands again."""
+    if work.partition_state is not None:  # a batch UDTF: by partition
+        column, doomed = PARTITION, np.asarray(work.delete_partitions, np.int64)  # keys are below 2**63
+        mine = np.asarray([work.partitions[p.frag][0] for p in group], np.int64)
+        others = np.asarray([work.partitions[p.frag][0] for p in every or []], np.int64)
+    else:
+        column, doomed = SOURCE_ROW_ID, positions_of(work.delete_parents)
+        mine = positions_of([r for p in group for r in p.ranges])
+        others = positions_of([r for p in every or [] for r in p.ranges])
+    if every is None:
+        return column, doomed[np.isin(doomed, mine)]
+    return column, doomed[np.isin(doomed, mine) | ~np.isin(doomed, others)]
+
+
+def _commit(plan: Plan, group: GroupFragments, replaced: tuple[str, np.ndarray], message: str,
+            storage_options: dict[str, str] | None) -> tuple[int, int, int]:
+    """One Update: the group's new fragments, and the rows they replace deleted.  Returns (version, rows
+    deleted, retries); a commit that already landed (a retried stage) is not made again."""
     import lance
 
-    work = _work(plan)
-    new = [lance.fragment.FragmentMetadata.from_json(f) for f in appended.fragments]
+    new = [lance.fragment.FragmentMetadata.from_json(f) for f in group.fragments]
     policy = CommitPolicy.of(plan.settings)
     state = {"retries": -1, "deleted": 0}
-    ds = lance.dataset(plan.table_uri, storage_options=storage_options)
+    ds = _open(plan.table_uri, storage_options)
     for attempt in policy.retrying(is_retryable_conflict):
         with attempt:
             state["retries"] += 1
-            ds = lance.dataset(plan.table_uri, storage_options=storage_options)
-            if _landed(ds, plan):
+            ds = _open(plan.table_uri, storage_options)
+            if _landed(ds, plan, message):
                 break
-            updated, removed, state["deleted"] = _deletions(ds, work)
+            updated, removed, state["deleted"] = _deletions(ds, *replaced)
             if not (new or updated or removed):
                 break
             ds = lance.LanceDataset.commit(
                 plan.table_uri, lance.LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
                                                             new_fragments=new),
-                read_version=ds.version, storage_options=storage_options, commit_message=_message(plan))
-    ds.update_schema_metadata(refreshed_metadata(work.source_version, appended.pending, work.partition_state))
-    return lance.dataset(plan.table_uri, storage_options=storage_options).version, state["deleted"], max(
-        state["retries"], 0)
+                read_version=ds.version, storage_options=storage_options, commit_message=message)
+    return ds.version, state["deleted"], max(state["retries"], 0)
 
 
-def _deletions(ds: Dataset, work: UdtfWork) -> tuple[list[Any], list[int], int]:
-    """The fragments that lose rows (with their deletion files) and those that lose all of them."""
-    if work.delete_parents:
-        column, values = SOURCE_ROW_ID, positions_of(work.delete_parents)
-    elif work.delete_partitions:
-        column, values = PARTITION, np.asarray(work.delete_partitions, np.uint64)
-    else:
+def _deletions(ds: Dataset, column: str, values: np.ndarray) -> tuple[list[Any], list[int], int]:
+    """The fragments that lose rows whose ``column`` is in ``values`` (with their deletion files), and those
+    that lose all of them; and how many rows go."""
+    if not len(values):
         return [], [], 0
     t = ds.to_table(columns=[column], with_row_address=True)
-    hit = np.isin(t.column(column).to_numpy(), values)
+    have = t.column(column).to_numpy(zero_copy_only=False)
+    hit = np.isin(have, values.astype(have.dtype))  # one integer type: no float rounding of 64-bit keys
     addrs = t.column("_rowaddr").to_numpy()[hit]
-    found = t.column(column).to_numpy()[hit]
+    found = have[hit]
     updated, removed = [], []
     for fid in np.unique(addrs >> np.uint64(32)).tolist():
         mine = np.unique(found[(addrs >> np.uint64(32)) == fid])
