@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import geneva_provider as gp
+from geneva_provider.core.store_layout import JobStore
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _log_calls(log_dir: str, xs: list[int]) -> None:
@@ -66,6 +71,26 @@ def _session_pids(sid: int) -> list[int]:
         if state != "Z":
             pids.append(int(entry))
     return pids
+
+
+def run_and_kill_after_checkpoints(script: str, store, checkpoints: int, env: dict[str, str] | None = None
+                                   ) -> list[str]:
+    """Runs ``script`` in a process group of its own, SIGKILLs it once ``checkpoints`` range checkpoints exist,
+    and returns what it printed (it must not have finished)."""
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(JobStore(store).batches("")) < checkpoints:
+            assert proc.poll() is None, "the process ended before it could be killed"
+            assert time.monotonic() < deadline, "no checkpoints appeared"
+            time.sleep(0.05)
+    finally:
+        kill_session(proc.pid)
+        proc.wait(timeout=30)
+    out = proc.stdout.read().splitlines()
+    assert "FINISHED" not in out
+    return out
 
 
 def clear_calls(log_dir: str | Path) -> None:

@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
-import time
-from pathlib import Path
 
 from geneva_provider.core.checkpoint import ROWADDR
 from geneva_provider.core.store_layout import JobStore
-from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
+from tests.helpers import clear_calls, counting_double, events_table, read_calls, run_and_kill_after_checkpoints
 
-ROOT = Path(__file__).resolve().parents[1]
 ROWS_PER_FRAGMENT = 10_000
-
-
-def run_and_kill_after_checkpoints(script: str, store, checkpoints: int, env: dict[str, str] | None = None
-                                   ) -> list[str]:
-    """Runs ``script`` in a process group of its own, SIGKILLs it once ``checkpoints`` range checkpoints exist,
-    and returns what it printed (it must not have finished)."""
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while len(JobStore(store).batches("")) < checkpoints:
-            assert proc.poll() is None, "the process ended before it could be killed"
-            assert time.monotonic() < deadline, "no checkpoints appeared"
-            time.sleep(0.05)
-    finally:
-        kill_session(proc.pid)
-        proc.wait(timeout=30)
-    out = proc.stdout.read().splitlines()
-    assert "FINISHED" not in out
-    return out
 
 
 def _checkpointed_rows(store, rows_per_fragment: int = ROWS_PER_FRAGMENT) -> set[int]:

@@ -7,8 +7,6 @@ partition's key) to a per-process file in a directory the function's closure cap
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -20,9 +18,16 @@ import pytest
 import geneva_provider as gp
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError, UDFExecutionError
 from geneva_provider.core.store_layout import JobStore
-from tests.helpers import WIDTH, Chunk, _log_calls, clear_calls, counting_split, kill_session, read_calls
+from tests.helpers import (
+    WIDTH,
+    Chunk,
+    _log_calls,
+    clear_calls,
+    counting_split,
+    read_calls,
+    run_and_kill_after_checkpoints,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = 10_000
 
 
@@ -252,18 +257,7 @@ def test_a_killed_chunker_refresh_resumes_with_the_parents_in_flight_and_lands_t
         gp.connect({db.uri!r}).open_table("chunks").refresh(spark=spark, checkpoint_size=100)
         print("FINISHED")
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while len(JobStore(view.checkpoint_store).batches("")) < 8:
-            assert proc.poll() is None, "the refresh finished before it was killed"
-            assert time.monotonic() < deadline, "the refresh never checkpointed"
-            time.sleep(0.005)
-    finally:
-        kill_session(proc.pid)
-        proc.wait(timeout=30)
-    assert "FINISHED" not in proc.stdout.read()
+    run_and_kill_after_checkpoints(script, view.checkpoint_store, 8)
     assert view.count_rows() == 0  # nothing committed
     held = set()
     for bk in JobStore(view.checkpoint_store).batches(""):

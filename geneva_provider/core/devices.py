@@ -10,6 +10,9 @@ read the same task's addresses as the task's own thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 
 def task_gpus() -> list[str]:
     """The GPU addresses Spark assigned to the running task (``["0"]``); ``[]`` outside a GPU task or Spark."""
@@ -28,3 +31,19 @@ def task_device() -> str:
     """``"cuda:<address>"`` of the task's first GPU (the torch device to put a model on); ``"cpu"`` without one."""
     gpus = task_gpus()
     return f"cuda:{gpus[0]}" if gpus else "cpu"
+
+
+def device_instance(func: Callable[..., Any] | type, stateful: bool, instances: dict[tuple[str, ...], Any]
+                    ) -> Callable[..., Any]:
+    """The function to call: ``func`` itself, or this process's instance of a stateful class for the task's GPUs.
+
+    A stateful UDF (or UDTF) is instantiated once per process (per worker) and device, then reused: a
+    reused worker serves tasks given different GPUs, and a model loaded on one must not serve another.
+    """
+    if not stateful:
+        return func
+    device = tuple(task_gpus())
+    if device not in instances:
+        instances[device] = func()
+    instance: Callable[..., Any] = instances[device]
+    return instance

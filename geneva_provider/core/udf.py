@@ -89,16 +89,10 @@ class UDF:
         return self._callable()(*args, **kwargs)
 
     def _callable(self) -> Callable[..., Any]:
-        # A stateful UDF is instantiated once per process (per worker) and device, then reused: a reused
-        # worker serves tasks given different GPUs, and a model loaded on one must not serve another.
-        if not self.stateful:
-            return self.func
-        from geneva_provider.core.devices import task_gpus
+        """The function, or this worker's instance of a stateful class (one per process and GPU set)."""
+        from geneva_provider.core.devices import device_instance
 
-        device = tuple(task_gpus())
-        if device not in self._instances:
-            self._instances[device] = self.func()
-        return self._instances[device]
+        return device_instance(self.func, self.stateful, self._instances)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str],

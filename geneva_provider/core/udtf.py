@@ -70,14 +70,9 @@ class UDTF:
 
     def _callable(self) -> Callable[..., Any]:
         """The function, or this worker's instance of a stateful class (one per process and GPU set)."""
-        if not self.stateful:
-            return self.func
-        from geneva_provider.core.devices import task_gpus
+        from geneva_provider.core.devices import device_instance
 
-        device = tuple(task_gpus())
-        if device not in self._instances:
-            self._instances[device] = self.func()
-        return self._instances[device]
+        return device_instance(self.func, self.stateful, self._instances)
 
     @property
     def label(self) -> str:
@@ -399,6 +394,16 @@ def _input_list(input_columns: Any, label: str) -> list[str] | None:
 
 
 # ---------------------------------------------------------------------- decorators
+def _signature(f: Any, decorator: str) -> tuple[bool, Callable[..., Any], list[inspect.Parameter]]:
+    """Whether ``f`` is a stateful class, what is called, and its positional parameters (without self)."""
+    stateful = inspect.isclass(f)
+    target = f.__call__ if stateful else f
+    if not callable(target):
+        raise UDFDefinitionError(f"{decorator} needs a function or a class with __call__, got {f!r}")
+    params = [p for p in inspect.signature(target).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return stateful, target, params[1:] if stateful and params else params
+
 def chunker(
     func: Callable[..., Any] | type | None = None,
     *,
@@ -430,14 +435,7 @@ def chunker(
         label = f"chunker '{name or getattr(f, '__name__', 'chunker')}'"
         _check_name(name, "name", label)
         _check_name(version, "version", label)
-        stateful = inspect.isclass(f)
-        target = f.__call__ if stateful else f  # type: ignore[operator]
-        if not callable(target):
-            raise UDFDefinitionError(f"@chunker needs a function or a class with __call__, got {f!r}")
-        params = [p for p in inspect.signature(target).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if stateful and params:
-            params = params[1:]
+        stateful, target, params = _signature(f, "@chunker")
         inputs = _input_list(input_columns, label) or [p.name for p in params]
         if len(inputs) != len(params):
             raise UDFDefinitionError(f"{label} takes {len(params)} parameters but input_columns names "
@@ -507,14 +505,7 @@ def udtf(
         if output_schema is None:
             raise UDFDefinitionError(f"{label}: a batch UDTF declares its output columns with output_schema=")
         schema = _check_schema(output_schema, label)
-        stateful = inspect.isclass(f)
-        target = f.__call__ if stateful else f  # type: ignore[operator]
-        if not callable(target):
-            raise UDFDefinitionError(f"@udtf needs a function or a class with __call__, got {f!r}")
-        params = [p for p in inspect.signature(target).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if stateful and params:
-            params = params[1:]
+        stateful, _, params = _signature(f, "@udtf")
         if len(params) != 1:
             raise UDFDefinitionError(f"{label} must take exactly one parameter (the partition's batches), "
                                      f"takes {len(params)}")
