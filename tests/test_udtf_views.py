@@ -126,6 +126,11 @@ def test_a_chunker_view_expands_only_new_and_changed_documents(db, spark, tmp_pa
     docs.dataset().update({"lang": "'xx'"}, where="doc_id % 100 = 2")
     assert step() == ([], [])
 
+    # A UDF column backfilled on the source (Lance counts it as an update of every row): nothing is expanded.
+    docs.add_columns({"text_len": gp.udf(lambda text: len(text), data_type=pa.int64(), name="text_len")})
+    docs.backfill("text_len", spark=spark)
+    assert step() == ([], [])
+
     # Compaction of the source and of the view: nothing is computed.
     docs.compact(spark=spark, target_rows_per_fragment=100_000)
     view.compact(spark=spark, target_rows_per_fragment=100_000)
@@ -503,3 +508,24 @@ def test_partial_commits_land_group_by_group_and_a_retried_write_commits_nothing
     stages.run_write_commit(summary.plan_uri, spark)
     assert view_rows(view) == expected_rows(docs)
     view.dataset().validate()
+
+
+def test_two_refreshes_planned_at_once_commit_once(db, spark, tmp_path):
+    from geneva_provider import stages
+
+    docs = db.create_table("docs", docs_table(range(400)), stable_row_ids=True)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(tmp_path)), max_rows_per_fragment=500)
+    first = stages.plan_refresh(view.ref)
+    second = stages.plan_refresh(view.ref)
+    for summary in (first, second):
+        stages.run_apply(summary.plan_uri, spark)
+    stages.run_write_commit(first.plan_uri, spark)
+    version = view.version
+    with pytest.raises(gp.CommitError, match=rf"job\(s\) \['{first.job_id}'\] refreshed the view"):
+        stages.run_write_commit(second.plan_uri, spark)
+    assert view.version == version
+    assert view_rows(view) == expected_rows(docs)
+    assert max(f.count_rows() for f in view.dataset().get_fragments()) <= 500  # the view's own fragment size
+    clear_calls(tmp_path)
+    assert view.refresh(spark=spark).rows_computed == 0 and read_calls(tmp_path) == []

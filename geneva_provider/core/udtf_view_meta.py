@@ -47,6 +47,7 @@ class UdtfViewSpec(BaseModel):
     version: str                   # ... and version
     input_columns: list[str]       # source columns the UDTF reads
     partition_by: str | None = None
+    max_rows_per_fragment: int | None = None  # of the fragments a refresh appends (its option overrides it)
 
     def read_columns(self) -> list[str]:
         """Every source column the view reads: carried ones, the UDTF's inputs, the partition key."""

@@ -29,6 +29,7 @@ from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import row_fingerprints
+from geneva_provider.core.fragments import column_field_ids, files_holding
 from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, Task, TaskPart, UdtfWork
 from geneva_provider.core.options import RefreshOptions, check_count
@@ -112,7 +113,8 @@ def plan_udtf_refresh(
     seed = udtf_seed(state)
     parallelism = parallelism or os.cpu_count() or 1
     work = UdtfWork(source_uri=source.uri, source_version=src.version, base_version=state.base_version,
-                    read_columns=spec.read_columns(), max_rows_per_fragment=options.max_rows_per_fragment)
+                    read_columns=spec.read_columns(),
+                    max_rows_per_fragment=options.max_rows_per_fragment or spec.max_rows_per_fragment)
     unchanged = state.refreshed and src.version == state.base_version and not state.pending
     if spec.kind is UDTFKind.CHUNKER:
         expand, delete = (np.zeros(0, np.int64),) * 2 if unchanged else _chunker_changes(ds, src, source, state, seed)
@@ -200,9 +202,12 @@ def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfV
             delete = have[~np.isin(have, expand)]
     else:
         expand = _ids(src, spec.where, f"_row_created_at_version > {base}")
-        updated = _ids(src, None, f"_row_created_at_version <= {base} AND _row_last_updated_at_version > {base}")
+        touched = src.to_table(columns=[], with_row_id=True, with_row_address=True, filter=(
+            f"_row_created_at_version <= {base} AND _row_last_updated_at_version > {base}"))
+        updated = touched.column("_rowid").to_numpy().astype(np.int64)
         if len(updated):
-            changed, selected = _changed(src, source, view, state, updated, cols, seed)
+            frags = (touched.column("_rowaddr").to_numpy() >> np.uint64(32)).astype(np.int64)
+            changed, selected = _changed(src, source, view, state, updated, frags, cols, seed)
             delete = np.union1d(delete, changed)
             expand = np.union1d(expand, changed[np.isin(changed, selected)])
         if not only_appends(src, base):  # deletes (or a changed filter match): parents no longer selected
@@ -228,35 +233,48 @@ def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfV
 
 
 def _changed(src: Dataset, source: TableRef, view: Dataset, state: UdtfViewState, updated: np.ndarray,
-             cols: list[str], seed: str) -> tuple[np.ndarray, np.ndarray]:
-    """Of the rows updated since the view's base version: those whose inputs or filter match changed, and
-    which of them the filter selects now.
+             frags: np.ndarray, cols: list[str], seed: str) -> tuple[np.ndarray, np.ndarray]:
+    """Of the rows updated since the view's base version (``frags``: the fragment each lives in now): those
+    whose inputs or filter match changed, and which of them the filter selects now.
 
-    Compared with the rows as they were at the base version; when that version was cleaned up, with the
-    fingerprints the view's rows keep (a parent without rows is then expanded again).
+    Compared with the rows as they were at the base version -- except rows whose fragment still holds its
+    read columns in the very files it did then (another column was backfilled or replaced: Lance counts
+    that as an update of every row of the fragment), whose inputs cannot have changed.  When the base
+    version was cleaned up, compared with the fingerprints the view's rows keep (a parent without rows is
+    then expanded again).
     """
-    spec = state.spec
-    where = spec.where
+    where = state.spec.where
     selected = _ids(src, where, f"_row_last_updated_at_version > {state.base_version}") if where else updated
-    fp_now = _fingerprints(src, updated, cols, seed)
     try:
         old = source.dataset(state.base_version)
     except (ValueError, OSError):
         old = None
-    if old is not None:
-        fp_then = _fingerprints(old, updated, cols, seed)
-        differs = fp_now != fp_then
-        if where:
-            then = _ids(old, where)
-            differs |= np.isin(updated, selected) != np.isin(updated, then)
+    if old is None:
+        log.warning("view '%s': source version %d is gone; comparing updated rows with the fingerprints the view "
+                    "keeps (updated parents without rows are expanded again)", view.uri, state.base_version)
+        fp_now = _fingerprints(src, updated, cols, seed)
+        held = _children(view)
+        stored = dict(zip(held.column(SOURCE_ROW_ID).to_numpy().tolist(),
+                          held.column(SOURCE_FP).to_numpy(zero_copy_only=False).tolist(), strict=True))
+        differs = np.array([stored.get(int(i)) != int(f) for i, f in zip(updated, fp_now, strict=True)], bool)
         return updated[differs], selected
-    log.warning("view '%s': source version %d is gone; comparing updated rows with the fingerprints the view "
-                "keeps (updated parents without rows are expanded again)", view.uri, state.base_version)
-    held = _children(view)
-    stored = dict(zip(held.column(SOURCE_ROW_ID).to_numpy().tolist(),
-                      held.column(SOURCE_FP).to_numpy(zero_copy_only=False).tolist(), strict=True))
-    differs = np.array([stored.get(int(i)) != int(f) for i, f in zip(updated, fp_now, strict=True)], bool)
+    same = np.isin(frags, _fragments_with_same_inputs(src, old, cols))
+    differs = np.zeros(len(updated), bool)
+    check = updated[~same]
+    differs[~same] = _fingerprints(src, check, cols, seed) != _fingerprints(old, check, cols, seed)
+    if where:
+        differs |= np.isin(updated, selected) != np.isin(updated, _ids(old, where))
     return updated[differs], selected
+
+
+def _fragments_with_same_inputs(src: Dataset, old: Dataset, cols: list[str]) -> list[int]:
+    """Fragments holding ``cols`` in the same data files (and with the same rows) now as at ``old``."""
+    def inputs(ds: Dataset) -> dict[int, tuple[list[str], int]]:
+        ids = sorted({i for c in cols for i in column_field_ids(ds, c)})
+        return {f.fragment_id: (files_holding(f.metadata, ids), f.metadata.physical_rows) for f in ds.get_fragments()}
+
+    then = inputs(old)
+    return [fid for fid, files in inputs(src).items() if then.get(fid) == files]
 
 
 def _partition_changes(view: Dataset, src: Dataset, state: UdtfViewState, seed: str, work: UdtfWork

@@ -23,7 +23,12 @@ import pyarrow.compute as pc
 
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.error_store import ErrorStore
-from geneva_provider.core.errors import CheckpointMissingError, UDFExecutionError, VerificationError
+from geneva_provider.core.errors import (
+    CheckpointMissingError,
+    ConcurrentOverwriteError,
+    UDFExecutionError,
+    VerificationError,
+)
 from geneva_provider.core.fingerprints import row_fingerprints
 from geneva_provider.core.fragments import fragment_of
 from geneva_provider.core.kinds import RowOutcome
@@ -354,16 +359,34 @@ def _open(uri: str, storage_options: dict[str, str] | None) -> Dataset:
     return lance.dataset(uri, storage_options=storage_options)
 
 
+_MESSAGE = "geneva udtf refresh "  # a UDTF refresh's commit message: this and the job's id
+
+
 def _message(plan: Plan) -> str:
-    return f"geneva udtf refresh {plan.job_id}"
+    return f"{_MESSAGE}{plan.job_id}"
 
 
 def _landed(ds: Dataset, plan: Plan, message: str) -> bool:
-    """True when the commit ``message`` names is among the view's versions since the plan read it."""
+    """True when the commit ``message`` names is among the view's versions since the plan read it.
+
+    Raises ConcurrentOverwriteError when another refresh of the view committed since: this plan's rows
+    were planned against the view before it, and committing them would expand some parents twice.
+    """
     if ds.version <= plan.read_version:
         return False
-    return any(t is not None and (t.transaction_properties or {}).get("__lance_commit_message") == message
-               for t in ds.get_transactions(ds.version - plan.read_version))
+    mine, others = _message(plan), set()
+    landed = False
+    for t in ds.get_transactions(ds.version - plan.read_version):
+        text = (t.transaction_properties or {}).get("__lance_commit_message", "") if t is not None else ""
+        landed = landed or text == message
+        if text.startswith(_MESSAGE) and not text.startswith(mine):
+            others.add(text.removeprefix(_MESSAGE).split()[0])
+    if others and not landed:
+        raise ConcurrentOverwriteError(
+            f"{plan.label()}: job(s) {sorted(others)} refreshed the view while job {plan.job_id} ran, so its rows "
+            "would repeat theirs; nothing of this job was committed: refresh again (a new plan takes what they "
+            "committed into account)")
+    return landed
 
 
 def _replaced(work: UdtfWork, group: list[TaskPart], every: list[TaskPart] | None) -> tuple[str, np.ndarray]:

@@ -75,7 +75,7 @@ def create_udtf_view(catalog: Catalog, name: str, source: TableRef, query: ViewQ
                                    "(.select([...])) or rename them (.select({'new_name': 'column'}))")
     spec = UdtfViewSpec(kind=fn.kind, base_table=source.name, base_table_db_uri=catalog.uri, where=query.where,
                         columns=carried, udtf=fn.name, version=fn.version, input_columns=inputs,
-                        partition_by=fn.partition_by)
+                        partition_by=fn.partition_by, max_rows_per_fragment=max_rows_per_fragment)
     fields = [pa.field(out, src.schema.field(col).type, nullable=True) for out, col in carried.items()]
     schema = pa.schema([*fields, *fn.output_schema, *spec.reserved_fields()],
                        metadata=udtf_view_metadata(spec, fn.pickled_b64()))
