@@ -286,6 +286,34 @@ def test_a_view_refresh_runs_its_gpu_udf_column_one_task_per_gpu(db, gpu_spark, 
     assert _values(view) == [(x, 2 * x) for x in range(ROWS)]
 
 
+def test_a_gpu_chunker_view_runs_one_task_per_gpu(db, gpu_spark, tmp_path):
+    log_dir = str(tmp_path / "calls")
+    os.mkdir(log_dir)
+
+    @gp.chunker(output_schema={"y": int}, num_gpus=1)
+    def gpu_split(x: int):
+        start = time.time()
+        gpus = gp.task_gpus()
+        time.sleep(SLEEP)
+        record = {"pid": os.getpid(), "gpus": gpus, "start": start, "end": time.time(), "x": x}
+        Path(log_dir, uuid.uuid4().hex).write_text(json.dumps(record))
+        yield from ({"y": x * 10 + k} for k in range(x % 3))
+
+    src = db.create_table("src", events_table(ROWS))
+    view = db.create_udtf_view("gpu_chunks", src.search(None).select(["x"]), udtf=gpu_split)
+    view.refresh(spark=gpu_spark, checkpoint_size=1)
+
+    calls = _calls(log_dir)
+    assert len(calls) == ROWS and all(len(c["gpus"]) == 1 for c in calls)
+    assert _most_at_once(calls) <= 2
+    for a in calls:  # chunker calls running at the same time never share a GPU
+        for b in calls:
+            if a is not b and a["start"] < b["end"] and b["start"] < a["end"]:
+                assert a["gpus"] != b["gpus"], (a, b)
+    got = sorted(view.to_arrow(["x", "y"]).to_pylist(), key=lambda r: r["y"])
+    assert got == [{"x": x, "y": x * 10 + k} for x in range(ROWS) for k in range(x % 3)]
+
+
 _CLASSIC_GPU_SESSION = """
 import json, os, sys, time
 import pyarrow as pa

@@ -529,3 +529,19 @@ def test_two_refreshes_planned_at_once_commit_once(db, spark, tmp_path):
     assert max(f.count_rows() for f in view.dataset().get_fragments()) <= 500  # the view's own fragment size
     clear_calls(tmp_path)
     assert view.refresh(spark=spark).rows_computed == 0 and read_calls(tmp_path) == []
+
+
+def test_a_udtf_version_follows_what_it_computes_like_a_udf():
+    def made(width: int) -> gp.UDTF:
+        @gp.chunker
+        def split(text: str) -> Iterator[Chunk]:
+            for i in range(0, len(text), width):
+                yield Chunk(text[i:i + width], i)
+
+        return split
+
+    assert made(10).version == made(10).version  # the same code and closure
+    assert made(10).version != made(20).version  # another closure value: another UDTF
+    resourced = gp.chunker(num_gpus=1, on_error=gp.skip_on_error())(made(10).func)
+    assert resourced.version == made(10).version  # resources and policies do not change what it computes
+    assert gp.chunker(version="v2")(made(10).func).version == "v2"
