@@ -545,3 +545,17 @@ def test_a_udtf_version_follows_what_it_computes_like_a_udf():
     resourced = gp.chunker(num_gpus=1, on_error=gp.skip_on_error())(made(10).func)
     assert resourced.version == made(10).version  # resources and policies do not change what it computes
     assert gp.chunker(version="v2")(made(10).func).version == "v2"
+
+
+def test_parent_fingerprints_tell_values_apart_and_are_stable():
+    from geneva_provider.core.fingerprints import digest_fingerprints
+
+    text = pa.array(["a", "", None, "a" * 5000, "ab"])
+    ids = pa.array([1, 1, 1, 1, 2], pa.int64())
+    fp = digest_fingerprints([text, ids], "seed", 5).to_pylist()
+    assert len(set(fp)) == 5  # "" and NULL differ; so does a long text
+    assert digest_fingerprints([text, ids], "seed", 5).to_pylist() == fp
+    assert digest_fingerprints([text, ids], "other", 5).to_pylist() != fp
+    # Column boundaries count: ("a", "b") is not ("ab", "").
+    assert digest_fingerprints([pa.array(["a"]), pa.array(["b"])], "s", 1) != digest_fingerprints(
+        [pa.array(["ab"]), pa.array([""])], "s", 1)

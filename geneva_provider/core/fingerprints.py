@@ -167,3 +167,34 @@ def holds_fingerprints_of(field: pa.Field, column: str | None = None) -> bool:
 
 def is_fingerprint_column(name: str) -> bool:
     return name == FINGERPRINT_PREFIX or name.startswith(FINGERPRINT_PREFIX + "__")
+
+
+def digest_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray], seed: str, num_rows: int) -> pa.Array:
+    """A uint64 fingerprint per row of ``columns``: an 8-byte BLAKE2b of the row's values, seeded with ``seed``.
+
+    For fingerprints compared only with others of this function (a UDTF view's parents): long strings --
+    documents -- cost one C call per value here, where :func:`row_fingerprints` (whose values are stored in
+    every table and so can never change) spends several numpy passes over each byte.  Fixed-width values
+    enter by their :func:`hash_array` hash, variable-width ones by their bytes and length.
+    """
+    import hashlib
+
+    per_column: list[list[bytes | None]] = []
+    for col in columns:
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        t = arr.type
+        if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or \
+                pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+            per_column.append(arr.cast(pa.large_binary()).to_pylist())
+        else:
+            hashed = hash_array(arr)
+            per_column.append([hashed[i:i + 1].tobytes() for i in range(len(hashed))])
+    key = seed.encode()[:64]
+    out = np.empty(num_rows, np.uint64)
+    for i in range(num_rows):
+        h = hashlib.blake2b(digest_size=8, key=key)
+        for values in per_column:
+            v = values[i]
+            h.update(b"\x00" if v is None else len(v).to_bytes(8, "little") + v)
+        out[i] = int.from_bytes(h.digest(), "little")
+    return pa.array(out, pa.uint64())

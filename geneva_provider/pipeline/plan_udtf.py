@@ -28,7 +28,7 @@ from geneva_provider.core.catalog import Catalog, TableResolver
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import check_where
-from geneva_provider.core.fingerprints import row_fingerprints
+from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding
 from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, Task, TaskPart, UdtfWork
@@ -179,7 +179,7 @@ def _fingerprints(ds: Dataset, ids: np.ndarray, columns: list[str], seed: str) -
     if not len(ids):
         return np.zeros(0, np.uint64)
     rows = ds._take_rows(pa.array(ids, pa.uint64()), columns=columns)
-    fp: np.ndarray = row_fingerprints([rows.column(c) for c in columns], seed, rows.num_rows).to_numpy()
+    fp: np.ndarray = digest_fingerprints([rows.column(c) for c in columns], seed, rows.num_rows).to_numpy()
     return fp
 
 
@@ -286,7 +286,7 @@ def _partition_changes(view: Dataset, src: Dataset, state: UdtfViewState, seed: 
     ids = rows.column("_rowid").to_numpy().astype(np.int64)
     keys = (row_fingerprints([rows.column(spec.partition_by)], "partition", rows.num_rows).to_numpy()
             >> np.uint64(1) if spec.partition_by else np.zeros(rows.num_rows, np.uint64))  # < 2**63: JSON and SQL
-    fps = row_fingerprints([rows.column(c) for c in cols], seed, rows.num_rows).to_numpy()
+    fps = digest_fingerprints([rows.column(c) for c in cols], seed, rows.num_rows).to_numpy()
     order = np.lexsort((ids, keys))
     ids, keys, fps = ids[order], keys[order], fps[order]
     bounds = np.flatnonzero(np.diff(keys)) + 1

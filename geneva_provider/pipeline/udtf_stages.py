@@ -29,7 +29,7 @@ from geneva_provider.core.errors import (
     UDFExecutionError,
     VerificationError,
 )
-from geneva_provider.core.fingerprints import row_fingerprints
+from geneva_provider.core.fingerprints import digest_fingerprints
 from geneva_provider.core.fragments import fragment_of
 from geneva_provider.core.kinds import RowOutcome
 from geneva_provider.core.models import (
@@ -161,7 +161,8 @@ class _Expander:
         if len(order) and np.any(np.diff(parents) < 0):
             out, parents = out.take(pa.array(order)), parents[order]
         first = np.searchsorted(parents, parents, side="left")
-        fps = row_fingerprints([rows.column(c) for c in self.work.read_columns], self.job.column_uid, rows.num_rows)
+        fps = digest_fingerprints([rows.column(c) for c in self.work.read_columns], self.job.column_uid,
+                                  rows.num_rows)
         take = pa.array(parents, pa.int64())
         columns: dict[str, Any] = {name: rows.column(src).take(take) for name, src in self.spec.columns.items()}
         columns.update({name: out.column(name) for name in out.column_names})
