@@ -238,11 +238,11 @@ def call_with_policy(policy: ErrorPolicy, fn: Callable[[], Any]) -> Outcome:
                     continue
                 idx, matcher = policy.first(exc, idx)  # spent: the next matcher decides
             return Outcome(ok=False, attempts=attempts, error=exc, skipped=isinstance(matcher, Skip),
-                           trace=_trace(exc))
+                           trace=format_trace(exc))
         if first_error is None:
             return Outcome(value=value, attempts=attempts)
-        return Outcome(value=value, attempts=attempts, error=first_error, trace=_trace(first_error))
+        return Outcome(value=value, attempts=attempts, error=first_error, trace=format_trace(first_error))
 
 
-def _trace(exc: BaseException) -> str:
+def format_trace(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8_000:]

@@ -30,7 +30,7 @@ import cloudpickle
 import numpy as np
 import pyarrow as pa
 
-from geneva_provider.core.error_policy import ErrorPolicy, RowFailure, call_with_policy, error_policy
+from geneva_provider.core.error_policy import ErrorPolicy, RowFailure, call_with_policy, error_policy, format_trace
 from geneva_provider.core.errors import UDFDefinitionError
 from geneva_provider.core.kinds import RowOutcome
 from geneva_provider.core.resources import UDFResources, udf_resources
@@ -97,6 +97,8 @@ class UDTF:
         columns = [rows.column(c).to_pylist() for c in inputs]
         out: list[Any] = []
         parents: list[int] = []
+        if not self.on_error.matchers:  # fail on the first error: no policy to consult per call
+            return self._expand_failing_fast(fn, columns, failures)
         for i, args in enumerate(zip(*columns, strict=True) if columns else [()] * rows.num_rows):
             outcome = call_with_policy(self.on_error, partial(_call_rows, fn, args, self.label))
             if outcome.error is not None:
@@ -116,7 +118,24 @@ class UDTF:
         table = self._rows_to_table(out, parents)
         return table, np.asarray(parents, np.int64)
 
-    def _rows_to_table(self, out: list[Any], parents: list[int]) -> pa.Table:
+    def _expand_failing_fast(self, fn: Callable[..., Any], columns: list[list[Any]], failures: list[RowFailure]
+                             ) -> tuple[pa.Table, np.ndarray]:
+        """:meth:`expand` without an error policy: the first failing call fails the whole expansion."""
+        out: list[Any] = []
+        counts: list[int] = []
+        for i, args in enumerate(zip(*columns, strict=True)):
+            try:
+                got = _as_rows(fn(*args), self.label)
+            except Exception as exc:
+                failures.append(RowFailure(index=i, error_type=type(exc).__name__, message=str(exc)[:2_000],
+                                           traceback=format_trace(exc), attempts=1, outcome=RowOutcome.FAILED))
+                raise UDFCallError(f"{type(exc).__name__}: {exc}", index=i, original=exc) from exc
+            out.extend(got)
+            counts.append(len(got))
+        parents = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        return self._rows_to_table(out, parents), parents
+
+    def _rows_to_table(self, out: list[Any], parents: list[int] | np.ndarray) -> pa.Table:
         """The yielded rows as a table of the output schema; UDFCallError naming the first bad row's column."""
         names = self.output_schema.names
         columns = _columns_of(out, names)
@@ -133,7 +152,7 @@ class UDTF:
                 records.append(_as_record(row, names))
             except (TypeError, KeyError) as exc:
                 raise UDFCallError(f"{self.label} yielded a row that does not match its output schema "
-                                   f"{_describe(self.output_schema)}: {exc}", index=parents[k]) from None
+                                   f"{_describe(self.output_schema)}: {exc}", index=int(parents[k])) from None
         try:
             return pa.Table.from_pylist(records, schema=self.output_schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
@@ -141,7 +160,7 @@ class UDTF:
             column, k = bad if bad is not None else (None, 0)
             raise UDFCallError(
                 f"{self.label} yielded a row whose column '{column}' does not match its output schema "
-                f"{_describe(self.output_schema)}: {exc}", index=parents[k] if parents else None) from None
+                f"{_describe(self.output_schema)}: {exc}", index=int(parents[k]) if len(parents) else None) from None
 
     def _expand_batch(self, fn: Callable[..., Any], rows: pa.Table, inputs: list[str],
                       failures: list[RowFailure]) -> tuple[pa.Table, np.ndarray]:
@@ -247,6 +266,8 @@ def _collect(result: Any, fn: UDTF) -> pa.Table:
 
 def _as_rows(result: Any, label: str) -> list[Any]:
     """A chunker call's rows: a generator's or a list's items; TypeError for a single value."""
+    if type(result) is list:
+        return result
     if result is None:
         return []
     if isinstance(result, str | bytes | dict) or dataclasses.is_dataclass(result) or _is_namedtuple(result) \
