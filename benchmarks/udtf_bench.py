@@ -124,8 +124,9 @@ def reference_job(spark: Any, src_uri: str, out_uri: str) -> tuple[int, int]:
                     starts.append(start)
             table = pa.table({"doc_id": pa.array(doc_ids, pa.int64()), "chunk": pa.array(pieces, pa.string()),
                               "start": pa.array(starts, pa.int64())}, schema=CHUNK_SCHEMA)
-            for frag in write_fragments(table, out_uri, schema=CHUNK_SCHEMA):
-                yield json.dumps({"docs": docs.num_rows, "frag": frag.to_json()})
+            for k, frag in enumerate(write_fragments(table, out_uri, schema=CHUNK_SCHEMA)):
+                # A task writing more than one fragment counts its documents once.
+                yield json.dumps({"docs": docs.num_rows if k == 0 else 0, "frag": frag.to_json()})
 
     out = spark.sparkContext.parallelize(frag_ids, len(frag_ids)).mapPartitions(work).collect()
     metas = [json.loads(m) for m in out]
