@@ -19,6 +19,7 @@ import base64
 import collections.abc
 import dataclasses
 import inspect
+import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -138,14 +139,19 @@ class UDTF:
     def _rows_to_table(self, out: list[Any], parents: list[int] | np.ndarray) -> pa.Table:
         """The yielded rows as a table of the output schema; UDFCallError naming the first bad row's column."""
         names = self.output_schema.names
-        columns = _columns_of(out, names)
-        if columns is not None:  # rows of one dataclass / NamedTuple type: column by column, no dict per row
-            try:
-                return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, self.output_schema,
-                                                                                      strict=True)],
+        kind = _one_row_type(out)
+        try:
+            if kind is not None and issubclass(kind, tuple) and list(getattr(kind, "_fields", ())) == names:
+                # NamedTuples: Arrow reads the tuples as structs in one pass, no Python loop per row
+                struct = pa.array(out, type=pa.struct(list(self.output_schema)))
+                return pa.Table.from_arrays(struct.flatten(), schema=self.output_schema)
+            if kind is not None and dataclasses.is_dataclass(kind) and [
+                    f.name for f in dataclasses.fields(kind)] == names:
+                return pa.Table.from_arrays([pa.array([getattr(r, n) for r in out], type=f.type)
+                                             for n, f in zip(names, self.output_schema, strict=True)],
                                             schema=self.output_schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-                pass  # the row by row path below names the row and the column
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            pass  # the row by row path below names the row and the column
         records = []
         for k, row in enumerate(out):
             try:
@@ -266,8 +272,11 @@ def _collect(result: Any, fn: UDTF) -> pa.Table:
 
 def _as_rows(result: Any, label: str) -> list[Any]:
     """A chunker call's rows: a generator's or a list's items; TypeError for a single value."""
-    if type(result) is list:
+    kind = type(result)
+    if kind is list:
         return result
+    if kind is types.GeneratorType:
+        return list(result)
     if result is None:
         return []
     if isinstance(result, str | bytes | dict) or dataclasses.is_dataclass(result) or _is_namedtuple(result) \
@@ -285,19 +294,12 @@ def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(obj, "_fields")
 
 
-def _columns_of(rows: list[Any], names: list[str]) -> list[list[Any]] | None:
-    """The rows' values column by column when all are of one dataclass or NamedTuple type with exactly the
-    schema's fields; None otherwise (dicts, mixed types: converted row by row)."""
+def _one_row_type(rows: list[Any]) -> type | None:
+    """The type of every row, when they all have one (then they convert column by column); else None."""
     if not rows:
-        return [[] for _ in names]
-    kind = type(rows[0])
-    if any(type(r) is not kind for r in rows):
         return None
-    if issubclass(kind, tuple) and list(getattr(kind, "_fields", ())) == names:
-        return [list(c) for c in zip(*rows, strict=True)]
-    if dataclasses.is_dataclass(kind) and [f.name for f in dataclasses.fields(kind)] == names:
-        return [[getattr(r, n) for r in rows] for n in names]
-    return None
+    kind = type(rows[0])
+    return None if any(type(r) is not kind for r in rows) else kind
 
 
 def _as_record(row: Any, names: list[str]) -> dict[str, Any]:
