@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,17 +73,16 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
-def run_and_kill_after_checkpoints(script: str, store, checkpoints: int, env: dict[str, str] | None = None
-                                   ) -> list[str]:
-    """Runs ``script`` in a process group of its own, SIGKILLs it once ``checkpoints`` range checkpoints exist,
-    and returns what it printed (it must not have finished)."""
+def run_and_kill_when(script: str, ready: Callable[[], bool], env: dict[str, str] | None = None) -> list[str]:
+    """Runs ``script`` in a session of its own, SIGKILLs it (and every process it started) once ``ready()``
+    holds, and returns what it printed (it must not have finished)."""
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.monotonic() + 180
-        while len(JobStore(store).batches("")) < checkpoints:
+        while not ready():
             assert proc.poll() is None, "the process ended before it could be killed"
-            assert time.monotonic() < deadline, "no checkpoints appeared"
+            assert time.monotonic() < deadline, "the process never got there"
             time.sleep(0.05)
     finally:
         kill_session(proc.pid)
@@ -91,6 +90,12 @@ def run_and_kill_after_checkpoints(script: str, store, checkpoints: int, env: di
     out = proc.stdout.read().splitlines()
     assert "FINISHED" not in out
     return out
+
+
+def run_and_kill_after_checkpoints(script: str, store, checkpoints: int, env: dict[str, str] | None = None
+                                   ) -> list[str]:
+    """:func:`run_and_kill_when` ``checkpoints`` range checkpoints exist in ``store``."""
+    return run_and_kill_when(script, lambda: len(JobStore(store).batches("")) >= checkpoints, env)
 
 
 def clear_calls(log_dir: str | Path) -> None:

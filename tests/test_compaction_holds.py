@@ -29,7 +29,7 @@ from geneva_provider.stages import (
     run_write_commit,
     verify,
 )
-from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
+from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls, run_and_kill_when
 
 ROOT = Path(__file__).resolve().parents[1]
 LEASE = 4  # seconds: a killed job's hold ends this long after its last heartbeat
@@ -113,19 +113,7 @@ def _run_and_kill(script: str, ready, lease: float = LEASE) -> None:
     """Runs ``script`` in a session of its own with a short job lease and SIGKILLs it once ``ready()`` holds."""
     import os
 
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, start_new_session=True,
-                            env={**os.environ, LEASE_ENV: str(lease)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not ready():
-            assert proc.poll() is None, "the process ended before it could be killed"
-            assert time.monotonic() < deadline, "the process never got there"
-            time.sleep(0.05)
-    finally:
-        kill_session(proc.pid)
-        proc.wait(timeout=30)
-    assert "FINISHED" not in proc.stdout.read()
+    run_and_kill_when(textwrap.dedent(script), ready, {**os.environ, LEASE_ENV: str(lease)})
 
 
 def _run_until_it_kills_itself(script: str, lease: float = LEASE) -> None:
