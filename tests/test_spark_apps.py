@@ -8,12 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyspark
 
 from geneva_provider.core.models import StageReport
 from geneva_provider.spark_apps import app_path
 from geneva_provider.stages import plan_backfill, verify
-from tests.helpers import counting_double, events_table, read_calls
+from tests.helpers import counting_double, counting_split, events_table, read_calls
 
 BIN = Path(sys.executable).parent
 
@@ -66,3 +67,23 @@ def test_spark_submit_programs_require_a_result_argument(db):
     proc = spark_submit("apply", "--plan-uri", f"{db.uri}/x.lance/_checkpoints/plan-x.lance")
     assert proc.returncode == 2
     assert "one of --result-file or --result-key is required" in proc.stdout + proc.stderr
+
+
+def test_spark_submit_refreshes_a_chunker_view(db, call_dir, tmp_path):
+    from geneva_provider.stages import plan_refresh
+
+    docs = db.create_table("docs", pa.table({"doc_id": list(range(300)), "text": ["x" * (i % 35) for i in range(300)]}),
+                           stable_row_ids=True)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id"]), udtf=counting_split(call_dir))
+    summary = plan_refresh(view.ref)
+    assert summary.kind == "udtf" and summary.rows_to_compute == 300
+    for stage in ("apply", "write_commit"):
+        result = tmp_path / f"{stage}.json"
+        proc = spark_submit(stage, "--plan-uri", summary.plan_uri, "--result-file", str(result))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert StageReport.model_validate_json(result.read_text()).status == "success"
+    verify(summary.plan_uri)
+    assert sorted(read_calls(call_dir)) == list(range(300))
+    got = sorted(zip(*view.to_arrow(["doc_id", "start"]).to_pydict().values(), strict=True))
+    assert got == sorted((i, s) for i in range(300) for s in range(0, i % 35, 10))
+    view.dataset().validate()
