@@ -100,8 +100,9 @@ def _check_plan(plan_uri: str, options: dict[str, str] | None, name: str, kinds:
 
     plan, _ = open_plan(plan_uri, options)
     if plan.kind not in kinds:
-        raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan: the {name} stage runs {' or '.join(kinds)} "
-                                   "plans")
+        words = [str(k) for k in kinds]
+        runs = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+        raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan: the {name} stage runs {runs} plans")
 
 
 def _session() -> Any:

@@ -35,7 +35,7 @@ def test_the_registry_holds_the_three_spark_stages_with_what_each_did_before():
     assert list(SPARK_STAGES) == [Stage.APPLY, Stage.WRITE_COMMIT, Stage.COMPACT]
     assert spark_stage("apply") is SPARK_STAGES[Stage.APPLY]  # the word read back from XCom or a log finds it
     apply, write, compact = SPARK_STAGES.values()
-    assert apply.plan_kinds == write.plan_kinds == (JobKind.BACKFILL, JobKind.REFRESH)
+    assert apply.plan_kinds == write.plan_kinds == (JobKind.BACKFILL, JobKind.REFRESH, JobKind.UDTF)
     assert compact.plan_kinds == (JobKind.COMPACTION,)
     assert [e.keeps_session for e in SPARK_STAGES.values()] == [True, False, False]
     assert [e.progress_counter for e in SPARK_STAGES.values()] == ["rows_checkpointed", "rows_committed",
@@ -73,7 +73,7 @@ def test_a_program_refuses_a_plan_of_a_kind_its_entry_does_not_run(db, tmp_path)
     assert run_stage(Stage.APPLY, ["--plan-uri", summary.plan_uri, "--result-file", str(report)]) == 1
     failed = StageReport.model_validate_json(report.read_text())
     assert failed.error is not None and failed.error.code == "InvalidArgumentError"
-    assert "is a compaction plan: the apply stage runs backfill or refresh plans" in failed.error.message
+    assert "is a compaction plan: the apply stage runs backfill, refresh or udtf plans" in failed.error.message
 
 
 @pytest.mark.parametrize(("connection", "backend"), [
