@@ -263,7 +263,9 @@ class Table:
 
         On a chunker or batch-UDTF view (``create_udtf_view``) it expands only the source rows that are
         new or changed (a batch UDTF: reruns the partitions whose rows changed); ``rows_computed`` counts
-        the source rows it gave the UDTF.  ``options`` are the tuning options of :class:`~geneva_provider.core.options.RefreshOptions`.
+        the source rows it gave the UDTF.
+
+        ``options`` are the tuning options of :class:`~geneva_provider.core.options.RefreshOptions`.
         ``progress`` draws a progress bar (default: when stderr is a terminal).
         """
         from geneva_provider.facade.job_handle import with_progress
