@@ -61,11 +61,6 @@ def udtf_seed(state: UdtfViewState) -> str:
     return md5_hex(f"{state.spec.version}:{state.spec.model_dump_json()}")
 
 
-def run_ids(runs: list[tuple[int, int]]) -> np.ndarray:
-    """The ids of runs ``[start, end)``."""
-    return positions_of(runs)
-
-
 def id_runs(ids: np.ndarray) -> list[tuple[int, int]]:
     """Sorted unique ids as runs ``[start, end)`` (compact for the long runs of appended rows)."""
     ids = np.unique(np.asarray(ids, np.int64))
