@@ -134,6 +134,8 @@ class UdtfWork(_Model):
     partitions: list[tuple[int, int]] = Field(default_factory=list)  # a batch UDTF: (hash, fingerprint) per part
     partition_state: dict[str, int] | None = None  # a batch UDTF: every partition's fingerprint after the refresh
     max_rows_per_fragment: int | None = None
+    generation: int = 0                 # the view's refresh generation when planned (this refresh: +1)
+    source_transaction: str | None = None  # the uuid of the source version's commit (the source's identity)
 
     @property
     def deletes(self) -> bool:
@@ -507,6 +509,52 @@ class VerifyResult(_Model):
     fragments_verified: int
     rows_verified: int
     fragments_deleted: list[int] = Field(default_factory=list)
+
+
+class ViewCheck(_Model):
+    """What a check of a chunker or batch-UDTF view found against the source version it claims to hold.
+
+    A view is exact when each parent's rows are the children of one version of it: no (parent, chunk
+    index) pair twice (a batch UDTF: no partition from two fingerprints), no rows of a parent the source
+    version does not select, and -- when fingerprints were checked -- no rows of an older version of a
+    parent.  The lists hold the first few culprits; the counts are complete.
+    """
+
+    view: str
+    version: int
+    source: str
+    source_version: int
+    rows: int
+    duplicate_count: int = 0
+    duplicates: list[tuple[int, int]] = Field(default_factory=list)  # (parent id | partition, chunk index | fp)
+    orphan_count: int = 0
+    orphans: list[int] = Field(default_factory=list)   # parent ids (a batch UDTF: partition hashes)
+    stale_count: int = 0
+    stale: list[int] = Field(default_factory=list)     # parent ids whose rows were made from other inputs
+    fingerprints_checked: bool = False
+    by_partition: bool = False   # a batch-UDTF view: rows are keyed by partition, not by parent
+
+    @property
+    def exact(self) -> bool:
+        return not (self.duplicate_count or self.orphan_count or self.stale_count)
+
+    def problems(self) -> str | None:
+        """The culprits in one message, or None for an exact view."""
+        if self.exact:
+            return None
+        found = []
+        if self.duplicate_count:
+            found.append(f"{self.duplicate_count:,} duplicate (__source_row_id, __chunk_index) pairs (first: "
+                         f"{self.duplicates})" if not self.by_partition else
+                         f"{self.duplicate_count:,} partitions held from two inputs (first: {self.duplicates})")
+        if self.orphan_count:
+            found.append(f"rows of {self.orphan_count:,} parents that source table '{self.source}' at version "
+                         f"{self.source_version} does not select (first: {self.orphans})")
+        if self.stale_count:
+            found.append(f"rows of {self.stale_count:,} parents made from inputs other than those of version "
+                         f"{self.source_version} (first: {self.stale})")
+        return (f"view '{self.view}' (version {self.version}, {self.rows:,} rows) is not what its UDTF makes of "
+                f"source table '{self.source}' at version {self.source_version}: it holds " + "; ".join(found))
 
 
 class JobStatus(StrEnum):

@@ -17,6 +17,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.store_layout import md5_hex
 from geneva_provider.core.udtf import UDTFKind
 from geneva_provider.core.view_meta import SOURCE_ROW_ID
 
@@ -30,6 +31,9 @@ META_UDTF_PICKLE = "geneva::udtf::pickle"      # the UDTF, pickled by value (bas
 META_UDTF_BASE_VERSION = "geneva::udtf::base_table_version"  # the source version the rows are expanded from
 META_UDTF_PENDING = "geneva::udtf::pending"    # parents whose expansion the error policy skipped (JSON ids)
 META_UDTF_PARTITIONS = "geneva::udtf::partitions"  # a batch UDTF: partition hash -> fingerprint (JSON)
+META_UDTF_GENERATION = "geneva::udtf::generation"  # completed refreshes: names a refresh's checkpoints
+META_UDTF_SOURCE_TXN = "geneva::udtf::source_transaction"  # the uuid of the held source version's commit
+META_UDTF_VIEW_VERSION = "geneva::udtf::view_version"  # the view's version when the metadata was written
 NOT_REFRESHED = -1
 
 
@@ -70,10 +74,17 @@ class UdtfViewState(BaseModel):
     base_version: int = NOT_REFRESHED
     pending: list[int] = []               # chunker: parents to expand again (their calls were skipped)
     partitions: dict[str, int] = {}       # batch UDTF: str(partition hash) -> fingerprint of its rows
+    generation: int = 0                   # how many refreshes completed (a rerun of one keeps its checkpoints)
+    source_transaction: str | None = None  # which table the held version belongs to (a re-created one differs)
+    view_version: int | None = None       # rows created in the view after this came from an unfinished refresh
 
     @property
     def refreshed(self) -> bool:
         return self.base_version != NOT_REFRESHED
+
+    def seed(self) -> str:
+        """What seeds a parent's fingerprint: the UDTF's version and the view's spec."""
+        return md5_hex(f"{self.spec.version}:{self.spec.model_dump_json()}")
 
 
 def _decoded(schema_metadata: dict[Any, Any] | None) -> dict[str, str]:
@@ -94,7 +105,10 @@ def udtf_view_state(schema_metadata: dict[Any, Any] | None, name: str) -> UdtfVi
     return UdtfViewState(spec=UdtfViewSpec.model_validate_json(md[META_UDTF_VIEW]), pickle=md[META_UDTF_PICKLE],
                          base_version=int(md.get(META_UDTF_BASE_VERSION, NOT_REFRESHED)),
                          pending=json.loads(md.get(META_UDTF_PENDING, "[]")),
-                         partitions=json.loads(md.get(META_UDTF_PARTITIONS, "{}")))
+                         partitions=json.loads(md.get(META_UDTF_PARTITIONS, "{}")),
+                         generation=int(md.get(META_UDTF_GENERATION, 0)),
+                         source_transaction=md.get(META_UDTF_SOURCE_TXN) or None,
+                         view_version=int(md[META_UDTF_VIEW_VERSION]) if META_UDTF_VIEW_VERSION in md else None)
 
 
 def udtf_view_metadata(spec: UdtfViewSpec, pickle_b64: str) -> dict[str, str]:
@@ -103,11 +117,18 @@ def udtf_view_metadata(spec: UdtfViewSpec, pickle_b64: str) -> dict[str, str]:
             META_UDTF_BASE_VERSION: str(NOT_REFRESHED)}
 
 
-def refreshed_metadata(base_version: int, pending: list[int], partitions: dict[str, int] | None
+def refreshed_metadata(base_version: int, pending: list[int], partitions: dict[str, int] | None, *,
+                       generation: int, source_transaction: str | None, view_version: int
                        ) -> dict[str, str | None]:
-    """The metadata a refresh leaves: the source version it expanded, what stays pending, the partitions."""
+    """The metadata a refresh leaves: the source version it expanded (and which table's: the uuid of that
+    version's commit), what stays pending, the partitions, the refresh's generation, and the view's version
+    just before this metadata is written (rows created after it were committed by a refresh that did not
+    finish)."""
     md: dict[str, str | None] = {META_UDTF_BASE_VERSION: str(base_version),
-                                 META_UDTF_PENDING: json.dumps(sorted(pending))}
+                                 META_UDTF_PENDING: json.dumps(sorted(pending)),
+                                 META_UDTF_GENERATION: str(generation),
+                                 META_UDTF_SOURCE_TXN: source_transaction or "",
+                                 META_UDTF_VIEW_VERSION: str(view_version)}
     if partitions is not None:
         md[META_UDTF_PARTITIONS] = json.dumps(partitions, sort_keys=True)
     return md

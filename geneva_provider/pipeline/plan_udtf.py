@@ -16,13 +16,13 @@ rows changed, and nothing runs while the source version is the one the view hold
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from geneva_provider.core.catalog import Catalog, TableResolver
 from geneva_provider.core.checkpoint import CheckpointStore
@@ -39,26 +39,22 @@ from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store_layout import job_prefix, md5_hex
 from geneva_provider.core.udtf import UDTFKind, load_udtf
 from geneva_provider.core.udtf_view_meta import (
+    CHUNK_INDEX,
     PARTITION,
     PARTITION_FP,
     SOURCE_FP,
     UdtfViewState,
-    refreshed_metadata,
     udtf_view_state,
 )
 from geneva_provider.core.view_meta import SOURCE_ROW_ID
 from geneva_provider.pipeline.planning import save_plan
 from geneva_provider.pipeline.source_versions import only_appends, source_at
+from geneva_provider.pipeline.udtf_lineage import mark_refreshed, recreated_since, transaction_of, unfinished_refresh
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
 
 log = logging.getLogger(__name__)
-
-
-def udtf_seed(state: UdtfViewState) -> str:
-    """What seeds a parent's fingerprint: the UDTF's version and the view's spec."""
-    return md5_hex(f"{state.spec.version}:{state.spec.model_dump_json()}")
 
 
 def id_runs(ids: np.ndarray) -> list[tuple[int, int]]:
@@ -105,17 +101,30 @@ def plan_udtf_refresh(
             f"column(s) {missing}, which the view reads; refresh to a version that has them")
     check_where(src, spec.where, f"view '{view.name}' at source version {src.version}")
     fn = load_udtf(state.pickle)
-    seed = udtf_seed(state)
+    seed = state.seed()
     parallelism = parallelism or os.cpu_count() or 1
     work = UdtfWork(source_uri=source.uri, source_version=src.version, base_version=state.base_version,
                     read_columns=spec.read_columns(),
-                    max_rows_per_fragment=options.max_rows_per_fragment or spec.max_rows_per_fragment)
-    unchanged = state.refreshed and src.version == state.base_version and not state.pending
+                    max_rows_per_fragment=options.max_rows_per_fragment or spec.max_rows_per_fragment,
+                    generation=state.generation, source_transaction=transaction_of(src))
+    recreated = recreated_since(source, state, view.name)
+    if recreated:
+        log.warning("%s; rebuilding the view from the new table (rows whose parent's inputs are the same are kept)",
+                    recreated)
+    # Rows an unfinished refresh committed (or a source that is another table) are not described by the
+    # metadata: the view is then compared with the whole source, once.
+    rebuild = bool(recreated) or unfinished_refresh(ds, state)
+    unchanged = state.refreshed and src.version == state.base_version and not state.pending and not rebuild
     if spec.kind is UDTFKind.CHUNKER:
-        expand, delete = (np.zeros(0, np.int64),) * 2 if unchanged else _chunker_changes(ds, src, source, state, seed)
+        expand, delete = (np.zeros(0, np.int64),) * 2 if unchanged else _chunker_changes(
+            ds, src, source, state, seed, rebuild)
         work.delete_parents = id_runs(delete)
         size = options.initial_checkpoint_size()
-        tasks = _cut(id_runs(expand), size, parallelism, f"{ds.version}:{src.version}")
+        # Checkpoints are named by what the refresh expands from -- the spec, the view's refresh generation and
+        # the source version (and table) -- never by the view's version, which the refresh's own partial
+        # commits move: a rerun after a kill finds every checkpoint the killed run wrote.
+        tasks = _cut(id_runs(expand), size, parallelism,
+                     f"{seed}:{state.generation}:{src.version}:{work.source_transaction}")
         rows, label = len(expand), f"{len(expand):,} parents to expand, {len(delete):,} whose rows go"
     else:
         tasks, rows = [], 0
@@ -133,7 +142,7 @@ def plan_udtf_refresh(
         udtf=work)
     if not tasks and not work.deletes and state.base_version != src.version:
         # Nothing to expand or delete at this version: the view now matches it (the next refresh starts here).
-        ds.update_schema_metadata(refreshed_metadata(src.version, state.pending, work.partition_state))
+        mark_refreshed(ds, work, state.pending)
         spec_job = spec_job.model_copy(update={"read_version": view.dataset().version})
     return save_plan(spec_job, [], tasks, rows, 0, options, store, parallelism,
                      f"view '{view.name}' of {fn.label} from source version {src.version} ({label})", airflow_run_id)
@@ -144,22 +153,21 @@ MIN_CHECKPOINT_PARENTS = 100  # ... of at least this many parents: a small refre
 
 
 def _cut(runs: list[tuple[int, int]], size: int, parallelism: int, versions: str) -> list[Task]:
-    """Runs of parent ids cut into checkpoints of at most ``size`` parents, dealt into about 2 tasks per core.
+    """Runs of parent ids cut into parts of at most ``size`` parents, dealt into about 2 tasks per core.
 
-    Checkpoints are made small enough that the parents make ``PIECES`` of them, so a small refresh
-    still runs on every core; the cut depends on the parents and the options, never on the cluster, so
-    a rerun on another cluster still finds what the killed run checkpointed.
-
-    A checkpoint is named by its parents' ids and ``versions`` (the view's and the source's), so a rerun
-    of the same refresh (same versions: nothing committed since) finds the checkpoints it left, while a
-    later refresh of the same parents -- updated again, or skipped by the error policy -- never takes an
-    earlier refresh's rows.
+    Parts are made small enough that the parents make ``PIECES`` of them, so a small refresh still runs
+    on every core.  Apply expands a part in checkpoints sized by the UDTF's measured speed; every
+    checkpoint of the refresh shares one prefix named by ``versions`` (the view's spec, its refresh
+    generation, the source version and the source's identity) and says which parents it expanded, so a
+    rerun of the same refresh -- even after some of its partial commits landed, which cuts its parts
+    differently -- takes every parent a checkpoint holds, while a later refresh (after this one finished,
+    or of another source version) never takes an earlier one's rows.
     """
     ids = positions_of(runs)
     size = max(1, min(size, max(MIN_CHECKPOINT_PARENTS, -(-len(ids) // PIECES))))
     chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
-    parts = [TaskPart(frag=k, ranges=id_runs(c), src_key=md5_hex(f"{versions}:{json.dumps(id_runs(c))}"))
-             for k, c in enumerate(chunks)]
+    key = md5_hex(versions)
+    parts = [TaskPart(frag=k, ranges=id_runs(c), src_key=key) for k, c in enumerate(chunks)]
     n_tasks = max(1, min(len(parts), 2 * parallelism))
     per = -(-len(parts) // n_tasks) if parts else 0
     return [Task(parts=parts[i:i + per]) for i in range(0, len(parts), per)] if parts else []
@@ -179,22 +187,33 @@ def _fingerprints(ds: Dataset, ids: np.ndarray, columns: list[str], seed: str) -
 
 
 def _children(view: Dataset, at_least: int | None = None) -> pa.Table:
-    """The view's (parent id, parent fingerprint) pairs, of parents from ``at_least`` on."""
-    return view.to_table(columns=[SOURCE_ROW_ID, SOURCE_FP],
+    """The view's (parent id, chunk index, parent fingerprint) rows, of parents from ``at_least`` on."""
+    return view.to_table(columns=[SOURCE_ROW_ID, CHUNK_INDEX, SOURCE_FP],
                          filter=None if at_least is None else f"{SOURCE_ROW_ID} >= {int(at_least)}")
 
 
-def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfViewState, seed: str
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """(parents to expand, parents whose rows are deleted), both sorted."""
+def _doubled(children: pa.Table) -> set[int]:
+    """Parents holding some (parent, chunk index) pair twice: their rows are rebuilt, whatever their fingerprint."""
+    pairs = children.group_by([SOURCE_ROW_ID, CHUNK_INDEX]).aggregate([([], "count_all")])
+    return set(pairs.filter(pc.greater(pairs.column("count_all"), 1)).column(SOURCE_ROW_ID).to_pylist())
+
+
+def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfViewState, seed: str,
+                     rebuild: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(parents to expand, parents whose rows are deleted), both sorted.
+
+    One rule holds whatever the view's history: every parent expanded has its previous rows deleted in the
+    same commit, so a parent's rows are always the children of one version of it.
+    """
     spec, base = state.spec, state.base_version
     cols = spec.read_columns()
     delete = np.zeros(0, np.int64)
-    if not state.refreshed or src.version < base:  # the first refresh, or back to an older version: all of it
+    if not state.refreshed or src.version < base or rebuild:
+        # The first refresh, back to an older version, after an unfinished refresh or onto a re-created
+        # source: compared with the whole selection (parents whose rows are current are not expanded).
         expand = _ids(src, spec.where)
-        if state.refreshed:
-            have = np.unique(_children(view).column(SOURCE_ROW_ID).to_numpy())
-            delete = have[~np.isin(have, expand)]
+        have = np.unique(_children(view).column(SOURCE_ROW_ID).to_numpy())
+        delete = have[~np.isin(have, expand)]
     else:
         expand = _ids(src, spec.where, f"_row_created_at_version > {base}")
         touched = src.to_table(columns=[], with_row_id=True, with_row_address=True, filter=(
@@ -221,9 +240,10 @@ def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfV
             candidates = np.unique(ids)
             now = dict(zip(candidates.tolist(), _fingerprints(src, candidates, cols, seed).tolist(), strict=True))
             stale = {int(i) for i, f in zip(ids.tolist(), fps.tolist(), strict=True) if now[int(i)] != f}
+            stale |= _doubled(held.filter(pa.array(mine)))
             done = np.asarray(sorted(set(candidates.tolist()) - stale), np.int64)
             expand = expand[~np.isin(expand, done)]
-            delete = delete[~np.isin(delete, done)]
+            delete = np.union1d(delete[~np.isin(delete, done)], np.asarray(sorted(stale), np.int64))
     return expand, np.unique(delete)
 
 

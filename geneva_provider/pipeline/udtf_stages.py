@@ -1,11 +1,15 @@
 """Apply, write+commit and verify of a chunker or batch-UDTF view refresh.
 
-Apply expands the planned parents (or runs the planned partitions) on Spark executors, one batch
-checkpoint per part of a task, so a killed run loses at most the parts in flight.  Write+commit turns
-the checkpoints into new Lance fragments on the executors, records them in the store, then commits them
-on the driver in one ``Update`` with the deletion of the rows they replace -- atomic, so a reader never
-sees a parent's old and new rows at once, nor neither.  The commit carries the job's id as its message,
-so a retried stage knows when its commit already landed.
+Apply expands the planned parents (or runs the planned partitions) on Spark executors.  A chunker's
+parents are expanded in checkpoints sized by the UDTF's measured speed (a few seconds of work each, a
+small probe first), and each checkpoint says every parent it expanded -- a parent without rows, or one
+the error policy skipped, leaves a marker row -- so a killed run loses at most the checkpoint in flight
+and a rerun takes every parent a checkpoint holds, however its parts are cut.  Write+commit turns the
+checkpoints into new Lance fragments on the executors (each parent's rows taken from one checkpoint),
+records them in the store, then commits them on the driver in one ``Update`` with the deletion of the
+rows they replace -- atomic, so a reader never sees a parent's old and new rows at once, nor neither.
+The commit carries the job's id as its message, so a retried stage knows when its commit already landed.
+Verify checks what the view holds (:mod:`geneva_provider.pipeline.udtf_check`).
 """
 
 from __future__ import annotations
@@ -55,15 +59,17 @@ from geneva_provider.core.udtf_view_meta import (
     PARTITION,
     PARTITION_FP,
     SOURCE_FP,
-    refreshed_metadata,
     udtf_view_state,
 )
 from geneva_provider.core.view_meta import SOURCE_ROW_ID
+from geneva_provider.pipeline.checkpoint_sizing import CheckpointSizer
 from geneva_provider.pipeline.commit import CommitPolicy, is_retryable_conflict
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import update_record
 from geneva_provider.pipeline.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
 from geneva_provider.pipeline.skip_limits import check_skip_limits
+from geneva_provider.pipeline.udtf_check import check_udtf_view
+from geneva_provider.pipeline.udtf_lineage import mark_for_rebuild, mark_refreshed
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset, SparkSession
@@ -72,6 +78,7 @@ log = logging.getLogger(__name__)
 
 _UDTFS: dict[tuple[str, int], UDTF] = {}  # one unpickled UDTF (and stateful instance) per worker process
 _SKIPPED = -1  # the __chunk_index of a marker row: a parent whose expansion the error policy skipped
+_EMPTY = -2    # ... and of a parent that has no rows: a checkpoint names every parent it expanded
 
 
 def _work(plan_or_ctx: Plan | StageContext) -> UdtfWork:
@@ -86,14 +93,45 @@ def part_prefix(job_prefix: str, part: TaskPart) -> str:
 
 
 def part_key(job_prefix: str, part: TaskPart, partial_: bool = False) -> str:
-    """A part's checkpoint key: its parents' ids name it, so a rerun of the same refresh finds it."""
+    """A batch UDTF partition's checkpoint key: the partition's rows and fingerprint name it."""
     ids = part.ranges
     return BatchKey(part_prefix(job_prefix, part), part.frag, ids[0][0], ids[-1][1], partial=partial_).key()
 
 
-def held_keys(store: CheckpointStore, job_prefix: str) -> dict[tuple[str, int], str]:
-    """The job's checkpoints, by (prefix, part)."""
-    return {(bk.prefix, bk.frag_id): bk.key() for bk in JobStore(store).batches(job_prefix)}
+def chunk_key(job_prefix: str, part: TaskPart, ids: np.ndarray, partial_: bool = False) -> str:
+    """A chunker checkpoint's key: the refresh's prefix and the first and last parent it expanded."""
+    return BatchKey(part_prefix(job_prefix, part), 0, int(ids[0]), int(ids[-1]) + 1, partial=partial_).key()
+
+
+class Held:
+    """The checkpoints a refresh holds, and which of a part's parents (or which partitions) they expanded."""
+
+    def __init__(self, store: CheckpointStore, job_prefix: str, chunker: bool) -> None:
+        self.store, self.chunker = store, chunker
+        self.keys: dict[str, list[BatchKey]] = {}
+        for bk in sorted(JobStore(store).batches(job_prefix), key=lambda k: (k.start, k.end, k.key())):
+            self.keys.setdefault(bk.prefix, []).append(bk)
+        self.job_prefix = job_prefix
+
+    def keys_for(self, part: TaskPart) -> list[str]:
+        """The checkpoints that may hold the part's rows, in the order the writer takes them."""
+        keys = self.keys.get(part_prefix(self.job_prefix, part), [])
+        if self.chunker:
+            return [k.key() for k in keys if k.start < part.end and k.end > part.start]
+        return [k.key() for k in keys if k.frag_id == part.frag][:1]
+
+    def todo(self, part: TaskPart) -> np.ndarray:
+        """The part's parents (a batch UDTF: rows) no checkpoint has expanded yet, ascending."""
+        ids = positions_of(part.ranges)
+        keys = self.keys_for(part)
+        if not self.chunker or not keys:
+            return ids if not keys else ids[:0]
+        done = np.concatenate([self.store.get_columns(k, [SOURCE_ROW_ID]).column(SOURCE_ROW_ID).to_numpy()
+                               for k in keys])
+        return ids[~np.isin(ids, done)]
+
+    def done(self, part: TaskPart) -> bool:
+        return not len(self.todo(part))
 
 
 # ---------------------------------------------------------------------- executor side
@@ -114,19 +152,16 @@ class _Expander:
         self.fn = _UDTFS[cache]
         self.src = lance.dataset(self.work.source_uri, version=self.work.source_version,
                                  storage_options=ctx.storage_options)
-        self.held = held_keys(self.store, self.job.job_prefix)
+        self.held = Held(self.store, self.job.job_prefix, self.fn.kind is UDTFKind.CHUNKER)
         self.schema = pa.schema([self.view.schema.field(n) for n in self._columns()])
 
     def _columns(self) -> list[str]:
         fields = [*self.spec.columns, *self.fn.output_schema.names]
         return [*fields, *(f.name for f in self.spec.reserved_fields())]
 
-    def done(self, part: TaskPart) -> bool:
-        return (part_prefix(self.job.job_prefix, part), part.frag) in self.held
-
-    def run(self, part: TaskPart, failures: list[RowError]) -> tuple[int, TaskError | None]:
-        """Expands one part into its checkpoint; returns (UDTF calls, error)."""
-        ids = positions_of(part.ranges)
+    def run(self, part: TaskPart, ids: np.ndarray, failures: list[RowError]) -> tuple[int, TaskError | None]:
+        """Expands the parents ``ids`` of a part (a batch UDTF: runs its partition) into one checkpoint;
+        returns (UDTF calls, error)."""
         rows = self.src._take_rows(pa.array(ids, pa.uint64()), columns=self.work.read_columns)
         if rows.num_rows != len(ids):
             raise RuntimeError(f"view '{self.job.table}': {len(ids) - rows.num_rows} of {len(ids)} source rows are "
@@ -144,7 +179,10 @@ class _Expander:
                                   error_type=f.error_type, message=f.message, traceback=f.traceback,
                                   attempts=f.attempts, outcome=f.outcome) for f in found]
         skipped = any(f.outcome == RowOutcome.SKIPPED for f in found)
-        self.store[part_key(self.job.job_prefix, part, skipped)] = table
+        chunker = self.fn.kind is UDTFKind.CHUNKER
+        key = chunk_key(self.job.job_prefix, part, ids, skipped) if chunker else part_key(
+            self.job.job_prefix, part, skipped)
+        self.store[key] = table
         return calls, None
 
     def _error(self, exc: UDFCallError, ids: np.ndarray) -> TaskError:
@@ -171,9 +209,10 @@ class _Expander:
         columns[SOURCE_FP] = fps.take(take)
         table = pa.table(columns).cast(self.schema)
         skipped = sorted({int(ids[f.index]) for f in found if f.outcome == RowOutcome.SKIPPED and f.index >= 0})
-        if skipped:  # markers: the parents to expand again next time (never committed as rows)
-            marks = pa.table({SOURCE_ROW_ID: pa.array(skipped, pa.int64()),
-                              CHUNK_INDEX: pa.array([_SKIPPED] * len(skipped), pa.int32())})
+        empty = np.setdiff1d(np.setdiff1d(ids, ids[parents]), np.asarray(skipped, np.int64))
+        if skipped or len(empty):  # markers, never committed as rows: parents to expand again, parents without rows
+            marks = pa.table({SOURCE_ROW_ID: pa.array([*skipped, *empty.tolist()], pa.int64()),
+                              CHUNK_INDEX: pa.array([_SKIPPED] * len(skipped) + [_EMPTY] * len(empty), pa.int32())})
             table = pa.concat_tables([table, marks], promote_options="default").cast(self.schema)
         return table
 
@@ -189,16 +228,23 @@ class _Expander:
 
 def _expand_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[dict[str, Any]]:
     worker = _Expander(ctx)
+    sizer = CheckpointSizer.of(ctx.settings)
     for task in tasks:
         calls, checkpoints, error = 0, 0, None
         failures: list[RowError] = []
         for part in task.parts:
-            if worker.done(part):
-                continue
-            n, error = worker.run(part, failures)
+            todo = worker.held.todo(part)
+            step = len(todo) if worker.fn.kind is not UDTFKind.CHUNKER else None  # a partition runs whole
+            i = 0
+            while i < len(todo) and error is None:
+                ids = todo[i:i + (step or sizer.size)]
+                t0 = time.perf_counter()
+                n, error = worker.run(part, ids, failures)
+                if error is None:
+                    sizer.observe(len(ids), time.perf_counter() - t0)
+                    calls, checkpoints, i = calls + n, checkpoints + 1, i + len(ids)
             if error is not None:
                 break
-            calls, checkpoints = calls + n, checkpoints + 1
         yield {"calls": calls, "checkpoints": checkpoints, "parents": sum(p.rows for p in task.parts),
                "failures": [f.model_dump_json() for f in failures],
                "error": error.model_dump_json() if error is not None else None}
@@ -208,8 +254,8 @@ def _expand_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[dict
 def run_udtf_apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_options: dict[str, str] | None,
                    profile: Any | None) -> ApplyResult:
     """Expands every planned part no checkpoint holds yet, on Spark."""
-    held = held_keys(store, plan.job_prefix)
-    tasks = [t for t in plan.tasks if any((part_prefix(plan.job_prefix, p), p.frag) not in held for p in t.parts)]
+    held = Held(store, plan.job_prefix, _chunker(plan))
+    tasks = [t for t in plan.tasks if any(not held.done(p) for p in t.parts)]
     log.info("apply %s: %d of %d tasks still to run (%s)", plan.job_id, len(tasks), len(plan.tasks),
              plan.summary("").describe())
     t0 = time.perf_counter()
@@ -243,15 +289,21 @@ def run_udtf_apply(plan: Plan, store: CheckpointStore, spark: SparkSession, stor
 
 
 class _ExpandProgress:
-    """Parents expanded so far (from the checkpoints in the store), for the log and the job's record."""
+    """Parents expanded so far (from the checkpoints' keys in the store), for the log and the job's record."""
 
     def __init__(self, plan: Plan, store: CheckpointStore) -> None:
         self.plan, self.store, self.t0 = plan, store, time.perf_counter()
-        self.parts = {(part_prefix(plan.job_prefix, p), p.frag): p.rows for t in plan.tasks for p in t.parts}
+        self.prefixes = {part_prefix(plan.job_prefix, p) for t in plan.tasks for p in t.parts}
+        self.ids = np.sort(positions_of([r for t in plan.tasks for p in t.parts for r in p.ranges]))
+        self.rows = {(part_prefix(plan.job_prefix, p), p.frag): p.rows for t in plan.tasks for p in t.parts}
         self.before = self._done()
 
     def _done(self) -> int:
-        return sum(self.parts.get(key, 0) for key in held_keys(self.store, self.plan.job_prefix))
+        keys = [k for k in JobStore(self.store).batches(self.plan.job_prefix) if k.prefix in self.prefixes]
+        if not _chunker(self.plan):
+            return sum(self.rows.get((k.prefix, k.frag_id), 0) for k in keys)
+        counted = sum(int(np.searchsorted(self.ids, k.end) - np.searchsorted(self.ids, k.start)) for k in keys)
+        return min(counted, self.plan.rows_to_compute)
 
     def __call__(self) -> str:
         done = self._done()
@@ -266,29 +318,47 @@ def _chunker(plan: Plan) -> bool:
 
 
 # ---------------------------------------------------------------------- write+commit
-def _write_group(ctx: StageContext, groups: Iterable[list[str]]) -> Iterator[dict[str, Any]]:
-    """Writes a group of checkpoints as new fragments of the view (not committed)."""
+def _rows_to_write(store: CheckpointStore, keys: list[str], ranges: list[tuple[int, int]] | None
+                   ) -> tuple[pa.Table, list[int]]:
+    """A part's rows from its checkpoints (each parent's from the first checkpoint that expanded it: a
+    retried task may have expanded a parent twice), and the parents the error policy skipped."""
+    tables, claimed = [], np.zeros(0, np.int64)
+    allowed = positions_of(ranges) if ranges is not None else None
+    for key in keys:
+        table = store[key]
+        if allowed is not None:
+            parents = table.column(SOURCE_ROW_ID).to_numpy()
+            mine = np.setdiff1d(np.intersect1d(parents, allowed), claimed)
+            claimed = np.union1d(claimed, mine)
+            table = table.filter(pa.array(np.isin(parents, mine)))
+        tables.append(table)
+    table = pa.concat_tables(tables)
+    if CHUNK_INDEX not in table.column_names:
+        return table, []
+    index = table.column(CHUNK_INDEX)
+    pending = table.filter(pc.equal(index, _SKIPPED)).column(SOURCE_ROW_ID).to_pylist()
+    return table.filter(pc.greater_equal(index, 0)), pending
+
+
+def _write_group(ctx: StageContext, slots: Iterable[list[tuple[list[str], list[tuple[int, int]] | None]]]
+                 ) -> Iterator[dict[str, Any]]:
+    """Writes some parts' checkpoints (``(keys, parent runs)`` each) as new fragments of the view (not committed)."""
     import lance
 
     store = ctx.store()
     work = _work(ctx)
-    for keys in groups:
-        tables = [store[k] for k in keys]
-        if not tables:
+    for units in slots:
+        taken = [_rows_to_write(store, keys, ranges) for keys, ranges in units if keys]
+        if not taken:
             continue
-        table = pa.concat_tables(tables)
-        pending: list[int] = []
-        if CHUNK_INDEX in table.column_names:
-            marker = pc.equal(table.column(CHUNK_INDEX), _SKIPPED)
-            pending = table.filter(marker).column(SOURCE_ROW_ID).to_pylist()
-            table = table.filter(pc.invert(marker))
+        table = pa.concat_tables([t for t, _ in taken])
         fragments = []
         if table.num_rows:
             kwargs: dict[str, Any] = {"max_rows_per_file": work.max_rows_per_fragment} \
                 if work.max_rows_per_fragment else {}
             fragments = [json.dumps(f.to_json()) for f in lance.fragment.write_fragments(
                 table, ctx.job.table_uri, mode="append", storage_options=ctx.storage_options, **kwargs)]
-        yield {"fragments": fragments, "rows": table.num_rows, "pending": pending}
+        yield {"fragments": fragments, "rows": table.num_rows, "pending": [i for _, p in taken for i in p]}
 
 
 def run_udtf_write_commit(plan: Plan, store: CheckpointStore, spark: SparkSession,
@@ -304,9 +374,10 @@ def run_udtf_write_commit(plan: Plan, store: CheckpointStore, spark: SparkSessio
         log.info("write %s: committed by an earlier attempt at version %d", plan.job_id, done.result.version)
         return done.result
     t0 = time.perf_counter()
-    held = held_keys(store, plan.job_prefix)
+    chunker = _chunker(plan)
+    held = Held(store, plan.job_prefix, chunker)
     parts = [p for t in plan.tasks for p in t.parts]
-    missing = [p for p in parts if (part_prefix(plan.job_prefix, p), p.frag) not in held]
+    missing = [p for p in parts if not held.done(p)]
     if missing:
         raise CheckpointMissingError(
             f"write+commit of job {plan.job_id} ({plan.label()}): the apply stage has not finished: {len(missing)} "
@@ -322,10 +393,10 @@ def run_udtf_write_commit(plan: Plan, store: CheckpointStore, spark: SparkSessio
         if g in record.committed:
             continue
         if g not in record.groups:
-            keys = [held[(part_prefix(plan.job_prefix, p), p.frag)] for p in group]
-            slots = max(1, min(len(keys), plan.settings.parallelism))
-            written = run_tasks(spark, [keys[i::slots] for i in range(slots)], partial(_write_group, ctx),
-                                description=f"geneva write {plan.table}", tag=job_tag(plan.job_id)) if keys else []
+            units = [(held.keys_for(p), p.ranges if chunker else None) for p in group]
+            slots = max(1, min(len(units), plan.settings.parallelism))
+            written = run_tasks(spark, [units[i::slots] for i in range(slots)], partial(_write_group, ctx),
+                                description=f"geneva write {plan.table}", tag=job_tag(plan.job_id)) if units else []
             record.groups[g] = GroupFragments(fragments=[f for r in written for f in r["fragments"]],
                                               rows=sum(r["rows"] for r in written),
                                               pending=sorted(i for r in written for i in r["pending"]))
@@ -340,8 +411,7 @@ def run_udtf_write_commit(plan: Plan, store: CheckpointStore, spark: SparkSessio
             log.info("write %s: commit %d of %d: version %d, %d rows added, %d deleted", plan.job_id, g + 1,
                      len(groups), version, record.groups[g].rows, n)
     pending = sorted(i for grp in record.groups.values() for i in grp.pending)
-    ds = _open(plan.table_uri, storage_options)
-    ds.update_schema_metadata(refreshed_metadata(work.source_version, pending, work.partition_state))
+    mark_refreshed(_open(plan.table_uri, storage_options), work, pending)
     rows = sum(grp.rows for grp in record.groups.values())
     fragments = sum(len(grp.fragments) for grp in record.groups.values())
     result = WriteResult(job_id=plan.job_id, version=_open(plan.table_uri, storage_options).version,
@@ -452,7 +522,9 @@ def _deletions(ds: Dataset, column: str, values: np.ndarray) -> tuple[list[Any],
 
 # ---------------------------------------------------------------------- verify
 def verify_udtf(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] | None) -> VerifyResult:
-    """Checks the refresh landed: its commit recorded, and the view holding the planned source version."""
+    """Checks the refresh landed -- its commit recorded, the view holding the planned source version -- and
+    that the view is exact: no (parent, chunk index) pair twice, no rows of a parent the source version does
+    not select.  A view that is not is marked so the next refresh compares it with its whole source."""
     import lance
 
     commit = JobStore(store).committed(plan.job_id)
@@ -464,8 +536,21 @@ def verify_udtf(plan: Plan, store: CheckpointStore, storage_options: dict[str, s
     if state.base_version < work.source_version:
         raise VerificationError(f"job {plan.job_id} ({plan.label()}): the view holds source version "
                                 f"{state.base_version}, not {work.source_version}, which the job expanded")
-    log.info("verify %s: view '%s' holds source version %d at version %d (%d rows added)", plan.job_id, plan.table,
-             work.source_version, ds.version, commit.result.rows_committed)
+    try:
+        source = lance.dataset(work.source_uri, version=state.base_version, storage_options=storage_options)
+    except (ValueError, OSError):
+        log.warning("verify %s: version %d of source table '%s' was cleaned up: the view's rows are not checked "
+                    "against it", plan.job_id, state.base_version, state.spec.base_table)
+    else:
+        check = check_udtf_view(ds, plan.table, state, source)
+        problems = check.problems()
+        if problems:
+            mark_for_rebuild(ds)
+            raise VerificationError(f"job {plan.job_id}: {problems}. The next refresh compares the view with its "
+                                    "whole source and repairs it")
+    log.info("verify %s: view '%s' holds source version %d at version %d (%d rows added; no parent's rows twice, "
+             "none of a parent the source does not select)", plan.job_id, plan.table, work.source_version,
+             ds.version, commit.result.rows_committed)
     return VerifyResult(job_id=plan.job_id, table=plan.table, column=None, version=ds.version,
                         fragments_verified=commit.result.fragments_committed,
                         rows_verified=commit.result.rows_committed)

@@ -1,0 +1,87 @@
+"""The check that a chunker or batch-UDTF view holds exactly what its UDTF makes of the source version it claims.
+
+The verify stage of every UDTF refresh runs it, and a user can run it on any UDTF view
+(``Table.check()``).  It reads only the view's reserved key columns and the source's row ids (the
+filter's columns), so it costs a scan of small columns, not a UDTF call; ``fingerprints=True`` also
+reads each parent's inputs to find rows made from another version of their parent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
+from geneva_provider.core.models import ViewCheck
+from geneva_provider.core.udtf import UDTFKind
+from geneva_provider.core.udtf_view_meta import CHUNK_INDEX, PARTITION, PARTITION_FP, SOURCE_FP, UdtfViewState
+from geneva_provider.core.view_meta import SOURCE_ROW_ID
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
+
+SHOWN = 10  # culprits named in a check's message
+
+
+def check_udtf_view(view: Dataset, name: str, state: UdtfViewState, source: Dataset, fingerprints: bool = False
+                    ) -> ViewCheck:
+    """Checks ``view`` against ``source`` (the source at the version the view claims to hold).
+
+    ``fingerprints`` also compares each chunker row's parent fingerprint with the parent's inputs at
+    that version (a read of the inputs of every parent the view holds).
+    """
+    spec = state.spec
+    check = ViewCheck(view=name, version=view.version, source=spec.base_table, source_version=source.version,
+                      rows=view.count_rows(), by_partition=spec.kind is not UDTFKind.CHUNKER,
+                      fingerprints_checked=fingerprints and spec.kind is UDTFKind.CHUNKER)
+    selected = source.to_table(columns=[spec.partition_by] if spec.partition_by else [], filter=spec.where,
+                               with_row_id=True)
+    if spec.kind is UDTFKind.CHUNKER:
+        held = view.to_table(columns=[SOURCE_ROW_ID, CHUNK_INDEX, SOURCE_FP])
+        pairs = held.group_by([SOURCE_ROW_ID, CHUNK_INDEX]).aggregate([([], "count_all")])
+        twice = pairs.filter(pc.greater(pairs.column("count_all"), 1)).sort_by([(SOURCE_ROW_ID, "ascending"),
+                                                                                  (CHUNK_INDEX, "ascending")])
+        check.duplicate_count = twice.num_rows
+        check.duplicates = list(zip(twice.column(SOURCE_ROW_ID).to_pylist()[:SHOWN],
+                                    twice.column(CHUNK_INDEX).to_pylist()[:SHOWN], strict=True))
+        parents = pc.unique(held.column(SOURCE_ROW_ID)).to_numpy()
+        ids = selected.column("_rowid").to_numpy().astype(np.int64)
+        orphans = np.sort(parents[~np.isin(parents, ids)])
+        check.orphan_count, check.orphans = len(orphans), orphans[:SHOWN].tolist()
+        if fingerprints:
+            stale = _stale(source, held, parents[np.isin(parents, ids)], spec.read_columns(), state.seed())
+            check.stale_count, check.stale = len(stale), stale[:SHOWN].tolist()
+        return check
+    held = view.to_table(columns=[PARTITION, PARTITION_FP]).group_by([PARTITION, PARTITION_FP]).aggregate([])
+    per = held.group_by([PARTITION]).aggregate([([], "count_all")])
+    twice = per.filter(pc.greater(per.column("count_all"), 1)).sort_by(PARTITION)
+    keys = twice.column(PARTITION).to_pylist()
+    check.duplicate_count = len(keys)
+    fps = held.filter(pc.is_in(held.column(PARTITION), pa.array(keys, pa.uint64())))
+    check.duplicates = list(zip(fps.column(PARTITION).to_pylist()[:SHOWN], fps.column(PARTITION_FP).to_pylist()[:SHOWN],
+                                strict=True))
+    if spec.partition_by:
+        now = row_fingerprints([selected.column(spec.partition_by)], "partition", selected.num_rows).to_numpy() \
+            >> np.uint64(1)
+    else:
+        now = np.zeros(min(selected.num_rows, 1), np.uint64)  # the one partition, while any row is selected
+    have = pc.unique(held.column(PARTITION)).to_numpy()
+    orphans = np.sort(have[~np.isin(have, now)])
+    check.orphan_count, check.orphans = len(orphans), orphans[:SHOWN].tolist()
+    return check
+
+
+def _stale(source: Dataset, held: pa.Table, parents: np.ndarray, columns: list[str], seed: str) -> np.ndarray:
+    """Parents whose rows carry a fingerprint other than their inputs' at the source version."""
+    if not len(parents):
+        return parents
+    rows = source._take_rows(pa.array(parents, pa.uint64()), columns=columns)
+    now = digest_fingerprints([rows.column(c) for c in columns], seed, rows.num_rows).to_numpy()
+    expected = dict(zip(parents.tolist(), now.tolist(), strict=True))
+    ids = held.column(SOURCE_ROW_ID).to_numpy()
+    fps = held.column(SOURCE_FP).to_numpy(zero_copy_only=False)
+    bad = {int(i) for i, f in zip(ids.tolist(), fps.tolist(), strict=True) if i in expected and expected[i] != f}
+    return np.asarray(sorted(bad), np.int64)
