@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from geneva_provider.core.checkpoint import CheckpointStore
-    from geneva_provider.core.models import BackfillResult, CompactionResult
+    from geneva_provider.core.models import BackfillResult, CompactionResult, ViewCheck
     from geneva_provider.facade.connection import Connection
     from geneva_provider.facade.job_handle import JobHandle
     from geneva_provider.facade.query import Query
@@ -302,6 +302,21 @@ class Table:
         self.dataset()  # TableNotFoundError now, not from the job, if the view was dropped
         return lambda control: refresh(self.ref, parsed, resolve=self._conn.catalog.resolve, spark=spark,
                                        store=store or self.checkpoint_store, control=control)
+
+    def check(self, *, fingerprints: bool = False) -> ViewCheck:
+        """Checks that this chunker or batch-UDTF view holds exactly what its UDTF makes of the source version
+        it claims: no (``__source_row_id``, ``__chunk_index``) pair twice, no rows of a parent that version
+        does not select; with ``fingerprints=True`` also no rows made from another version of their parent
+        (a read of every parent's inputs).  Every refresh's verify stage runs the same check (without
+        fingerprints).
+
+        Returns what was checked; raises :class:`~geneva_provider.core.errors.VerificationError` naming the
+        culprits when the view is not exact, and then the next refresh compares the view with its whole
+        source and repairs it.
+        """
+        from geneva_provider.pipeline.udtf_check import check_view
+
+        return check_view(self.ref, fingerprints=fingerprints, resolve=self._conn.catalog.resolve)
 
     # ------------------------------------------------------------------ maintenance
     def compact(

@@ -14,16 +14,67 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from geneva_provider.core.catalog import Catalog, TableResolver
+from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError, VerificationError
 from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
 from geneva_provider.core.models import ViewCheck
+from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udtf import UDTFKind
-from geneva_provider.core.udtf_view_meta import CHUNK_INDEX, PARTITION, PARTITION_FP, SOURCE_FP, UdtfViewState
+from geneva_provider.core.udtf_view_meta import (
+    CHUNK_INDEX,
+    PARTITION,
+    PARTITION_FP,
+    SOURCE_FP,
+    UdtfViewState,
+    udtf_view_state,
+)
 from geneva_provider.core.view_meta import SOURCE_ROW_ID
+from geneva_provider.pipeline.udtf_lineage import mark_for_rebuild, recreated_since
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
 
 SHOWN = 10  # culprits named in a check's message
+
+
+def check_view(view: TableRef, *, fingerprints: bool = False, resolve: TableResolver | None = None) -> ViewCheck:
+    """Checks a chunker or batch-UDTF view against the source version it claims to hold.
+
+    Returns what it found when the view is exact; otherwise raises VerificationError naming the culprits
+    and marks the view so that its next refresh compares it with its whole source and repairs it.
+    """
+    ds = view.dataset()
+    state = udtf_view_state(ds.schema.metadata, view.name)
+    spec = state.spec
+    resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))
+    try:
+        source = resolve(spec.base_table_db_uri, spec.base_table)
+    except TableNotFoundError as exc:
+        raise TableNotFoundError(f"check of view '{view.name}': its source table '{spec.base_table}' was not "
+                                 f"found ({exc})") from None
+    if not state.refreshed:
+        if ds.count_rows():
+            mark_for_rebuild(ds)
+            raise VerificationError(f"view '{view.name}' was never refreshed but holds {ds.count_rows():,} rows. "
+                                    "The next refresh compares the view with its whole source and repairs it")
+        return ViewCheck(view=view.name, version=ds.version, source=spec.base_table, source_version=-1, rows=0,
+                         by_partition=spec.kind is not UDTFKind.CHUNKER)
+    recreated = recreated_since(source, state, view.name)
+    if recreated:
+        raise VerificationError(f"{recreated}: the view's rows are of the old table; refresh the view to rebuild it")
+    try:
+        src = source.dataset(state.base_version)
+    except (ValueError, OSError):
+        raise InvalidArgumentError(f"check of view '{view.name}': version {state.base_version} of source table "
+                                   f"'{spec.base_table}', which the view holds, was cleaned up; refresh the view "
+                                   "and check it again") from None
+    check = check_udtf_view(ds, view.name, state, src, fingerprints)
+    problems = check.problems()
+    if problems:
+        mark_for_rebuild(ds)
+        raise VerificationError(f"{problems}. The next refresh compares the view with its whole source and "
+                                "repairs it")
+    return check
 
 
 def check_udtf_view(view: Dataset, name: str, state: UdtfViewState, source: Dataset, fingerprints: bool = False

@@ -58,7 +58,7 @@ def unfinished_refresh(view: Dataset, state: UdtfViewState) -> bool:
     """
     if not state.refreshed:
         return False
-    if state.view_version is None:
+    if state.view_version is None or state.view_version < 0:  # never recorded, or a check found rows to repair
         return True
     rows = view.to_table(columns=[], with_row_id=True, filter=f"_row_created_at_version > {state.view_version}",
                          limit=1)
