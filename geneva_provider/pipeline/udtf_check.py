@@ -91,7 +91,7 @@ def check_udtf_view(view: Dataset, name: str, state: UdtfViewState, source: Data
     selected = source.to_table(columns=[spec.partition_by] if spec.partition_by else [], filter=spec.where,
                                with_row_id=True)
     if spec.kind is UDTFKind.CHUNKER:
-        held = view.to_table(columns=[SOURCE_ROW_ID, CHUNK_INDEX, SOURCE_FP])
+        held = view.to_table(columns=[SOURCE_ROW_ID, CHUNK_INDEX, *([SOURCE_FP] if fingerprints else [])])
         pairs = held.group_by([SOURCE_ROW_ID, CHUNK_INDEX]).aggregate([([], "count_all")])
         twice = pairs.filter(pc.greater(pairs.column("count_all"), 1)).sort_by([(SOURCE_ROW_ID, "ascending"),
                                                                                   (CHUNK_INDEX, "ascending")])
