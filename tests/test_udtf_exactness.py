@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import textwrap
+from functools import partial
 
 import pyarrow as pa
 import pytest
@@ -132,7 +133,7 @@ def test_a_partial_commit_kill_then_source_updates_leave_no_old_chunks(db, spark
 
 # ---------------------------------------------------------------------- pinned versions and re-created sources
 def test_a_refresh_pinned_back_and_forth_holds_exactly_that_version(db, spark, tmp_path):
-    docs, view, calls = make_view(db, tmp_path, 60)
+    docs, view, _ = make_view(db, tmp_path, 60)
     view.refresh(spark=spark)
     v1 = docs.version
     docs.dataset().update({"text": "concat(text, 'new')"}, where="doc_id IN (3, 4, 5)")
@@ -150,7 +151,7 @@ def test_a_refresh_pinned_back_and_forth_holds_exactly_that_version(db, spark, t
 
 @pytest.mark.parametrize("history", ["same version", "lower version"])
 def test_a_source_dropped_and_created_again_is_a_new_source(db, spark, tmp_path, caplog, history):
-    docs, view, calls = make_view(db, tmp_path, 30)
+    docs, view, _ = make_view(db, tmp_path, 30)
     if history == "lower version":
         docs.add(docs_table(range(30, 40)))
         docs.dataset().update({"text": "concat(text, 'x')"}, where="doc_id < 5")
@@ -173,7 +174,7 @@ def test_a_source_dropped_and_created_again_is_a_new_source(db, spark, tmp_path,
 
 # ---------------------------------------------------------------------- the check
 def test_the_check_and_verify_find_duplicate_chunks_and_orphans_and_the_next_refresh_repairs_them(db, spark, tmp_path):
-    docs, view, calls = make_view(db, tmp_path, 30)
+    docs, view, _ = make_view(db, tmp_path, 30)
     view.refresh(spark=spark)
     assert view.check().exact
     ds = view.dataset()
@@ -221,9 +222,10 @@ def test_seeded_kills_over_a_chunker_refresh_with_source_changes_between_kill_an
         held = len(JobStore(store).batches(""))
         n = rng.randrange(1, 4)
         if "commit_granularity" in options and rng.random() < 0.5:
-            point, ready = "after a commit", lambda: view.dataset().version > v0  # noqa: E731
+            point, ready = "after a commit", partial(lambda v: view.dataset().version > v, v0)
         else:
-            point, ready = f"after {n} checkpoints", lambda: len(JobStore(store).batches("")) >= held + n  # noqa: E731
+            point, ready = f"after {n} checkpoints", partial(
+                lambda s, k: len(JobStore(s).batches("")) >= k, store, held + n)
         try:
             run_and_kill_when(refresh_script(db.uri, options), ready)
             kills += 1
