@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from geneva_provider.core.catalog import Catalog, TableResolver
 from geneva_provider.core.checkpoint import CheckpointStore
@@ -49,6 +48,7 @@ from geneva_provider.core.udtf_view_meta import (
 from geneva_provider.core.view_meta import SOURCE_ROW_ID
 from geneva_provider.pipeline.planning import save_plan
 from geneva_provider.pipeline.source_versions import only_appends, source_at
+from geneva_provider.pipeline.udtf_check import doubled_pairs
 from geneva_provider.pipeline.udtf_lineage import mark_refreshed, recreated_since, transaction_of, unfinished_refresh
 
 if TYPE_CHECKING:
@@ -192,12 +192,6 @@ def _children(view: Dataset, at_least: int | None = None) -> pa.Table:
                          filter=None if at_least is None else f"{SOURCE_ROW_ID} >= {int(at_least)}")
 
 
-def _doubled(children: pa.Table) -> set[int]:
-    """Parents holding some (parent, chunk index) pair twice: their rows are rebuilt, whatever their fingerprint."""
-    pairs = children.group_by([SOURCE_ROW_ID, CHUNK_INDEX]).aggregate([([], "count_all")])
-    return set(pairs.filter(pc.greater(pairs.column("count_all"), 1)).column(SOURCE_ROW_ID).to_pylist())
-
-
 def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfViewState, seed: str,
                      rebuild: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(parents to expand, parents whose rows are deleted), both sorted.
@@ -240,7 +234,8 @@ def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfV
             candidates = np.unique(ids)
             now = dict(zip(candidates.tolist(), _fingerprints(src, candidates, cols, seed).tolist(), strict=True))
             stale = {int(i) for i, f in zip(ids.tolist(), fps.tolist(), strict=True) if now[int(i)] != f}
-            stale |= _doubled(held.filter(pa.array(mine)))
+            # a parent holding some (parent, chunk index) pair twice is rebuilt, whatever its fingerprint
+            stale |= set(doubled_pairs(ids, held.column(CHUNK_INDEX).fill_null(-1).to_numpy()[mine])[:, 0].tolist())
             done = np.asarray(sorted(set(candidates.tolist()) - stale), np.int64)
             expand = expand[~np.isin(expand, done)]
             delete = np.union1d(delete[~np.isin(delete, done)], np.asarray(sorted(stale), np.int64))
