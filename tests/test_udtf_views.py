@@ -18,6 +18,7 @@ import pytest
 import geneva_provider as gp
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError, UDFExecutionError
 from geneva_provider.core.store_layout import JobStore
+from geneva_provider.core.udtf_view_meta import udtf_view_state
 from tests.helpers import (
     WIDTH,
     Chunk,
@@ -464,6 +465,59 @@ def test_a_skipped_parent_is_expanded_again_by_the_next_refresh_and_skip_limits_
         view.refresh(spark=spark)
     assert view.version == version
     view.dataset().validate()
+
+
+def test_a_chunker_row_of_the_wrong_type_is_settled_by_the_policy_for_its_parent_alone(db, spark, tmp_path):
+    """A document whose chunk does not convert (a str for an int, a None for a non-nullable field) is
+    that document's failure: skipped, recorded and left pending; every other document lands exactly."""
+    flag = tmp_path / "failing"
+    flag.touch()
+
+    @gp.chunker(on_error=gp.skip_on_error())
+    def typed(doc_id: int, text: str) -> Iterator[Chunk]:
+        for i in range(0, len(text), WIDTH):
+            failing = os.path.exists(flag)
+            start = "ten" if failing and doc_id == 13 and i == WIDTH else None if failing and doc_id == 40 else i
+            yield Chunk(text[i:i + WIDTH], start)  # type: ignore[arg-type]
+
+    @gp.chunker(batch=True, on_error=gp.skip_on_error(),
+                output_schema=pa.schema([("chunk", pa.string()), ("start", pa.int64())]))
+    def typed_batch(doc_id: pa.Array, text: pa.Array) -> pa.RecordBatch:
+        pieces, starts, parents = [], [], []
+        for k, (d, t) in enumerate(zip(doc_id.to_pylist(), text.to_pylist(), strict=True)):
+            for i in range(0, len(t), WIDTH):
+                pieces.append(t[i:i + WIDTH])
+                starts.append("ten" if d == 13 and os.path.exists(flag) else str(i))  # strings Arrow casts
+                parents.append(k)
+        return pa.record_batch({"chunk": pieces, "start": starts, "__parent_index": pa.array(parents, pa.int64())})
+
+    docs = db.create_table("docs", docs_table(range(60)), stable_row_ids=True)
+    assert len(chunks_of(doc_text(13))) > 1 and chunks_of(doc_text(40))  # both have a chunk to get wrong
+    source = docs.search(None).select(["doc_id", "text"])
+    views = [db.create_udtf_view("chunks", source=source, udtf=typed),
+             db.create_udtf_view("chunks_batch", source=source, udtf=typed_batch)]
+    bad = {"chunks": [13, 40], "chunks_batch": [13]}  # source row ids: doc_id (a fresh table)
+    for view in views:
+        result = view.refresh(spark=spark)
+        assert result.rows_failed == len(bad[view.name])
+        assert view_rows(view) == [r for r in expected_rows(docs) if r[0] not in bad[view.name]]
+        assert udtf_view_state(view.dataset().schema.metadata, view.name).pending == bad[view.name]
+        errors = sorted(view.get_errors().to_pylist(), key=lambda e: e["row_address"])
+        assert [(e["row_address"], e["outcome"], e["error_type"]) for e in errors] == [
+            (i, "skipped", "UDTFRowError") for i in bad[view.name]]
+        messages = {e["row_address"]: e["message"] for e in errors}
+        assert f"chunker '{view.name.replace('chunks', 'typed')}'" in messages[13]
+        assert "'start'" in messages[13] and "'ten'" in messages[13]  # the field, and the value
+    scalar = {e["row_address"]: e["message"] for e in views[0].get_errors().to_pylist()}
+    assert "field 'start' holds a str ('ten'), which does not fit its declared type int64" in scalar[13]
+    assert "None for 'start', which its output schema declares not nullable" in scalar[40]
+
+    flag.unlink()  # the chunker fixed: the next refresh expands exactly the pending documents
+    for view in views:
+        result = view.refresh(spark=spark)
+        assert result.rows_computed == len(bad[view.name])
+        assert view_rows(view) == expected_rows(docs)
+        assert udtf_view_state(view.dataset().schema.metadata, view.name).pending == []
 
 
 def test_a_gpu_chunker_on_a_session_without_gpus_fails_fast_and_changes_nothing(db, spark):
