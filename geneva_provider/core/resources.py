@@ -80,16 +80,17 @@ def resources_from_metadata(metadata: dict[str, str]) -> UDFResources | None:
     return UDFResources.model_validate(json.loads(text)) if text else None
 
 
-def udf_resources(udf_name: str, num_cpus: Any = None, num_gpus: Any = None, memory: Any = None
-                  ) -> UDFResources | None:
+def udf_resources(udf_name: str, num_cpus: Any = None, num_gpus: Any = None, memory: Any = None,
+                  label: str | None = None) -> UDFResources | None:
     """The validated ask of ``@udf(num_cpus=, num_gpus=, memory=)``; None when none is given.
 
-    UDFDefinitionError naming the UDF and the argument otherwise: Spark schedules whole cores, GPU
-    amounts that are a fraction up to 1 or a whole number, and memory is bytes or a size ("4g").
+    UDFDefinitionError naming the UDF (``label``, default ``UDF 'name'``; a chunker passes its own) and
+    the argument otherwise: Spark schedules whole cores, GPU amounts that are a fraction up to 1 or a
+    whole number, and memory is bytes or a size ("4g").
     """
     if num_cpus is None and num_gpus is None and memory is None:
         return None
-    where = f"UDF '{udf_name}'"
+    where = label or f"UDF '{udf_name}'"
     return UDFResources(num_cpus=_cpus(num_cpus, where), num_gpus=_gpus(num_gpus, where),
                         memory=None if memory is None else parse_size(memory, f"{where}: memory"))
 

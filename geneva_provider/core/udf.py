@@ -379,10 +379,10 @@ def udf(
     for arg, value in (("name", name), ("version", version)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise UDFDefinitionError(f"@udf: {arg} must be a non-empty string, got {value!r}")
-    policy = error_policy(on_error, f"@udf{f' {name!r}' if name else ''}")
 
     def wrap(f: Callable[..., Any] | type) -> UDF:
         made = _make_udf(f, data_type=data_type, input_columns=input_columns, name=name, version=version)
+        policy = error_policy(on_error, f"UDF '{made.name}'")  # checked here, to name the function
         resources = udf_resources(made.name, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory)
         return dataclasses.replace(made, concurrency=concurrency, on_error=policy, resources=resources)
 
