@@ -238,3 +238,20 @@ def test_a_batch_chunker_returning_misfit_values_skips_only_their_parents():
     with pytest.raises(UDFCallError, match="column 'n'") as err:
         failing.expand(DOCS, [])
     assert err.value.index == 5  # the parent of the row that does not convert, not the whole batch
+
+
+def test_an_empty_partition_is_one_empty_batch_of_the_input_schema():
+    """What an unpartitioned aggregate sees once every source row is gone: the columns, no rows."""
+    @gp.udtf(output_schema=pa.schema([("docs", pa.int64()), ("chars", pa.int64())]))
+    def totals(batches: Any) -> Iterator[pa.RecordBatch]:
+        rows = pa.Table.from_batches(list(batches))  # needs a batch (or a schema) to know the columns
+        yield pa.record_batch({"docs": [rows.num_rows], "chars": [sum(map(len, rows.column("text").to_pylist()))]})
+
+    @gp.udtf(output_schema=pa.schema([("docs", pa.int64())]))
+    def count(table: pa.Table) -> pa.Table:
+        return pa.table({"docs": [table.num_rows]})
+
+    empty = DOCS.slice(0, 0)
+    assert totals.run_partition(empty).to_pylist() == [{"docs": 0, "chars": 0}]
+    assert count.run_partition(empty).to_pylist() == [{"docs": 0}]
+    assert totals.run_partition(DOCS).to_pylist() == [{"docs": 8, "chars": 40}]

@@ -350,10 +350,16 @@ class UDTF:
 
     # ------------------------------------------------------------------ a batch UDTF
     def run_partition(self, rows: pa.Table) -> pa.Table:
-        """The batch UDTF over one partition's rows: every batch it yields, as one table of its schema."""
+        """The batch UDTF over one partition's rows: every batch it yields, as one table of its schema.
+
+        A partition of no rows (an unpartitioned UDTF over a source whose rows are all gone) is given as
+        one empty batch of the input schema, not as no batch at all: the function sees the columns it
+        reads either way, so an aggregate can say ``count = 0`` (``pa.Table.from_batches`` of nothing fails).
+        """
         fn = self._callable()
         wants_table = _wants_table(self.func)
-        arg: Any = rows if wants_table else iter(rows.to_batches())
+        batches = rows.to_batches() or [pa.RecordBatch.from_pylist([], schema=rows.schema)]
+        arg: Any = rows if wants_table else iter(batches)
         outcome = call_with_policy(self.on_error, lambda: _collect(fn(arg), self))
         if outcome.error is not None and not outcome.ok:
             if outcome.skipped:
