@@ -248,6 +248,33 @@ def test_an_unpartitioned_batch_udtf_runs_once_over_the_selection_and_is_skipped
     assert sorted(view.to_arrow(["doc_id"]).column("doc_id").to_pylist()) == [i for i in range(1, 50, 2) if i != 3]
 
 
+def test_an_unpartitioned_aggregate_is_called_once_over_an_emptied_selection_as_the_reference_does(
+        db, spark, tmp_path):
+    log_dir = str(tmp_path)
+
+    @gp.udtf(output_schema=pa.schema([("docs", pa.int64()), ("chars", pa.int64())]))
+    def totals(table: pa.Table):
+        _log_calls(log_dir, [table.num_rows])
+        return pa.table({"docs": [table.num_rows], "chars": [sum(len(t) for t in table.column("text").to_pylist())]})
+
+    docs = db.create_table("docs", docs_table(range(20)), stable_row_ids=True)
+    view = db.create_udtf_view("totals", source=docs.search(None).where("lang = 'en'").select(["text"]), udtf=totals)
+    view.refresh(spark=spark)
+    assert view.to_arrow(["docs"]).column("docs").to_pylist() == [5]
+    docs.delete("lang = 'en'")
+    clear_calls(log_dir)
+    view.refresh(spark=spark)
+    assert read_calls(log_dir) == [0]  # one call over no rows: the aggregate says so
+    assert view.to_arrow(["docs", "chars"]).to_pylist() == [{"docs": 0, "chars": 0}]
+    assert view.check().exact
+    clear_calls(log_dir)
+    view.refresh(spark=spark)
+    assert read_calls(log_dir) == []  # nothing changed since: not called again
+    docs.add(docs_table(range(20, 24)))
+    view.refresh(spark=spark)
+    assert view.to_arrow(["docs"]).column("docs").to_pylist() == [1]
+
+
 def test_a_killed_chunker_refresh_resumes_with_the_parents_in_flight_and_lands_the_same_view(tmp_path, spark):
     db = gp.connect(str(tmp_path / "db"))
     calls = tmp_path / "calls"

@@ -302,9 +302,9 @@ def _partition_changes(view: Dataset, src: Dataset, state: UdtfViewState, seed: 
     bounds = np.flatnonzero(np.diff(keys)) + 1
     current: dict[int, tuple[int, np.ndarray]] = {}
     for s, e in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(ids)]]), strict=True):
-        if e > s:
+        if e > s or not spec.partition_by:  # unpartitioned: one call over the selection, even an empty one
             digest = hashlib.md5(ids[s:e].tobytes() + fps[s:e].tobytes()).digest()
-            current[int(keys[s])] = (int.from_bytes(digest[:8], "little") >> 1, ids[s:e])
+            current[int(keys[s]) if e > s else 0] = (int.from_bytes(digest[:8], "little") >> 1, ids[s:e])
     held = view.to_table(columns=[PARTITION, PARTITION_FP]).group_by([PARTITION, PARTITION_FP]).aggregate([])
     in_view: dict[int, set[int]] = {}
     for k, f in zip(held.column(PARTITION).to_pylist(), held.column(PARTITION_FP).to_pylist(), strict=True):

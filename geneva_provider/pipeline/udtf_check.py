@@ -116,7 +116,7 @@ def check_udtf_view(view: Dataset, name: str, state: UdtfViewState, source: Data
         now = row_fingerprints([selected.column(spec.partition_by)], "partition", selected.num_rows).to_numpy() \
             >> np.uint64(1)
     else:
-        now = np.zeros(min(selected.num_rows, 1), np.uint64)  # the one partition, while any row is selected
+        now = np.zeros(1, np.uint64)  # the one partition: one call over the selection, even an empty one
     have = pc.unique(held.column(PARTITION)).to_numpy()
     orphans = np.sort(have[~np.isin(have, now)])
     check.orphan_count, check.orphans = len(orphans), orphans[:SHOWN].tolist()

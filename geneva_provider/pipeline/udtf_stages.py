@@ -94,8 +94,8 @@ def part_prefix(job_prefix: str, part: TaskPart) -> str:
 
 def part_key(job_prefix: str, part: TaskPart, partial_: bool = False) -> str:
     """A batch UDTF partition's checkpoint key: the partition's rows and fingerprint name it."""
-    ids = part.ranges
-    return BatchKey(part_prefix(job_prefix, part), part.frag, ids[0][0], ids[-1][1], partial=partial_).key()
+    start, end = (part.start, part.end) if part.ranges else (0, 0)  # an empty selection: one call over no rows
+    return BatchKey(part_prefix(job_prefix, part), part.frag, start, end, partial=partial_).key()
 
 
 def chunk_key(job_prefix: str, part: TaskPart, ids: np.ndarray, partial_: bool = False) -> str:
@@ -121,17 +121,18 @@ class Held:
         return [k.key() for k in keys if k.frag_id == part.frag][:1]
 
     def todo(self, part: TaskPart) -> np.ndarray:
-        """The part's parents (a batch UDTF: rows) no checkpoint has expanded yet, ascending."""
+        """The chunker part's parents no checkpoint has expanded yet, ascending."""
         ids = positions_of(part.ranges)
         keys = self.keys_for(part)
-        if not self.chunker or not keys:
-            return ids if not keys else ids[:0]
+        if not keys:
+            return ids
         done = np.concatenate([self.store.get_columns(k, [SOURCE_ROW_ID]).column(SOURCE_ROW_ID).to_numpy()
                                for k in keys])
         return ids[~np.isin(ids, done)]
 
     def done(self, part: TaskPart) -> bool:
-        return not len(self.todo(part))
+        """Whether the part is expanded (a batch UDTF's partition -- even one of no rows -- runs whole)."""
+        return not len(self.todo(part)) if self.chunker else bool(self.keys_for(part))
 
 
 # ---------------------------------------------------------------------- executor side
@@ -162,7 +163,8 @@ class _Expander:
     def run(self, part: TaskPart, ids: np.ndarray, failures: list[RowError]) -> tuple[int, TaskError | None]:
         """Expands the parents ``ids`` of a part (a batch UDTF: runs its partition) into one checkpoint;
         returns (UDTF calls, error)."""
-        rows = self.src._take_rows(pa.array(ids, pa.uint64()), columns=self.work.read_columns)
+        rows = self.src._take_rows(pa.array(ids, pa.uint64()), columns=self.work.read_columns) if len(ids) else \
+            pa.schema([self.src.schema.field(c) for c in self.work.read_columns]).empty_table()
         if rows.num_rows != len(ids):
             raise RuntimeError(f"view '{self.job.table}': {len(ids) - rows.num_rows} of {len(ids)} source rows are "
                                f"missing at the pinned source version {self.work.source_version}")
@@ -188,7 +190,8 @@ class _Expander:
     def _error(self, exc: UDFCallError, ids: np.ndarray) -> TaskError:
         where = (f"source row {int(ids[exc.index])} (__source_row_id) of table '{self.spec.base_table}'"
                  if exc.index is not None and exc.index < len(ids) else
-                 f"source rows {int(ids[0])}..{int(ids[-1])} of table '{self.spec.base_table}'")
+                 f"source rows {int(ids[0])}..{int(ids[-1])} of table '{self.spec.base_table}'" if len(ids) else
+                 f"an empty selection of table '{self.spec.base_table}'")
         original = exc.original
         return TaskError(message=f"{self.fn.label} failed at {where}, refreshing view '{self.job.table}': {exc}",
                          exception=type(original).__name__ if original is not None else "UDFCallError", frag=0)
@@ -233,11 +236,16 @@ def _expand_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[dict
         calls, checkpoints, error = 0, 0, None
         failures: list[RowError] = []
         for part in task.parts:
-            todo = worker.held.todo(part)
-            step = len(todo) if worker.fn.kind is not UDTFKind.CHUNKER else None  # a partition runs whole
-            i = 0
+            if worker.fn.kind is not UDTFKind.CHUNKER:  # a partition runs whole, in one call
+                if not worker.held.done(part):
+                    n, error = worker.run(part, positions_of(part.ranges), failures)
+                    calls, checkpoints = calls + n, checkpoints + (error is None)
+                if error is not None:
+                    break
+                continue
+            todo, i = worker.held.todo(part), 0
             while i < len(todo) and error is None:
-                ids = todo[i:i + (step or sizer.size)]
+                ids = todo[i:i + sizer.size]
                 t0 = time.perf_counter()
                 n, error = worker.run(part, ids, failures)
                 if error is None:
