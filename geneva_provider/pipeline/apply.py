@@ -77,11 +77,11 @@ class _Piece:
 
 class _Checkpointer:
     """Computes chunks of a task's rows -- one UDF call over the parts of many fragments -- and stores one
-    batch checkpoint per fragment part; chunks are sized by ``sizer`` from the UDF's measured speed."""
+    batch checkpoint per fragment part (the chunks are cut by the worker's :class:`CheckpointSizer`)."""
 
-    def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, watch: CallWatch | None,
-                 sizer: CheckpointSizer) -> None:
-        self.ctx, self.store, self.work, self.watch, self.sizer = ctx, store, work, watch, sizer
+    def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, watch: CallWatch | None = None
+                 ) -> None:
+        self.ctx, self.store, self.work, self.watch = ctx, store, work, watch
         self.failures: list[RowError] = []
 
     def save(self, pieces: list[_Piece]) -> tuple[TaskError | None, float]:
@@ -176,8 +176,8 @@ def apply_task(ctx: StageContext, task: Task, worker: _Worker | None = None) -> 
     worker = worker or _Worker(ctx)
     result = ApplyTaskResult(frag=task.parts[0].frag)
     pieces, result.rows_skipped = worker.pieces(task)
-    ckpt = _Checkpointer(ctx, worker.store, worker.work, worker.watch, worker.sizer)
-    for chunk in _chunks(pieces, ckpt.sizer):
+    ckpt = _Checkpointer(ctx, worker.store, worker.work, worker.watch)
+    for chunk in _chunks(pieces, worker.sizer):
         t0 = time.perf_counter()
         error, seconds = ckpt.save(chunk)
         result.failures += ckpt.failures
@@ -188,7 +188,7 @@ def apply_task(ctx: StageContext, task: Task, worker: _Worker | None = None) -> 
         result.checkpoints += len(chunk)
         result.udf_seconds += seconds
         # The whole checkpoint's time, its read and stores included: what a kill during the next one loses.
-        ckpt.sizer.observe(sum(len(p) for p in chunk), time.perf_counter() - t0)
+        worker.sizer.observe(sum(len(p) for p in chunk), time.perf_counter() - t0)
     return result
 
 
