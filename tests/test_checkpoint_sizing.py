@@ -17,6 +17,7 @@ from geneva_provider.pipeline.checkpoint_sizing import (
     PROBE_ROWS,
     TARGET_CHECKPOINT_SECONDS,
     CheckpointSizer,
+    job_sizer,
 )
 
 GPU_MODEL = 1.5e-3    # seconds per row: the issue's slow model
@@ -24,12 +25,16 @@ VECTORISED = 1e-6     # x * 2 over Arrow arrays
 OVERHEAD = 0.02       # a read, a UDF call and a Lance file per checkpoint
 
 
-def sizer_for(**options: int) -> CheckpointSizer:
-    """The sizer a plan made with these options gets (bounds resolved as the planner resolves them)."""
+def settings_for(**options: int) -> PlanSettings:
+    """The settings a plan made with these options holds (bounds resolved as the planner resolves them)."""
     opts = BackfillOptions(**options)
     lo, hi = opts.checkpoint_bounds()
-    return CheckpointSizer.of(PlanSettings(checkpoint_size=opts.initial_checkpoint_size(), min_checkpoint_size=lo,
-                                           max_checkpoint_size=hi, parallelism=2))
+    return PlanSettings(checkpoint_size=opts.initial_checkpoint_size(), min_checkpoint_size=lo,
+                        max_checkpoint_size=hi, parallelism=2)
+
+
+def sizer_for(**options: int) -> CheckpointSizer:
+    return CheckpointSizer.of(settings_for(**options))
 
 
 def run(sizer: CheckpointSizer, per_row: float, checkpoints: int, overhead: float = OVERHEAD) -> list[int]:
@@ -101,10 +106,16 @@ def test_the_bounds_hold_after_the_probe():
     assert small_min.size == 20
 
 
-def test_the_next_task_of_a_worker_starts_at_the_learnt_size():
-    sizer = sizer_for()
-    run(sizer, GPU_MODEL, 4)
-    assert sizer.size > PROBE_ROWS and sizer.rows_per_second == pytest.approx(1 / GPU_MODEL, rel=0.1)
+def test_the_next_task_of_a_job_in_a_worker_process_starts_at_the_learnt_size():
+    settings = settings_for()
+    sizer = job_sizer("job-a", settings)
+    run(sizer, VECTORISED, 5)
+    assert job_sizer("job-a", settings).size == 100_000  # the job's next task here: no new probe
+    assert job_sizer("job-b", settings).size == PROBE_ROWS  # another job (a rerun too) probes again
+    assert job_sizer(None, settings) is not job_sizer(None, settings)
+    for i in range(20):  # a long-lived worker keeps the latest few jobs only
+        job_sizer(f"job-{i}", settings)
+    assert job_sizer("job-a", settings).size == PROBE_ROWS
 
 
 @pytest.mark.parametrize(("lo", "hi"), [(0, 10), (10, 5)])

@@ -29,7 +29,7 @@ from geneva_provider.core.kinds import JobKind, RowOutcome, Stage
 from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
-from geneva_provider.pipeline.checkpoint_sizing import CheckpointSizer
+from geneva_provider.pipeline.checkpoint_sizing import CheckpointSizer, job_sizer
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
 from geneva_provider.pipeline.job_records import job_stage, update_record
@@ -138,8 +138,7 @@ class _Worker:
         self.ds = ctx.dataset()
         self.work = input_for(ctx, self.ds)
         self.watch = CallWatch.here(self.store, ctx.job, ctx.job_id)
-        # One sizer for the partition's tasks: the next task starts at the size learnt, not at a new probe.
-        self.sizer = CheckpointSizer.of(ctx.settings)
+        self.sizer = job_sizer(ctx.job_id, ctx.settings)
         self.keys: dict[tuple[str, int], list[BatchKey]] = {}
         for bk in JobStore(self.store).batches(ctx.job.job_prefix):
             self.keys.setdefault((bk.prefix, bk.frag_id), []).append(bk)

@@ -43,8 +43,8 @@ _MIN_SECONDS = 1e-6  # a checkpoint measured as taking no time (a coarse clock) 
 class CheckpointSizer:
     """The size of the next checkpoint of one worker, learnt from the checkpoints it computed before.
 
-    One per Spark partition (it outlives a task: the next task of the partition starts at the learnt
-    size, not at a new probe); not thread-safe, and not shared between processes.
+    It outlives a task: :func:`job_sizer` hands a job's next task in the same Python worker the sizer
+    its earlier tasks left.  Not thread-safe, and not shared between processes.
     """
 
     def __init__(self, lo: int, hi: int, *, target_seconds: float = TARGET_CHECKPOINT_SECONDS) -> None:
@@ -102,3 +102,26 @@ class CheckpointSizer:
             self._seconds = self._seconds * DECAY + seconds
         want = int(self._rows / max(self._seconds, _MIN_SECONDS) * self.target_seconds)
         self._size = max(self.lo, min(self.hi, want, self._size * MAX_GROWTH))
+
+
+# The sizers of the jobs this Python worker ran tasks of, by job id, the latest last.  Spark reuses a worker
+# process for the next task (spark.python.worker.reuse), and that task then starts at the size learnt
+# rather than at a new probe: with one Spark partition per task, a probe and its ramp in every task cost
+# a fast UDF a few small checkpoints each (~10 ms apiece).  A job's tasks run the same function, so its
+# speed carries over; another job (a rerun included) starts with a probe.
+_SIZERS: dict[str, CheckpointSizer] = {}
+_SIZERS_KEPT = 8
+
+
+def job_sizer(job_id: str | None, settings: PlanSettings) -> CheckpointSizer:
+    """The sizer of job ``job_id`` in this process: the one its earlier tasks here left, or a new one.
+
+    Not for concurrent tasks of one process (none runs two: a Spark task has a Python worker to itself).
+    """
+    if job_id is None:  # not a stored job's task: nothing names its tasks' speed
+        return CheckpointSizer.of(settings)
+    sizer = _SIZERS.pop(job_id, None) or CheckpointSizer.of(settings)
+    _SIZERS[job_id] = sizer
+    while len(_SIZERS) > _SIZERS_KEPT:
+        del _SIZERS[next(iter(_SIZERS))]
+    return sizer
