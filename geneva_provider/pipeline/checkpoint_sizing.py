@@ -13,10 +13,12 @@ So the size is measured, not guessed, by one rule shared by the backfill and vie
   holds ``TARGET_CHECKPOINT_SECONDS`` of work at the measured speed, within the bounds, growing at most
   ``MAX_GROWTH`` times per checkpoint and shrinking at once.
 
-Figures: at 1.5 ms/row the sizes are 100, 1,000 (the min bound), 2,000, 2,000, ... -- a kill loses at most
-~3 s of work; at 1 us/row (a vectorised UDF, where the per-checkpoint costs dominate) 100, 1,000, 8,000,
-64,000, then the 100,000 max bound from the fifth checkpoint on, where the old doubling from 10,000 took
-five checkpoints and 150,000 rows to get there.
+Figures: at 1.5 ms/row the sizes are 100, 1,000 (the min bound), then ~1,960 -- a kill loses at most ~3 s
+of work per task in flight; at 1 us/row (a vectorised UDF, where the per-checkpoint costs dominate) 100,
+1,000, 8,000, 64,000, then the 100,000 max bound from the fifth checkpoint on (after 73,100 rows; the old
+doubling from 10,000 got there at its fifth too, after 150,000 rows), and the job's later tasks in the
+same worker start there.  The min bound wins over the target: a function slower than 3 ms/row checkpoints
+``min_checkpoint_size`` rows (1,000 by default) at a time.
 """
 
 from __future__ import annotations
