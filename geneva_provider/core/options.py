@@ -19,7 +19,7 @@ from geneva_provider.core.errors import InvalidArgumentError
 
 DEFAULT_MIN_CHECKPOINT_SIZE = 1_000
 DEFAULT_MAX_CHECKPOINT_SIZE = 100_000
-DEFAULT_CHECKPOINT_SIZE = 10_000
+DEFAULT_CHECKPOINT_SIZE = 10_000  # a UDTF refresh's parents per part (apply sizes checkpoints by measured speed)
 _POSITIVE = "positive"
 _NON_NEGATIVE = "non-negative"
 _UNSET = ("", "None", "none", "null")  # what an unset templated value renders as
@@ -35,9 +35,13 @@ def _option(doc: str, *, positive: bool = True, zero: bool = False) -> Any:
 class JobOptions:
     """Tuning shared by backfills and view refreshes; ``None`` means a default sized to the data."""
 
-    checkpoint_size: int | None = _option("rows per batch checkpoint; alone, it fixes the size")
-    min_checkpoint_size: int | None = _option("lower bound of adaptive checkpoint sizing")
-    max_checkpoint_size: int | None = _option("upper bound of adaptive checkpoint sizing")
+    checkpoint_size: int | None = _option(
+        "rows per batch checkpoint and UDF call; alone, it fixes the size.  Otherwise sizes are measured: a "
+        "probe of min(100, min bound) rows, then ~3 s of the UDF's work per checkpoint (a chunker view's refresh: "
+        "the parents per part of a task, default 10,000)")
+    min_checkpoint_size: int | None = _option(
+        "lower bound of the measured checkpoint sizes after the probe (default 1,000); also the smallest task")
+    max_checkpoint_size: int | None = _option("upper bound of the measured checkpoint sizes (default 100,000)")
     task_size: int | None = _option("rows per Spark task, all equal (default: guided, shrinking tasks)")
     commit_granularity: int | None = _option("fragments per DataReplacement commit")
     concurrency: int | None = _option("Spark partitions the tasks are dealt over")
@@ -110,6 +114,12 @@ class JobOptions:
         return _bounds(self.checkpoint_size, self.min_checkpoint_size, self.max_checkpoint_size)
 
     def initial_checkpoint_size(self) -> int:
+        """``checkpoint_size`` within the bounds (10,000 by default): the plan's ``settings.checkpoint_size``.
+
+        A UDTF view's refresh cuts its tasks into parts of this many parents.  It is not the first
+        checkpoint of an apply: ``pipeline/checkpoint_sizing.py`` sizes those from the measured speed
+        (a fixed 10,000 rows cost a slow UDF killed mid-task everything it had computed).
+        """
         lo, hi = self.checkpoint_bounds()
         return min(max(self.checkpoint_size or DEFAULT_CHECKPOINT_SIZE, lo), hi)
 

@@ -29,6 +29,7 @@ from geneva_provider.core.kinds import JobKind, RowOutcome, Stage
 from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
+from geneva_provider.pipeline.checkpoint_sizing import CheckpointSizer, job_sizer
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
 from geneva_provider.pipeline.job_records import job_stage, update_record
@@ -54,8 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TARGET_CHECKPOINT_SECONDS = 10.0
-
 
 # ---------------------------------------------------------------------- executor side
 @dataclass
@@ -78,12 +77,11 @@ class _Piece:
 
 class _Checkpointer:
     """Computes chunks of a task's rows -- one UDF call over the parts of many fragments -- and stores one
-    batch checkpoint per fragment part, adapting the chunk size."""
+    batch checkpoint per fragment part (the chunks are cut by the worker's :class:`CheckpointSizer`)."""
 
     def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, watch: CallWatch | None = None
                  ) -> None:
         self.ctx, self.store, self.work, self.watch = ctx, store, work, watch
-        self.size = ctx.settings.checkpoint_size  # rows per chunk, adapted to the UDF's speed
         self.failures: list[RowError] = []
 
     def save(self, pieces: list[_Piece]) -> tuple[TaskError | None, float]:
@@ -130,15 +128,6 @@ class _Checkpointer:
             offset += k
         return None, seconds
 
-    def adapt(self, seconds: float) -> None:
-        """Grows chunks while they are quick, shrinks them when the UDF is slow."""
-        size = self.size
-        if seconds < TARGET_CHECKPOINT_SECONDS / 2:
-            size *= 2
-        elif seconds > TARGET_CHECKPOINT_SECONDS * 2:
-            size //= 2
-        self.size = max(self.ctx.settings.min_checkpoint_size, min(self.ctx.settings.max_checkpoint_size, size))
-
 
 class _Worker:
     """What one Spark partition opens once for all its tasks: the table, the store, and its checkpoint keys."""
@@ -149,6 +138,7 @@ class _Worker:
         self.ds = ctx.dataset()
         self.work = input_for(ctx, self.ds)
         self.watch = CallWatch.here(self.store, ctx.job, ctx.job_id)
+        self.sizer = job_sizer(ctx.job_id, ctx.settings)
         self.keys: dict[tuple[str, int], list[BatchKey]] = {}
         for bk in JobStore(self.store).batches(ctx.job.job_prefix):
             self.keys.setdefault((bk.prefix, bk.frag_id), []).append(bk)
@@ -186,7 +176,8 @@ def apply_task(ctx: StageContext, task: Task, worker: _Worker | None = None) -> 
     result = ApplyTaskResult(frag=task.parts[0].frag)
     pieces, result.rows_skipped = worker.pieces(task)
     ckpt = _Checkpointer(ctx, worker.store, worker.work, worker.watch)
-    for chunk in _chunks(pieces, ckpt):
+    for chunk in _chunks(pieces, worker.sizer):
+        t0 = time.perf_counter()
         error, seconds = ckpt.save(chunk)
         result.failures += ckpt.failures
         ckpt.failures = []
@@ -195,12 +186,13 @@ def apply_task(ctx: StageContext, task: Task, worker: _Worker | None = None) -> 
         result.rows_computed += sum(len(p) for p in chunk)
         result.checkpoints += len(chunk)
         result.udf_seconds += seconds
-        ckpt.adapt(seconds)
+        # The whole checkpoint's time, its read and stores included: what a kill during the next one loses.
+        worker.sizer.observe(sum(len(p) for p in chunk), time.perf_counter() - t0)
     return result
 
 
-def _chunks(pieces: list[_Piece], sizer: _Checkpointer) -> Iterator[list[_Piece]]:
-    """Consecutive pieces cut into chunks of ``sizer.size`` rows (read anew as it adapts), in order."""
+def _chunks(pieces: list[_Piece], sizer: CheckpointSizer) -> Iterator[list[_Piece]]:
+    """Consecutive pieces cut into chunks of ``sizer.size`` rows (read anew after each chunk), in order."""
     chunk: list[_Piece] = []
     filled = 0
     for piece in pieces:
