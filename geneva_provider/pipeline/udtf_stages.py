@@ -62,7 +62,7 @@ from geneva_provider.core.udtf_view_meta import (
     udtf_view_state,
 )
 from geneva_provider.core.view_meta import SOURCE_ROW_ID
-from geneva_provider.pipeline.checkpoint_sizing import CheckpointSizer
+from geneva_provider.pipeline.checkpoint_sizing import job_sizer
 from geneva_provider.pipeline.commit import CommitPolicy, is_retryable_conflict
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import update_record
@@ -231,7 +231,7 @@ class _Expander:
 
 def _expand_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[dict[str, Any]]:
     worker = _Expander(ctx)
-    sizer = CheckpointSizer.of(ctx.settings)
+    sizer = job_sizer(ctx.job_id, ctx.settings)  # a later task in this worker starts at the learnt size
     for task in tasks:
         calls, checkpoints, error = 0, 0, None
         failures: list[RowError] = []
