@@ -218,3 +218,186 @@ def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(t
     assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(jobs * rows))
     assert sorted(read_calls(call_dir)) == list(range(jobs * rows))  # each job computed only its new rows
     tbl.dataset().validate()
+
+
+# ---------------------------------------------------------------- a caller's own Connect session
+class _KillableServer:
+    """One Spark Connect server the module's kill tests share: each kills it, and :meth:`up` starts it again
+    (on the same port) for the next step or test, so no test pays for a server start of its own first."""
+
+    def __init__(self, directory) -> None:
+        self.directory = directory
+        self.port = 0
+        self.server = None
+
+    def up(self):
+        if self.server is None or self.server.running() is None:
+            self.server = _server(self.port, self.directory)
+            self.server.start()
+            self.port = self.server.port
+        return self.server
+
+    def kill(self) -> float:
+        return _kill_server(self.server)
+
+    def stop(self) -> None:
+        if self.server is not None and self.server.running() is not None:
+            self.server.stop()
+
+
+@pytest.fixture(scope="module")
+def killable_server(tmp_path_factory):
+    holder = _KillableServer(tmp_path_factory.mktemp("killable"))
+    try:
+        yield holder
+    finally:
+        holder.stop()
+
+
+def _callers_session(url: str):
+    """A Connect session as a notebook makes one: pyspark's own retry policies (ten minutes of back-off)."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    return RemoteSparkSession.builder.remote(url).create()
+
+
+def _drop_session(spark) -> None:
+    """Lets go of a session whose server died (``spark.stop()`` would wait through the caller's back-off)."""
+    from geneva_provider.pipeline.connect import close_session
+
+    close_session(spark)
+
+
+def _in_thread(call) -> dict:
+    """Runs ``call()`` in a thread, as a notebook cell would; the outcome lands in the dict."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["result"] = call()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+        outcome["ended"] = time.monotonic()
+
+    outcome["thread"] = threading.Thread(target=run, daemon=True)
+    outcome["thread"].start()
+    return outcome
+
+
+def _assert_lost_server_soon(outcome: dict, killed: float, port: int, capfd, what: str) -> Exception:
+    import geneva_provider as gp
+
+    outcome["thread"].join(STAGE_FAILS_WITHIN_SECONDS + 30)
+    assert "ended" in outcome, f"{what} was still running {STAGE_FAILS_WITHIN_SECONDS + 30}s after the kill"
+    seconds = outcome["ended"] - killed
+    with capfd.disabled():
+        print(f"\n{what} failed {seconds:.1f}s after the server was killed")
+    assert seconds < STAGE_FAILS_WITHIN_SECONDS, seconds
+    error = outcome.get("error")
+    assert isinstance(error, gp.SparkServerUnreachableError), repr(error)
+    assert error.retryable
+    assert f"lost the Spark Connect server sc://127.0.0.1:{port}" in str(error), str(error)
+    return error
+
+
+def _slow_table(lance_db, call_dir, name: str, rows: int, fragments: int):
+    tbl = lance_db.create_table(name, events_table(rows), max_rows_per_file=rows // fragments)
+    tbl.add_columns({"y": counting_double(call_dir, sleep=0.002)})
+    return tbl
+
+
+@pytest.mark.slow
+def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
+        lance_db, call_dir, killable_server, capfd):
+    """``run_apply(plan_uri, spark)`` with the caller's own session: the retryable error within the bound (not
+    pyspark's ten minutes), the job record FAILED with it, the caller's retry policies given back; once the
+    server is back, a rerun of the same plan computes only the rows no checkpoint holds."""
+    import geneva_provider as gp
+    from geneva_provider import stages
+    from geneva_provider.core.models import JobStatus
+    from geneva_provider.pipeline.job_records import read_record
+
+    rows, fragments = 8_000, 32
+    tbl = _slow_table(lance_db, call_dir, "slow_api", rows, fragments)
+    store = tbl.checkpoint_store
+    summary = stages.plan_backfill(tbl.ref, "y", stages.BackfillOptions(checkpoint_size=125, concurrency=1))
+    server = killable_server.up()
+    spark = _callers_session(server.url)
+    policies = spark.client.get_retry_policies()
+    try:
+        apply = _in_thread(lambda: stages.run_apply(summary.plan_uri, spark, tbl.ref.storage_options))
+        _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
+        killed = killable_server.kill()
+        error = _assert_lost_server_soon(apply, killed, server.port, capfd, "run_apply")
+        assert spark.client.get_retry_policies() == policies  # the caller's own, as they were
+    finally:
+        _drop_session(spark)
+    record = read_record(store, summary.job_id)
+    assert record.status is JobStatus.FAILED and record.stage == "apply", record
+    assert record.error.startswith(f"apply: SparkServerUnreachableError: {error}"[:200]), record.error
+    checkpointed = _checkpointed_rows(store, rows // fragments)
+    assert 1_000 <= len(checkpointed) < rows
+    assert tbl.count_rows("y IS NOT NULL") == 0
+
+    # The server is back: the same plan, run again on a new session, computes only what no checkpoint holds.
+    spark = _callers_session(killable_server.up().url)
+    try:
+        clear_calls(call_dir)
+        applied = stages.run_apply(summary.plan_uri, spark, tbl.ref.storage_options)
+        rerun = read_calls(call_dir)
+        with capfd.disabled():
+            print(f"rerun computed {len(rerun)} rows; {len(checkpointed)} of {rows} were checkpointed before the kill")
+        assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)  # none twice, none checkpointed
+        assert applied.rows_computed == rows - len(checkpointed)
+        stages.run_write_commit(summary.plan_uri, spark, tbl.ref.storage_options)
+        assert read_calls(call_dir) == rerun
+    finally:
+        spark.stop()
+    assert stages.verify(summary, tbl.ref.storage_options).rows_verified == rows
+    assert read_record(store, summary.job_id).status is JobStatus.DONE
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(rows))
+    tbl.dataset().validate()
+    assert isinstance(error, gp.SparkEnvironmentError)  # what callers catching the broader class still get
+
+
+@pytest.mark.slow
+def test_table_backfill_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
+        lance_db, call_dir, killable_server, capfd):
+    """``tbl.backfill(spark=session)``: the same retryable error within the bound, the job FAILED with it, and
+    the next backfill (a new plan, once the server is back) computes only the rows no checkpoint holds."""
+    import geneva_provider as gp
+
+    rows, fragments = 8_000, 32
+    tbl = _slow_table(lance_db, call_dir, "slow_facade", rows, fragments)
+    store = tbl.checkpoint_store
+    spark = _callers_session(killable_server.up().url)
+    try:
+        run = _in_thread(lambda: tbl.backfill("y", spark=spark, checkpoint_size=125, concurrency=1))
+        _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
+        killed = killable_server.kill()
+        error = _assert_lost_server_soon(run, killed, killable_server.port, capfd, "tbl.backfill")
+    finally:
+        _drop_session(spark)
+    [failed] = lance_db.list_jobs("slow_facade")
+    assert failed.status == "FAILED" and failed.stage == "apply", failed
+    assert "SparkServerUnreachableError" in failed.error and str(error)[:100] in failed.error, failed.error
+    checkpointed = _checkpointed_rows(store, rows // fragments)
+    assert 1_000 <= len(checkpointed) < rows
+
+    spark = _callers_session(killable_server.up().url)
+    try:
+        clear_calls(call_dir)
+        result = tbl.backfill("y", spark=spark, checkpoint_size=125)
+    finally:
+        spark.stop()
+    rerun = read_calls(call_dir)
+    with capfd.disabled():
+        print(f"rerun computed {len(rerun)} rows; {len(checkpointed)} of {rows} were checkpointed before the kill")
+    assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)
+    assert result.rows_computed == rows - len(checkpointed)
+    assert lance_db.get_job(result.job_id).status == "DONE"
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(rows))
+    tbl.dataset().validate()
+    assert not isinstance(error, gp.TableVersionGoneError)
