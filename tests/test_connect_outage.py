@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
+from tests.helpers import clear_calls, counting_double, counting_split, events_table, kill_session, read_calls
 from tests.test_resume_kill import _checkpointed_rows
 
 STAGE_FAILS_WITHIN_SECONDS = 90  # the issue's bound, from the server's death to the failed stage
@@ -401,3 +401,105 @@ def test_table_backfill_on_a_callers_connect_session_fails_soon_when_its_server_
     assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(rows))
     tbl.dataset().validate()
     assert not isinstance(error, gp.TableVersionGoneError)
+
+
+# ---------------------------------------------------------------- versions cleaned up under a job
+def _clean_up_old_versions(table) -> None:
+    import datetime as dt
+
+    table.dataset().cleanup_old_versions(older_than=dt.timedelta(0))
+
+
+@pytest.mark.parametrize("kind", ["backfill", "view", "chunker"])
+def test_versions_cleaned_up_between_plan_and_apply_fail_the_stage_naming_the_table_and_version(
+        db, connect_spark, call_dir, kind):
+    """The plan's pinned version is checked before Spark starts: the package's error naming the table and the
+    version (not Lance's manifest path in a Spark stack trace), the record FAILED with it, and a new plan
+    lands the exact table."""
+    import geneva_provider as gp
+    from geneva_provider import stages
+    from geneva_provider.core.models import JobStatus
+    from geneva_provider.pipeline.job_records import read_record
+    from tests.test_udtf_views import docs_table, expected_rows, view_rows
+
+    if kind == "backfill":
+        target = src = db.create_table("events", events_table(2_000), max_rows_per_file=500)
+        target.add_columns({"y": counting_double(call_dir)})
+        summary = stages.plan_backfill(target.ref, "y")
+    else:
+        if kind == "view":
+            src = db.create_table("events", events_table(2_000), max_rows_per_file=500)
+            target = db.create_materialized_view("evens", src.search(None).where("x % 2 = 0").select(
+                {"x": "x", "y": counting_double(call_dir)}))
+        else:
+            src = db.create_table("docs", docs_table(range(300)), stable_row_ids=True, max_rows_per_file=100)
+            target = db.create_udtf_view("chunks", source=src.search(None).select(["doc_id", "text"]),
+                                         udtf=counting_split(call_dir))
+        summary = stages.plan_refresh(target.ref)
+    pinned = src.version
+    assert summary.rows_to_compute > 0
+    src.add(events_table(10, start=10_000) if kind != "chunker" else docs_table(range(300, 310)))
+    _clean_up_old_versions(src)
+
+    with pytest.raises(gp.TableVersionGoneError) as gone:
+        stages.run_apply(summary.plan_uri, connect_spark, target.ref.storage_options)
+    message = str(gone.value)
+    assert f"version {pinned} of table '{src.name}' is gone" in message, message
+    assert "plan again" in message and len(message) < 400, message
+    assert not gone.value.retryable
+    assert read_calls(call_dir) == []  # no Spark task ran
+    record = read_record(target.checkpoint_store, summary.job_id)
+    assert record.status is JobStatus.FAILED and "TableVersionGoneError" in record.error, record
+
+    # The next run plans again, from the current versions, and lands the exact table.
+    if kind == "backfill":
+        target.backfill("y", spark=connect_spark)
+        got = target.to_arrow(["x", "y"]).to_pydict()
+        assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == 2_010
+    elif kind == "view":
+        target.refresh(spark=connect_spark)
+        got = target.to_arrow(["x", "y"]).to_pydict()
+        assert sorted(got["x"]) == [x for x in [*range(2_000), *range(10_000, 10_010)] if x % 2 == 0]
+        assert got["y"] == [2 * x for x in got["x"]]
+    else:
+        target.refresh(spark=connect_spark)
+        assert view_rows(target) == expected_rows(src)
+    target.dataset().validate()
+
+
+def test_a_version_cleaned_up_while_apply_runs_fails_it_naming_the_table_and_version(db, connect_spark, tmp_path):
+    """A clean-up after the stage's check, while its tasks run (here: by the UDF's first call): the tasks that
+    open the version then fail, and the stage reports the package's error, not Lance's in a Spark trace."""
+    import datetime as dt
+
+    import lance
+    import pyarrow as pa
+
+    import geneva_provider as gp
+    from geneva_provider import stages
+
+    tbl = db.create_table("events", events_table(4_000), max_rows_per_file=250)
+    uri, flag = tbl.ref.uri, str(tmp_path / "clean-up-once")
+    open(flag, "w").close()
+
+    @gp.udf(data_type=pa.int64(), name="cleaning_double")
+    def cleaning_double(x: int) -> int:
+        if os.path.exists(flag):
+            os.remove(flag)
+            lance.dataset(uri).cleanup_old_versions(older_than=dt.timedelta(0))
+        time.sleep(0.001)
+        return 2 * x
+
+    tbl.add_columns({"y": cleaning_double})
+    # One task per fragment, each its own Spark task opening the plan's version: those after the first two start
+    # after the clean-up.
+    summary = stages.plan_backfill(tbl.ref, "y", stages.BackfillOptions(checkpoint_size=250, task_size=250))
+    assert summary.tasks == 16
+    tbl.add(events_table(10, start=10_000))  # the plan's version is now an old one
+    with pytest.raises(gp.TableVersionGoneError) as gone:
+        stages.run_apply(summary.plan_uri, connect_spark, tbl.ref.storage_options)
+    assert f"version {summary.read_version} of table 'events' is gone" in str(gone.value), str(gone.value)
+    assert len(str(gone.value)) < 400
+    tbl.backfill("y", spark=connect_spark)
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == 4_010
