@@ -403,6 +403,54 @@ def test_table_backfill_on_a_callers_connect_session_fails_soon_when_its_server_
     assert not isinstance(error, gp.TableVersionGoneError)
 
 
+@pytest.mark.slow
+def test_a_chunker_refresh_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
+        db, tmp_path, killable_server, capfd):
+    """``view.refresh(spark=session)`` of a chunker view: the same retryable error within the bound, the job
+    FAILED with it; the next refresh expands only the parents no checkpoint holds and lands the exact view."""
+    from geneva_provider.core.store_layout import JobStore
+    from tests.test_udtf_views import docs_table, expected_rows, view_rows
+
+    calls = tmp_path / "split"
+    calls.mkdir()
+    n = 1_200
+    docs = db.create_table("docs", docs_table(range(n)), stable_row_ids=True, max_rows_per_file=300)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(calls), sleep=0.01))
+    store = view.checkpoint_store
+    spark = _callers_session(killable_server.up().url)
+    try:
+        run = _in_thread(lambda: view.refresh(spark=spark, checkpoint_size=50, concurrency=1))
+        _wait_for(lambda: len(JobStore(store).batches("")) >= 4, 120, "checkpoints")
+        killed = killable_server.kill()
+        error = _assert_lost_server_soon(run, killed, killable_server.port, capfd, "a chunker view's refresh")
+    finally:
+        _drop_session(spark)
+    [failed] = db.list_jobs("chunks")
+    assert failed.status == "FAILED" and failed.stage == "apply", failed
+    assert "SparkServerUnreachableError" in failed.error and str(error)[:100] in failed.error, failed.error
+    assert view.count_rows() == 0
+    held = set()
+    for bk in JobStore(store).batches(""):
+        held.update(range(bk.start, bk.end))  # the parents' row ids (= doc_id: one fresh table)
+    assert 0 < len(held) < n
+
+    spark = _callers_session(killable_server.up().url)
+    try:
+        clear_calls(calls)
+        result = view.refresh(spark=spark, checkpoint_size=50)
+    finally:
+        spark.stop()
+    rerun = read_calls(calls)
+    with capfd.disabled():
+        print(f"rerun expanded {len(rerun)} parents; {len(held)} of {n} were checkpointed before the kill")
+    assert len(rerun) == len(set(rerun)), "a parent was expanded twice in the rerun"
+    assert set(rerun) == set(range(n)) - held
+    assert result.rows_computed == n - len(held)
+    assert view_rows(view) == expected_rows(docs)
+    view.dataset().validate()
+
+
 # ---------------------------------------------------------------- versions cleaned up under a job
 def _clean_up_old_versions(table) -> None:
     import datetime as dt
