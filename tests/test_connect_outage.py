@@ -320,7 +320,9 @@ def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_d
     rows, fragments = 8_000, 32
     tbl = _slow_table(lance_db, call_dir, "slow_api", rows, fragments)
     store = tbl.checkpoint_store
-    summary = stages.plan_backfill(tbl.ref, "y", stages.BackfillOptions(checkpoint_size=125, concurrency=1))
+    # One fragment per commit: write+commit runs long enough to be killed after its first commits.
+    summary = stages.plan_backfill(tbl.ref, "y", stages.BackfillOptions(checkpoint_size=125, concurrency=1,
+                                                                        commit_granularity=1))
     server = killable_server.up()
     spark = _callers_session(server.url)
     policies = spark.client.get_retry_policies()
@@ -341,6 +343,7 @@ def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_d
 
     # The server is back: the same plan, run again on a new session, computes only what no checkpoint holds.
     spark = _callers_session(killable_server.up().url)
+    policies = spark.client.get_retry_policies()
     try:
         clear_calls(call_dir)
         applied = stages.run_apply(summary.plan_uri, spark, tbl.ref.storage_options)
@@ -349,8 +352,29 @@ def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_d
             print(f"rerun computed {len(rerun)} rows; {len(checkpointed)} of {rows} were checkpointed before the kill")
         assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)  # none twice, none checkpointed
         assert applied.rows_computed == rows - len(checkpointed)
+
+        # The server dies under write+commit, after its first commits: the same error, soon.
+        write = _in_thread(lambda: stages.run_write_commit(summary.plan_uri, spark, tbl.ref.storage_options))
+        _wait_for(lambda: getattr(read_record(store, summary.job_id), "rows_committed", 0) > 0, 120,
+                  "a first commit")
+        killed = killable_server.kill()
+        _assert_lost_server_soon(write, killed, killable_server.port, capfd, "run_write_commit")
+        assert spark.client.get_retry_policies() == policies
+    finally:
+        _drop_session(spark)
+    record = read_record(store, summary.job_id)
+    assert record.status is JobStatus.FAILED and record.stage == "write_commit", record
+    assert "SparkServerUnreachableError" in record.error, record.error
+    committed = tbl.count_rows("y IS NOT NULL")
+    assert 0 < committed < rows, committed
+    tbl.dataset().validate()  # what was committed before the kill is whole
+
+    # Back again: write+commit, run again, commits the rest and computes nothing.
+    spark = _callers_session(killable_server.up().url)
+    try:
+        clear_calls(call_dir)
         stages.run_write_commit(summary.plan_uri, spark, tbl.ref.storage_options)
-        assert read_calls(call_dir) == rerun
+        assert read_calls(call_dir) == []
     finally:
         spark.stop()
     assert stages.verify(summary, tbl.ref.storage_options).rows_verified == rows
