@@ -124,6 +124,14 @@ class CheckpointMissingError(GenevaError):
     """A stage needs checkpoints that an earlier stage should have written."""
 
 
+class TableVersionGoneError(GenevaError, LookupError):
+    """A table version a plan reads is gone: its versions were cleaned up between the plan and a later stage.
+
+    Not retryable: every stage of the same plan opens the same version; a new plan reads the current one
+    (and reuses what the batch checkpoints hold).
+    """
+
+
 class CommitError(GenevaError):
     """A commit could not be applied (non-retryable conflict or retries exhausted)."""
 

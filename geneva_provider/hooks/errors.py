@@ -121,10 +121,14 @@ class CorruptCheckpointError(errors.CorruptCheckpointError, AirflowFailException
     """A CorruptCheckpointError that fails its task once."""
 
 
+class TableVersionGoneError(errors.TableVersionGoneError, AirflowFailException, register=False):
+    """A TableVersionGoneError that fails its task once."""
+
+
 # package class -> its fail-once twin
 FAILS_ONCE: dict[type[errors.GenevaError], type[errors.GenevaError]] = {
     twin.__mro__[1]: twin for twin in (
         GenevaError, InvalidArgumentError, TableNotFoundError, ColumnError, UDFDefinitionError, UDFImportError,
         UDFExecutionError, SparkEnvironmentError, ResourceUnavailableError, PlanFormatError, CheckpointMissingError,
         ConcurrentOverwriteError, VerificationError, MalformedEventError, JobNotFoundError, JobCancelledError,
-        CorruptCheckpointError)}
+        CorruptCheckpointError, TableVersionGoneError)}

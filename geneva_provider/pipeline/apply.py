@@ -32,10 +32,11 @@ from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
 from geneva_provider.pipeline.checkpoint_sizing import CheckpointSizer, job_sizer
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
-from geneva_provider.pipeline.job_records import job_stage, update_record
+from geneva_provider.pipeline.job_records import update_record
 from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
 from geneva_provider.pipeline.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
 from geneva_provider.pipeline.skip_limits import check_skip_limits
+from geneva_provider.pipeline.spark_stage import spark_stage
 from geneva_provider.pipeline.task_resources import resource_profile
 from geneva_provider.pipeline.udtf_stages import run_udtf_apply
 from geneva_provider.pipeline.worker_deaths import (
@@ -319,7 +320,7 @@ def run_apply(plan_uri: str, spark: SparkSession, storage_options: dict[str, str
         return ApplyResult(job_id=plan.job_id, tasks_run=0, rows_computed=0, rows_reused=plan.rows_reused,
                            checkpoints_written=0, errors=0, seconds=0.0)
     profile = resource_profile(spark, plan.resource_asks, plan.label())  # refused before any Spark job
-    with job_stage(store, plan.job_id, Stage.APPLY):
+    with spark_stage(plan, store, Stage.APPLY, spark, storage_options):
         if plan.kind == JobKind.UDTF:  # a chunker or batch-UDTF view: parents expanded into new rows
             return run_udtf_apply(plan, store, spark, storage_options, profile)
         return _apply(plan, store, spark, storage_options, profile)

@@ -35,6 +35,7 @@ from geneva_provider.core.models import (
 )
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store_layout import JobStore, new_job_id
+from geneva_provider.pipeline.connect import bounded_retries
 from geneva_provider.pipeline.job_records import (
     check_leases,
     finish_record,
@@ -197,7 +198,7 @@ def run_compaction(plan_uri: str, spark: SparkSession, storage_options: dict[str
                  plan.table, plan.read_version)
         return CompactionResult(job_id=plan.job_id, version=plan.read_version, fragments_removed=0,
                                 fragments_added=0, files_removed=0, files_added=0, excluded=plan.excluded)
-    with job_stage(store, plan.job_id, Stage.COMPACT):
+    with job_stage(store, plan.job_id, Stage.COMPACT), bounded_retries(spark):
         result = _compact(plan, store, storage_options, spark)
     finish_record(store, plan.job_id, version=result.version, rows_committed=plan.rows)
     return result

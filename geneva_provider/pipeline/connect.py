@@ -17,12 +17,13 @@ import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from geneva_provider.core.errors import SparkEnvironmentError, SparkServerUnreachableError
+from geneva_provider.core.errors import GenevaError, SparkEnvironmentError, SparkServerUnreachableError
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import ConnectSession
+    from geneva_provider.core.lib_types import ConnectSession, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,46 @@ def lost_server(spark: ConnectSession, url: str, exc: BaseException) -> SparkSer
     reason = policy.reason if policy is not None and policy.reason else _reason(exc)
     return SparkServerUnreachableError(f"lost the Spark Connect server {_host(url)}: unreachable{since} ({reason}); "
                                        "a retry resumes from the checkpoints")
+
+
+@contextmanager
+def bounded_retries(spark: SparkSession | None) -> Iterator[None]:
+    """Runs a stage's Spark work on ``spark`` as the operators run theirs: a dead Connect server fails it soon.
+
+    A session the caller made (``SparkSession.builder.remote(...)`` in a notebook) keeps pyspark's retry
+    policy, which waits some ten minutes for a server that is gone while the job record says RUNNING.  For
+    the block it gets :func:`stage_retry_policy` (about 35 s), and the caller's policies are put back
+    after it; a session that has it already (the operators') keeps its own.  The client giving up is
+    raised as the retryable :class:`SparkServerUnreachableError` naming the server -- inside the stage's
+    job record, which says so -- and a rerun resumes from the checkpoints.  A classic session is left alone.
+    """
+    if spark is None or not type(spark).__module__.startswith("pyspark.sql.connect"):
+        yield
+        return
+    connect = cast("ConnectSession", spark)
+    client = connect.client
+    saved = client.get_retry_policies()
+    ours = _stage_policy(connect) is None
+    if ours:
+        client.set_retry_policies([stage_retry_policy()])
+    try:
+        yield
+    except GenevaError:  # the stage's own error (a UDF's, a cleaned-up version's) says more than the server
+        raise
+    except Exception as exc:
+        lost = lost_server(connect, session_url(connect), exc)
+        if lost is None:
+            raise
+        raise lost from exc
+    finally:
+        if ours:
+            client.set_retry_policies(saved)
+
+
+def session_url(spark: ConnectSession) -> str:
+    """``sc://host:port`` of a Connect session's server (never its token or other parameters)."""
+    endpoint = getattr(getattr(spark.client, "_builder", None), "endpoint", None)
+    return f"sc://{endpoint}" if endpoint else "the Spark Connect server"
 
 
 def _stage_policy(spark: ConnectSession) -> Any:

@@ -23,6 +23,7 @@ from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.apply import run_apply
 from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
+from geneva_provider.pipeline.connect import bounded_retries
 from geneva_provider.pipeline.job_records import keep_alive, read_record, update_record
 from geneva_provider.pipeline.plan_backfill import plan_backfill
 from geneva_provider.pipeline.plan_refresh import plan_refresh
@@ -116,7 +117,9 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     # Plan first: bad input fails before any JVM starts.
-    summary = plan(default_parallelism(spark) if spark is not None else None)
+    with bounded_retries(spark):  # a caller's Connect session whose server is gone fails here, soon
+        parallelism = default_parallelism(spark) if spark is not None else None
+    summary = plan(parallelism)
     control.summary = summary
     if control.on_plan is not None:
         control.on_plan(summary)

@@ -43,7 +43,7 @@ from geneva_provider.core.store_layout import JobStore, batch_prefix
 from geneva_provider.pipeline.apply import unapplied_rows
 from geneva_provider.pipeline.commit import CommitPolicy, commit_column_files
 from geneva_provider.pipeline.context import StageContext
-from geneva_provider.pipeline.job_records import job_stage, update_record
+from geneva_provider.pipeline.job_records import update_record
 from geneva_provider.pipeline.planning import (
     discard_corrupt,
     load_plan,
@@ -52,6 +52,7 @@ from geneva_provider.pipeline.planning import (
     validity_signature,
 )
 from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
+from geneva_provider.pipeline.spark_stage import spark_stage
 from geneva_provider.pipeline.udtf_stages import run_udtf_write_commit
 
 if TYPE_CHECKING:
@@ -197,10 +198,10 @@ def run_write_commit(plan_uri: str, spark: SparkSession, storage_options: dict[s
         return WriteResult(job_id=plan.job_id, version=plan.read_version, fragments_committed=0, rows_committed=0,
                            fragments_vanished=[], commit_retries=0, seconds=0.0)
     if plan.kind == JobKind.UDTF:  # new rows appended and replaced ones deleted, in one commit
-        with job_stage(store, plan.job_id, Stage.WRITE_COMMIT):
+        with spark_stage(plan, store, Stage.WRITE_COMMIT, spark, storage_options):
             return run_udtf_write_commit(plan, store, spark, storage_options)
     _check_applied(plan, store)
-    with job_stage(store, plan.job_id, Stage.WRITE_COMMIT):
+    with spark_stage(plan, store, Stage.WRITE_COMMIT, spark, storage_options):
         return _write_commit(plan, spark, storage_options)
 
 
