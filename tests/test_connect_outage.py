@@ -32,18 +32,7 @@ def _server(port: int, directory) -> object:
 
 def _run_in_thread(operator) -> dict:
     """Runs ``operator.execute`` in a thread, as the Airflow task would; the outcome lands in the dict."""
-    outcome: dict = {}
-
-    def run():
-        try:
-            outcome["result"] = operator.execute({})
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            outcome["error"] = exc
-        outcome["ended"] = time.monotonic()
-
-    outcome["thread"] = threading.Thread(target=run, daemon=True)
-    outcome["thread"].start()
-    return outcome
+    return _in_thread(lambda: operator.execute({}))
 
 
 def _wait_for(condition, timeout: float, what: str) -> None:
