@@ -238,4 +238,5 @@ def test_seeded_kills_over_a_chunker_refresh_with_source_changes_between_kill_an
         rerun = read_calls(calls)
         assert len(rerun) == len(set(rerun)), f"round {round_} ({point}, {options}): a parent was expanded twice"
         assert_exact(view, docs)
+    print(f"seeded kills: {kills} of 14 rounds killed, each rerun exact")
     assert kills >= 12
