@@ -81,12 +81,12 @@ def test_the_connect_server_refuses_more_gpus_than_it_finds_before_starting(tmp_
     assert main(["status", "--dir", str(tmp_path)]) == 3
 
 
-def _recording_udf(log_dir: str, **resources):
+def _recording_udf(log_dir: str, sleep: float = SLEEP, **resources):
     @gp.udf(data_type=pa.int64(), name="gpu_double", **resources)
     def gpu_double(x: int) -> int:
         start = time.time()
         gpus = gp.task_gpus()
-        time.sleep(SLEEP)
+        time.sleep(sleep)
         record = {"pid": os.getpid(), "gpus": gpus, "start": start, "end": time.time(), "x": x}
         Path(log_dir, uuid.uuid4().hex).write_text(json.dumps(record))
         return x * 2
@@ -149,10 +149,13 @@ def test_one_gpu_per_task_runs_as_many_tasks_at_once_as_there_are_gpus(db, gpu_s
 
 
 def test_the_same_udf_without_gpus_runs_on_every_core(db, gpu_spark, tmp_path, caplog):
-    """The control: on the same 4-core executor, a UDF that asks for nothing runs more than 2 calls at once."""
+    """The control: on the same 4-core executor, a UDF that asks for nothing runs more than 2 calls at once.
+
+    Its calls sleep longer than the others' (2 s): on a loaded 2-core machine the executor's Python workers
+    start staggered by up to a second, which 0.5 s calls would not overlap."""
     log_dir = tmp_path / "calls"
     log_dir.mkdir()
-    tbl, _ = _backfill(db, "no_gpu", _recording_udf(str(log_dir)), gpu_spark)
+    tbl, _ = _backfill(db, "no_gpu", _recording_udf(str(log_dir), sleep=4 * SLEEP), gpu_spark)
 
     calls = _calls(str(log_dir))
     assert _values(tbl) == [(x, 2 * x) for x in range(ROWS)]
