@@ -48,8 +48,10 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
     def _deadline(self, context: Any) -> dt.datetime:
         """Start + ``timeout``, as Airflow times the sensor out.
 
-        In reschedule mode the start is the first try's first poke (every reschedule is a new run of
-        ``execute``); otherwise now (a retry starts its timeout over, as Airflow's does).
+        In reschedule mode the start is the first reschedule's record, which Airflow writes when the
+        first run ends (every reschedule is a new run of ``execute``): every rescheduled run logs that one
+        deadline, and the first run's estimate (now + ``timeout``) is earlier by its first poke. Otherwise
+        now (a retry starts its timeout over, as Airflow's does).
         """
         start = None
         if self.reschedule and not self.deferrable and context.get("ti") is not None:
