@@ -15,14 +15,14 @@ from __future__ import annotations
 from geneva_provider.core.models import ApplyResult, PlanSummary, VerifyResult, WriteResult
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
-from geneva_provider.pipeline.apply import run_apply
 from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
 from geneva_provider.pipeline.plan_backfill import plan_backfill
 from geneva_provider.pipeline.plan_refresh import plan_refresh
 from geneva_provider.pipeline.planning import load_plan
 from geneva_provider.pipeline.runner import local_session
-from geneva_provider.pipeline.verify import verify
-from geneva_provider.pipeline.write import run_write_commit
+from geneva_provider.pipeline.stages.apply import run_apply
+from geneva_provider.pipeline.stages.verify import verify
+from geneva_provider.pipeline.stages.write import run_write_commit
 
 __all__ = [
     "ApplyResult",

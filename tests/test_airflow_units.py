@@ -248,11 +248,11 @@ def test_shipped_package_zip_is_importable_on_its_own(tmp_path):
     from geneva_provider.operators.spark_backends import package_zip
 
     zip_path = package_zip()
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import geneva_provider.pipeline.write as w, "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import geneva_provider.pipeline.columns.write as w, "
             "geneva_provider.spark_apps._runner as r; print(w.__file__); print(r.__file__)")
     out = subprocess.run([sys.executable, "-c", code, zip_path], capture_output=True, text=True, cwd=tmp_path,
                          check=True).stdout.split()
-    assert out[0] == f"{zip_path}/geneva_provider/pipeline/write.py"
+    assert out[0] == f"{zip_path}/geneva_provider/pipeline/columns/write.py"
     assert out[1] == f"{zip_path}/geneva_provider/spark_apps/_runner.py"
 
 

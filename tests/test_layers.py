@@ -44,11 +44,12 @@ def test_import_contracts_hold():
     ("core/refs.py", "def _table():\n    from geneva_provider.facade.table import Table\n    return Table\n",
      "geneva_provider.core.refs -> geneva_provider.facade.table"),
     # A stage reaching for Airflow.
-    ("pipeline/verify.py", "def _op():\n    from airflow.sdk import BaseOperator\n    return BaseOperator\n",
-     "geneva_provider.pipeline.verify -> airflow"),
+    ("pipeline/stages/verify.py", "def _op():\n    from airflow.sdk import BaseOperator\n    return BaseOperator\n",
+     "geneva_provider.pipeline.stages.verify -> airflow"),
     # The pipeline importing the Airflow surface.
-    ("pipeline/apply.py", "def _hook():\n    from geneva_provider.hooks.lance import LanceHook\n    return LanceHook\n",
-     "geneva_provider.pipeline.apply -> geneva_provider.hooks.lance"),
+    ("pipeline/stages/apply.py",
+     "def _hook():\n    from geneva_provider.hooks.lance import LanceHook\n    return LanceHook\n",
+     "geneva_provider.pipeline.stages.apply -> geneva_provider.hooks.lance"),
 ])
 def test_import_contracts_fail_when_an_arrow_points_up(tmp_path, module, code, broken):
     tree = copy_tree(tmp_path)
@@ -192,7 +193,7 @@ def test_every_import_the_package_makes_is_declared():
     (("pyproject.toml", '    "tenacity>=8.2",\n', ""),
      "DEP003 'tenacity' imported but it is a transitive dependency"),
     # The core importing what only the `airflow` extra declares.
-    (("geneva_provider/pipeline/verify.py", "from __future__ import annotations\n",
+    (("geneva_provider/pipeline/stages/verify.py", "from __future__ import annotations\n",
       "from __future__ import annotations\n\nimport pendulum  # noqa: F401\n"),
      "DEP004 'pendulum' imported but declared as a dev dependency"),
 ])

@@ -181,6 +181,7 @@ def test_column_backlog_of_an_unknown_column_names_table_and_column(tbl):
 def test_a_plan_of_another_format_is_refused_clearly(tbl):
     import json
 
+    from geneva_provider.core.models import PLAN_FORMAT
     from geneva_provider.core.store_layout import PlanKey
 
     summary = plan_backfill(tbl.ref, "y")
@@ -188,7 +189,7 @@ def test_a_plan_of_another_format_is_refused_clearly(tbl):
     key = PlanKey(summary.job_id).key()
     old = json.loads(store.get_text(key))
     store.put_text(key, json.dumps({**old, "format": 1}))
-    with pytest.raises(gp.PlanFormatError, match=r"has plan format 1, expected 3"):
+    with pytest.raises(gp.PlanFormatError, match=rf"has plan format 1, expected {PLAN_FORMAT}"):
         load_plan(summary.plan_uri)
     with pytest.raises(gp.InvalidArgumentError, match="plan not found"):
         load_plan(summary.plan_uri.replace(summary.job_id, "nope"))

@@ -23,8 +23,8 @@ from geneva_provider.core.store_layout import (
     parse_key,
     parse_staged_key,
 )
+from geneva_provider.pipeline.columns.write import _Writer, write_fragment
 from geneva_provider.pipeline.context import StageContext
-from geneva_provider.pipeline.write import _Writer, write_fragment
 from geneva_provider.stages import load_plan, plan_backfill, run_apply, run_write_commit
 from tests.helpers import _log_calls, clear_calls, counting_double, events_table, read_calls
 

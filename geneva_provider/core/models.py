@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from geneva_provider.core.error_payload import ErrorPayload
 from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
 from geneva_provider.core.kinds import EventStatus, JobKind, RowOutcome, Stage
 from geneva_provider.core.resources import ResourceAsk
 
-PLAN_FORMAT = 3
+PLAN_FORMAT = 4  # 4: plans are a union discriminated by kind; a UDTF refresh's tasks are ExpandTasks
 
 
 class _Model(BaseModel):
@@ -94,6 +94,41 @@ class Task(_Model):
     """One apply task: parts of one or more fragments (small fragments are packed together), sized by rows."""
 
     parts: list[TaskPart]
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+
+class ExpandPart(_Model):
+    """The share of a UDTF view refresh in a task: parents to expand (a chunker) or one partition (a batch UDTF).
+
+    ``ranges`` are runs of source row ids: the parents a chunker expands, or the rows of the partition a
+    batch UDTF runs over (``partition`` indexes ``UdtfWork.partitions``). ``src_key`` names the
+    checkpoints of what the part is expanded from.
+    """
+
+    ranges: list[tuple[int, int]]
+    src_key: str
+    partition: int | None = None
+
+    @property
+    def rows(self) -> int:
+        return sum(e - s for s, e in self.ranges)
+
+    @property
+    def start(self) -> int:
+        return self.ranges[0][0]
+
+    @property
+    def end(self) -> int:
+        return self.ranges[-1][1]
+
+
+class ExpandTask(_Model):
+    """One apply task of a UDTF view refresh: parts of parents (or partitions)."""
+
+    parts: list[ExpandPart]
 
     @property
     def rows(self) -> int:
@@ -187,16 +222,14 @@ class JobSpec(_Model):
         return f"backfill of column '{self.column}' in table '{self.table}'"
 
 
-class Plan(JobSpec):
-    """The plan document stored in the checkpoint store; its URI is what later stages take."""
+class _JobPlan(JobSpec):
+    """What every backfill, view refresh and UDTF refresh plan holds beside its job: settings and counts."""
 
     format: int = PLAN_FORMAT
     job_id: str
     created_at: str
     store_uri: str
     settings: PlanSettings
-    fragments: list[FragmentPlan]
-    tasks: list[Task]
     rows_to_compute: int
     rows_reused: int
 
@@ -204,24 +237,52 @@ class Plan(JobSpec):
         """The plan without its fragments and tasks: what executors are sent."""
         return JobSpec.model_validate(self.model_dump(include=set(JobSpec.model_fields)))
 
+    @property
+    def nothing_to_do(self) -> bool:
+        raise NotImplementedError
+
+    def _summary(self, plan_uri: str, **counts: Any) -> PlanSummary:
+        return PlanSummary(
+            job_id=self.job_id, plan_uri=plan_uri, kind=self.kind, table=self.table, column=self.column,
+            read_version=self.read_version, rows_to_compute=self.rows_to_compute, rows_reused=self.rows_reused,
+            rows_appended=self.rows_appended, nothing_to_do=self.nothing_to_do, **counts)
+
+
+class ColumnPlan(_JobPlan):
+    """A backfill's or a view refresh's plan: column values computed per fragment, then written as column files."""
+
+    kind: Literal[JobKind.BACKFILL, JobKind.REFRESH]
+    fragments: list[FragmentPlan]
+    tasks: list[Task]
+
     def count(self, action: Action) -> int:
         return sum(1 for f in self.fragments if f.action is action)
 
     @property
     def nothing_to_do(self) -> bool:
         """No task to run and no fragment to write or commit: every stage after the plan is a no-op."""
-        return not self.tasks and not self.count(Action.REUSE) and not self.count(Action.COMPUTE) and not (
-            self.udtf is not None and self.udtf.deletes)
+        return not self.tasks and not self.count(Action.REUSE) and not self.count(Action.COMPUTE)
 
     def summary(self, plan_uri: str) -> PlanSummary:
         """The XCom-sized view of the plan."""
-        return PlanSummary(
-            job_id=self.job_id, plan_uri=plan_uri, kind=self.kind, table=self.table, column=self.column,
-            read_version=self.read_version, rows_to_compute=self.rows_to_compute, rows_reused=self.rows_reused,
-            rows_appended=self.rows_appended, tasks=len(self.tasks),
-            fragments_to_compute=self.count(Action.COMPUTE), fragments_reused=self.count(Action.REUSE),
-            fragments_done=self.count(Action.DONE),
-            nothing_to_do=self.nothing_to_do)
+        return self._summary(plan_uri, tasks=len(self.tasks), fragments_to_compute=self.count(Action.COMPUTE),
+                             fragments_reused=self.count(Action.REUSE), fragments_done=self.count(Action.DONE))
+
+
+class ExpandPlan(_JobPlan):
+    """A UDTF view refresh's plan: parents (or partitions) expanded into new rows, and the rows they replace."""
+
+    kind: Literal[JobKind.UDTF]
+    udtf: UdtfWork
+    tasks: list[ExpandTask]
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.tasks and not self.udtf.deletes
+
+    def summary(self, plan_uri: str) -> PlanSummary:
+        return self._summary(plan_uri, tasks=len(self.tasks), fragments_to_compute=0, fragments_reused=0,
+                             fragments_done=0)
 
 
 class PlanSummary(_Model):
@@ -343,8 +404,9 @@ class RowError(_Model):
 class ApplyTaskResult(_Model):
     """What one apply task did."""
 
-    frag: int
+    frag: int = 0
     rows_computed: int = 0
+    calls: int = 0  # the function's calls (counted by kinds that report them: a UDTF's)
     rows_skipped: int = 0
     checkpoints: int = 0
     udf_seconds: float = 0.0
@@ -470,17 +532,28 @@ class CompactionResult(_Model):
     seconds: float = 0.0
 
 
-def plan_from_json(text: str, where: str) -> Plan | CompactionPlan:
+# Every kind of stored plan, told apart by its ``kind``.
+Plan = Annotated[ColumnPlan | ExpandPlan | CompactionPlan, Field(discriminator="kind")]
+JobPlan = ColumnPlan | ExpandPlan  # the plans of jobs that apply, write+commit and verify
+_PLAN: TypeAdapter[ColumnPlan | ExpandPlan | CompactionPlan] = TypeAdapter(Plan)
+
+
+def plan_of(fields: dict[str, Any]) -> ColumnPlan | ExpandPlan | CompactionPlan:
+    """The plan model its ``kind`` names, built from its fields."""
+    return _PLAN.validate_python(fields)
+
+
+def plan_from_json(text: str, where: str) -> ColumnPlan | ExpandPlan | CompactionPlan:
     """Parses a stored plan of any kind, refusing another format with a clear error."""
     try:
         head = json.loads(text)
-        fmt, kind = head.get("format"), head.get("kind")
+        fmt = head.get("format")
     except (ValueError, AttributeError) as exc:
         raise InvalidArgumentError(f"{where} is not a plan document: {exc}") from exc
     if fmt != PLAN_FORMAT:
         raise PlanFormatError(f"{where} has plan format {fmt}, expected {PLAN_FORMAT}: it was written by "
                               "another version of airflow-provider-geneva; plan the job again")
-    return (CompactionPlan if kind == JobKind.COMPACTION else Plan).model_validate_json(text)
+    return _PLAN.validate_json(text)
 
 
 class StageReport(_Model):

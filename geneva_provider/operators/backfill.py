@@ -161,7 +161,7 @@ class GenevaVerifyOperator(BaseOperator):
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.core.models import PlanSummary
-        from geneva_provider.pipeline.verify import verify
+        from geneva_provider.pipeline.stages.verify import verify
 
         plan = PlanSummary.from_xcom(self.plan)
         self._check_matches(plan)

@@ -57,7 +57,7 @@ class ProgressLogger:
         note = self.note() if self.note is not None else None
         status = f"{record.status}, but {note}" if note else record.status
         say = self.log.warning if note else self.log.info
-        if record.kind == JobKind.COMPACTION:  # a rewrite: no checkpoints, its rows land at its one commit
+        if JobKind(record.kind).rewrites:  # a rewrite: no checkpoints, its rows land at its one commit
             say("%s %s: %s; %d of %d rows rewritten and committed (%.0f rows/s)", self.stage,
                 self.job_id, status, record.rows_committed, record.rows_planned, rate)
             return

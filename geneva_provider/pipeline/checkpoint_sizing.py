@@ -5,7 +5,7 @@ again by the rerun.  A fixed first size cannot suit every function.  10,000 rows
 at 1.5 ms/row, all lost by a kill a task in (and a task of 8,000 rows never checkpointed at all), while
 a small fixed size costs a vectorised UDF at 1 us/row thousands of tiny checkpoint files and UDF calls.
 So the size is measured, not guessed, by one rule shared by the backfill and view-refresh apply
-(``pipeline/apply.py``) and the UDTF view apply (``pipeline/udtf_stages.py``):
+(``pipeline/columns/compute.py``) and the UDTF view apply (``pipeline/udtf/expand.py``):
 
 * ``checkpoint_size`` alone (min == max bound): always that size -- the user chose it, e.g. as the
   batch of one forward pass on a GPU.

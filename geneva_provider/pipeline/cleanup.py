@@ -18,10 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.checkpoint import CheckpointStore
-from geneva_provider.core.fingerprints import fingerprint_column
-from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, output_files
-from geneva_provider.core.kinds import JobKind
-from geneva_provider.core.models import Action, JobStatus, Plan, StagedFiles, plan_from_json
+from geneva_provider.core.fragments import files_holding, output_files
+from geneva_provider.core.models import CompactionPlan, JobPlan, JobStatus, StagedFiles, plan_from_json
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store_layout import (
     BatchKey,
@@ -34,13 +32,9 @@ from geneva_provider.core.store_layout import (
     batch_prefix,
     parse_key,
 )
-from geneva_provider.core.udf import udf_column_info
-from geneva_provider.core.udtf_view_meta import is_udtf_view
-from geneva_provider.core.view_meta import view_info
 from geneva_provider.pipeline.job_records import plan_live, read_record, read_records
-from geneva_provider.pipeline.plan_backfill import backfill_prefix
-from geneva_provider.pipeline.plan_refresh import refresh_identity
 from geneva_provider.pipeline.planning import load_ledger, validity_signature
+from geneva_provider.pipeline.stages.kinds import CheckpointFamily, job_kind, table_kind
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -60,20 +54,12 @@ class CleanupResult:
         return sum(self.removed.values())
 
 
-@dataclass
-class _Job:
-    """A current job family of the table: its prefix, input field ids and output leaves."""
-
-    read_ids: list[int] | None  # None: a view (its inputs live in the source table)
-    out_leaves: list[int]
-
-
 def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.timedelta) -> CleanupResult:
     """Removes the plans, batch checkpoints, staged-files records and ledgers nothing can use any more."""
     now = dt.datetime.now(dt.UTC)
     keys = {key: parse_key(key) for key in store.list_keys("")}
     result = CleanupResult()
-    live: dict[str, set[int]] = {}  # job prefix of a live plan -> the fragments it still has to commit
+    live: dict[str, list[JobPlan]] = {}  # job prefix -> its live plans (which keep the checkpoints they need)
     plans = {k.job_id: key for key, k in keys.items() if isinstance(k, PlanKey)}
     done = {k.job_id for k in keys.values() if isinstance(k, CommittedKey)}
     stale_plans: set[str] = set()
@@ -85,11 +71,8 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
             continue
         created = dt.datetime.fromisoformat(plan.created_at)
         finished = plan.nothing_to_do or not plan_live(read_record(store, job_id), plan.created_at, job_id in done, now)
-        if not finished and isinstance(plan, Plan):
-            live.setdefault(plan.job_prefix, set()).update(
-                f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE))
-            if plan.kind == JobKind.UDTF:  # its checkpoints are numbered by part, not by fragment: all kept
-                live[plan.job_prefix].update(p.frag for t in plan.tasks for p in t.parts)
+        if not finished and not isinstance(plan, CompactionPlan):
+            live.setdefault(plan.job_prefix, []).append(plan)
         if finished and created < now - older_than:
             stale_plans.add(job_id)
     for key, k in keys.items():
@@ -115,7 +98,7 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
                 _remove(store, key, "ledgers", result)
             continue
         job, fid = batch.job_prefix, batch.frag_id
-        if fid in live.get(job, ()):
+        if any(job_kind(plan.kind).keeps_checkpoint(plan, batch) for plan in live.get(job, ())):
             result.kept_for_live_jobs += 1
             continue
         spec, frag = jobs.get(job), fragments.get(fid)
@@ -137,32 +120,13 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
     return result
 
 
-def _current_jobs(ds: Dataset, table: TableRef) -> dict[str, _Job]:
-    """The job prefixes the table's current UDF columns (or its view query) would plan with."""
-    jobs: dict[str, _Job] = {}
-    names = ds.schema.names
-    md = ds.schema.metadata or {}
-    if not is_udtf_view(md) and any((k.decode() if isinstance(k, bytes) else k).startswith("geneva::view::")
-                                    for k in md):
-        info = view_info(md, table.name)
-        outputs = info.query.output_columns()
-        if all(c in names for c in outputs):
-            prefix, _ = refresh_identity(ds, info, table)
-            jobs[prefix] = _Job(None, [i for c in outputs for i in column_leaf_ids(ds, c)])
-        return jobs
-    for column in names:
-        udf = udf_column_info(ds.schema.field(column).metadata)
-        fp = fingerprint_column(column)
-        if udf is None or fp not in names or any(c not in names for c in udf.input_columns or []):
-            continue
-        read_ids = sorted({i for c in udf.input_columns or [] for i in column_field_ids(ds, c)})
-        out = column_leaf_ids(ds, column) + column_leaf_ids(ds, fp)
-        jobs[backfill_prefix(udf, column, table.uri)] = _Job(read_ids, out)
-    return jobs
+def _current_jobs(ds: Dataset, table: TableRef) -> dict[str, CheckpointFamily]:
+    """The job prefixes the table's current jobs (its UDF columns' backfills, or its view's refresh) would plan with."""
+    return table_kind(ds.schema.metadata).checkpoint_families(ds, table)
 
 
-def _clean_staged(store: CheckpointStore, key: str, job: str, jobs: dict[str, _Job], fragments: dict[int, Any],
-                  result: CleanupResult) -> None:
+def _clean_staged(store: CheckpointStore, key: str, job: str, jobs: dict[str, CheckpointFamily],
+                  fragments: dict[int, Any], result: CleanupResult) -> None:
     """Removes a staged-files record once none of its files can still be committed.
 
     A file is committable while its fragment's output files are still those it was merged over; one

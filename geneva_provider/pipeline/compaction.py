@@ -25,11 +25,9 @@ from geneva_provider.core.errors import CommitError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.kinds import JobKind, Stage
 from geneva_provider.core.models import (
-    Action,
     CompactionPlan,
     CompactionResult,
     JobRecord,
-    Plan,
     PlanSummary,
     plan_from_json,
 )
@@ -48,6 +46,7 @@ from geneva_provider.pipeline.job_records import (
 )
 from geneva_provider.pipeline.planning import open_plan
 from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
+from geneva_provider.pipeline.stages.kinds import job_kind
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import SparkSession
@@ -70,15 +69,15 @@ def held_fragments(store: CheckpointStore) -> dict[str, list[int]]:
     for plan_key in jobs.plans():
         job_id, key = plan_key.job_id, plan_key.key()
         record = read_record(store, job_id)
-        if record is not None and (record.kind == JobKind.COMPACTION or not is_live(record, now)):
+        if record is not None and (JobKind(record.kind).rewrites or not is_live(record, now)):
             continue  # ended, failed or abandoned: it holds nothing (the plan is read only for a live job)
         try:
             plan = plan_from_json(store.get_text(key), key)
         except (InvalidArgumentError, ValueError, KeyError, OSError):  # unreadable or of another format: not live
             continue
-        if not isinstance(plan, Plan) or not plan_live(record, plan.created_at, jobs.is_committed(job_id), now):
+        if isinstance(plan, CompactionPlan) or not plan_live(record, plan.created_at, jobs.is_committed(job_id), now):
             continue
-        fragments = sorted({f.id for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE)})
+        fragments = sorted(job_kind(plan.kind).held_fragments(plan))
         if fragments:
             held[plan.job_id] = fragments
     return held

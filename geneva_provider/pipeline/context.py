@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from geneva_provider.core.checkpoint import CheckpointStore, open_store
-from geneva_provider.core.models import JobSpec, Plan, PlanSettings
+from geneva_provider.core.models import JobPlan, JobSpec, PlanSettings
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -27,7 +27,7 @@ class StageContext:
     job_id: str | None = None  # names the markers of the UDF calls running (pipeline.worker_deaths)
 
     @classmethod
-    def of(cls, plan: Plan, storage_options: dict[str, str] | None) -> StageContext:
+    def of(cls, plan: JobPlan, storage_options: dict[str, str] | None) -> StageContext:
         return cls(plan.job(), plan.settings, plan.store_uri, storage_options, plan.job_id)
 
     def store(self) -> CheckpointStore:

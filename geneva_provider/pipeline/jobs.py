@@ -21,15 +21,15 @@ from geneva_provider.core.kinds import Stage
 from geneva_provider.core.models import BackfillResult, CompactionResult, JobStatus, PlanSummary
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
-from geneva_provider.pipeline.apply import run_apply
 from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
 from geneva_provider.pipeline.connect import bounded_retries
 from geneva_provider.pipeline.job_records import keep_alive, read_record, update_record
 from geneva_provider.pipeline.plan_backfill import plan_backfill
 from geneva_provider.pipeline.plan_refresh import plan_refresh
 from geneva_provider.pipeline.runner import cancel_jobs, default_parallelism, is_session, local_session
-from geneva_provider.pipeline.verify import verify
-from geneva_provider.pipeline.write import run_write_commit
+from geneva_provider.pipeline.stages.apply import run_apply
+from geneva_provider.pipeline.stages.verify import verify
+from geneva_provider.pipeline.stages.write import run_write_commit
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import SparkSession

@@ -38,7 +38,6 @@ from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store_layout import job_prefix
 from geneva_provider.core.udf import udf_column_info
-from geneva_provider.core.udtf_view_meta import is_udtf_view
 from geneva_provider.core.view_meta import (
     META_BASE_VERSION,
     META_SCANNED_ROW_ID,
@@ -49,9 +48,9 @@ from geneva_provider.core.view_meta import (
 )
 from geneva_provider.pipeline.inputs import udf_info
 from geneva_provider.pipeline.layout import complete_output_layout
-from geneva_provider.pipeline.plan_udtf import plan_udtf_refresh
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
 from geneva_provider.pipeline.source_versions import only_appends, source_at
+from geneva_provider.pipeline.stages.kinds import view_kind
 from geneva_provider.pipeline.view_create import matching_row_ids
 
 if TYPE_CHECKING:
@@ -73,7 +72,7 @@ def plan_refresh(
     parallelism: int | None = None,
     airflow_run_id: str | None = None,
 ) -> PlanSummary:
-    """Plans a refresh: synchronises the view's rows with the source, then plans the stale values.
+    """Plans a view's refresh with the planner of the view's kind (a query view's, a chunker's or batch UDTF's).
 
     ``resolve`` finds the source table from the view's metadata (default: a directory database
     at the recorded URI).  Fails before changing anything when the source version cannot be had.
@@ -82,10 +81,21 @@ def plan_refresh(
     job = f"refresh of view '{view.name}'"
     options = RefreshOptions.coerce(options, job)
     check_count(parallelism, "parallelism", job)
+    planner = view_kind(view.dataset().schema.metadata).planner
+    return planner(view, options, resolve=resolve, store=store, parallelism=parallelism, airflow_run_id=airflow_run_id)
+
+
+def plan_query_refresh(
+    view: TableRef,
+    options: RefreshOptions,
+    *,
+    resolve: TableResolver | None = None,
+    store: CheckpointStore | None = None,
+    parallelism: int | None = None,
+    airflow_run_id: str | None = None,
+) -> PlanSummary:
+    """Plans a query view's refresh: synchronises the view's rows with the source, then plans the stale values."""
     ds = view.dataset()
-    if is_udtf_view(ds.schema.metadata):  # a chunker or batch-UDTF view: rows expanded, not copied
-        return plan_udtf_refresh(view, options, resolve=resolve, store=store, parallelism=parallelism,
-                                 airflow_run_id=airflow_run_id)
     store = store or view.checkpoint_store()
     info = view_info(ds.schema.metadata, view.name)
     resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))

@@ -30,7 +30,7 @@ from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding
 from geneva_provider.core.kinds import JobKind
-from geneva_provider.core.models import JobSpec, PlanSummary, Task, TaskPart, UdtfWork
+from geneva_provider.core.models import ExpandPart, ExpandTask, JobSpec, PlanSummary, UdtfWork
 from geneva_provider.core.options import RefreshOptions, check_count
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.core.refs import TableRef, check_table_ref
@@ -144,7 +144,7 @@ def plan_udtf_refresh(
         # Nothing to expand or delete at this version: the view now matches it (the next refresh starts here).
         mark_refreshed(ds, work, state.pending)
         spec_job = spec_job.model_copy(update={"read_version": view.dataset().version})
-    return save_plan(spec_job, [], tasks, rows, 0, options, store, parallelism,
+    return save_plan(spec_job, None, tasks, rows, 0, options, store, parallelism,
                      f"view '{view.name}' of {fn.label} from source version {src.version} ({label})", airflow_run_id)
 
 
@@ -152,7 +152,7 @@ PIECES = 16               # a refresh is cut into at least this many checkpoints
 MIN_CHECKPOINT_PARENTS = 100  # ... of at least this many parents: a small refresh still spreads over the cores
 
 
-def _cut(runs: list[tuple[int, int]], size: int, parallelism: int, versions: str) -> list[Task]:
+def _cut(runs: list[tuple[int, int]], size: int, parallelism: int, versions: str) -> list[ExpandTask]:
     """Runs of parent ids cut into parts of at most ``size`` parents, dealt into about 2 tasks per core.
 
     Parts are made small enough that the parents make ``PIECES`` of them, so a small refresh still runs
@@ -167,10 +167,10 @@ def _cut(runs: list[tuple[int, int]], size: int, parallelism: int, versions: str
     size = max(1, min(size, max(MIN_CHECKPOINT_PARENTS, -(-len(ids) // PIECES))))
     chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
     key = md5_hex(versions)
-    parts = [TaskPart(frag=k, ranges=id_runs(c), src_key=key) for k, c in enumerate(chunks)]
+    parts = [ExpandPart(ranges=id_runs(c), src_key=key) for c in chunks]
     n_tasks = max(1, min(len(parts), 2 * parallelism))
     per = -(-len(parts) // n_tasks) if parts else 0
-    return [Task(parts=parts[i:i + per]) for i in range(0, len(parts), per)] if parts else []
+    return [ExpandTask(parts=parts[i:i + per]) for i in range(0, len(parts), per)] if parts else []
 
 
 def _ids(ds: Dataset, where: str | None, extra: str | None = None) -> np.ndarray:
@@ -288,7 +288,7 @@ def _fragments_with_same_inputs(src: Dataset, old: Dataset, cols: list[str]) -> 
 
 
 def _partition_changes(view: Dataset, src: Dataset, state: UdtfViewState, seed: str, work: UdtfWork
-                       ) -> tuple[list[Task], UdtfWork]:
+                       ) -> tuple[list[ExpandTask], UdtfWork]:
     """A batch UDTF's partitions whose rows changed (each one task part), and the partitions that went."""
     spec = state.spec
     cols = spec.read_columns()
@@ -313,7 +313,8 @@ def _partition_changes(view: Dataset, src: Dataset, state: UdtfViewState, seed: 
     changed = sorted(k for k, (fp, _) in current.items()
                      if stored.get(k) != fp and in_view.get(k) != {fp})
     gone = sorted((set(stored) | set(in_view)) - set(current))
-    tasks = [Task(parts=[TaskPart(frag=i, ranges=id_runs(current[k][1]), src_key=md5_hex(f"{k}:{current[k][0]}"))])
+    tasks = [ExpandTask(parts=[ExpandPart(partition=i, ranges=id_runs(current[k][1]),
+                                          src_key=md5_hex(f"{k}:{current[k][0]}"))])
              for i, k in enumerate(changed)]
     work = work.model_copy(update={
         "delete_partitions": sorted({*[k for k in changed if k in in_view], *gone}),

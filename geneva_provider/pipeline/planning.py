@@ -26,19 +26,23 @@ from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
 from geneva_provider.core.models import (
     Action,
+    ColumnPlan,
     CompactionPlan,
+    ExpandPlan,
+    ExpandTask,
     FragmentCheckpoint,
     FragmentPlan,
+    JobPlan,
     JobRecord,
     JobSpec,
     Ledger,
-    Plan,
     PlanSettings,
     PlanSummary,
     StagedFiles,
     Task,
     TaskPart,
     plan_from_json,
+    plan_of,
 )
 from geneva_provider.core.options import JobOptions
 from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_runs
@@ -208,8 +212,8 @@ def store_plan(
 
 def save_plan(
     job: JobSpec,
-    fragments: list[FragmentPlan],
-    tasks: list[Task],
+    fragments: list[FragmentPlan] | None,
+    tasks: list[Task] | list[ExpandTask],
     rows_to_compute: int,
     reused: int,
     options: JobOptions,
@@ -230,9 +234,10 @@ def save_plan(
                             commit_granularity=options.commit_granularity, concurrency=options.concurrency,
                             parallelism=parallelism, commit_retries=options.commit_retries,
                             commit_timeout=options.commit_timeout)
-    plan = Plan(**job.model_dump(), job_id=job_id, created_at=now.isoformat(), store_uri=store.uri,
-                settings=settings, fragments=fragments, tasks=tasks, rows_to_compute=rows_to_compute,
-                rows_reused=reused)
+    planned = {"fragments": fragments} if fragments is not None else {}  # a column kind's fragment plans
+    plan = plan_of({**job.model_dump(), "job_id": job_id, "created_at": now.isoformat(), "store_uri": store.uri,
+                    "settings": settings, "tasks": tasks, "rows_to_compute": rows_to_compute, "rows_reused": reused,
+                    **planned})
     jobs = JobStore(store)
     summary = plan.summary(jobs.plan_uri(job_id))
     # Stored even with nothing to do, so every later stage can be handed its URI and be a no-op;
@@ -242,7 +247,8 @@ def save_plan(
         record = JobRecord(
             job_id=job_id, kind=job.kind, table=job.table, column=job.column, created_at=plan.created_at,
             updated_at=plan.created_at, read_version=plan.read_version, rows_planned=rows_to_compute,
-            rows_checkpointed=max(sum(f.rows for f in fragments if f.action is Action.COMPUTE) - rows_to_compute, 0),
+            rows_checkpointed=max(sum(f.rows for f in fragments or [] if f.action is Action.COMPUTE) - rows_to_compute,
+                                  0),
             airflow_run_id=airflow_run_id)
         start_record(store, record)
         take_over(store, record)  # a killed run of the same column (or view): this job continues from its checkpoints
@@ -251,7 +257,7 @@ def save_plan(
 
 
 def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
-              ) -> tuple[Plan | CompactionPlan, CheckpointStore]:
+              ) -> tuple[ColumnPlan | ExpandPlan | CompactionPlan, CheckpointStore]:
     """Reads a plan document of any kind and opens the store it lives in."""
     try:
         root, key = split_key_uri(plan_uri)
@@ -263,13 +269,13 @@ def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
     return plan_from_json(store.get_text(key), f"plan {plan_uri}"), store
 
 
-def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> tuple[Plan, CheckpointStore]:
-    """Reads a backfill or refresh plan and opens the store it lives in."""
+def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> tuple[JobPlan, CheckpointStore]:
+    """Reads the plan of a job that applies, writes and verifies (not a compaction's) and opens its store."""
     if not isinstance(plan_uri, str) or not plan_uri.strip():
         raise InvalidArgumentError(f"load_plan: plan_uri must be a plan URI string (a plan summary's plan_uri), "
                                    f"got {plan_uri!r}")
     plan, store = open_plan(plan_uri, storage_options)
-    if not isinstance(plan, Plan):
+    if isinstance(plan, CompactionPlan):
         raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan, not a backfill or refresh plan")
     return plan, store
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from geneva_provider.core.errors import UDFExecutionError
-from geneva_provider.core.models import Plan
+from geneva_provider.core.models import JobPlan
 
 
-def check_skip_limits(plan: Plan, failed: int) -> None:
+def check_skip_limits(plan: JobPlan, failed: int) -> None:
     """Fails the job when the UDF skipped more rows than its policy allows (the values stay checkpointed)."""
     over = []
     if plan.max_failed_rows is not None and failed > plan.max_failed_rows:

@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from geneva_provider.core.checkpoint import CheckpointStore
     from geneva_provider.core.kinds import Stage
     from geneva_provider.core.lib_types import SparkSession
-    from geneva_provider.core.models import Plan
+    from geneva_provider.core.models import JobPlan
 
 
 @contextmanager
-def spark_stage(plan: Plan, store: CheckpointStore, stage: Stage, spark: SparkSession,
+def spark_stage(plan: JobPlan, store: CheckpointStore, stage: Stage, spark: SparkSession,
                 storage_options: dict[str, str] | None) -> Iterator[None]:
     """The stage's job record (RUNNING, then FAILED with the error), around the stage's Spark work.
 

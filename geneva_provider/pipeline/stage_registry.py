@@ -59,10 +59,10 @@ class SparkStage:
 _BACKFILL_OR_REFRESH = (JobKind.BACKFILL, JobKind.REFRESH, JobKind.UDTF)
 
 SPARK_STAGES: dict[Stage, SparkStage] = {entry.name: entry for entry in (
-    SparkStage(Stage.APPLY, "geneva_provider.pipeline.apply:run_apply", ApplyResult, _BACKFILL_OR_REFRESH,
+    SparkStage(Stage.APPLY, "geneva_provider.pipeline.stages.apply:run_apply", ApplyResult, _BACKFILL_OR_REFRESH,
                keeps_session=True,  # write+commit reuses its warm Python workers
                progress_counter="rows_checkpointed"),
-    SparkStage(Stage.WRITE_COMMIT, "geneva_provider.pipeline.write:run_write_commit", WriteResult,
+    SparkStage(Stage.WRITE_COMMIT, "geneva_provider.pipeline.stages.write:run_write_commit", WriteResult,
                _BACKFILL_OR_REFRESH),
     SparkStage(Stage.COMPACT, "geneva_provider.pipeline.compaction:run_compaction", CompactionResult,
                (JobKind.COMPACTION,)),

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, NoReturn
 from pydantic import BaseModel, ConfigDict
 
 from geneva_provider.core.checkpoint import CheckpointStore
-from geneva_provider.core.errors import UDFExecutionError, UDFWorkerDiedError
+from geneva_provider.core.errors import UDFWorkerDiedError
 from geneva_provider.core.listing import shortened
-from geneva_provider.core.models import JobSpec, Task
+from geneva_provider.core.models import JobSpec
 from geneva_provider.core.store_layout import RunningKey
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ class RunningCall(BaseModel):
     memory_limit_mb: int | None = None
     exit: str | None = None  # how the call ended the process, when Python saw it (os._exit(3), sys.exit(2))
     deaths: int = 0          # earlier attempts whose worker died on these same rows
+    label: str | None = None  # who was running, when not a UDF computing a column (a UDTF expanding rows)
 
     def same_rows(self, other: RunningCall) -> bool:
         return (self.column, self.fragments, self.first_address, self.last_address) == (
@@ -115,15 +116,17 @@ class CallWatch:
         return cls(store, job, job_id, task.partitionId(), task.attemptNumber())
 
     @contextmanager
-    def calling(self, column: str, udf: str, addrs: Sequence[int] | np.ndarray) -> Iterator[None]:
-        """Marks the call of ``udf`` for ``column`` over the rows at ``addrs`` while it runs."""
+    def calling(self, column: str, udf: str, addrs: Sequence[int] | np.ndarray, label: str | None = None
+                ) -> Iterator[None]:
+        """Marks the call of ``udf`` for ``column`` over the rows at ``addrs`` while it runs (``label``: who
+        runs, in words, when not a UDF computing ``column``)."""
         import numpy as np
 
         first, last = int(addrs[0]), int(addrs[len(addrs) - 1])
         frags = np.unique(np.asarray(addrs, dtype=np.uint64) >> np.uint64(32))
         call = RunningCall(table=self.job.table, column=column, udf=udf, fragments=[int(f) for f in frags],
                            first_address=first, last_address=last, rows=len(addrs), partition=self.partition,
-                           attempt=self.attempt, memory_limit_mb=self.limit)
+                           attempt=self.attempt, memory_limit_mb=self.limit, label=label)
         if self.earlier is not None and self.earlier.same_rows(call):
             call.deaths = self.earlier.deaths + 1
             if call.deaths >= MAX_DEATHS:
@@ -184,7 +187,9 @@ def death_error(call: RunningCall | None, death: WorkerDeath | None, fallback: s
                  "for a native crash's traceback)")
     if limit:
         cause += f"; {memory_note(limit)}"
-    if call is not None:
+    if call is not None and call.label:
+        who = f"{call.label} killed its Python worker at {call.where()}"
+    elif call is not None:
         who = (f"UDF '{call.udf}' killed its Python worker computing column '{call.column}' of table "
                f"'{call.table}' at {call.where()}")
     else:
@@ -204,20 +209,6 @@ def read_call(store: CheckpointStore, job_id: str, partition: int | None) -> Run
         return store.get_model(key, RunningCall) if key in store else None
     except Exception:  # noqa: BLE001 - without a marker the plan still names the rows
         return None
-
-
-def explain_death(job: JobSpec, death: WorkerDeath, call: RunningCall | None, tasks: Sequence[Task]
-                  ) -> UDFExecutionError:
-    """The error for a worker that died running ``tasks`` (the partition Spark named), from its marker ``call``."""
-    fallback = None
-    if call is None:
-        columns = job.source.udf_columns if job.source is not None else job.output_columns[:1]
-        udf = f"UDF '{job.udf.name}'" if job.udf is not None else "a UDF"
-        frags = sorted({p.frag for t in tasks for p in t.parts})
-        shown = f"fragment {frags[0]}" if len(frags) == 1 else f"fragments {shortened(frags)}"
-        fallback = (f"{udf} killed its Python worker computing column(s) {columns} of table '{job.table}' "
-                    f"at {shown}" if frags else None)
-    return death_error(call, death, fallback, deaths=call.deaths + 1 if call is not None else 1)
 
 
 def clear_markers(store: CheckpointStore, job_id: str) -> None:

@@ -1,4 +1,4 @@
-"""Verify stage: every planned fragment now holds the file the job staged for it.
+"""The column kinds' verify: every planned fragment now holds the file the job staged for it.
 
 Runs on the Airflow worker (no Spark) and fails loudly, naming fragments and row counts, when a
 planned row did not end up committed -- the signal a DAG must not miss.  A fragment deleted whole
@@ -9,24 +9,20 @@ is a failure: its rows now live elsewhere without their value, and the next run 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import VerificationError
 from geneva_provider.core.fragments import fragment_of
-from geneva_provider.core.kinds import JobKind, Stage
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
+    ColumnPlan,
     FragmentPlan,
-    Plan,
-    PlanSummary,
     VerifyResult,
 )
 from geneva_provider.core.store_layout import JobStore
-from geneva_provider.pipeline.job_records import finish_record, job_stage
-from geneva_provider.pipeline.planning import load_plan, staged_files
-from geneva_provider.pipeline.udtf_stages import verify_udtf
+from geneva_provider.pipeline.planning import staged_files
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -37,30 +33,7 @@ log = logging.getLogger(__name__)
 _VERIFIED = (Action.COMPUTE, Action.REUSE)
 
 
-def verify(plan: str | PlanSummary | dict[str, Any], storage_options: dict[str, str] | None = None) -> VerifyResult:
-    """Checks the job's result in the latest table version; raises VerificationError naming what is missing.
-
-    ``plan`` is the plan's URI or the plan stage's summary; a job that had nothing to do verifies as
-    up to date, with no record.
-    """
-    if not isinstance(plan, str | PlanSummary):
-        plan = PlanSummary.from_xcom(plan)  # the summary as XCom carries it, or InvalidArgumentError
-    if isinstance(plan, PlanSummary) and plan.nothing_to_do:
-        log.info("verify %s: %s was up to date at version %d", plan.job_id, plan.table, plan.read_version)
-        return VerifyResult(job_id=plan.job_id, table=plan.table, column=plan.column, version=plan.read_version,
-                            fragments_verified=plan.fragments_done, rows_verified=plan.rows_reused)
-    uri = plan.plan_uri if isinstance(plan, PlanSummary) else plan
-    doc, store = load_plan(uri, storage_options)
-    if doc.nothing_to_do:
-        return verify(doc.summary(uri), storage_options)
-    with job_stage(store, doc.job_id, Stage.VERIFY):
-        result = verify_udtf(doc, store, storage_options) if doc.kind == JobKind.UDTF else _verify(
-            doc, store, storage_options)
-    finish_record(store, doc.job_id, version=result.version)
-    return result
-
-
-def _verify(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] | None) -> VerifyResult:
+def verify_columns(plan: ColumnPlan, store: CheckpointStore, storage_options: dict[str, str] | None) -> VerifyResult:
     import lance
 
     ds = lance.dataset(plan.table_uri, storage_options=storage_options)

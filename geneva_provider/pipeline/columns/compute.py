@@ -1,10 +1,8 @@
-"""Apply stage: run the UDF over planned ranges on Spark executors, one batch checkpoint per range.
+"""The column kinds' apply: UDF values computed over planned ranges of fragments, one batch checkpoint per range.
 
-Each task opens the table itself inside the Python worker (Lance data never crosses the
-JVM or the driver) and returns a small :class:`ApplyTaskResult`.  Before computing, a task
-lists the checkpoints already present for its fragment, so a retried task or a rerun job
-only computes what is missing.  UDF failures come back as data, not exceptions, so a
-deterministic bug is reported once with its row instead of being retried by Spark.
+A task's chunks span the parts of many small fragments (one read and one UDF call per chunk), and
+each fragment part still gets its own checkpoint, so resuming, planning and writing keep their
+per-fragment meaning.  The generic driver is :mod:`geneva_provider.pipeline.stages.apply`.
 """
 
 from __future__ import annotations
@@ -22,29 +20,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from geneva_provider.core.checkpoint import ROWADDR, CheckpointStore
-from geneva_provider.core.error_store import ErrorStore
-from geneva_provider.core.errors import UDFExecutionError
 from geneva_provider.core.fragments import fragment_of, live_row_addresses
-from geneva_provider.core.kinds import JobKind, RowOutcome, Stage
-from geneva_provider.core.models import ApplyResult, ApplyTaskResult, Plan, RowError, Task, TaskError, TaskPart
+from geneva_provider.core.kinds import RowOutcome
+from geneva_provider.core.models import ApplyTaskResult, ColumnPlan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
 from geneva_provider.pipeline.checkpoint_sizing import CheckpointSizer, job_sizer
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
 from geneva_provider.pipeline.job_records import update_record
-from geneva_provider.pipeline.planning import checkpointed_addresses, load_plan
-from geneva_provider.pipeline.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
-from geneva_provider.pipeline.skip_limits import check_skip_limits
-from geneva_provider.pipeline.spark_stage import spark_stage
-from geneva_provider.pipeline.task_resources import resource_profile
-from geneva_provider.pipeline.udtf_stages import run_udtf_apply
+from geneva_provider.pipeline.planning import checkpointed_addresses
+from geneva_provider.pipeline.runner import run_tasks
+from geneva_provider.pipeline.stages.kinds import StageProgress
 from geneva_provider.pipeline.worker_deaths import (
     CallWatch,
     RunningCall,
     WorkerDeath,
     clear_markers,
-    explain_death,
     memory_limit_mb,
     memory_note,
     read_call,
@@ -130,7 +122,7 @@ class _Checkpointer:
         return None, seconds
 
 
-class _Worker:
+class ColumnExecutor:
     """What one Spark partition opens once for all its tasks: the table, the store, and its checkpoint keys."""
 
     def __init__(self, ctx: StageContext) -> None:
@@ -143,6 +135,9 @@ class _Worker:
         self.keys: dict[tuple[str, int], list[BatchKey]] = {}
         for bk in JobStore(self.store).batches(ctx.job.job_prefix):
             self.keys.setdefault((bk.prefix, bk.frag_id), []).append(bk)
+
+    def run(self, task: Task) -> ApplyTaskResult:
+        return apply_task(self.ctx, task, self)
 
     def held(self, prefix: str, part: TaskPart) -> np.ndarray:
         """Row addresses that checkpoints overlapping ``part`` already hold."""
@@ -167,13 +162,13 @@ class _Worker:
         return pieces, held_rows
 
 
-def apply_task(ctx: StageContext, task: Task, worker: _Worker | None = None) -> ApplyTaskResult:
+def apply_task(ctx: StageContext, task: Task, worker: ColumnExecutor | None = None) -> ApplyTaskResult:
     """Computes the task's rows in checkpointed chunks that span its fragments; skips rows a checkpoint holds.
 
     Many small fragments cost one read and one UDF call per chunk, not per fragment; each fragment part
     still gets its own checkpoint, so resuming, planning and writing keep their per-fragment meaning.
     """
-    worker = worker or _Worker(ctx)
+    worker = worker or ColumnExecutor(ctx)
     result = ApplyTaskResult(frag=task.parts[0].frag)
     pieces, result.rows_skipped = worker.pieces(task)
     ckpt = _Checkpointer(ctx, worker.store, worker.work, worker.watch)
@@ -235,7 +230,7 @@ def _task_error(ctx: StageContext, exc: ComputeError, addrs: pa.Array) -> TaskEr
 def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], items: Iterable[int]) -> Iterator[int]:
     """Runs a call that killed its worker again, one fragment at a time, each call marked: a worker that
     dies again names the fragment.  Nothing is checkpointed; UDF errors are ignored (only a death counts)."""
-    worker = _Worker(ctx)
+    worker = ColumnExecutor(ctx)
     watch = worker.watch
     for item in items:
         for part in (p for t in tasks for p in t.parts if p.frag in call.fragments):
@@ -254,7 +249,7 @@ def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], i
         yield item
 
 
-def _locate(spark: SparkSession, ctx: StageContext, store: CheckpointStore, call: RunningCall, tasks: list[Task],
+def locate(spark: SparkSession, ctx: StageContext, store: CheckpointStore, call: RunningCall, tasks: list[Task],
             profile: Any | None) -> tuple[RunningCall, WorkerDeath] | None:
     """The fragment a call over many small fragments died on: the call is run again fragment by fragment
     (one Spark task, only after a death).  None when that run does not die the same way."""
@@ -273,14 +268,9 @@ def _locate(spark: SparkSession, ctx: StageContext, store: CheckpointStore, call
     return None
 
 
-def _apply_partition(ctx: StageContext, tasks: Iterable[Task]) -> Iterator[ApplyTaskResult]:
-    worker = _Worker(ctx)
-    for task in tasks:
-        yield apply_task(ctx, task, worker)
-
-
 # ---------------------------------------------------------------------- driver side
-def _covered(plan: Plan, store: CheckpointStore, *, skipped_done: bool) -> dict[tuple[str, int], list[tuple[int, int]]]:
+def _covered(plan: ColumnPlan, store: CheckpointStore, *, skipped_done: bool
+             ) -> dict[tuple[str, int], list[tuple[int, int]]]:
     """The ranges batch checkpoints hold, by (prefix, fragment); ``skipped_done``: partial checkpoints too."""
     covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for bk in JobStore(store).batches(plan.job_prefix):
@@ -289,7 +279,7 @@ def _covered(plan: Plan, store: CheckpointStore, *, skipped_done: bool) -> dict[
     return covered
 
 
-def remaining_tasks(plan: Plan, store: CheckpointStore) -> list[Task]:
+def remaining_tasks(plan: ColumnPlan, store: CheckpointStore) -> list[Task]:
     """The plan's tasks minus those a checkpoint covers whole (a retried apply skips them without a launch)."""
     covered = _covered(plan, store, skipped_done=False)  # a partial checkpoint's skipped rows are computed again
     return [t for t in plan.tasks if any(
@@ -297,7 +287,7 @@ def remaining_tasks(plan: Plan, store: CheckpointStore) -> list[Task]:
         for p in t.parts for s, e in p.ranges)]
 
 
-def unapplied_rows(plan: Plan, store: CheckpointStore) -> dict[int, int]:
+def unapplied_rows(plan: ColumnPlan, store: CheckpointStore) -> dict[int, int]:
     """Rows of each fragment that the plan's tasks compute and no checkpoint holds (rows the error policy
     skipped count as held): while any is left, the plan's apply stage has not ended."""
     covered = _covered(plan, store, skipped_done=True)
@@ -311,97 +301,14 @@ def unapplied_rows(plan: Plan, store: CheckpointStore) -> dict[int, int]:
     return missing
 
 
-def run_apply(plan_uri: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> ApplyResult:
-    """Apply stage: computes every missing planned range on Spark; returns counts."""
-    plan, store = load_plan(plan_uri, storage_options)
-    if plan.nothing_to_do:  # an up-to-date table: no Spark job, no record
-        log.info("apply %s: nothing to do: %s was up to date at version %d", plan.job_id, plan.label(),
-                 plan.read_version)
-        return ApplyResult(job_id=plan.job_id, tasks_run=0, rows_computed=0, rows_reused=plan.rows_reused,
-                           checkpoints_written=0, errors=0, seconds=0.0)
-    profile = resource_profile(spark, plan.resource_asks, plan.label())  # refused before any Spark job
-    with spark_stage(plan, store, Stage.APPLY, spark, storage_options):
-        if plan.kind == JobKind.UDTF:  # a chunker or batch-UDTF view: parents expanded into new rows
-            return run_udtf_apply(plan, store, spark, storage_options, profile)
-        return _apply(plan, store, spark, storage_options, profile)
-
-
-def _apply(plan: Plan, store: CheckpointStore, spark: SparkSession, storage_options: dict[str, str] | None,
-           profile: Any | None) -> ApplyResult:
-    tasks = remaining_tasks(plan, store)
-    planned = plan.rows_to_compute
-    log.info("apply %s: %d of %d planned tasks still to run (%d rows planned)",
-             plan.job_id, len(tasks), len(plan.tasks), planned)
-    t0 = time.perf_counter()
-    ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if tasks else storage_options)
-    progress = _ApplyProgress(plan, store, tasks)
-
-    def explain(exc: BaseException, partitions: list[list[Task]]) -> BaseException | None:
-        death = worker_death(exc)
-        if death is None:
-            return None
-        dead = partitions[death.partition] if death.partition is not None and death.partition < len(
-            partitions) else [t for p in partitions for t in p]
-        call = read_call(store, plan.job_id, death.partition)
-        if call is not None and len(call.fragments) > 1 and not call.deaths:
-            call, death = _locate(spark, ctx, store, call, dead, profile) or (call, death)
-        return explain_death(plan, death, call, dead)
-
-    spans: list[tuple[float, float]] = []
-    if tasks:
-        clear_markers(store, plan.job_id)  # an earlier run's: a marker means "this attempt's worker died"
-    try:
-        results = run_tasks(spark, tasks, partial(_apply_partition, ctx),
-                            description=f"geneva apply {plan.table}.{','.join(plan.output_columns)}",
-                            concurrency=plan.settings.concurrency, progress=progress,
-                            tag=job_tag(plan.job_id), explain=explain, profile=profile, spans=spans) if tasks else []
-    finally:
-        if tasks:
-            progress.final()
-            clear_markers(store, plan.job_id)
-    errors = [r.error for r in results if r.error]
-    computed = sum(r.rows_computed for r in results)
-    failures = [f for r in results for f in r.failures]
-    ErrorStore(plan.table_uri, storage_options).append(plan.job_id, plan.table, failures)
-    failed = sum(1 for f in failures if f.outcome == RowOutcome.SKIPPED)
-    counts = ApplyResult(
-        job_id=plan.job_id, tasks_run=len(tasks), rows_computed=computed,
-        rows_reused=plan.rows_reused + (planned - computed if not errors else 0),
-        checkpoints_written=sum(r.checkpoints for r in results), errors=len(errors), rows_failed=failed,
-        rows_retried=sum(1 for f in failures if f.outcome == RowOutcome.RECOVERED),
-        seconds=round(time.perf_counter() - t0, 3),
-        max_tasks_at_once=most_at_once(spans) if profile is not None and spans else None)
-    log.info("apply %s: %d rows checkpointed in %d checkpoints (%d skipped by the error policy, %d recovered "
-             "by retries), %.1fs%s", plan.job_id, computed, counts.checkpoints_written, failed, counts.rows_retried,
-             counts.seconds, "" if counts.max_tasks_at_once is None else
-             f"; under the resource profile {describe_profile(profile)}: at most {counts.max_tasks_at_once} tasks "
-             "ran at once")
-    if not errors:
-        update_record(store, plan.job_id, rows_checkpointed=planned, rows_failed=failed,
-                      rows_retried=counts.rows_retried)
-    if errors:
-        raise UDFExecutionError(errors[0].message + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else "")
-                                + (f"; the failed rows are in the error store (job {plan.job_id})" if failures else ""))
-    check_skip_limits(plan, failed)
-    return counts
-
-
-class _ApplyProgress:
+class ApplyProgress(StageProgress):
     """Rows checkpointed so far, from the names of the checkpoints written since the stage began."""
 
-    def __init__(self, plan: Plan, store: CheckpointStore, tasks: list[Task]) -> None:
+    def __init__(self, plan: ColumnPlan, store: CheckpointStore, tasks: list[Task]) -> None:
         self.plan, self.store = plan, store
         self.before = set(JobStore(store).batches(plan.job_prefix))
         self.already = plan.rows_to_compute - sum(t.rows for t in tasks)
         self.t0 = time.perf_counter()
-
-    def final(self) -> None:
-        """Records the rows checkpointed when the stage ends -- a failed or cancelled one too, which the
-        periodic call may have missed (a rerun starts from them)."""
-        try:
-            self()
-        except Exception as exc:  # noqa: BLE001 - the stage's own outcome (or error) is what matters
-            log.warning("apply %s: could not record the rows checkpointed: %s", self.plan.job_id, exc)
 
     def __call__(self) -> str:
         new = sum(bk.end - bk.start for bk in JobStore(self.store).batches(self.plan.job_prefix)

@@ -1,4 +1,4 @@
-"""Write+commit stage: turn batch checkpoints into one column file per fragment, and commit them.
+"""The column kinds' write+commit: turn batch checkpoints into one column file per fragment, and commit them.
 
 A Lance data file must hold a value for every physical row of its fragment, so the writer
 restores the physical layout from the checkpointed row addresses: deleted rows become
@@ -25,35 +25,31 @@ import pyarrow.compute as pc
 from geneva_provider.core.checkpoint import ROWADDR, CheckpointStore, open_store
 from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError, CorruptCheckpointError
 from geneva_provider.core.fragments import fragment_of, live_row_addresses, output_files
-from geneva_provider.core.kinds import JobKind, Stage
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import (
     Action,
+    ColumnPlan,
     CommitRecord,
     DataFileRef,
     FragmentCheckpoint,
     FragmentPlan,
-    Plan,
     StagedFiles,
     WriteResult,
     WrittenFragment,
 )
 from geneva_provider.core.ranges import count_of, positions_of
 from geneva_provider.core.store_layout import JobStore, batch_prefix
-from geneva_provider.pipeline.apply import unapplied_rows
+from geneva_provider.pipeline.columns.compute import unapplied_rows
 from geneva_provider.pipeline.commit import CommitPolicy, commit_column_files
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import update_record
 from geneva_provider.pipeline.planning import (
     discard_corrupt,
-    load_plan,
     record_valid,
     staged_files,
     validity_signature,
 )
 from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
-from geneva_provider.pipeline.spark_stage import spark_stage
-from geneva_provider.pipeline.udtf_stages import run_udtf_write_commit
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import SparkSession
@@ -189,23 +185,7 @@ def _write_partition(ctx: StageContext, entries: Iterable[FragmentPlan]) -> Iter
 
 
 # ---------------------------------------------------------------------- driver side
-def run_write_commit(plan_uri: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> WriteResult:
-    """Write+commit stage: fragments dealt over a few Spark tasks, a commit every ``commit_granularity``."""
-    plan, store = load_plan(plan_uri, storage_options)
-    if plan.nothing_to_do:  # an up-to-date table: no Spark job, no commit, no record
-        log.info("write %s: nothing to do: %s was up to date at version %d", plan.job_id, plan.label(),
-                 plan.read_version)
-        return WriteResult(job_id=plan.job_id, version=plan.read_version, fragments_committed=0, rows_committed=0,
-                           fragments_vanished=[], commit_retries=0, seconds=0.0)
-    if plan.kind == JobKind.UDTF:  # new rows appended and replaced ones deleted, in one commit
-        with spark_stage(plan, store, Stage.WRITE_COMMIT, spark, storage_options):
-            return run_udtf_write_commit(plan, store, spark, storage_options)
-    _check_applied(plan, store)
-    with spark_stage(plan, store, Stage.WRITE_COMMIT, spark, storage_options):
-        return _write_commit(plan, spark, storage_options)
-
-
-def _check_applied(plan: Plan, store: CheckpointStore) -> None:
+def check_applied(plan: ColumnPlan, store: CheckpointStore) -> None:
     """Refuses a plan whose apply stage has not ended -- before any Spark job, and changing nothing (not even
     the job's record): the writers would only find the checkpoints missing, fragment by fragment.
 
@@ -223,7 +203,7 @@ def _check_applied(plan: Plan, store: CheckpointStore) -> None:
             "or committed")
 
 
-def _write_commit(plan: Plan, spark: SparkSession, storage_options: dict[str, str] | None) -> WriteResult:
+def write_commit(plan: ColumnPlan, spark: SparkSession, storage_options: dict[str, str] | None) -> WriteResult:
     t0 = time.perf_counter()
     to_write = [f for f in plan.fragments if f.action is Action.COMPUTE]
     to_commit_now = {f.id: f.file for f in plan.fragments if f.action is Action.REUSE and f.file is not None}
@@ -276,7 +256,7 @@ def _write_commit(plan: Plan, spark: SparkSession, storage_options: dict[str, st
     return outcome
 
 
-def _committed_earlier(plan: Plan, store: CheckpointStore, storage_options: dict[str, str] | None) -> set[int]:
+def _committed_earlier(plan: ColumnPlan, store: CheckpointStore, storage_options: dict[str, str] | None) -> set[int]:
     """The plan's fragments whose output is already a file this plan wrote or reused: an earlier attempt
     committed them.
 
@@ -303,7 +283,7 @@ def _committed_earlier(plan: Plan, store: CheckpointStore, storage_options: dict
 class _Committer:
     """Commits groups in order on the driver, chaining each commit's version into the next."""
 
-    def __init__(self, plan: Plan, storage_options: dict[str, str] | None) -> None:
+    def __init__(self, plan: ColumnPlan, storage_options: dict[str, str] | None) -> None:
         self.plan = plan
         self.storage_options = storage_options
         self.version = plan.read_version

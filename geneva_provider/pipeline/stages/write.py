@@ -1,0 +1,36 @@
+"""Write+commit stage, for every job kind: the checkpoints become table data, committed on the driver.
+
+What is written and how it is committed is the job kind's; here is what every kind shares: a plan
+with nothing to do is a no-op, a plan whose apply has not ended is refused before any Spark job
+(changing nothing), and the kind's work runs inside the stage's record.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from geneva_provider.core.kinds import Stage
+from geneva_provider.core.models import WriteResult
+from geneva_provider.pipeline.planning import load_plan
+from geneva_provider.pipeline.spark_stage import spark_stage
+from geneva_provider.pipeline.stages.kinds import job_kind
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def run_write_commit(plan_uri: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> WriteResult:
+    """Write+commit stage: writes what apply checkpointed and commits it; returns what was committed."""
+    plan, store = load_plan(plan_uri, storage_options)
+    if plan.nothing_to_do:  # an up-to-date table: no Spark job, no commit, no record
+        log.info("write %s: nothing to do: %s was up to date at version %d", plan.job_id, plan.label(),
+                 plan.read_version)
+        return WriteResult(job_id=plan.job_id, version=plan.read_version, fragments_committed=0, rows_committed=0,
+                           fragments_vanished=[], commit_retries=0, seconds=0.0)
+    kind = job_kind(plan.kind)
+    kind.check_applied(plan, store)
+    with spark_stage(plan, store, Stage.WRITE_COMMIT, spark, storage_options):
+        return kind.write_commit(plan, store, spark, storage_options)
