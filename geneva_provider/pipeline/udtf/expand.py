@@ -173,14 +173,19 @@ class Expander:
     def _checkpoint(self, part: ExpandPart, ids: np.ndarray, failures: list[RowError]) -> tuple[int, TaskError | None]:
         """Expands the parents ``ids`` of a part (a batch UDTF: runs its partition) into one checkpoint;
         returns (UDTF calls, error)."""
-        rows = self.src._take_rows(pa.array(ids, pa.uint64()), columns=self.work.read_columns) if len(ids) else \
-            pa.schema([self.src.schema.field(c) for c in self.work.read_columns]).empty_table()
+        addrs = np.zeros(0, np.uint64)
+        if len(ids):  # with their addresses, which name the source fragments a call that kills its worker was on
+            rows = self.src._take_rows(pa.array(ids, pa.uint64()), columns=[*self.work.read_columns, "_rowaddr"])
+            addrs = rows.column("_rowaddr").to_numpy()
+            rows = rows.drop_columns(["_rowaddr"])
+        else:
+            rows = pa.schema([self.src.schema.field(c) for c in self.work.read_columns]).empty_table()
         if rows.num_rows != len(ids):
             raise RuntimeError(f"view '{self.job.table}': {len(ids) - rows.num_rows} of {len(ids)} source rows are "
                                f"missing at the pinned source version {self.work.source_version}")
         found: list[Any] = []
-        watching = self.watch.calling(self.job.table, self.fn.name, ids, label=self.label) \
-            if self.watch is not None and len(ids) else nullcontext()
+        watching = self.watch.calling(self.job.table, self.fn.name, addrs, label=self.label) \
+            if self.watch is not None and len(addrs) else nullcontext()
         try:
             with watching:
                 if self.fn.kind is UDTFKind.CHUNKER:
