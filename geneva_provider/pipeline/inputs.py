@@ -2,9 +2,8 @@
 
 A backfill *scans* the table's own rows (``ScanInput``); a view refresh *copies* the source rows
 a view fragment names (``CopyInput``).  Each also fingerprints the inputs it computed from, which
-is what later tells a valid value from a stale one.  The apply stage finds the input of a job
-through the registry here (:func:`input_for`), so a new job kind registers itself instead of
-being imported by the stage.
+is what later tells a valid value from a stale one.  Each column kind's spec names its input
+(:mod:`geneva_provider.pipeline.columns.kind`).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from geneva_provider.core.error_policy import RowFailure
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import FINGERPRINT_PREFIX, fingerprint_column, row_fingerprints
 from geneva_provider.core.fragments import fragment_of
-from geneva_provider.core.kinds import JobKind, RowOutcome
+from geneva_provider.core.kinds import RowOutcome
 from geneva_provider.core.udf import UDF, UDFCallError, UdfColumnInfo, load_udf, udf_column_info
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID
 from geneva_provider.pipeline.context import StageContext
@@ -120,29 +119,9 @@ class JobInput(Protocol):
     def fingerprints(self, rows: pa.Table) -> pa.Array: ...
 
 
-InputFactory = Callable[[StageContext, Any], JobInput]
-_REGISTRY: dict[str, InputFactory] = {}
+InputFactory = Callable[[StageContext, Any], JobInput]  # (the job, the table at its read version) -> input
 
 
-def register_input(kind: str) -> Callable[[InputFactory], InputFactory]:
-    """Registers the input of jobs of ``kind`` (the plan's ``kind``)."""
-    def add(factory: InputFactory) -> InputFactory:
-        _REGISTRY[kind] = factory
-        return factory
-
-    return add
-
-
-def input_for(ctx: StageContext, ds: Dataset) -> JobInput:
-    """The input of the job's kind, over ``ds`` (the table at the job's read version)."""
-    try:
-        factory = _REGISTRY[ctx.job.kind]
-    except KeyError:
-        raise InvalidArgumentError(f"no input registered for jobs of kind {ctx.job.kind!r}") from None
-    return factory(ctx, ds)
-
-
-@register_input(JobKind.BACKFILL)
 class ScanInput:
     """Backfill input: the fragment's own rows, one UDF column out."""
 
@@ -173,7 +152,6 @@ def _stored(column: str) -> str:
     return f"{FINGERPRINT_PREFIX}_stored__{column}"
 
 
-@register_input(JobKind.REFRESH)
 class CopyInput:
     """Refresh input: a view fragment's ``__source_row_id``s, the source rows they name, the view columns out.
 

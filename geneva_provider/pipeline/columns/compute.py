@@ -27,7 +27,7 @@ from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
 from geneva_provider.pipeline.checkpoint_sizing import CheckpointSizer, job_sizer
 from geneva_provider.pipeline.context import StageContext
-from geneva_provider.pipeline.inputs import ComputeError, Failures, JobInput, input_for
+from geneva_provider.pipeline.inputs import ComputeError, Failures, InputFactory, JobInput
 from geneva_provider.pipeline.job_records import update_record
 from geneva_provider.pipeline.planning import checkpointed_addresses
 from geneva_provider.pipeline.runner import run_tasks
@@ -125,11 +125,11 @@ class _Checkpointer:
 class ColumnExecutor:
     """What one Spark partition opens once for all its tasks: the table, the store, and its checkpoint keys."""
 
-    def __init__(self, ctx: StageContext) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: StageContext, job_input: InputFactory) -> None:
+        self.ctx, self.job_input = ctx, job_input
         self.store = ctx.store()
         self.ds = ctx.dataset()
-        self.work = input_for(ctx, self.ds)
+        self.work = job_input(ctx, self.ds)  # what the job's kind reads and computes: a scan, a copy
         self.watch = CallWatch.here(self.store, ctx.job, ctx.job_id)
         self.sizer = job_sizer(ctx.job_id, ctx.settings)
         self.keys: dict[tuple[str, int], list[BatchKey]] = {}
@@ -137,7 +137,7 @@ class ColumnExecutor:
             self.keys.setdefault((bk.prefix, bk.frag_id), []).append(bk)
 
     def run(self, task: Task) -> ApplyTaskResult:
-        return apply_task(self.ctx, task, self)
+        return apply_task(task, self)
 
     def held(self, prefix: str, part: TaskPart) -> np.ndarray:
         """Row addresses that checkpoints overlapping ``part`` already hold."""
@@ -162,13 +162,13 @@ class ColumnExecutor:
         return pieces, held_rows
 
 
-def apply_task(ctx: StageContext, task: Task, worker: ColumnExecutor | None = None) -> ApplyTaskResult:
+def apply_task(task: Task, worker: ColumnExecutor) -> ApplyTaskResult:
     """Computes the task's rows in checkpointed chunks that span its fragments; skips rows a checkpoint holds.
 
     Many small fragments cost one read and one UDF call per chunk, not per fragment; each fragment part
     still gets its own checkpoint, so resuming, planning and writing keep their per-fragment meaning.
     """
-    worker = worker or ColumnExecutor(ctx)
+    ctx = worker.ctx
     result = ApplyTaskResult(frag=task.parts[0].frag)
     pieces, result.rows_skipped = worker.pieces(task)
     ckpt = _Checkpointer(ctx, worker.store, worker.work, worker.watch)
@@ -227,10 +227,11 @@ def _task_error(ctx: StageContext, exc: ComputeError, addrs: pa.Array) -> TaskEr
         frag=frag)
 
 
-def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], items: Iterable[int]) -> Iterator[int]:
+def _locate_partition(ctx: StageContext, job_input: InputFactory, call: RunningCall, tasks: list[Task],
+                      items: Iterable[int]) -> Iterator[int]:
     """Runs a call that killed its worker again, one fragment at a time, each call marked: a worker that
     dies again names the fragment.  Nothing is checkpointed; UDF errors are ignored (only a death counts)."""
-    worker = ColumnExecutor(ctx)
+    worker = ColumnExecutor(ctx, job_input)
     watch = worker.watch
     for item in items:
         for part in (p for t in tasks for p in t.parts if p.frag in call.fragments):
@@ -249,14 +250,14 @@ def _locate_partition(ctx: StageContext, call: RunningCall, tasks: list[Task], i
         yield item
 
 
-def locate(spark: SparkSession, ctx: StageContext, store: CheckpointStore, call: RunningCall, tasks: list[Task],
-            profile: Any | None) -> tuple[RunningCall, WorkerDeath] | None:
+def locate(spark: SparkSession, ctx: StageContext, job_input: InputFactory, store: CheckpointStore, call: RunningCall,
+           tasks: list[Task], profile: Any | None) -> tuple[RunningCall, WorkerDeath] | None:
     """The fragment a call over many small fragments died on: the call is run again fragment by fragment
     (one Spark task, only after a death).  None when that run does not die the same way."""
     locate_id = f"{ctx.job_id}-locate"
     locate = dataclasses.replace(ctx, job_id=locate_id)
     try:
-        run_tasks(spark, [0], partial(_locate_partition, locate, call, tasks),
+        run_tasks(spark, [0], partial(_locate_partition, locate, job_input, call, tasks),
                   description=f"geneva locate the fragment that killed a worker of {ctx.job.table}", profile=profile)
     except Exception as exc:  # noqa: BLE001 - the first death is reported whatever happens here
         death = worker_death(exc)

@@ -15,6 +15,7 @@ from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.models import Action, ColumnPlan, PlanSummary, Task, VerifyResult, WriteResult
 from geneva_provider.pipeline.columns import compute, verify, write
+from geneva_provider.pipeline.inputs import CopyInput, InputFactory, ScanInput
 from geneva_provider.pipeline.stages.kinds import CheckpointFamily, JobKindSpec, StageProgress
 
 if TYPE_CHECKING:
@@ -26,13 +27,20 @@ if TYPE_CHECKING:
 
 
 class _ColumnKind(JobKindSpec[ColumnPlan, Task]):
-    """What a backfill and a view refresh share: fragments' values computed, written and committed as column files."""
+    """What a backfill and a view refresh share: fragments' values computed, written and committed as column files.
+
+    They differ in what a task reads and computes (``job_input``): a backfill scans the table's own rows,
+    a refresh copies the source rows a view fragment names.
+    """
+
+    def __init__(self, job_input: InputFactory) -> None:
+        self.job_input = job_input
 
     def pending_tasks(self, plan: ColumnPlan, store: CheckpointStore) -> list[Task]:
         return compute.remaining_tasks(plan, store)
 
     def executor(self, ctx: StageContext) -> compute.ColumnExecutor:
-        return compute.ColumnExecutor(ctx)
+        return compute.ColumnExecutor(ctx, self.job_input)
 
     def progress(self, plan: ColumnPlan, store: CheckpointStore, tasks: list[Task]) -> StageProgress:
         return compute.ApplyProgress(plan, store, tasks)
@@ -47,7 +55,7 @@ class _ColumnKind(JobKindSpec[ColumnPlan, Task]):
 
     def locate(self, spark: SparkSession, ctx: StageContext, store: CheckpointStore, call: RunningCall,
                tasks: list[Task], profile: Any | None) -> tuple[RunningCall, WorkerDeath] | None:
-        return compute.locate(spark, ctx, store, call, tasks, profile)
+        return compute.locate(spark, ctx, self.job_input, store, call, tasks, profile)
 
     def check_applied(self, plan: ColumnPlan, store: CheckpointStore) -> None:
         write.check_applied(plan, store)
@@ -115,5 +123,5 @@ class RefreshKind(_ColumnKind):
         return {prefix: CheckpointFamily(None, [i for c in outputs for i in column_leaf_ids(ds, c)])}
 
 
-BACKFILL = BackfillKind()
-REFRESH = RefreshKind()
+BACKFILL = BackfillKind(ScanInput)
+REFRESH = RefreshKind(CopyInput)
