@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, output_files
+from geneva_provider.core.functions.udf import udf_column_info
 from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import Action, JobStatus, Plan, StagedFiles, plan_from_json
 from geneva_provider.core.refs import TableRef
@@ -34,7 +35,6 @@ from geneva_provider.core.store_layout import (
     batch_prefix,
     parse_key,
 )
-from geneva_provider.core.udf import udf_column_info
 from geneva_provider.core.udtf_view_meta import is_udtf_view
 from geneva_provider.core.view_meta import view_info
 from geneva_provider.pipeline.job_records import plan_live, read_record, read_records
