@@ -58,6 +58,8 @@ def arrow_type(t: Any, where: str, remedy: str) -> pa.DataType:
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1:
             return arrow_type(rest[0], where, remedy)
+    if t is inspect.Parameter.empty:
+        raise UDFDefinitionError(f"{where}: no annotation to take the Arrow type from; {remedy}")
     if is_row_type(t):
         return pa.struct([pa.field(n, arrow_type(h, f"{where}, field '{n}'", remedy)) for n, h in
                           _row_hints(t, where, remedy).items()])
