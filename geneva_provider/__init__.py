@@ -33,13 +33,13 @@ _EXPORTS = {
     "Connection": "geneva_provider.facade.connection",
     "Table": "geneva_provider.facade.table",
     "Query": "geneva_provider.facade.query",
-    "UDF": "geneva_provider.core.udf",
-    "UDFKind": "geneva_provider.core.udf",
-    "udf": "geneva_provider.core.udf",
-    "UDTF": "geneva_provider.core.udtf",
-    "chunker": "geneva_provider.core.udtf",
-    "scalar_udtf": "geneva_provider.core.udtf",
-    "udtf": "geneva_provider.core.udtf",
+    "UDF": "geneva_provider.core.functions.udf",
+    "UDFKind": "geneva_provider.core.functions.udf",
+    "udf": "geneva_provider.core.functions.udf",
+    "UDTF": "geneva_provider.core.functions.udtf",
+    "chunker": "geneva_provider.core.functions.udtf",
+    "scalar_udtf": "geneva_provider.core.functions.udtf",
+    "udtf": "geneva_provider.core.functions.udtf",
     "task_gpus": "geneva_provider.core.devices",
     "task_device": "geneva_provider.core.devices",
     "local_session": "geneva_provider.pipeline.runner",
@@ -102,10 +102,10 @@ if TYPE_CHECKING:
         UDFWorkerDiedError,
         VerificationError,
     )
+    from geneva_provider.core.functions.udf import UDF, UDFKind, udf
+    from geneva_provider.core.functions.udtf import UDTF, chunker, scalar_udtf, udtf
     from geneva_provider.core.models import BackfillResult
     from geneva_provider.core.options import BackfillOptions, RefreshOptions
-    from geneva_provider.core.udf import UDF, UDFKind, udf
-    from geneva_provider.core.udtf import UDTF, chunker, scalar_udtf, udtf
     from geneva_provider.facade.connection import Connection, connect
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table

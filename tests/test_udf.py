@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.udf import UDFCallError, UDFKind, load_udf, udf_column_info
+from geneva_provider.core.functions.udf import UDFCallError, UDFKind, load_udf, udf_column_info
 
 
 def test_scalar_udf_infers_type_and_inputs_from_signature():

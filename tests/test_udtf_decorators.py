@@ -18,9 +18,9 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.error_policy import RowFailure
+from geneva_provider.core.functions.udf import UDFCallError
+from geneva_provider.core.functions.udtf import UDTF, UDTFRowError
 from geneva_provider.core.kinds import RowOutcome
-from geneva_provider.core.udf import UDFCallError
-from geneva_provider.core.udtf import UDTF, UDTFRowError
 
 
 @dataclass

@@ -17,8 +17,8 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.functions.udtf import UDTFKind
 from geneva_provider.core.store_layout import md5_hex
-from geneva_provider.core.udtf import UDTFKind
 from geneva_provider.core.view_meta import SOURCE_ROW_ID
 
 CHUNK_INDEX = "__chunk_index"

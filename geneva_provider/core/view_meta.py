@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import fingerprint_column
-from geneva_provider.core.udf import UDF
+from geneva_provider.core.functions.udf import UDF
 
 SOURCE_ROW_ID = "__source_row_id"
 IS_SET = "__is_set"

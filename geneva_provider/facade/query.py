@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.column_names import check_column_name, user_columns
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
-from geneva_provider.core.udf import UDF
+from geneva_provider.core.functions.udf import UDF
 from geneva_provider.core.view_meta import ViewQuery
 
 if TYPE_CHECKING:

@@ -20,10 +20,10 @@ from geneva_provider.core.fingerprints import (
     holds_fingerprints_of,
     is_fingerprint_column,
 )
+from geneva_provider.core.functions.udf import UDF, UdfColumnListing, udf_column_info
 from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
-from geneva_provider.core.udf import UDF, UdfColumnListing, udf_column_info
 from geneva_provider.core.view_meta import META_QUERY
 
 if TYPE_CHECKING:

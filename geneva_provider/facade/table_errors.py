@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
-from geneva_provider.core.udf import META_COLUMN_UID, META_NAME, META_VERSION, UDF, udf_column_info
+from geneva_provider.core.functions.udf import META_COLUMN_UID, META_NAME, META_VERSION, UDF, udf_column_info
 
 
 def replace_udf(ds: Any, table: str, column: str, fixed: UDF) -> None:

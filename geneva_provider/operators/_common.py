@@ -17,8 +17,8 @@ from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.options import rendered_later
 
 if TYPE_CHECKING:
+    from geneva_provider.core.functions.udf import UDF
     from geneva_provider.core.options import JobOptions
-    from geneva_provider.core.udf import UDF
 
 # What the Spark stage operators take besides the plan (the task groups pass them to both Spark tasks).
 SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package", "cluster_credentials",
@@ -99,7 +99,7 @@ def import_udf(reference: str, column: str) -> UDF:
     imported (:class:`UDFImportError`, also an ``ImportError``) or is not a ``@udf`` function
     (also a ``TypeError``).
     """
-    from geneva_provider.core.udf import UDF
+    from geneva_provider.core.functions.udf import UDF
 
     if not isinstance(reference, str):
         raise UDFDefinitionError(f"column '{column}': a UDF reference is a 'package.module:name' string, "

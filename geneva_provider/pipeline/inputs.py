@@ -21,8 +21,8 @@ from geneva_provider.core.error_policy import RowFailure
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import FINGERPRINT_PREFIX, fingerprint_column, row_fingerprints
 from geneva_provider.core.fragments import fragment_of
+from geneva_provider.core.functions.udf import UDF, UDFCallError, UdfColumnInfo, load_udf, udf_column_info
 from geneva_provider.core.kinds import RowOutcome
-from geneva_provider.core.udf import UDF, UDFCallError, UdfColumnInfo, load_udf, udf_column_info
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID
 from geneva_provider.pipeline.context import StageContext
 

@@ -24,13 +24,13 @@ from geneva_provider.core.fingerprints import (
     row_fingerprints,
 )
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, live_row_addresses
+from geneva_provider.core.functions.udf import UdfColumnInfo, udf_column_info
 from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, UdfRef
 from geneva_provider.core.options import BackfillOptions, check_count
 from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store_layout import job_prefix
-from geneva_provider.core.udf import UdfColumnInfo, udf_column_info
 from geneva_provider.pipeline.layout import complete_output_layout
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
 

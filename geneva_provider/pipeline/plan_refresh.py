@@ -31,13 +31,13 @@ from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding
+from geneva_provider.core.functions.udf import udf_column_info
 from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import JobSpec, PlanSummary, SourceSpec
 from geneva_provider.core.options import RefreshOptions, check_count
 from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store_layout import job_prefix
-from geneva_provider.core.udf import udf_column_info
 from geneva_provider.core.view_meta import (
     META_BASE_VERSION,
     META_SCANNED_ROW_ID,

@@ -29,6 +29,7 @@ from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding
+from geneva_provider.core.functions.udtf import UDTFKind, load_udtf
 from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.models import ExpandPart, ExpandTask, JobSpec, PlanSummary, UdtfWork
 from geneva_provider.core.options import RefreshOptions, check_count
@@ -36,7 +37,6 @@ from geneva_provider.core.ranges import positions_of
 from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store_layout import job_prefix, md5_hex
-from geneva_provider.core.udtf import UDTFKind, load_udtf
 from geneva_provider.core.udtf_view_meta import (
     CHUNK_INDEX,
     PARTITION,

@@ -17,9 +17,9 @@ import pyarrow.compute as pc
 from geneva_provider.core.catalog import Catalog, TableResolver
 from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError, VerificationError
 from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
+from geneva_provider.core.functions.udtf import UDTFKind
 from geneva_provider.core.models import ViewCheck
 from geneva_provider.core.refs import TableRef
-from geneva_provider.core.udtf import UDTFKind
 from geneva_provider.core.udtf_view_meta import (
     CHUNK_INDEX,
     PARTITION,

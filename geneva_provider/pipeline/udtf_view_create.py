@@ -15,8 +15,8 @@ import pyarrow as pa
 from geneva_provider.core.catalog import Catalog
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.filters import check_where
+from geneva_provider.core.functions.udtf import UDTF, UDTFKind
 from geneva_provider.core.refs import TableRef
-from geneva_provider.core.udtf import UDTF, UDTFKind
 from geneva_provider.core.udtf_view_meta import UdtfViewSpec, udtf_view_metadata
 from geneva_provider.core.view_meta import ViewQuery
 

@@ -84,7 +84,7 @@ class BackfillKind(_ColumnKind):
         return plan_backfill
 
     def checkpoint_families(self, ds: Dataset, table: TableRef) -> dict[str, CheckpointFamily]:
-        from geneva_provider.core.udf import udf_column_info
+        from geneva_provider.core.functions.udf import udf_column_info
         from geneva_provider.pipeline.plan_backfill import backfill_prefix
 
         families: dict[str, CheckpointFamily] = {}

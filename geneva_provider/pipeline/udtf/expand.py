@@ -22,6 +22,8 @@ import pyarrow as pa
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import CheckpointMissingError
 from geneva_provider.core.fingerprints import digest_fingerprints
+from geneva_provider.core.functions.udf import UDFCallError
+from geneva_provider.core.functions.udtf import UDTF, UDTFKind, load_udtf
 from geneva_provider.core.kinds import RowOutcome
 from geneva_provider.core.models import (
     ApplyTaskResult,
@@ -34,8 +36,6 @@ from geneva_provider.core.models import (
 )
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
-from geneva_provider.core.udf import UDFCallError
-from geneva_provider.core.udtf import UDTF, UDTFKind, load_udtf
 from geneva_provider.core.udtf_view_meta import (
     CHUNK_INDEX,
     PARTITION,

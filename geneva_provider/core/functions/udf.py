@@ -1,0 +1,339 @@
+"""``@udf``: a user function that computes one column, and its codec in the column's field metadata (core).
+
+A UDF column carries everything an executor needs to compute it: the pickled function,
+its kind, its declared Arrow type and the columns it reads.  Storing that in the Lance
+schema (rather than in a side registry) keeps a table self-describing, so a Spark job
+started anywhere can backfill it from the table URI alone.
+
+What a UDF shares with a table function (name, version, error policy, resources, pickling, the
+annotation->Arrow mapper, the signature binder) is :mod:`geneva_provider.core.functions.base`,
+:mod:`~geneva_provider.core.functions.arrow_types` and :mod:`~geneva_provider.core.functions.binding`;
+this module adds how a UDF is called (per row, per array, per batch) and its output checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+from geneva_provider.core.error_policy import RowFailure, call_with_policy
+from geneva_provider.core.errors import UDFDefinitionError
+from geneva_provider.core.functions.arrow_types import arrow_type, convert_exactly
+from geneva_provider.core.functions.base import UDFCallError, UserFunction, dumps_by_value, options
+from geneva_provider.core.functions.binding import bind, input_list
+from geneva_provider.core.functions.identity import udf_fingerprint
+from geneva_provider.core.resources import UDFResources, resources_from_metadata
+
+__all__ = ["UDF", "UDFCallError", "UDFKind", "UdfColumnInfo", "UdfColumnListing", "dumps_by_value", "load_udf",
+           "udf", "udf_column_info"]
+
+META_PREFIX = "geneva::udf::"
+META_NAME = META_PREFIX + "name"
+META_VERSION = META_PREFIX + "version"
+META_KIND = META_PREFIX + "kind"
+META_INPUTS = META_PREFIX + "input_columns"
+META_PICKLE = META_PREFIX + "pickle"
+META_PICKLER = META_PREFIX + "pickler"
+META_COLUMN_UID = META_PREFIX + "column_uid"
+META_SKIP_LIMITS = META_PREFIX + "skip_limits"  # what the driver checks without unpickling the UDF
+
+
+class UDFKind(StrEnum):
+    """How a UDF is called: per row, per column array, or per record batch."""
+
+    SCALAR = "scalar"
+    ARRAY = "array"
+    BATCH = "batch"
+
+
+@dataclass(kw_only=True)
+class UDF(UserFunction):
+    """A user function that computes one column, plus what is needed to run it anywhere."""
+
+    noun: ClassVar[str] = "UDF"
+    stored_in: ClassVar[str] = "field metadata"
+
+    data_type: pa.DataType
+    kind: UDFKind
+    concurrency: int = 1  # calls in flight at once in each Spark task (for UDFs that wait on I/O)
+
+    def outputs(self) -> pa.Schema:
+        """The one (nullable) field a call computes, named by the UDF; the column names it when it is added."""
+        return pa.schema([pa.field(self.name, self.data_type, nullable=True)])
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str],
+                 failures: list[RowFailure] | None = None) -> pa.Array:
+        """Computes the column for every row of ``batch``; returns an array of ``data_type``.
+
+        With ``concurrency`` above 1, that many calls run at once in threads (rows for a scalar UDF,
+        slices of the batch otherwise), and the results keep the rows' order.  Errors go through the
+        UDF's ``on_error`` policy: a skipped row is NULL; every row that failed an attempt is appended
+        to ``failures``.  A batch or array UDF whose batch fails under a policy that can skip is
+        called again row by row, so only the rows that fail are skipped.
+        """
+        fn = self._instance()
+        n = batch.num_rows
+        policy = self.on_error
+        if self.kind is UDFKind.SCALAR:
+            columns = [batch.column(c).to_pylist() for c in input_columns]
+            rows = list(zip(*columns, strict=True)) if columns else [()] * n
+
+            def call(i: int) -> Any:
+                return self._settle(call_with_policy(policy, lambda: fn(*rows[i])), i, failures)
+
+            out: Any = self._map(call, range(n))
+        elif self.concurrency > 1 and n > 1:
+            step = -(-n // self.concurrency)
+
+            def part(start: int) -> pa.Array:
+                found: list[RowFailure] = []
+                values = self._serial().evaluate(batch.slice(start, step), input_columns, found)
+                for f in found:
+                    if f.index >= 0:
+                        f.index += start
+                if failures is not None:
+                    failures.extend(found)
+                return values
+
+            out = pa.concat_arrays(self._map(part, range(0, n, step)))
+        else:
+            def whole() -> Any:
+                if self.kind is UDFKind.ARRAY:
+                    return fn(*[_as_array(batch.column(c)) for c in input_columns])
+                selected = batch.select(list(input_columns))
+                if isinstance(selected, pa.Table):
+                    selected = selected.combine_chunks().to_batches()[0] if n else pa.RecordBatch.from_pylist(
+                        [], schema=selected.schema)
+                return fn(selected)
+
+            outcome = call_with_policy(policy, whole)
+            if not outcome.ok and outcome.skipped and n > 1:
+                return self._row_by_row(batch, input_columns, failures)
+            out = self._settle(outcome, None if n > 1 else 0, failures)
+            if out is None:  # one skipped row
+                return pa.nulls(1, self.data_type)
+        return self._to_output_array(out, n)
+
+    def _row_by_row(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str],
+                    failures: list[RowFailure] | None) -> pa.Array:
+        """Each row alone, under the same policy: finds the rows of a failed batch that fail."""
+        serial = self._serial()
+        values = []
+        for i in range(batch.num_rows):
+            try:
+                values.append(serial.evaluate(batch.slice(i, 1), input_columns, _Offset(failures, i)))
+            except UDFCallError as exc:
+                raise UDFCallError(str(exc), index=i, original=exc.original) from exc.original
+        return pa.concat_arrays(values)
+
+    def _map(self, fn: Callable[[Any], Any], items: Any) -> list[Any]:
+        """``fn`` over ``items`` in order, ``concurrency`` at a time; the first failure (in order) is raised."""
+        if self.concurrency <= 1:
+            return [fn(item) for item in items]
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"udf-{self.name}") as pool:
+            return list(pool.map(fn, items))
+
+    def _serial(self) -> UDF:
+        """This UDF, one call at a time (sharing the stateful instance)."""
+        return dataclasses.replace(self, concurrency=1, _instances=self._instances)
+
+    def _to_output_array(self, out: Any, n: int) -> pa.Array:
+        if isinstance(out, pa.ChunkedArray):
+            out = out.combine_chunks()
+        if not isinstance(out, pa.Array):
+            try:
+                out = convert_exactly(out, self.data_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+                raise UDFCallError(
+                    f"returned values that do not convert to the declared type {self.data_type}: {exc}"
+                ) from exc
+        if out.type != self.data_type:
+            raise UDFCallError(f"returned an array of type {out.type}, expected the declared type {self.data_type}")
+        if len(out) != n:
+            raise UDFCallError(f"returned {len(out)} values for {n} input rows")
+        return out
+
+    # ------------------------------------------------------------------ metadata
+    def to_field_metadata(self, input_columns: Sequence[str] | None) -> dict[str, str]:
+        """The field metadata that makes a column a UDF column (str -> str, as Lance wants).
+
+        ``column_uid`` names this incarnation of the column: Lance may give a dropped and
+        re-added column the same field id, and its old staged files must not be reused.
+        """
+        limits = {}
+        if self.on_error.can_skip:
+            max_rows, max_fraction = self.on_error.skip_limits
+            limits[META_SKIP_LIMITS] = json.dumps({"max_rows": max_rows, "max_fraction": max_fraction})
+        return {
+            **limits,
+            **(self.resources.to_metadata() if self.resources is not None else {}),
+            META_COLUMN_UID: uuid.uuid4().hex,
+            META_NAME: self.name,
+            META_VERSION: self.version,
+            META_KIND: self.kind.value,
+            META_INPUTS: json.dumps(list(input_columns) if input_columns is not None else None),
+            META_PICKLE: self.pickled_b64(),
+            META_PICKLER: "cloudpickle",
+        }
+
+    def field(self, column: str, input_columns: Sequence[str] | None) -> pa.Field:
+        """The nullable Arrow field for ``column`` computed by this UDF."""
+        return pa.field(column, self.data_type, nullable=True, metadata=self.to_field_metadata(input_columns))
+
+
+class _Offset(list[RowFailure]):
+    """A failure list that shifts the row index of what is appended to it into a parent list."""
+
+    def __init__(self, parent: list[RowFailure] | None, offset: int) -> None:
+        super().__init__()
+        self.parent, self.offset = parent, offset
+
+    def append(self, failure: RowFailure) -> None:
+        failure.index = self.offset if failure.index < 0 else failure.index + self.offset
+        if self.parent is not None:
+            self.parent.append(failure)
+
+
+@dataclass(frozen=True)
+class UdfColumnInfo:
+    """What a UDF column's field metadata records: the UDF's name, version, kind, inputs and code."""
+
+    name: str
+    version: str
+    kind: str
+    input_columns: list[str] | None
+    pickle: str = field(repr=False)
+    column_uid: str = ""
+    max_failed_rows: int | None = None       # the error policy's skip limits (None: no limit, or no skipping)
+    max_failed_fraction: float | None = None
+    resources: UDFResources | None = None  # what each task computing the column needs (None: nothing)
+
+    def listing(self) -> UdfColumnListing:
+        """The user-facing facts (no pickle)."""
+        return UdfColumnListing(name=self.name, version=self.version, kind=self.kind,
+                                input_columns=self.input_columns, column_uid=self.column_uid,
+                                resources=self.resources)
+
+    def describe(self) -> dict[str, Any]:
+        """The user-facing facts as a dict (what ``Table.udf_columns()`` lists per column)."""
+        return self.listing().model_dump()
+
+
+class UdfColumnListing(BaseModel):
+    """One UDF column as ``Table.udf_columns()`` lists it: its UDF's name, version, kind, inputs and the
+    resources each Spark task computing it asks for (``@udf(num_gpus=1)``; None when it asks for none)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    version: str
+    kind: str
+    input_columns: list[str] | None
+    column_uid: str = ""
+    resources: UDFResources | None = None
+
+
+def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | None:
+    """The UDF recorded on a field, or None for plain columns."""
+    md = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+          for k, v in (field_metadata or {}).items()}
+    if META_PICKLE not in md:
+        return None
+    limits = json.loads(md.get(META_SKIP_LIMITS, "{}"))
+    return UdfColumnInfo(name=md[META_NAME], version=md[META_VERSION], kind=md[META_KIND],
+                         input_columns=json.loads(md[META_INPUTS]), pickle=md[META_PICKLE],
+                         column_uid=md.get(META_COLUMN_UID, ""), max_failed_rows=limits.get("max_rows"),
+                         max_failed_fraction=limits.get("max_fraction"), resources=resources_from_metadata(md))
+
+
+
+def load_udf(pickle_b64: str) -> UDF:
+    """Rebuilds a UDF from the base64 pickle stored in field metadata."""
+    return UDF.load(pickle_b64)
+
+
+# ---------------------------------------------------------------------- decorator
+def udf(
+    func: Callable[..., Any] | type | None = None,
+    *,
+    data_type: pa.DataType | None = None,
+    input_columns: Sequence[str] | None = None,
+    name: str | None = None,
+    version: str | None = None,
+    concurrency: int = 1,
+    on_error: Any = None,
+    num_cpus: int | None = None,
+    num_gpus: float | None = None,
+    memory: int | str | None = None,
+) -> Any:
+    """Declares a UDF column function.
+
+    Use as ``@udf``, ``@udf(data_type=pa.int64())`` or ``udf(fn, data_type=...)``.  The kind
+    comes from the annotations: a ``pa.RecordBatch`` parameter makes a batch UDF, ``pa.Array``
+    parameters an array UDF, anything else a scalar (row by row) UDF.  A class is a stateful
+    UDF: it is instantiated once per worker and its ``__call__`` is the function.
+
+    Without ``data_type``, the column's type comes from the return annotation, mapped as a chunker's
+    row fields are (:mod:`geneva_provider.core.functions.arrow_types`): ``-> list[float]`` is a list of
+    doubles, ``-> Optional[str]`` a string, ``-> Point`` (a dataclass, NamedTuple or TypedDict) a struct.
+
+    ``concurrency`` is how many calls run at once in each Spark task, for UDFs limited by latency
+    (a remote model or API) rather than cores; the function must then be thread-safe.  It does not
+    change the UDF's version.
+
+    ``on_error`` says what a failing row does (default: fail the job): ``retry_transient()``,
+    ``retry_all()``, ``skip_on_error()``, or an ordered list of ``Retry`` / ``Skip`` / ``Fail``
+    matchers (see :mod:`geneva_provider.core.error_policy`).  It does not change the UDF's version.
+
+    ``num_cpus``, ``num_gpus`` and ``memory`` are what each Spark task computing the column needs:
+    whole cores, GPUs (a fraction up to 1 shares a GPU between tasks, else a whole number) and
+    bytes (or a size such as ``"4g"``).  The apply stage runs such a UDF's tasks under a Spark
+    resource profile, so with ``num_gpus=1`` as many tasks run at once as there are GPUs; inside,
+    ``geneva_provider.task_device()`` names the task's GPU.  They do not change the UDF's version.
+    """
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise UDFDefinitionError(f"@udf: concurrency must be a positive integer, got {concurrency!r}")
+
+    def wrap(f: Callable[..., Any] | type) -> UDF:
+        opts = options(f, UDF.noun, name=name, version=version, on_error=on_error, num_cpus=num_cpus,
+                       num_gpus=num_gpus, memory=memory, default="udf")
+        binding = bind(f, opts.label, "@udf")
+        given = input_list(input_columns, opts.label)
+        if binding.takes(pa.RecordBatch):
+            if len(binding.params) != 1:
+                raise UDFDefinitionError(f"{opts.label}: a RecordBatch UDF takes exactly one parameter")
+            kind, inputs = UDFKind.BATCH, given
+        else:
+            kind = UDFKind.ARRAY if binding.takes(pa.Array) else UDFKind.SCALAR
+            inputs = binding.columns(given, opts.label)
+        out_type = data_type
+        if out_type is None:
+            out_type = arrow_type(binding.returns, opts.label, "pass data_type=pa.<type>()")
+        if not isinstance(out_type, pa.DataType):
+            raise UDFDefinitionError(f"{opts.label}: data_type must be a pyarrow DataType, got {out_type!r}")
+        return UDF(func=f, data_type=out_type, kind=kind, input_columns=inputs, name=opts.name,
+                   version=opts.version or code_version(f, out_type, kind), stateful=binding.stateful,
+                   concurrency=concurrency, on_error=opts.on_error, resources=opts.resources)
+
+    if func is not None:
+        return wrap(func)
+    return wrap
+
+
+def code_version(func: Any, data_type: pa.DataType, kind: UDFKind) -> str:
+    """The UDF's version: a hash of what it computes (see :mod:`geneva_provider.core.functions.identity`)."""
+    return udf_fingerprint(func, str(data_type), kind.value)
+
+
+def _as_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
