@@ -9,6 +9,7 @@ plan of another format is refused with :class:`PlanFormatError` instead of being
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -70,10 +71,9 @@ class FragmentPlan(_Model):
     file: DataFileRef | None = None  # the staged file to commit (REUSE)
 
 
-class TaskPart(_Model):
-    """The share of one fragment in a task: runs of its live-row positions."""
+class _Runs(_Model):
+    """Runs ``[start, end)`` of row positions or row ids that a task part covers, and the key of its checkpoints."""
 
-    frag: int
     ranges: list[tuple[int, int]]
     src_key: str
 
@@ -90,17 +90,13 @@ class TaskPart(_Model):
         return self.ranges[-1][1]
 
 
-class Task(_Model):
-    """One apply task: parts of one or more fragments (small fragments are packed together), sized by rows."""
+class TaskPart(_Runs):
+    """The share of one fragment in a task: runs of its live-row positions."""
 
-    parts: list[TaskPart]
-
-    @property
-    def rows(self) -> int:
-        return sum(p.rows for p in self.parts)
+    frag: int
 
 
-class ExpandPart(_Model):
+class ExpandPart(_Runs):
     """The share of a UDTF view refresh in a task: parents to expand (a chunker) or one partition (a batch UDTF).
 
     ``ranges`` are runs of source row ids: the parents a chunker expands, or the rows of the partition a
@@ -108,31 +104,27 @@ class ExpandPart(_Model):
     checkpoints of what the part is expanded from.
     """
 
-    ranges: list[tuple[int, int]]
-    src_key: str
     partition: int | None = None
 
-    @property
-    def rows(self) -> int:
-        return sum(e - s for s, e in self.ranges)
 
-    @property
-    def start(self) -> int:
-        return self.ranges[0][0]
-
-    @property
-    def end(self) -> int:
-        return self.ranges[-1][1]
-
-
-class ExpandTask(_Model):
-    """One apply task of a UDTF view refresh: parts of parents (or partitions)."""
-
-    parts: list[ExpandPart]
+class _PartsTask(_Model):
+    parts: Sequence[_Runs]
 
     @property
     def rows(self) -> int:
         return sum(p.rows for p in self.parts)
+
+
+class Task(_PartsTask):
+    """One apply task: parts of one or more fragments (small fragments are packed together), sized by rows."""
+
+    parts: list[TaskPart]
+
+
+class ExpandTask(_PartsTask):
+    """One apply task of a UDTF view refresh: parts of parents (or partitions)."""
+
+    parts: list[ExpandPart]
 
 
 class UdfRef(_Model):
