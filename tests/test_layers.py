@@ -208,3 +208,16 @@ def test_the_dependency_check_fails_on_an_undeclared_or_extra_only_import_in_the
     proc = check_deps(tree)
     assert proc.returncode != 0
     assert found in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_every_package_on_disk_is_shipped_in_the_wheel():
+    """`[tool.setuptools] packages` is a list: a new sub-package missing from it installs without its code."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts)
+               for p in (ROOT / "geneva_provider").rglob("__init__.py")}
+    on_disk |= {"geneva_provider.spark_apps"} if (ROOT / "spark_apps" / "__init__.py").exists() else set()
+    missing = on_disk - listed
+    assert not missing, f"packages missing from pyproject.toml [tool.setuptools] packages: {sorted(missing)}"
+    assert not listed - on_disk, f"listed but not on disk: {sorted(listed - on_disk)}"
