@@ -272,9 +272,10 @@ class Table:
         """Rewrites small fragments into bigger ones on Spark (plan on the driver, one Spark task per rewrite).
 
         ``options`` are ``lance.optimize.CompactionOptions`` (``materialize_deletions``,
-        ``max_rows_per_group``, ...).  Fragments that a live backfill or refresh still has to commit
-        are left alone (``exclude_live_jobs``), also when the job started while the rewrites ran; the
-        result's ``held_by`` names each job and its fragments.  A failed, finished or abandoned job
+        ``max_rows_per_group``, ...), and ``commit_retries`` / ``commit_timeout`` for the commit.
+        Fragments that a live backfill or refresh still has to commit are left alone
+        (``exclude_live_jobs``), also when the job started while the rewrites ran; the result's
+        ``held_by`` names each job and its fragments.  A failed, finished or abandoned job
         holds nothing.  Computed values stay valid: nothing is recomputed.
         """
         from geneva_provider.pipeline.jobs import compact
