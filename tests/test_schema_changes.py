@@ -14,8 +14,8 @@ import pytest
 import geneva_provider as gp
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.fingerprints import fingerprint_column, holds_fingerprints_of
+from geneva_provider.core.functions.udf import load_udf, udf_column_info
 from geneva_provider.core.refs import TableRef
-from geneva_provider.core.udf import load_udf, udf_column_info
 from geneva_provider.pipeline.schema_changes import UpdateColumns
 
 FP_Y, FP_Z = fingerprint_column("y"), fingerprint_column("z")
