@@ -14,7 +14,8 @@ from lance.fragment import DataFile
 
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.fragments import leaf_field_ids, output_files
-from geneva_provider.pipeline.commit import CommitPolicy, commit_column_files, is_retryable_conflict
+from geneva_provider.pipeline.commit import commit_column_files
+from geneva_provider.pipeline.committer import CommitPolicy, is_retryable_conflict
 
 
 def _staged(uri: str, values: list[int], field_id: int) -> DataFile:

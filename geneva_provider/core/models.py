@@ -495,6 +495,8 @@ class CompactionPlan(_Model):
     excluded: list[int]            # fragments left alone: asked for, or held by a live job
     held_by: dict[str, list[int]] = Field(default_factory=dict)  # live job id -> the fragments it holds
     exclude_live_jobs: bool = True  # re-read the holds before committing, and leave held fragments alone
+    commit_retries: int | None = None  # the commit's retries (None: the default)
+    commit_timeout: int | None = None  # seconds the commit may spend retrying (None: the default)
 
     @property
     def nothing_to_do(self) -> bool:

@@ -6,25 +6,20 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.column_names import check_column_name, is_internal_column, user_columns
+from geneva_provider.core.column_names import is_internal_column, user_columns
 from geneva_provider.core.errors import (
     ColumnError,
     InvalidArgumentError,
     TableNotFoundError,
-    UDFDefinitionError,
 )
 from geneva_provider.core.filters import check_where, lance_reason
 from geneva_provider.core.fingerprints import (
-    fingerprint_column,
-    fingerprint_field,
-    holds_fingerprints_of,
     is_fingerprint_column,
 )
 from geneva_provider.core.functions.udf import UDF, UdfColumnListing, udf_column_info
 from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
-from geneva_provider.core.view_meta import META_QUERY
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -142,17 +137,14 @@ class Table:
         ``{"y": double}`` reads the UDF's own input columns; ``{"y": (double, ["a"])}`` maps its
         parameters onto other columns.
         """
+        from geneva_provider.pipeline.schema_changes import UpdateColumns
+
         if not isinstance(columns, Mapping) or not columns:
             raise InvalidArgumentError(f"add_columns on table '{self.name}': no columns given; pass a dict of column "
                                        f"name -> @udf function (or (udf, [input columns])), got {columns!r}")
-        ds = self.dataset()
-        existing = set(ds.schema.names)
-        fields = []
-        leftovers: list[str] = []
+        self.dataset()  # TableNotFoundError if the table was dropped
+        update = UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'")
         for column, spec in columns.items():
-            if column in existing:
-                raise ColumnError(f"column '{column}' already exists in table '{self.name}'")
-            check_column_name(column, f"add_columns on table '{self.name}'")
             if isinstance(spec, tuple) and (len(spec) != 2 or isinstance(spec[1], str)
                                             or not isinstance(spec[1], Sequence)):
                 raise InvalidArgumentError(
@@ -163,40 +155,8 @@ class Table:
                 raise InvalidArgumentError(
                     f"add_columns on table '{self.name}': column '{column}' needs a @udf function, got {fn!r}"
                 )
-            if inputs is None:
-                inputs = fn.input_columns if fn.input_columns is not None else sorted(existing)
-            inputs = list(inputs)
-            if fn.input_columns is not None and len(inputs) != len(fn.input_columns):
-                raise InvalidArgumentError(
-                    f"column '{column}': UDF '{fn.name}' takes {len(fn.input_columns)} inputs, got {inputs}"
-                )
-            missing = [c for c in inputs if c not in existing]
-            if missing:
-                raise ColumnError(
-                    f"column '{column}': UDF '{fn.name}' reads {missing}, not found in table '{self.name}' "
-                    f"(columns: {user_columns(ds.schema.names)})"
-                )
-            fields.append(_udf_field(fn, column, inputs, self.name))
-            fp = fingerprint_column(column)
-            if fp in existing and not holds_fingerprints_of(ds.schema.field(fp), column):
-                raise ColumnError(
-                    f"add_columns on table '{self.name}': column '{column}' needs the column name '{fp}' for its "
-                    f"fingerprints, but table '{self.name}' already has a column '{fp}' that the package did not "
-                    "make: rename or drop that column first")
-            if fp in existing:  # left behind by a drop outside the package: its fingerprints are of old values
-                leftovers.append(fp)
-            fields.append(fingerprint_field(column))
-            existing.add(column)  # later columns of the same call may read it
-        if leftovers:
-            ds.drop_columns(leftovers)
-            ds = self.dataset()
-        try:
-            ds.add_columns(fields)
-        except (OSError, ValueError, TypeError) as exc:
-            types = ", ".join(f"column '{f.name}' ({f.type})" for f in fields if not is_fingerprint_column(f.name))
-            raise UDFDefinitionError(f"add_columns on table '{self.name}': {types} cannot be stored by Lance: "
-                                     f"{lance_reason(exc)}") from None
-        return self.version
+            update.add_udf_column(column, fn, inputs)
+        return update.commit()
 
     def drop_columns(self, columns: Sequence[str]) -> None:
         """Drops columns (a UDF column with its fingerprint column).
@@ -204,32 +164,14 @@ class Table:
         Refused, changing nothing: the package's own columns (a fingerprint goes with its column),
         every column at once, and a column a remaining UDF column reads (drop both together).
         """
+        from geneva_provider.pipeline.schema_changes import UpdateColumns
+
         if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns or not all(
                 isinstance(c, str) for c in columns):
             raise InvalidArgumentError(f"drop_columns on table '{self.name}': columns must be a non-empty list of "
                                        f"column names, got {columns!r}")
-        ds = self.dataset()
-        names = ds.schema.names
-        unknown = [c for c in columns if c not in names]
-        if unknown:
-            raise ColumnError(f"cannot drop {unknown}: not in table '{self.name}' (columns: {user_columns(names)})")
-        internal = [c for c in columns if is_internal_column(c)]
-        if internal:
-            raise ColumnError(f"cannot drop {internal} from table '{self.name}': the package keeps them (a "
-                              "fingerprint column goes when its UDF column is dropped)")
-        dropped = {*columns, *(fingerprint_column(c) for c in columns if fingerprint_column(c) in names)}
-        kept = [n for n in names if n not in dropped]
-        if not [n for n in kept if not is_internal_column(n)]:
-            raise InvalidArgumentError(f"drop_columns on table '{self.name}': cannot drop every column "
-                                       f"({sorted(columns)}); drop the table instead")
-        in_view = META_QUERY.encode() in (ds.schema.metadata or {})  # a view's UDFs read its source's columns
-        for field in [] if in_view else ds.schema:
-            info = udf_column_info(field.metadata) if field.name in kept else None
-            reads = [c for c in (info.input_columns or []) if c in dropped] if info is not None else []
-            if reads:
-                raise ColumnError(f"cannot drop {reads} from table '{self.name}': UDF column '{field.name}' reads "
-                                  f"them; drop '{field.name}' too (in the same call) or first")
-        ds.drop_columns(sorted(dropped, key=names.index))
+        self.dataset()  # TableNotFoundError if the table was dropped
+        UpdateColumns(self.ref, subject=f"drop_columns on table '{self.name}'").drop_columns(columns).commit()
 
     def udf_columns(self) -> dict[str, dict[str, Any]]:
         """UDF columns of the table: name -> UDF name, version, kind and input columns."""
@@ -330,9 +272,10 @@ class Table:
         """Rewrites small fragments into bigger ones on Spark (plan on the driver, one Spark task per rewrite).
 
         ``options`` are ``lance.optimize.CompactionOptions`` (``materialize_deletions``,
-        ``max_rows_per_group``, ...).  Fragments that a live backfill or refresh still has to commit
-        are left alone (``exclude_live_jobs``), also when the job started while the rewrites ran; the
-        result's ``held_by`` names each job and its fragments.  A failed, finished or abandoned job
+        ``max_rows_per_group``, ...), and ``commit_retries`` / ``commit_timeout`` for the commit.
+        Fragments that a live backfill or refresh still has to commit are left alone
+        (``exclude_live_jobs``), also when the job started while the rewrites ran; the result's
+        ``held_by`` names each job and its fragments.  A failed, finished or abandoned job
         holds nothing.  Computed values stay valid: nothing is recomputed.
         """
         from geneva_provider.pipeline.jobs import compact
@@ -469,31 +412,24 @@ class Table:
         the column's recorded version, so the values already computed stay valid (the fix is taken
         to change only the rows that failed).  Rows found valid since are not computed again.
         """
-        from geneva_provider.facade.table_errors import check_replacement, failed_rows_where, replace_udf
+        from geneva_provider.facade.table_errors import failed_rows_where
         from geneva_provider.pipeline.job_records import read_record
         from geneva_provider.pipeline.plan_backfill import udf_of
+        from geneva_provider.pipeline.schema_changes import UpdateColumns
 
         udf_of(self.dataset(), self.name, column)  # a UDF column of this table, or ColumnError
         by_job = self._errors(job_id, column).failed_rows_by_job(job_id, column)
-        if udf is not None:
-            check_replacement(self.dataset(), self.name, column, udf)
+        swap = UpdateColumns(self.ref, subject=f"retry_failed on table '{self.name}'").swap_udf(column, udf) \
+            if udf is not None else None  # checked before anything changes
         if not by_job:
             raise InvalidArgumentError(f"table '{self.name}' column '{column}': no failed rows recorded"
                                        + (f" for job {job_id}" if job_id else ""))
         versions = {job: record.read_version if (record := read_record(self.checkpoint_store, job)) else None
                     for job in by_job}
         where = failed_rows_where(self.dataset, self.name, column, by_job, versions)  # before anything changes
-        if udf is not None:
-            replace_udf(self.dataset(), self.name, column, udf)
+        if swap is not None:
+            swap.commit()
         return self.backfill(column, where, spark=spark, **options)
-
-
-def _udf_field(fn: UDF, column: str, inputs: list[str] | None, table: str) -> pa.Field:
-    """The UDF column's field; UDFDefinitionError naming the column when the UDF cannot be stored."""
-    try:
-        return fn.field(column, inputs)
-    except UDFDefinitionError as exc:
-        raise UDFDefinitionError(f"column '{column}' of table '{table}': {exc}") from None
 
 
 def _check_store(store: Any, job: str) -> None:

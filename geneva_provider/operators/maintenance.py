@@ -25,7 +25,8 @@ class GenevaPlanCompactionOperator(BaseOperator):
 
     :param table: the table to compact.
     :param target_rows_per_fragment: rows per fragment after compaction.
-    :param options: further ``lance.optimize.CompactionOptions`` (``materialize_deletions``, ...).
+    :param options: further ``lance.optimize.CompactionOptions`` (``materialize_deletions``, ...), and the
+        commit's ``commit_retries`` / ``commit_timeout``.
     :param exclude_live_jobs: leave alone fragments that live backfills and refreshes still have to commit.
     """
 

@@ -17,6 +17,7 @@ import pickle
 import time
 import typing
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +32,10 @@ from geneva_provider.core.models import (
     PlanSummary,
     plan_from_json,
 )
+from geneva_provider.core.options import check_count
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store_layout import JobStore, new_job_id
+from geneva_provider.pipeline.committer import Attempt, CommitPolicy, RetryCommit, commit, conflict_of
 from geneva_provider.pipeline.connect import bounded_retries
 from geneva_provider.pipeline.job_records import (
     check_leases,
@@ -49,11 +52,12 @@ from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_task
 from geneva_provider.pipeline.stages.kinds import job_kind
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import SparkSession
+    from geneva_provider.core.lib_types import Dataset, SparkSession
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 3
+COMMIT_OPTIONS = ("commit_retries", "commit_timeout")  # options of the commit, not of Lance's rewrite
+COMPACTION_RETRIES = 2  # each retry plans and runs the rewrites again: fewer than a commit's default
 
 
 def held_fragments(store: CheckpointStore) -> dict[str, list[int]]:
@@ -100,8 +104,10 @@ def _merged(*holds: dict[str, list[int]]) -> dict[str, list[int]]:
 def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, store: CheckpointStore | None = None,
                     exclude_live_jobs: bool = True, airflow_run_id: str | None = None,
                     record: bool = True) -> PlanSummary:
-    """Plans a compaction of ``table`` (``options``: lance.optimize.CompactionOptions) and stores the plan.
+    """Plans a compaction of ``table`` and stores the plan.
 
+    ``options`` are lance.optimize.CompactionOptions, and ``commit_retries`` / ``commit_timeout``: the
+    commit's policy (each retry plans and runs the rewrites again; by default 2 retries within 300 s).
     With nothing to compact, nothing is stored.  ``record`` writes the job's record (a replan
     inside a running compaction does not: it continues the same job).
     """
@@ -109,10 +115,13 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
 
     store = store or table.checkpoint_store()
     options = dict(options or {})
+    job = f"compaction of table '{table.name}'"
+    retries = check_count(options.pop("commit_retries", None), "commit_retries", job, zero=True)
+    timeout = check_count(options.pop("commit_timeout", None), "commit_timeout", job)
     unknown = sorted(set(options) - set(CompactionOptions.__annotations__))
     if unknown:
-        raise InvalidArgumentError(f"compaction of table '{table.name}': unknown option(s) {unknown}; valid options: "
-                                   f"{sorted(CompactionOptions.__annotations__)}")
+        raise InvalidArgumentError(f"{job}: unknown option(s) {unknown}; valid options: "
+                                   f"{sorted(CompactionOptions.__annotations__) + list(COMMIT_OPTIONS)}")
     for key, value in options.items():
         _check_compaction_option(table.name, key, value, CompactionOptions.__annotations__[key])
     check_leases()
@@ -129,7 +138,7 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
         table_uri=table.uri, read_version=plan.read_version, store_uri=store.uri or "", options=options,
         tasks=[base64.b64encode(pickle.dumps(t)).decode("ascii") for t in plan.tasks], fragments=fragments,
         rows=sum(live[f].count_rows() for f in fragments if f in live), excluded=excluded, held_by=held_by,
-        exclude_live_jobs=exclude_live_jobs)
+        exclude_live_jobs=exclude_live_jobs, commit_retries=retries, commit_timeout=timeout)
     jobs = JobStore(store)
     jobs.put_plan(doc.job_id, doc.model_dump_json())  # even with nothing to do: the compact stage is then handed
     summary = doc.summary(jobs.plan_uri(doc.job_id))  # a no-op, not a dangling URI
@@ -208,60 +217,116 @@ def _compact(plan: CompactionPlan, store: CheckpointStore, storage_options: dict
     """Runs the rewrite tasks no live job holds, then commits the results no live job holds by now.
 
     The holds are read again right before the commit: a backfill planned after this compaction (its
-    fragments were free then) keeps them, and lands as planned instead of having to start over.
+    fragments were free then) keeps them, and lands as planned instead of having to start over.  The
+    commit goes through the committer: when another writer changed a fragment being rewritten, the
+    compaction is planned again at the latest version and run again, within the plan's commit policy.
     """
-    import lance
-    from lance.optimize import Compaction
-
     t0 = time.perf_counter()
     ref = TableRef(plan.table, plan.table_uri, storage_options)
-    task_options = options_for_tasks(spark, storage_options)
-    held_by, left = dict(plan.held_by), set(plan.excluded)
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        now_held = _held_now(plan, store)
+    state = _Compaction(plan, store, storage_options, spark, dict(plan.held_by), set(plan.excluded))
+    done = commit(ref, f"compaction {plan.job_id}", state.attempt, landed=state.landed,
+                  policy=CommitPolicy.of(plan, default_retries=COMPACTION_RETRIES), reapplies=True)
+    metrics = done.value
+    version = ref.dataset().version
+    zero = {"fragments_removed": 0, "fragments_added": 0, "files_removed": 0, "files_added": 0}
+    result = CompactionResult(job_id=plan.job_id, version=version, excluded=sorted(state.left), held_by=state.held_by,
+                              seconds=round(time.perf_counter() - t0, 3),
+                              **(zero if metrics is None else {k: getattr(metrics, k) for k in zero}))
+    if metrics is not None:
+        log.info("compaction %s of table '%s': %d fragments rewritten into %d at version %d%s", plan.job_id,
+                 plan.table, result.fragments_removed, result.fragments_added, version,
+                 f"; fragments {result.excluded} left alone{_holders(state.held_by)}" if result.excluded else "")
+    return result
+
+
+class _Compaction:
+    """One compaction's commit attempts: run the rewrites no live job holds, commit their results; a retry
+    plans the compaction again at the latest version first (the rewrites of the last attempt are stale)."""
+
+    def __init__(self, plan: CompactionPlan, store: CheckpointStore, storage_options: dict[str, str] | None,
+                 spark: SparkSession, held_by: dict[str, list[int]], left: set[int]) -> None:
+        self.plan, self.store, self.storage_options, self.spark = plan, store, storage_options, spark
+        self.held_by, self.left = held_by, left
+        self.results: list[Any] = []
+
+    def landed(self, latest: Dataset) -> Any | None:
+        """The metrics of the Rewrite since the plan's version that replaced exactly the fragments the last
+        attempt rewrote: it landed (though its commit raised), so it is not made again."""
+        import lance
+
+        originals = {f.id for r in self.results for f in r.original_fragments}
+        if not originals:
+            return None
+        for t in latest.get_transactions(max(latest.version - self.plan.read_version, 0)):
+            op = t.operation if t is not None else None
+            if isinstance(op, lance.LanceOperation.Rewrite) and \
+                    {f.id for g in op.groups for f in g.old_fragments} == originals:
+                return _Landed(fragments_removed=sum(len(list(g.old_fragments)) for g in op.groups),
+                               fragments_added=sum(len(list(g.new_fragments)) for g in op.groups),
+                               files_removed=sum(len(f.files) for g in op.groups for f in g.old_fragments),
+                               files_added=sum(len(f.files) for g in op.groups for f in g.new_fragments))
+        return None
+
+    def attempt(self, attempt: Attempt) -> Any | None:
+        """Compaction metrics, or None when nothing is left to commit."""
+        from lance.optimize import Compaction
+
+        plan = self.plan
+        if attempt.number:
+            log.warning("compaction %s of table '%s': planning it again (attempt %d)", plan.job_id, plan.table,
+                        attempt.number + 1)
+            ref = TableRef(plan.table, plan.table_uri, self.storage_options)
+            policy = {k: v for k in COMMIT_OPTIONS if (v := getattr(plan, k)) is not None}
+            replanned, _ = open_plan(plan_compaction(ref, {**plan.options, **policy}, store=self.store, record=False,
+                                                     exclude_live_jobs=plan.exclude_live_jobs).plan_uri,
+                                     self.storage_options)
+            if isinstance(replanned, CompactionPlan):
+                self.held_by, self.left = _merged(self.held_by, replanned.held_by), self.left | set(replanned.excluded)
+            if not isinstance(replanned, CompactionPlan) or not replanned.tasks:
+                return None
+            plan = self.plan = replanned.model_copy(update={"job_id": plan.job_id})
+        now_held = _held_now(plan, self.store)
         tasks = [t for t in plan.tasks if not _task_fragments(t) & _all(now_held)]
-        encoded = run_tasks(spark, tasks, partial(_execute, plan.table_uri, task_options),
+        encoded = run_tasks(self.spark, tasks, partial(_execute, plan.table_uri,
+                                                       options_for_tasks(self.spark, self.storage_options)),
                             description=f"geneva compact {plan.table}", tag=job_tag(plan.job_id)) if tasks else []
         results = [pickle.loads(base64.b64decode(r)) for r in encoded]
-        now_held = _merged(now_held, _held_now(plan, store))  # a job planned while the tasks ran
-        results = [r for r in results if not {f.id for f in r.original_fragments} & _all(now_held)]
+        now_held = _merged(now_held, _held_now(plan, self.store))  # a job planned while the tasks ran
+        self.results = [r for r in results if not {f.id for f in r.original_fragments} & _all(now_held)]
         if now_held:
-            held_by, left = _merged(held_by, now_held), left | _all(now_held)
+            self.held_by, self.left = _merged(self.held_by, now_held), self.left | _all(now_held)
             log.warning("compaction %s of table '%s': fragments %s are held by jobs that started after it was "
                         "planned; their rewrites are not committed%s", plan.job_id, plan.table,
                         sorted(_all(now_held)), _holders(now_held))
-        if not results:
-            return CompactionResult(job_id=plan.job_id, version=ref.dataset().version, fragments_removed=0,
-                                    fragments_added=0, files_removed=0, files_added=0, excluded=sorted(left),
-                                    held_by=held_by, seconds=round(time.perf_counter() - t0, 3))
+        if not self.results:
+            return None
+        ref = TableRef(plan.table, plan.table_uri, self.storage_options)
         try:
-            metrics = Compaction.commit(ref.dataset(), results)
-            break
+            return Compaction.commit(ref.dataset(), self.results)
         except OSError as exc:
-            if "Retryable commit conflict" not in str(exc) or attempt == MAX_ATTEMPTS:
-                raise CommitError(f"compaction of table '{plan.table}' could not be committed: {lance_reason(exc)}; "
-                                  "nothing was lost: plan it again") from None
-            log.warning("compaction %s of table '%s' conflicted with a concurrent commit (%s); planning it again "
-                        "(attempt %d of %d)", plan.job_id, plan.table, lance_reason(exc), attempt + 1, MAX_ATTEMPTS)
-            replanned, _ = open_plan(plan_compaction(ref, plan.options, store=store, record=False,
-                                                     exclude_live_jobs=plan.exclude_live_jobs).plan_uri,
-                                     storage_options)
-            if isinstance(replanned, CompactionPlan):
-                held_by, left = _merged(held_by, replanned.held_by), left | set(replanned.excluded)
-            if not isinstance(replanned, CompactionPlan) or not replanned.tasks:
-                return CompactionResult(job_id=plan.job_id, version=ref.dataset().version, fragments_removed=0,
-                                        fragments_added=0, files_removed=0, files_added=0, excluded=sorted(left),
-                                        held_by=held_by, seconds=round(time.perf_counter() - t0, 3))
-            plan = replanned.model_copy(update={"job_id": plan.job_id})
-    version = lance.dataset(plan.table_uri, storage_options=storage_options).version
-    result = CompactionResult(job_id=plan.job_id, version=version, fragments_removed=metrics.fragments_removed,
-                              fragments_added=metrics.fragments_added, files_removed=metrics.files_removed,
-                              files_added=metrics.files_added, excluded=sorted(left), held_by=held_by,
-                              seconds=round(time.perf_counter() - t0, 3))
-    log.info("compaction %s of table '%s': %d fragments rewritten into %d at version %d%s", plan.job_id, plan.table,
-             result.fragments_removed, result.fragments_added, version,
-             f"; fragments {result.excluded} left alone{_holders(held_by)}" if result.excluded else "")
-    return result
+            if conflict_of(exc) is not None:
+                raise
+            if _preempted(self.results, ref.dataset()):
+                raise RetryCommit from exc
+            raise CommitError(f"compaction of table '{plan.table}' could not be committed: {lance_reason(exc)}; "
+                              "nothing was lost: plan it again") from None
+
+
+@dataclass(frozen=True)
+class _Landed:
+    """The metrics of a compaction whose commit had landed, read from its transaction."""
+
+    fragments_removed: int
+    fragments_added: int
+    files_removed: int
+    files_added: int
+
+
+def _preempted(results: list[Any], ds: Dataset) -> bool:
+    """True when a fragment the rewrites read is gone or changed in the table since (``Compaction.commit``
+    reports that conflict as a plain OSError: the table, not its text, says what it was)."""
+    current = {f.fragment_id: f.metadata for f in ds.get_fragments()}
+    return any(current.get(f.id) != f for r in results for f in r.original_fragments)
 
 
 def _held_now(plan: CompactionPlan, store: CheckpointStore) -> dict[str, list[int]]:

@@ -33,6 +33,7 @@ from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store_layout import job_prefix
 from geneva_provider.pipeline.layout import complete_output_layout
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
+from geneva_provider.pipeline.schema_changes import UpdateColumns
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset, Fragment
@@ -151,5 +152,5 @@ def _with_fingerprints(table: TableRef, ds: Dataset, column: str, read_version: 
         raise InvalidArgumentError(
             f"column '{column}' of table '{table.name}' has no fingerprint column at version {read_version} (it was "
             "declared by an older version of airflow-provider-geneva): backfill it once without read_version")
-    ds.add_columns(fingerprint_field(column))
+    UpdateColumns(table).add_fields([fingerprint_field(column)]).commit()
     return table.dataset()

@@ -49,6 +49,7 @@ from geneva_provider.core.view_meta import (
 from geneva_provider.pipeline.inputs import udf_info
 from geneva_provider.pipeline.layout import complete_output_layout
 from geneva_provider.pipeline.planning import Exam, plan_fragments, store_plan
+from geneva_provider.pipeline.schema_changes import UpdateColumns
 from geneva_provider.pipeline.source_versions import only_appends, source_at
 from geneva_provider.pipeline.stages.kinds import view_kind
 from geneva_provider.pipeline.view_create import matching_row_ids
@@ -120,7 +121,7 @@ def plan_query_refresh(
     output_columns = q.output_columns()
     lacking = [fingerprint_field(of) for of in [None, *q.udf_columns] if fingerprint_column(of) not in ds.schema.names]
     if lacking:  # a view made by an older version of the package: fingerprints, per UDF column too
-        ds.add_columns(lacking)
+        UpdateColumns(view).add_fields(lacking).commit()
         ds = view.dataset()
     complete_output_layout(view, ds, output_columns)  # values kept without those fingerprints: made committable
     added, removed = sync_rows(view, src, info, options.max_rows_per_fragment)
@@ -203,7 +204,8 @@ def sync_rows(view: TableRef, src: Dataset, info: ViewInfo, max_rows_per_fragmen
         kwargs: dict[str, Any] = {"max_rows_per_file": max_rows_per_fragment} if max_rows_per_fragment else {}
         ds = lance.write_dataset(pa.table({SOURCE_ROW_ID: pa.array(new, pa.int64())}), view.uri, mode="append",
                                  storage_options=view.storage_options, **kwargs)
-    ds.update_schema_metadata({META_BASE_VERSION: str(src.version), META_SCANNED_ROW_ID: str(next_id)})
+    UpdateColumns(view).set_table_metadata({META_BASE_VERSION: str(src.version),
+                                            META_SCANNED_ROW_ID: str(next_id)}).commit()
     if removed:
         log.info("view '%s': %d rows removed (their source rows were deleted, no longer match, or left the "
                  "query's offset/limit window)", view.name, removed)

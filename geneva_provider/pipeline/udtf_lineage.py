@@ -12,11 +12,13 @@ come from an unfinished refresh.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from geneva_provider.core.models import UdtfWork
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.udtf_view_meta import META_UDTF_VIEW_VERSION, UdtfViewState, refreshed_metadata
+from geneva_provider.pipeline.schema_changes import UpdateColumns
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -67,11 +69,17 @@ def unfinished_refresh(view: Dataset, state: UdtfViewState) -> bool:
 
 def mark_refreshed(view: Dataset, work: UdtfWork, pending: list[int]) -> None:
     """Writes that the view now holds ``work``'s source version: a finished refresh (its generation + 1)."""
-    view.update_schema_metadata(refreshed_metadata(
+    _set_metadata(view, refreshed_metadata(
         work.source_version, pending, work.partition_state, generation=work.generation + 1,
         source_transaction=work.source_transaction, view_version=view.version))
 
 
 def mark_for_rebuild(view: Dataset) -> None:
     """Makes the next refresh compare the view with its whole source (a check found rows it must not hold)."""
-    view.update_schema_metadata({META_UDTF_VIEW_VERSION: "-1"})
+    _set_metadata(view, {META_UDTF_VIEW_VERSION: "-1"})
+
+
+def _set_metadata(view: Dataset, values: Mapping[str, str | None]) -> None:
+    """A change of the view's metadata, committed through the committer (the view named by its directory)."""
+    name = view.uri.rstrip("/").rsplit("/", 1)[-1].removesuffix(".lance")
+    UpdateColumns(TableRef(name, view.uri, view.initial_storage_options)).set_table_metadata(values).commit()

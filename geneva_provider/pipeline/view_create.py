@@ -16,10 +16,11 @@ import pyarrow as pa
 
 from geneva_provider.core.catalog import Catalog
 from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
-from geneva_provider.core.filters import check_where, lance_reason
+from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import fingerprint_field
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID, ViewQuery, view_metadata
+from geneva_provider.pipeline.schema_changes import UpdateColumns
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -64,14 +65,11 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
             raise UDFDefinitionError(f"view '{name}' column '{out}': {exc}") from None
     view = catalog.create(name, placeholders, **write_options)
     try:
-        view.dataset().add_columns([*fields, *(fingerprint_field(c) for c in query.udf_columns),
-                                    pa.field(IS_SET, pa.bool_(), nullable=True), fingerprint_field(None)])
-    except BaseException as exc:
+        UpdateColumns(view, subject=f"view '{name}'").add_fields([
+            *fields, *(fingerprint_field(c) for c in query.udf_columns), pa.field(IS_SET, pa.bool_(), nullable=True),
+            fingerprint_field(None)]).commit()
+    except BaseException:
         catalog.drop(name)  # no half-made view is left behind
-        if isinstance(exc, OSError | ValueError | TypeError):
-            types = {f.name: str(f.type) for f in fields}
-            raise UDFDefinitionError(f"view '{name}': its columns {types} cannot be stored by Lance: "
-                                     f"{lance_reason(exc)}") from None
         raise
     log.info("view '%s': %d placeholder rows from table '%s' version %d (format %s)", name, len(ids),
              query.base_table, src.version, "2" if stable else "1")

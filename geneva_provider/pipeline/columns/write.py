@@ -40,7 +40,8 @@ from geneva_provider.core.models import (
 from geneva_provider.core.ranges import count_of, positions_of
 from geneva_provider.core.store_layout import JobStore, batch_prefix
 from geneva_provider.pipeline.columns.compute import unapplied_rows
-from geneva_provider.pipeline.commit import CommitPolicy, commit_column_files
+from geneva_provider.pipeline.commit import commit_column_files
+from geneva_provider.pipeline.committer import CommitPolicy
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import update_record
 from geneva_provider.pipeline.planning import (
@@ -305,7 +306,7 @@ class _Committer:
         outcome = commit_column_files(
             plan.table_uri, plan.output_columns, {fid: ref.to_lance() for fid, ref in files.items()},
             self.version, output_field_ids=plan.output_field_ids, base_files=self.base,
-            storage_options=self.storage_options, policy=CommitPolicy.of(plan.settings))
+            storage_options=self.storage_options, policy=CommitPolicy.of(plan.settings), table=plan.table)
         self.version = outcome.version
         self.committed += outcome.committed
         self.staged.update({fid: files[fid].path for fid in outcome.committed})

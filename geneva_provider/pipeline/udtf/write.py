@@ -33,10 +33,11 @@ from geneva_provider.core.models import (
     WriteResult,
 )
 from geneva_provider.core.ranges import positions_of
+from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store_layout import JobStore
 from geneva_provider.core.udtf_view_meta import CHUNK_INDEX, PARTITION
 from geneva_provider.core.view_meta import SOURCE_ROW_ID
-from geneva_provider.pipeline.commit import CommitPolicy, is_retryable_conflict
+from geneva_provider.pipeline.committer import Attempt, CommitPolicy, commit, commit_messages
 from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import update_record
 from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
@@ -181,12 +182,9 @@ def _landed(ds: Dataset, plan: ExpandPlan, message: str) -> bool:
     Raises ConcurrentOverwriteError when another refresh of the view committed since: this plan's rows
     were planned against the view before it, and committing them would expand some parents twice.
     """
-    if ds.version <= plan.read_version:
-        return False
     mine, others = _message(plan), set()
     landed = False
-    for t in ds.get_transactions(ds.version - plan.read_version):
-        text = (t.transaction_properties or {}).get("__lance_commit_message", "") if t is not None else ""
+    for text in commit_messages(ds, plan.read_version):
         landed = landed or text == message
         if text.startswith(_MESSAGE) and not text.startswith(mine):
             others.add(text.removeprefix(_MESSAGE).split()[0])
@@ -221,23 +219,22 @@ def _commit(plan: ExpandPlan, group: GroupFragments, replaced: tuple[str, np.nda
     import lance
 
     new = [lance.fragment.FragmentMetadata.from_json(f) for f in group.fragments]
-    policy = CommitPolicy.of(plan.settings)
-    state = {"retries": -1, "deleted": 0}
-    ds = _open(plan.table_uri, storage_options)
-    for attempt in policy.retrying(is_retryable_conflict):
-        with attempt:
-            state["retries"] += 1
-            ds = _open(plan.table_uri, storage_options)
-            if _landed(ds, plan, message):
-                break
-            updated, removed, state["deleted"] = _deletions(ds, *replaced)
-            if not (new or updated or removed):
-                break
-            ds = lance.LanceDataset.commit(
-                plan.table_uri, lance.LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
-                                                            new_fragments=new),
-                read_version=ds.version, storage_options=storage_options, commit_message=message)
-    return ds.version, state["deleted"], max(state["retries"], 0)
+
+    def apply(attempt: Attempt) -> tuple[int, int]:
+        ds = attempt.latest if attempt.latest is not None else _open(plan.table_uri, storage_options)  # look_first
+        updated, removed, deleted = _deletions(ds, *replaced)
+        if not (new or updated or removed):
+            return ds.version, deleted
+        ds = lance.LanceDataset.commit(
+            plan.table_uri, lance.LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
+                                                        new_fragments=new),
+            read_version=ds.version, storage_options=storage_options, commit_message=message)
+        return ds.version, deleted
+
+    done = commit(TableRef(plan.table, plan.table_uri, storage_options), f"commit '{message}'", apply,
+                  landed=lambda ds: (ds.version, 0) if _landed(ds, plan, message) else None,
+                  policy=CommitPolicy.of(plan.settings), look_first=True)
+    return *done.value, done.retries
 
 
 def _deletions(ds: Dataset, column: str, values: np.ndarray) -> tuple[list[Any], list[int], int]:

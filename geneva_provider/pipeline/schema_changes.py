@@ -1,0 +1,286 @@
+"""Schema changes of a table, built then committed: pyiceberg's ``UpdateSchema`` for UDF columns.
+
+A UDF column never comes alone: its fingerprint column (:mod:`geneva_provider.core.fingerprints`)
+is added with it and dropped with it, and a swap of its UDF (``retry_failed`` with a fix) keeps the
+column's name, version, inputs and incarnation, so the values computed stay valid.
+:class:`UpdateColumns` gathers such changes and checks each against the schema as changed so far
+when it is added, so a bad one fails before anything is committed.  ``commit()`` lands them through
+the committer (:mod:`geneva_provider.pipeline.committer`): drops, then additions, then metadata --
+each rebuilt from the latest version on a conflict, and each recognised when it had already landed
+(the dropped columns gone, the added ones there with this change's incarnation ids, the metadata in
+place), so a retried change is never made twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Self, TypeAlias
+
+from geneva_provider.core.column_names import check_column_name, is_internal_column, user_columns
+from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
+from geneva_provider.core.filters import lance_reason
+from geneva_provider.core.fingerprints import (
+    fingerprint_column,
+    fingerprint_field,
+    holds_fingerprints_of,
+)
+from geneva_provider.core.fragments import column_field
+from geneva_provider.core.functions.udf import META_COLUMN_UID, META_NAME, META_VERSION, UDF, udf_column_info
+from geneva_provider.core.view_meta import META_QUERY
+from geneva_provider.pipeline.committer import Attempt, CommitPolicy, commit, conflict_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from geneva_provider.core.functions.udf import UdfColumnInfo
+    from geneva_provider.core.lib_types import Dataset
+    from geneva_provider.core.refs import TableRef
+
+_UID = META_COLUMN_UID.encode()
+_Landed: TypeAlias = "Callable[[Dataset], int | None]"
+_Apply: TypeAlias = "Callable[[Dataset], int]"
+
+
+@dataclass
+class _Addition:
+    """Fields added in one Lance commit, and how an error names them."""
+
+    fields: list[pa.Field] = field(default_factory=list)
+    described: list[str] = field(default_factory=list)  # "column 'y' (double)": what cannot be stored
+
+
+class UpdateColumns:
+    """A change of one table's columns: add UDF columns (with their fingerprint columns) or plain fields,
+    drop columns (with theirs), swap a UDF column's code, set table metadata; then :meth:`commit`.
+
+    ``subject`` names the change in errors ("add_columns on table 'events'"); ``policy`` bounds the
+    commit's retries of conflicts (by default the package's).
+    """
+
+    def __init__(self, table: TableRef, *, subject: str | None = None, policy: CommitPolicy | None = None) -> None:
+        self.table = table
+        self.subject = subject or f"schema change of table '{table.name}'"
+        self.policy = policy
+        ds = table.dataset()
+        self._schema: pa.Schema = ds.schema  # as the changes so far leave it
+        self._existing = set(ds.schema.names)  # what a UDF added without inputs reads: the table's columns
+        self._drops: list[str] = []
+        self._addition = _Addition()
+        self._field_metadata: dict[str, tuple[str, dict[str, str]]] = {}  # column -> (its incarnation, metadata)
+        self._table_metadata: dict[str, str | None] = {}
+        self._done: set[str] = set()  # the steps of commit() that landed
+
+    # ------------------------------------------------------------------ building
+    def add_udf_column(self, column: str, fn: UDF, inputs: Sequence[str] | None = None) -> Self:
+        """Adds ``column`` computed by ``fn`` from ``inputs`` (default: the UDF's own), with its fingerprint column.
+
+        A fingerprint column of that name left behind by a drop outside the package is dropped first
+        (its fingerprints are of old values); one the package did not make is refused.
+        """
+        name, names = self.table.name, self._schema.names
+        if column in names:
+            raise ColumnError(f"column '{column}' already exists in table '{name}'")
+        check_column_name(column, self.subject)
+        if inputs is None:
+            inputs = fn.input_columns if fn.input_columns is not None else sorted(self._existing)
+        inputs = list(inputs)
+        if fn.input_columns is not None and len(inputs) != len(fn.input_columns):
+            raise InvalidArgumentError(
+                f"column '{column}': UDF '{fn.name}' takes {len(fn.input_columns)} inputs, got {inputs}")
+        missing = [c for c in inputs if c not in self._existing]
+        if missing:
+            raise ColumnError(f"column '{column}': UDF '{fn.name}' reads {missing}, not found in table '{name}' "
+                              f"(columns: {user_columns(names)})")
+        try:
+            udf_field = fn.field(column, inputs)
+        except UDFDefinitionError as exc:
+            raise UDFDefinitionError(f"column '{column}' of table '{name}': {exc}") from None
+        fp = fingerprint_column(column)
+        if fp in names and not holds_fingerprints_of(self._schema.field(fp), column):
+            raise ColumnError(
+                f"{self.subject}: column '{column}' needs the column name '{fp}' for its fingerprints, but table "
+                f"'{name}' already has a column '{fp}' that the package did not make: rename or drop that column first")
+        if fp in names:  # left behind by a drop outside the package: its fingerprints are of old values
+            self._drop([fp])
+        self._add([udf_field, fingerprint_field(column)], f"column '{column}' ({udf_field.type})")
+        self._existing.add(column)  # later columns of the same change may read it
+        return self
+
+    def add_fields(self, fields: Sequence[pa.Field]) -> Self:
+        """Adds plain nullable fields as they are (a view's columns, a fingerprint column an older table lacks)."""
+        taken = [f.name for f in fields if f.name in self._schema.names]
+        if taken:
+            raise ColumnError(f"{self.subject}: column(s) {taken} already exist in table '{self.table.name}'")
+        for f in fields:
+            self._add([f], f"column '{f.name}' ({f.type})")
+        return self
+
+    def drop_columns(self, columns: Sequence[str]) -> Self:
+        """Drops ``columns`` and their fingerprint columns.
+
+        Refused, changing nothing: the package's own columns (a fingerprint goes with its column),
+        every column at once, and a column a remaining UDF column reads (drop both together).
+        """
+        name, names = self.table.name, self._schema.names
+        unknown = [c for c in columns if c not in names]
+        if unknown:
+            raise ColumnError(f"cannot drop {unknown}: not in table '{name}' (columns: {user_columns(names)})")
+        internal = [c for c in columns if is_internal_column(c)]
+        if internal:
+            raise ColumnError(f"cannot drop {internal} from table '{name}': the package keeps them (a "
+                              "fingerprint column goes when its UDF column is dropped)")
+        dropped = {*columns, *(fingerprint_column(c) for c in columns if fingerprint_column(c) in names)}
+        kept = [n for n in names if n not in dropped]
+        if not [n for n in kept if not is_internal_column(n)]:
+            raise InvalidArgumentError(f"{self.subject}: cannot drop every column ({sorted(columns)}); drop the "
+                                       "table instead")
+        in_view = META_QUERY.encode() in (self._schema.metadata or {})  # a view's UDFs read its source's columns
+        for f in [] if in_view else self._schema:
+            info = udf_column_info(f.metadata) if f.name in kept else None
+            reads = [c for c in (info.input_columns or []) if c in dropped] if info is not None else []
+            if reads:
+                raise ColumnError(f"cannot drop {reads} from table '{name}': UDF column '{f.name}' reads "
+                                  f"them; drop '{f.name}' too (in the same call) or first")
+        self._drop(sorted(dropped, key=names.index))
+        return self
+
+    def swap_udf(self, column: str, fixed: UDF) -> Self:
+        """Stores ``fixed`` as ``column``'s code, keeping its name, version, inputs and incarnation.
+
+        The type and the number of inputs must match: the stored values and their fingerprints stay
+        as they are, so only rows without a valid value (the failed ones) are computed by the fix.
+        """
+        info, metadata = self._check_swap(column, fixed)
+        kept = {k: getattr(info, a) for k, a in ((META_NAME, "name"), (META_VERSION, "version"),
+                                                 (META_COLUMN_UID, "column_uid"))}
+        self._field_metadata[column] = (info.column_uid, {**metadata, **kept})
+        return self
+
+    def set_table_metadata(self, values: Mapping[str, str | None]) -> Self:
+        """Sets the table's (schema) metadata ``values``; None removes a key."""
+        self._table_metadata.update(values)
+        return self
+
+    def _check_swap(self, column: str, fixed: UDF) -> tuple[UdfColumnInfo, dict[str, str]]:
+        name = self.table.name
+        if column not in self._schema.names:
+            raise ColumnError(f"column '{column}' not found in table '{name}'")
+        f = self._schema.field(column)
+        info = udf_column_info(f.metadata)
+        if info is None:
+            raise ColumnError(f"column '{column}' of table '{name}' is not a UDF column")
+        if not isinstance(fixed, UDF):
+            raise UDFDefinitionError(f"column '{column}' of table '{name}': udf must be a @udf function, got {fixed!r}")
+        if fixed.data_type != f.type:
+            raise UDFDefinitionError(f"column '{column}' of table '{name}' holds {f.type}; the fixed UDF "
+                                     f"'{fixed.name}' returns {fixed.data_type}")
+        inputs = info.input_columns
+        if fixed.input_columns is not None and inputs is not None and len(fixed.input_columns) != len(inputs):
+            raise UDFDefinitionError(f"column '{column}' of table '{name}' reads {inputs}; the fixed UDF "
+                                     f"'{fixed.name}' takes {len(fixed.input_columns)} inputs")
+        try:
+            metadata = fixed.to_field_metadata(inputs)
+        except UDFDefinitionError as exc:
+            raise UDFDefinitionError(f"column '{column}' of table '{name}': {exc}") from None
+        return info, metadata
+
+    def _drop(self, columns: list[str]) -> None:
+        self._drops += [c for c in columns if c not in self._drops]
+        for c in columns:
+            if c in self._schema.names:
+                self._schema = self._schema.remove(self._schema.get_field_index(c))
+
+    def _add(self, fields: list[pa.Field], described: str) -> None:
+        self._addition.fields += fields
+        self._addition.described.append(described)
+        for f in fields:
+            self._schema = self._schema.append(f)
+
+    # ------------------------------------------------------------------ committing
+    def commit(self) -> int:
+        """Lands the changes -- drops, additions, metadata: one commit each -- and returns the table's version."""
+        steps: list[tuple[str, _Landed, _Apply]] = []
+        if self._drops:
+            steps.append((f"drop of column(s) {self._drops}", self._landed_drops, self._apply_drops))
+        if self._addition.fields:
+            steps.append((f"addition of column(s) {[f.name for f in self._addition.fields]}", self._landed_addition,
+                          self._apply_addition))
+        if self._field_metadata or self._table_metadata:
+            steps.append((f"metadata change of column(s) {list(self._field_metadata)}", self._landed_metadata,
+                          self._apply_metadata))
+        version = None
+        for what, landed, apply in steps:
+            if what not in self._done:  # a commit() called again after a failed step does not redo the others
+                version = self._commit(what, landed, apply)
+                self._done.add(what)
+        return version if version is not None else self.table.dataset().version
+
+    def _commit(self, what: str, landed: _Landed, apply: _Apply) -> int:
+        def attempt(a: Attempt) -> int:
+            return apply(a.latest if a.latest is not None else self.table.dataset())  # look_first: the latest
+
+        return commit(self.table, what, attempt, landed=landed, policy=self.policy, reapplies=True,
+                      look_first=True).value
+
+    def _landed_drops(self, ds: Dataset) -> int | None:
+        return ds.version if not set(self._drops) & set(ds.schema.names) else None
+
+    def _apply_drops(self, ds: Dataset) -> int:
+        ds.drop_columns([c for c in self._drops if c in ds.schema.names])
+        return ds.version  # the method moves ``ds`` to the version it committed
+
+    def _landed_addition(self, ds: Dataset) -> int | None:
+        names = ds.schema.names
+        for f in self._addition.fields:
+            if f.name not in names:
+                return None
+            uid = (f.metadata or {}).get(_UID)
+            if uid is not None and (ds.schema.field(f.name).metadata or {}).get(_UID) != uid:
+                return None
+        return ds.version
+
+    def _apply_addition(self, ds: Dataset) -> int:
+        taken = [f.name for f in self._addition.fields if f.name in ds.schema.names]
+        if taken:  # another writer added a column of that name meanwhile
+            raise ColumnError(f"column '{taken[0]}' already exists in table '{self.table.name}'")
+        try:
+            ds.add_columns(list(self._addition.fields))
+        except (OSError, ValueError, TypeError) as exc:
+            if conflict_of(exc) is not None:
+                raise
+            raise UDFDefinitionError(f"{self.subject}: {', '.join(self._addition.described)} cannot be stored by "
+                                     f"Lance: {lance_reason(exc)}") from None
+        return ds.version
+
+    def _landed_metadata(self, ds: Dataset) -> int | None:
+        table_md = ds.schema.metadata or {}
+        if any(table_md.get(k.encode()) != (v.encode() if v is not None else None)
+               for k, v in self._table_metadata.items()):
+            return None
+        for column, (_, metadata) in self._field_metadata.items():
+            if column not in ds.schema.names or (ds.schema.field(column).metadata or {}) != {
+                    k.encode(): v.encode() for k, v in metadata.items()}:
+                return None
+        return ds.version
+
+    def _apply_metadata(self, ds: Dataset) -> int:
+        import lance
+
+        op = lance.LanceOperation
+        updates = {}
+        for column, (incarnation, metadata) in self._field_metadata.items():
+            info = udf_column_info(ds.schema.field(column).metadata) if column in ds.schema.names else None
+            if info is None or info.column_uid != incarnation:
+                raise ColumnError(f"column '{column}' of table '{self.table.name}' was dropped or replaced while "
+                                  "its UDF was being swapped; nothing was changed")
+            values: dict[str, str | None] = dict(metadata)
+            updates[column_field(ds, column).id()] = op.UpdateMap(values, replace=True)
+        config = op.UpdateConfig(field_metadata_updates=updates or None,
+                                 schema_metadata_updates=op.UpdateMap(self._table_metadata)
+                                 if self._table_metadata else None)
+        return lance.LanceDataset.commit(self.table.uri, config, read_version=ds.version,
+                                         storage_options=self.table.storage_options,
+                                         commit_message=f"geneva schema change {uuid.uuid4().hex}").version
+
