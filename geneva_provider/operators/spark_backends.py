@@ -20,6 +20,7 @@ deferrable or resumable stage needs only a trigger (or a retry) that polls
 
 from __future__ import annotations
 
+import contextvars
 import os
 import shutil
 import sys
@@ -155,7 +156,11 @@ class SparkBackend(ABC):
 
 
 def _in_thread(work: Callable[[], T], name: str) -> Future[T]:
-    """Runs ``work`` in a daemon thread (a killed task's process never waits for it); its outcome is the future's."""
+    """Runs ``work`` in a daemon thread (a killed task's process never waits for it); its outcome is the future's.
+
+    The thread runs in a copy of this one's context variables (the task's logging context), as
+    ``asyncio.to_thread`` does.
+    """
     future: Future[T] = Future()
 
     def target() -> None:
@@ -165,7 +170,7 @@ def _in_thread(work: Callable[[], T], name: str) -> Future[T]:
         except BaseException as exc:  # noqa: BLE001 - handed to whoever reads the future
             future.set_exception(exc)
 
-    threading.Thread(target=target, name=name, daemon=True).start()
+    threading.Thread(target=contextvars.copy_context().run, args=(target,), name=name, daemon=True).start()
     return future
 
 
