@@ -187,12 +187,12 @@ def test_table_changed_sensor_poke_defer_and_complete(events):
 
 def test_table_changed_trigger_fires_on_new_rows_and_times_out(events):
     v = events.version
-    trigger = GenevaTableChangedTrigger(table="events", min_version=v, poll_interval=0.05, timeout=0.3)
+    trigger = GenevaTableChangedTrigger(table="events", min_version=v, poll_interval=0.05, deadline=time.time() + 0.3)
     assert asyncio.run(first_event(trigger)).payload["status"] == "timeout"
 
     async def append_then_wait():
         waiter = asyncio.ensure_future(first_event(
-            GenevaTableChangedTrigger(table="events", min_version=v, poll_interval=0.05, timeout=30)))
+            GenevaTableChangedTrigger(table="events", min_version=v, poll_interval=0.05, deadline=time.time() + 30)))
         await asyncio.sleep(0.2)
         await asyncio.to_thread(events.add, events_table(5, start=6_000))
         return await waiter
@@ -200,8 +200,8 @@ def test_table_changed_trigger_fires_on_new_rows_and_times_out(events):
     event = asyncio.run(append_then_wait())
     assert event.payload == {"status": "success", "table": "events", "version": v + 1, "rows": 6_005,
                              "fragments": 4}
-    missing = asyncio.run(first_event(GenevaTableChangedTrigger(table="nope", min_rows=0, poll_interval=0.05,
-                                                                timeout=0.2)))  # a missing table is waited for
+    missing = asyncio.run(first_event(GenevaTableChangedTrigger(  # a missing table is waited for
+        table="nope", min_rows=0, poll_interval=0.05, deadline=time.time() + 0.2)))
     assert missing.payload["status"] == "timeout" and "table 'nope' does not exist" in missing.payload["message"]
 
 

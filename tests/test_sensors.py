@@ -10,6 +10,7 @@ import asyncio
 import datetime as dt
 import os
 import re
+import time
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -73,7 +74,7 @@ def test_rows_a_filtered_backfill_left_out_are_pending_for_both_sensors(team, sp
     assert seen.xcom_value == {"table": "team", "column": "s", "version": version, "fragments_pending": 2,
                                "rows_pending": planned}
     event = asyncio.run(first_event(GenevaColumnBackfilledTrigger(table="team", column="s", poll_interval=0.05,
-                                                                  timeout=0.2)))
+                                                                  deadline=time.time() + 0.2)))
     assert event.payload["status"] == "timeout"
     assert "table 'team' at version" in event.payload["message"]
     assert "2001 rows in 2 fragments never computed in column 's'" in event.payload["message"]
@@ -83,7 +84,7 @@ def test_rows_a_filtered_backfill_left_out_are_pending_for_both_sensors(team, sp
     assert filled.poke(context()).xcom_value["rows_pending"] == 0 and filled.poke(context()).is_done
     assert not changed.poke(context()).is_done
     event = asyncio.run(first_event(GenevaTableChangedTrigger(table="team", column="s", poll_interval=0.05,
-                                                              timeout=0.2)))
+                                                              deadline=time.time() + 0.2)))
     assert event.payload["status"] == "timeout" and "0 rows in 0 fragments never computed" in event.payload["message"]
 
     # Documented limit: a value whose inputs changed is found by the next plan, not by the sensors.

@@ -9,7 +9,7 @@ The families (``<id>`` is a job id, :func:`new_job_id`)::
 
     plan-<id>                           PlanKey           the plan document
     plan-<id>-committed                 CommittedKey      left when the job's commits are done
-    plan-<id>-<stage>-result            StageResultKey    a spark-submit stage's report
+    plan-<id>-<stage>-result            StageResultKey    a Spark stage's report
     plan-<id>-connect-session           ConnectSessionKey the job's Spark Connect session id
     plan-<id>-appended                  AppendedKey       a UDTF refresh's written fragments, before their commit
     job-<id>                            JobRecordKey      the job's record (status, progress)
@@ -157,7 +157,7 @@ class JobRecordKey(_JobKey):
 
 @dataclass(frozen=True)
 class StageResultKey:
-    """The report a stage's spark-submit program leaves beside its plan (``--result-key``)."""
+    """The report a Spark stage leaves beside its plan (a spark-submit program's ``--result-key``)."""
 
     kind: ClassVar[Literal["stage_result"]] = "stage_result"
     job_id: str

@@ -1,4 +1,4 @@
-"""Cheap facts about a table that sensors and triggers poll (core).
+"""Cheap facts about a table that the probes of sensors and triggers read (core).
 
 What a poll may read: the manifest (versions, fragments, data files) and, for a computed column,
 its fingerprint column -- one uint64 per row, and only in the fragments that hold the column.
@@ -8,7 +8,7 @@ takes fingerprinting every input row, which is the next backfill's plan, not a p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -16,7 +16,6 @@ from geneva_provider.core.column_names import user_columns
 from geneva_provider.core.errors import ColumnError
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import column_leaf_ids, files_holding
-from geneva_provider.core.table_events import TableSeen
 from geneva_provider.core.view_meta import META_QUERY
 
 if TYPE_CHECKING:
@@ -86,21 +85,3 @@ def _fingerprint_of(ds: Dataset, column: str) -> str | None:
         return fingerprint_column(column)
     return None
 
-
-def table_changed(ds: Dataset, min_version: int | None, min_rows: int | None, column: str | None,
-                  table: str = "") -> tuple[bool, TableSeen]:
-    """Whether the table moved past the watermark, and what was seen (the table's status).
-
-    Watermarks: a version above ``min_version``, more than ``min_rows`` rows, or rows whose
-    ``column`` was never computed (see :func:`column_backlog`).
-    """
-    status = table_status(ds)
-    changed = ((min_version is not None and status.version > min_version)
-               or (min_rows is not None and status.rows > min_rows))
-    backlog: dict[str, Any] = {}
-    if column is not None:
-        pending = column_backlog(ds, column, table)
-        backlog = {"column": column, "rows_pending": pending.rows_pending,
-                   "fragments_pending": pending.fragments_pending}
-        changed = changed or pending.rows_pending > 0
-    return changed, TableSeen(**status.model_dump(), **backlog)

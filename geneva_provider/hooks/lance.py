@@ -16,8 +16,10 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from geneva_provider.core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    from geneva_provider.core.table_events import TableSeen
     from geneva_provider.facade.connection import Connection
     from geneva_provider.facade.table import Table
+    from geneva_provider.pipeline.table_probes import Probe
 
 
 class LanceHook(BaseHook):
@@ -113,6 +115,22 @@ class LanceHook(BaseHook):
     def dataset(self, table: str) -> Any:
         """The latest version of ``table`` as a ``lance.LanceDataset``."""
         return self.open_table(table).dataset()
+
+    def look(self, table: str, probe: Probe) -> tuple[bool, TableSeen]:
+        """One blocking look at ``table`` through ``probe`` (:mod:`geneva_provider.pipeline.table_probes`).
+
+        Whether the probe's condition holds, and what was seen.  A table that does not exist is not
+        an error but a condition not met yet (an upstream DAG may create it): seen as ``exists=False``.
+        """
+        from geneva_provider.core.errors import TableNotFoundError
+        from geneva_provider.core.table_events import TableSeen
+
+        try:
+            ds = self.dataset(table)
+        except TableNotFoundError:
+            return False, TableSeen(table=table, exists=False)
+        done, seen = probe.check(ds, table)
+        return done, TableSeen(table=table, **seen.model_dump(exclude_unset=True, exclude={"table"}))
 
     def test_connection(self) -> tuple[bool, str]:
         """Succeeds only for a database that exists and can be listed (a missing directory fails)."""

@@ -10,6 +10,7 @@ XCom and a failure says the package's reason first.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -61,7 +62,11 @@ class _GenevaSparkStageOperator(BaseOperator):
         self.py_files = py_files
         self.env_vars = env_vars or {}
         self.spark_binary = spark_binary
-        self._backend: SparkBackend | None = None  # chosen from the Spark connection when the task runs
+
+    @cached_property
+    def backend(self) -> SparkBackend:
+        """How the stage runs, chosen from the Spark connection (when the task runs: after rendering)."""
+        return spark_backend(self.spark_settings(), self.log)
 
     @property
     def entry(self) -> SparkStage:
@@ -86,8 +91,7 @@ class _GenevaSparkStageOperator(BaseOperator):
             raise AirflowSkipException(f"plan {plan.job_id} has nothing for the {self.stage} stage to do")
         storage_options = LanceHook(self.lance_conn_id).storage_options
         store = open_store(split_key_uri(plan.plan_uri)[0], storage_options)
-        self._backend = spark_backend(self.spark_settings(), self.log)
-        run = self._backend.run(self.entry, plan, storage_options, store)
+        run = self.backend.run(self.entry, plan, storage_options, store)  # submit, poll until it ends, result
         if run.succeeded and run.report is not None:
             return run.report.to_xcom()
         raise self._failure(plan.job_id, run.report, run.output_tail) from run.cause
@@ -121,8 +125,8 @@ class _GenevaSparkStageOperator(BaseOperator):
         return AirflowException(message)
 
     def on_kill(self) -> None:
-        if self._backend is not None:
-            self._backend.on_kill()
+        if "backend" in self.__dict__:  # chosen: the stage may be running
+            self.backend.on_kill()
 
 
 class GenevaSparkApplyOperator(_GenevaSparkStageOperator):

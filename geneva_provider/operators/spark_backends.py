@@ -5,19 +5,33 @@ A ``spark_connect`` connection (the Spark provider's ``SparkConnectHook``) gives
 Connect server, no JVM starts per task and the package travels as session artifacts.  Any other
 Spark connection gives a :class:`SparkSubmitBackend`: the stage's program is submitted with
 :class:`~geneva_provider.hooks.spark_submit.GenevaSparkSubmitHook` (``local[*]``, a standalone
-master, YARN, Kubernetes) and leaves its report beside the plan.  Either way a backend returns
-a :class:`StageRun`; the operator turns a failed one into the package's error.
+master, YARN, Kubernetes).
+
+Either way a stage goes through the same three steps, as the Spark provider's ``submit_job`` /
+``poll_until_complete`` and the Databricks provider's submit-then-trigger do: :meth:`SparkBackend.submit`
+starts it and returns its ids (a :class:`~geneva_provider.pipeline.stage_reports.StageSubmission`),
+:meth:`~SparkBackend.poll` waits for it to end while logging its progress from the job record, and
+:meth:`~SparkBackend.result` reads the report the stage left in the job's checkpoint store -- the
+operator turns a failed one into the package's error.  :meth:`~SparkBackend.run` is the three in a
+row (today's blocking stage).  Because the result is read from the store by ids alone, a
+deferrable or resumable stage needs only a trigger (or a retry) that polls
+``StageSubmission.done`` and then calls ``result``.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import shutil
 import sys
+import threading
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowException
 
@@ -26,9 +40,14 @@ from geneva_provider.operators.progress import ProgressLogger
 from geneva_provider.spark_apps import app_path
 
 if TYPE_CHECKING:
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
     from geneva_provider.core.models import PlanSummary, StageReport
     from geneva_provider.hooks.spark_submit import GenevaSparkSubmitHook
     from geneva_provider.pipeline.stage_registry import SparkStage
+    from geneva_provider.pipeline.stage_reports import StageSubmission
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,6 +65,14 @@ class SparkSettings:
 
 
 @dataclass(frozen=True)
+class _Ended:
+    """What this process saw of a stage's end, beside the report the stage left."""
+
+    failed: bool = False  # the stage failed whatever its report says (spark-submit exited non-zero)
+    cause: BaseException | None = None  # what the stage raised in this process (over Spark Connect)
+
+
+@dataclass(frozen=True)
 class StageRun:
     """How a stage run ended: its report, and what explains a failure."""
 
@@ -56,20 +83,95 @@ class StageRun:
 
 
 class SparkBackend(ABC):
-    """Runs Spark stages of plans on one Spark connection, and stops the one running when the task is killed."""
+    """Runs Spark stages of plans on one Spark connection -- submit, poll, result -- and stops the one running
+    when the task is killed.
+
+    A subclass says how to start a stage (:meth:`_start`: what runs in the background until the stage
+    has ended and left its report); waiting and reading the result are the same for every backend.
+    """
 
     def __init__(self, settings: SparkSettings, log: Any) -> None:
         self.settings = settings
         self.log = log
+        self.stage: Stage | None = None
+        self._running: Future[_Ended] | None = None  # the stage this backend started
+        self._report: StageReport | None = None  # a report this process could not leave in the store
 
-    @abstractmethod
     def run(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any
             ) -> StageRun:
-        """Runs ``stage`` of ``plan``; its progress is logged from the job record in ``store`` meanwhile."""
+        """Runs ``stage`` of ``plan`` to its end (submit, poll, result); its progress is logged meanwhile."""
+        submission = self.submit(stage, plan, storage_options, store)
+        self.poll(submission, store)
+        return self.result(submission, store)
+
+    def submit(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any
+               ) -> StageSubmission:
+        """Starts ``stage`` of ``plan`` and returns its ids at once (an earlier attempt's report is forgotten first).
+
+        What the backend refuses (bad settings, secrets bound for a command line) raises here,
+        before anything starts.
+        """
+        from geneva_provider.pipeline.stage_reports import StageSubmission
+
+        submission = StageSubmission.of(stage.name, plan.plan_uri)
+        submission.clear(store)
+        self.stage, self._report = stage.name, None
+        work = self._start(stage, plan, storage_options, store, submission)
+        self._running = _in_thread(work, f"geneva-{stage.name}-{submission.job_id}")
+        return submission
+
+    @abstractmethod
+    def _start(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any,
+               submission: StageSubmission) -> Callable[[], _Ended]:
+        """Prepares the stage and returns what runs it (in a background thread) until it has ended.
+
+        That returns what this process saw of the end, beside the report, and raises what no
+        report explains.
+        """
+
+    def poll(self, submission: StageSubmission, store: Any) -> None:
+        """Waits until the stage this backend submitted has ended, logging its progress from the job record."""
+        if self._running is None:
+            raise RuntimeError(f"the {submission.stage} stage of plan {submission.job_id} was not submitted here")
+        with ProgressLogger(store, submission.job_id, submission.stage, self.log, note=self._note):
+            self._running.exception()  # waits; what it raised is raised by ``result``
+
+    def result(self, submission: StageSubmission, store: Any) -> StageRun:
+        """How the stage ended, from the report it left in the store (and what this process saw of it)."""
+        ended = self._running.result() if self._running is not None else _Ended()  # raises what no report explains
+        report = submission.report(store) or self._report
+        succeeded = report is not None and report.status == EventStatus.SUCCESS and not ended.failed
+        return StageRun(report, succeeded=succeeded, output_tail=self._output_tail(), cause=ended.cause)
+
+    def _note(self) -> str | None:
+        """What is wrong while the job record cannot show it (for the progress lines); None: nothing."""
+        return None
+
+    def _output_tail(self) -> str:
+        return ""
 
     @abstractmethod
     def on_kill(self) -> None:
         """Stops the stage this backend is running, if any (the task was killed)."""
+
+
+def _in_thread(work: Callable[[], T], name: str) -> Future[T]:
+    """Runs ``work`` in a daemon thread (a killed task's process never waits for it); its outcome is the future's.
+
+    The thread runs in a copy of this one's context variables (the task's logging context), as
+    ``asyncio.to_thread`` does.
+    """
+    future: Future[T] = Future()
+
+    def target() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever reads the future
+            future.set_exception(exc)
+
+    threading.Thread(target=contextvars.copy_context().run, args=(target,), name=name, daemon=True).start()
+    return future
 
 
 def spark_backend(settings: SparkSettings, log: Any) -> SparkBackend:
@@ -87,40 +189,66 @@ class ConnectBackend(SparkBackend):
 
     No JVM starts here: a client session (with this package and ``py_files`` shipped as
     artifacts, versions checked) drives the server's executors, and the stage's own code
-    commits from this process exactly as a spark-submit driver would.
+    commits from this process exactly as a spark-submit driver would -- and, as that driver's
+    program does, leaves the stage's report in the store.
     """
 
     def __init__(self, settings: SparkSettings, log: Any) -> None:
         super().__init__(settings, log)
         self._session: Any = None  # the Spark Connect client session while a stage runs
-        self.stage: Stage | None = None
 
-    def run(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any
-            ) -> StageRun:
+    @cached_property
+    def hook(self) -> SparkConnectHook:
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
+        return SparkConnectHook(self.settings.conn_id)
+
+    @cached_property
+    def url(self) -> str:
+        return self.hook.get_connection_url()
+
+    def _start(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any,
+               submission: StageSubmission) -> Callable[[], _Ended]:
         from geneva_provider.core.checkpoint import split_key_uri
         from geneva_provider.core.models import StageReport
-        from geneva_provider.pipeline.connect import close_session, lost_server, unreachable
+        from geneva_provider.pipeline.connect import close_session, lost_server
 
-        self.stage = stage.name
-        url = SparkConnectHook(self.settings.conn_id).get_connection_url()
+        url = self.url
         self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'): %s",
-                      self.stage, plan.job_id, self.settings.conn_id, plan.describe())
-        keep = False
+                      stage.name, plan.job_id, self.settings.conn_id, plan.describe())
+
+        def drive() -> _Ended:
+            keep, cause = False, None
+            try:
+                self._session = session = self._job_session(url, store, split_key_uri(plan.plan_uri)[1])
+                report = StageReport(status=EventStatus.SUCCESS,
+                                     result=stage.function(plan.plan_uri, session, storage_options))
+                keep = stage.keeps_session
+            except Exception as exc:  # noqa: BLE001 - the operator reports it with the package's reason first
+                lost = lost_server(self._session, url, exc) if self._session is not None else None
+                report, cause = StageReport.failed(lost or exc), exc
+            finally:
+                if self._session is not None:
+                    close_session(self._session, keep=keep)
+                    self._session = None
+            self._leave(submission, store, report)
+            return _Ended(failed=cause is not None, cause=cause)
+
+        return drive
+
+    def _leave(self, submission: StageSubmission, store: Any, report: StageReport) -> None:
+        """Leaves the report in the store; one the store refuses stays with this process (its failure is logged)."""
         try:
-            self._session = session = self._job_session(url, store, split_key_uri(plan.plan_uri)[1])
-            with ProgressLogger(store, plan.job_id, self.stage, self.log, note=lambda: unreachable(session, url)):
-                result = stage.function(plan.plan_uri, session, storage_options)
-            keep = stage.keeps_session
-        except Exception as exc:  # noqa: BLE001 - the operator reports it with the package's reason first
-            lost = lost_server(self._session, url, exc) if self._session is not None else None
-            return StageRun(StageReport.failed(lost or exc), succeeded=False, cause=exc)
-        finally:
-            if self._session is not None:
-                close_session(self._session, keep=keep)
-                self._session = None
-        return StageRun(StageReport(status=EventStatus.SUCCESS, result=result), succeeded=True)
+            submission.leave(store, report)
+        except Exception as exc:  # noqa: BLE001 - the stage's own outcome matters more than where it is kept
+            self.log.warning("Could not leave the %s stage's report in the store: %s", submission.stage, exc)
+            self._report = report
+
+    def _note(self) -> str | None:
+        from geneva_provider.pipeline.connect import unreachable
+
+        session = self._session
+        return unreachable(session, self.url) if session is not None else None
 
     def _job_session(self, url: str, store: Any, plan_key: str) -> Any:
         """The job's Spark Connect session: the one an earlier stage (or a dead attempt) left, else a new one.
@@ -160,28 +288,23 @@ class SparkSubmitBackend(SparkBackend):
     def __init__(self, settings: SparkSettings, log: Any) -> None:
         super().__init__(settings, log)
         self._hook: GenevaSparkSubmitHook | None = None
-        self.stage: Stage | None = None
 
-    def run(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any
-            ) -> StageRun:
-        from geneva_provider.core.checkpoint import split_key_uri
-        from geneva_provider.core.models import StageReport
-        from geneva_provider.core.store_layout import PlanKey, StageResultKey
+    def _start(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any,
+               submission: StageSubmission) -> Callable[[], _Ended]:
+        self._hook = hook = self.make_hook(stage, plan, storage_options, submission.result_key)
+        self.log.info("Submitting the %s stage of plan %s: %s", stage.name, plan.job_id, plan.describe())
 
-        self.stage = stage.name
-        result_key = StageResultKey(PlanKey.of(split_key_uri(plan.plan_uri)[1]).job_id, stage.name).key()
-        store.delete(result_key)  # a retry must not read an earlier attempt's result
-        self._hook = hook = self.make_hook(stage, plan, storage_options, result_key)
-        self.log.info("Submitting the %s stage of plan %s: %s", self.stage, plan.job_id, plan.describe())
-        submit_error: Exception | None = None
-        with ProgressLogger(store, plan.job_id, self.stage, self.log):
+        def drive() -> _Ended:
             try:
                 hook.submit(app_path(stage.program))
-            except AirflowException as exc:  # the provider's generic "Cannot execute: spark-submit ..."
-                submit_error = exc
-        report = store.get_model(result_key, StageReport) if result_key in store else None
-        succeeded = report is not None and report.status == EventStatus.SUCCESS and submit_error is None
-        return StageRun(report, succeeded=succeeded, output_tail=hook.output_tail)
+            except AirflowException:  # the provider's generic "Cannot execute: spark-submit ...":
+                return _Ended(failed=True)  # the report (or, without one, the output's tail) says why
+            return _Ended()
+
+        return drive
+
+    def _output_tail(self) -> str:
+        return self._hook.output_tail if self._hook is not None else ""
 
     def make_hook(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None,
                   result_key: str) -> GenevaSparkSubmitHook:

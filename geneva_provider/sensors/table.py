@@ -1,5 +1,9 @@
 """Sensors on Lance tables: deferrable (as ``default_deferrable`` says), so waiting holds no worker slot.
 
+What a sensor looks at is a probe (:mod:`geneva_provider.pipeline.table_probes`), the one its trigger
+polls: ``poke`` looks once; deferred, the trigger polls it until the absolute deadline the sensor
+computed from its ``timeout`` (a trigger reads no clock when it is built).
+
 Imported by the scheduler and dag-processor: the table facts are imported inside ``poke``.
 """
 
@@ -38,7 +42,8 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self._last_seen = "nothing (no poke yet)"
 
-    def _trigger(self, deadline: float | None) -> Any:
+    def _trigger(self, deadline: float | None) -> GenevaTableChangedTrigger | GenevaColumnBackfilledTrigger:
+        """The trigger that waits for this sensor until ``deadline``; its probe is what ``poke`` looks at."""
         raise NotImplementedError
 
     def waiting_for(self) -> str:
@@ -68,7 +73,7 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
 
     @fails_without_retry
     def poke(self, context: Any) -> PokeReturnValue:
-        done, seen = self._trigger(None).poll()
+        done, seen = LanceHook(self.lance_conn_id).look(self.table, self._trigger(None).probe())
         self._last_seen = seen.describe()
         self.log.info("%s: %s", "Done" if done else "Not yet", self._last_seen)
         return PokeReturnValue(is_done=done, xcom_value=seen.to_dict())
