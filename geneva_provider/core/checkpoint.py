@@ -27,6 +27,11 @@ M = TypeVar("M", bound="BaseModel")
 KEY_SUFFIX = ".lance"
 _MIN_FILE_BYTES = 40  # a Lance file's footer alone is longer
 ROWADDR = "_rowaddr"  # the row-address column of every batch checkpoint
+# The Lance file format of what a store writes.  Checkpoints live from an apply to its commit, and writing
+# them is a cheap UDF's largest cost: 2.0's plain encodings write a 100,000-row checkpoint with ~40% less
+# CPU than the default (2.2 in pylance 14, whose compressive encodings make it ~40% smaller) and read it
+# back no slower.  Every version reads, so stores written before keep working.
+FILE_VERSION = "2.0"
 
 
 class CheckpointStore(ABC):
@@ -147,12 +152,12 @@ class LanceCheckpointStore(CheckpointStore):
             final = os.path.join(self._local, name)
             tmp = os.path.join(self._local, f".tmp-{uuid.uuid4().hex}-{name}")
             os.makedirs(self._local, exist_ok=True)
-            with LanceFileWriter(tmp, value.schema) as w:
+            with LanceFileWriter(tmp, value.schema, version=FILE_VERSION) as w:
                 for b in batches:
                     w.write_batch(b)
             os.replace(tmp, final)
             return
-        with self._session.open_writer(name, schema=value.schema) as w:
+        with self._session.open_writer(name, schema=value.schema, version=FILE_VERSION) as w:
             for b in batches:
                 w.write_batch(b)
 

@@ -86,6 +86,20 @@ def memory_note(limit_mb: int | None) -> str:
 
 
 # ---------------------------------------------------------------------- executor side
+def fragments_of(addrs: Sequence[int] | np.ndarray) -> list[int]:
+    """The fragments that row addresses lie in, ascending, in one pass over them.
+
+    Each distinct fragment starts a run of equal fragment ids (a call's rows are runs of one fragment
+    each), so the runs' first values are every fragment.  ``np.unique`` sorted every address instead:
+    ~3 ms of CPU per 100,000-row call, half of what the markers cost a 10M-row vectorised backfill.
+    """
+    import numpy as np
+
+    frags = np.asarray(addrs, dtype=np.uint64) >> np.uint64(32)
+    heads = frags[np.flatnonzero(frags[1:] != frags[:-1]) + 1]
+    return sorted({int(frags[0]), *(int(f) for f in heads)})
+
+
 class CallWatch:
     """One Spark task's markers: ``with watch.calling(column, udf, addrs):`` around each UDF call."""
 
@@ -120,11 +134,8 @@ class CallWatch:
                 ) -> Iterator[None]:
         """Marks the call of ``udf`` for ``column`` over the rows at ``addrs`` while it runs (``label``: who
         runs, in words, when not a UDF computing ``column``)."""
-        import numpy as np
-
         first, last = int(addrs[0]), int(addrs[len(addrs) - 1])
-        frags = np.unique(np.asarray(addrs, dtype=np.uint64) >> np.uint64(32))
-        call = RunningCall(table=self.job.table, column=column, udf=udf, fragments=[int(f) for f in frags],
+        call = RunningCall(table=self.job.table, column=column, udf=udf, fragments=fragments_of(addrs),
                            first_address=first, last_address=last, rows=len(addrs), partition=self.partition,
                            attempt=self.attempt, memory_limit_mb=self.limit, label=label)
         if self.earlier is not None and self.earlier.same_rows(call):

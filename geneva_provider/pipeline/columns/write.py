@@ -59,8 +59,6 @@ log = logging.getLogger(__name__)
 
 STAGED_PER_RECORD = 256  # staged files per record: one small document for many fragments
 
-_OFFSET_MASK = pa.scalar(0xFFFFFFFF, pa.uint64())
-
 
 # ---------------------------------------------------------------------- executor side
 class _Writer:
@@ -133,7 +131,9 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
         current = frag.to_table(columns=job.output_columns, with_row_address=True)
         new = pa.concat_tables([current.select(new.column_names).cast(new.schema), new])
     index = physical_index(entry.physical_rows, new.column(ROWADDR).combine_chunks())
-    arrays = [new.column(f.name).combine_chunks().take(index) for f in fields]
+    arrays = [new.column(f.name).combine_chunks() for f in fields]
+    if index is not None:
+        arrays = [a.take(index) for a in arrays]
 
     rel = f"{uuid.uuid4().hex}.lance"
     schema = pa.schema([f.remove_metadata() for f in fields])
@@ -153,6 +153,9 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
 
 def _missing_rows(needed: np.ndarray, held: pa.ChunkedArray, physical_rows: int) -> np.ndarray:
     """The addresses in ``needed`` that no checkpointed row (``held``) has (both addresses of one fragment)."""
+    addrs = np.concatenate([chunk.to_numpy() for chunk in held.chunks]) if held.num_chunks else needed[:0]
+    if len(addrs) == len(needed) and np.array_equal(addrs, needed):  # the checkpoints hold just the planned rows
+        return needed[:0]
     have = np.zeros(physical_rows, bool)
     for chunk in held.chunks:
         offsets = chunk.to_numpy() & 0xFFFFFFFF
@@ -160,16 +163,21 @@ def _missing_rows(needed: np.ndarray, held: pa.ChunkedArray, physical_rows: int)
     return needed[~have[needed & 0xFFFFFFFF]]
 
 
-def physical_index(physical_rows: int, addrs: pa.Array) -> pa.Array:
+def physical_index(physical_rows: int, addrs: pa.Array) -> pa.Array | None:
     """For each physical row, which element of ``addrs`` holds its value (NULL: none).  Later wins on repeats.
 
-    ``values.take(index)`` then places values at their rows' physical offsets, NULL elsewhere.
+    ``values.take(index)`` then places values at their rows' physical offsets, NULL elsewhere.  None when
+    ``addrs`` already are every physical row in order (a whole fragment without deletions): the values
+    are in place as they are, and a take would only copy them.
     """
-    offsets = pc.bit_wise_and(addrs, _OFFSET_MASK).to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = (addrs.to_numpy(zero_copy_only=False) & np.uint64(0xFFFFFFFF)).view(np.int64)  # below 2**32: exact
     if len(offsets) and offsets.max() >= physical_rows:
         raise ValueError(f"row offset {offsets.max()} beyond the fragment's {physical_rows} physical rows")
+    ascending = bool(len(offsets)) and bool(np.all(offsets[1:] > offsets[:-1]))  # sorted, no repeats: the usual
+    if ascending and len(offsets) == physical_rows:  # n ascending offsets below n: exactly 0, 1, ..., n - 1
+        return None
     idx = np.full(physical_rows, -1, dtype=np.int64)
-    if len(offsets) and np.all(offsets[1:] > offsets[:-1]):  # sorted, no repeats: the common case
+    if ascending:
         idx[offsets] = np.arange(len(offsets))
     else:
         # The last occurrence of an offset wins (explicitly: numpy does not order repeated assignments).
