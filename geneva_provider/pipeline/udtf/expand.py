@@ -272,16 +272,16 @@ class Expander:
         order = np.argsort(parents, kind="stable")
         if len(order) and np.any(np.diff(parents) < 0):
             out, parents = out.take(pa.array(order)), parents[order]
-        first = np.searchsorted(parents, parents, side="left")
         fps = digest_fingerprints([rows.column(c) for c in self.work.read_columns], self.job.column_uid,
                                   rows.num_rows)
         take = pa.array(parents, pa.int64())
         columns: dict[str, Any] = {name: rows.column(src).take(take) for name, src in self.spec.columns.items()}
         columns.update({name: out.column(name) for name in out.column_names})
         columns[SOURCE_ROW_ID] = pa.array(ids[parents], pa.int64())
+        counts = np.bincount(parents, minlength=len(ids)).astype(np.int32)
+        first = np.repeat(np.cumsum(counts) - counts, counts)  # each row's parent's first row
         columns[CHUNK_INDEX] = pa.array(np.arange(len(parents)) - first, pa.int32())
         columns[SOURCE_FP] = fps.take(take)
-        counts = np.bincount(parents, minlength=len(ids)).astype(np.int32)
         counts[[f.index for f in found if f.outcome == RowOutcome.SKIPPED and f.index >= 0]] = SKIPPED
         return pa.table(columns).cast(self.schema), counts
 
