@@ -53,12 +53,12 @@ def test_a_plan_cut_otherwise_takes_the_checkpoints_rows_once_and_calls_nothing_
     docs = db.create_table("docs", docs_table(range(1_000)), stable_row_ids=True)
     view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
                                udtf=counting_split(str(tmp_path)))
-    first = stages.plan_refresh(view.ref, {"checkpoint_size": 100})
+    first = stages.plan_refresh(view.ref, {"checkpoint_size": 70})
     stages.run_apply(first.plan_uri, spark)
     held = JobStore(view.checkpoint_store).batches("")
     # The same refresh planned again (its checkpoints are named by the source version, not by the plan)
-    # with parts of 70 parents: most of its parts take parents of two checkpoints of 100.
-    again = stages.plan_refresh(view.ref, {"checkpoint_size": 70})
+    # with parts of 100 parents: a checkpoint of 70 lies in one part or straddles two.
+    again = stages.plan_refresh(view.ref, {"checkpoint_size": 100})
     clear_calls(tmp_path)
     assert stages.run_apply(again.plan_uri, spark).rows_computed == 0
     assert read_calls(tmp_path) == [] and JobStore(view.checkpoint_store).batches("") == held
@@ -68,7 +68,7 @@ def test_a_plan_cut_otherwise_takes_the_checkpoints_rows_once_and_calls_nothing_
 
     assert view_rows(view) == expected_rows(docs)  # each parent's rows once
     copied = committed_files(view) - before
-    assert copied and committed_files(view) & before  # straddling checkpoints copied, the others committed as written
+    assert copied and committed_files(view) & before  # the straddling checkpoints' rows copied, the others' files committed
     assert view.check(fingerprints=True).exact
     view.dataset().validate()
 
