@@ -29,10 +29,15 @@ def committed_files(view: gp.Table) -> set[str]:
     return {f.path for frag in view.dataset().get_fragments() for f in frag.data_files()}
 
 
+def chunk_view(db, tmp_path, n: int) -> tuple[gp.Table, gp.Table]:
+    """``n`` documents and their chunker view, not refreshed; the chunker logs its calls under ``tmp_path``."""
+    docs = db.create_table("docs", docs_table(range(n)), stable_row_ids=True)
+    return docs, db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                                     udtf=counting_split(str(tmp_path)))
+
+
 def test_write_commit_commits_the_files_apply_wrote_and_starts_no_spark_job(db, spark, tmp_path):
-    docs = db.create_table("docs", docs_table(range(600)), stable_row_ids=True)
-    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
-                               udtf=counting_split(str(tmp_path)))
+    docs, view = chunk_view(db, tmp_path, 600)
     summary = stages.plan_refresh(view.ref, {"checkpoint_size": 100})
     stages.run_apply(summary.plan_uri, spark)
     written = data_files(view) - committed_files(view)
@@ -50,9 +55,7 @@ def test_write_commit_commits_the_files_apply_wrote_and_starts_no_spark_job(db, 
 
 
 def test_a_plan_cut_otherwise_takes_the_checkpoints_rows_once_and_calls_nothing_again(db, spark, tmp_path):
-    docs = db.create_table("docs", docs_table(range(1_000)), stable_row_ids=True)
-    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
-                               udtf=counting_split(str(tmp_path)))
+    docs, view = chunk_view(db, tmp_path, 1_000)
     first = stages.plan_refresh(view.ref, {"checkpoint_size": 70})
     stages.run_apply(first.plan_uri, spark)
     held = JobStore(view.checkpoint_store).batches("")
@@ -68,7 +71,7 @@ def test_a_plan_cut_otherwise_takes_the_checkpoints_rows_once_and_calls_nothing_
 
     assert view_rows(view) == expected_rows(docs)  # each parent's rows once
     copied = committed_files(view) - before
-    assert copied and committed_files(view) & before  # the straddling checkpoints' rows copied, the others' files committed
+    assert copied and committed_files(view) & before  # straddling checkpoints' rows copied, others' files committed
     assert view.check(fingerprints=True).exact
     view.dataset().validate()
 
