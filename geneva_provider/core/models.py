@@ -453,6 +453,14 @@ class GroupFragments(_Model):
     pending: list[int] = Field(default_factory=list)  # parents whose expansion the error policy skipped
 
 
+class ExpandedFragments(_Model):
+    """What one UDTF checkpoint wrote: its rows, as new fragments of the view not yet committed (Lance
+    ``FragmentMetadata`` JSON), kept in the checkpoint's schema metadata beside the parents it expanded."""
+
+    fragments: list[str]
+    rows: int
+
+
 class AppendedFragments(_Model):
     """What a UDTF view refresh wrote, by commit group, each recorded before its commit; and which landed."""
 

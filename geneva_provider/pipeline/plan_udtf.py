@@ -122,9 +122,10 @@ def plan_udtf_refresh(
         size = options.initial_checkpoint_size()
         # Checkpoints are named by what the refresh expands from -- the spec, the view's refresh generation and
         # the source version (and table) -- never by the view's version, which the refresh's own partial
-        # commits move: a rerun after a kill finds every checkpoint the killed run wrote.
+        # commits move: a rerun after a kill finds every checkpoint the killed run wrote.  CHECKPOINTS names
+        # what a checkpoint holds, so a refresh never takes one an older release wrote in another form.
         tasks = _cut(id_runs(expand), size, parallelism,
-                     f"{seed}:{state.generation}:{src.version}:{work.source_transaction}")
+                     f"{CHECKPOINTS}:{seed}:{state.generation}:{src.version}:{work.source_transaction}")
         rows, label = len(expand), f"{len(expand):,} parents to expand, {len(delete):,} whose rows go"
     else:
         tasks, rows = [], 0
@@ -148,6 +149,7 @@ def plan_udtf_refresh(
                      f"view '{view.name}' of {fn.label} from source version {src.version} ({label})", airflow_run_id)
 
 
+CHECKPOINTS = "fragments"  # a UDTF checkpoint names the uncommitted fragments holding its rows
 PIECES = 16               # a refresh is cut into at least this many checkpoints (when it has the parents) ...
 MIN_CHECKPOINT_PARENTS = 100  # ... of at least this many parents: a small refresh still spreads over the cores
 
@@ -314,7 +316,7 @@ def _partition_changes(view: Dataset, src: Dataset, state: UdtfViewState, seed: 
                      if stored.get(k) != fp and in_view.get(k) != {fp})
     gone = sorted((set(stored) | set(in_view)) - set(current))
     tasks = [ExpandTask(parts=[ExpandPart(partition=i, ranges=id_runs(current[k][1]),
-                                          src_key=md5_hex(f"{k}:{current[k][0]}"))])
+                                          src_key=md5_hex(f"{CHECKPOINTS}:{k}:{current[k][0]}"))])
              for i, k in enumerate(changed)]
     work = work.model_copy(update={
         "delete_partitions": sorted({*[k for k in changed if k in in_view], *gone}),

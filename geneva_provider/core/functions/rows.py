@@ -190,8 +190,8 @@ def one_row_type(rows: list[Any]) -> type | None:
     """The type of every row, when they all have one (then they convert column by column); else None."""
     if not rows:
         return None
-    kind = type(rows[0])
-    return None if any(type(r) is not kind for r in rows) else kind
+    kinds = set(map(type, rows))  # no Python loop per row
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def as_record(row: Any, names: list[str]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
+from types import GeneratorType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -121,15 +122,22 @@ class UDTF(UserFunction):
         """Every parent's rows and their count, without an error policy: the first failing call fails."""
         out: list[Any] = []
         counts: list[int] = []
+        label, extend, count = self.label, out.extend, counts.append
         for i, args in enumerate(calls):
             try:
-                got = as_rows(fn(*args), self.label)
+                got = fn(*args)
+                if type(got) is GeneratorType:  # the rows go straight into ``out``: no list per call
+                    before = len(out)
+                    extend(got)
+                    count(len(out) - before)
+                    continue
+                got = as_rows(got, label)
             except Exception as exc:
                 failures.append(RowFailure(index=i, error_type=type(exc).__name__, message=str(exc)[:2_000],
                                            traceback=format_trace(exc), attempts=1, outcome=RowOutcome.FAILED))
                 raise UDFCallError(f"{type(exc).__name__}: {exc}", index=i, original=exc) from exc
-            out.extend(got)
-            counts.append(len(got))
+            extend(got)
+            count(len(got))
         return out, counts
 
     def _call_with_policy(self, fn: Callable[..., Any], calls: list[tuple[Any, ...]], failures: list[RowFailure]

@@ -1,32 +1,37 @@
 """The UDTF kind's apply: the planned parents of a chunker (or partitions of a batch UDTF) expanded into rows.
 
 A chunker's parents are expanded in checkpoints sized by the UDTF's measured speed (a few seconds of
-work each, a small probe first), and each checkpoint says every parent it expanded -- a parent
-without rows, or one the error policy skipped, leaves a marker row -- so a killed run loses at most
-the checkpoint in flight and a rerun takes every parent a checkpoint holds, however its parts are
-cut.  Each call is marked while it runs, so a chunker that kills its Python worker is named with the
-source rows it was expanding, as a UDF is.  The generic driver is
-:mod:`geneva_provider.pipeline.stages.apply`.
+work each, a small probe first).  A checkpoint writes its rows once, as new fragments of the view that
+write+commit only commits (:mod:`geneva_provider.pipeline.udtf.write`), and records in the store every
+parent it expanded, with how many rows each has there -- none, or skipped by the error policy -- and the
+fragments' metadata; so a killed run loses at most the checkpoint in flight (its fragment files are left
+to Lance's clean-up) and a rerun takes every parent a checkpoint holds, however its parts are cut.  Each
+call is marked while it runs, so a chunker that kills its Python worker is named with the source rows it
+was expanding, as a UDF is.  The generic driver is :mod:`geneva_provider.pipeline.stages.apply`.
 """
 
 from __future__ import annotations
 
+import gc
+import json
 import logging
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from geneva_provider.core.checkpoint import CheckpointStore
-from geneva_provider.core.errors import CheckpointMissingError
+from geneva_provider.core.errors import CheckpointMissingError, CorruptCheckpointError
 from geneva_provider.core.fingerprints import digest_fingerprints
 from geneva_provider.core.functions.udf import UDFCallError
 from geneva_provider.core.functions.udtf import UDTF, UDTFKind, load_udtf
 from geneva_provider.core.kinds import RowOutcome
 from geneva_provider.core.models import (
     ApplyTaskResult,
+    ExpandedFragments,
     ExpandPart,
     ExpandPlan,
     ExpandTask,
@@ -56,8 +61,42 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _UDTFS: dict[tuple[str, int], UDTF] = {}  # one unpickled UDTF (and stateful instance) per worker process
-SKIPPED = -1  # the __chunk_index of a marker row: a parent whose expansion the error policy skipped
-EMPTY = -2    # ... and of a parent that has no rows: a checkpoint names every parent it expanded
+# A checkpoint is a table of the parents it expanded (SOURCE_ROW_ID, ascending) and of the rows each has in
+# its fragments (PARENT_ROWS; SKIPPED for a parent the error policy skipped), whose schema metadata holds
+# the fragments (FRAGMENTS: an ExpandedFragments).  A batch UDTF's checkpoint lists no parent.
+PARENT_ROWS = "__rows"
+SKIPPED = -1
+FRAGMENTS = "geneva::udtf::fragments"
+CHECKPOINT_SCHEMA = pa.schema([pa.field(SOURCE_ROW_ID, pa.int64()), pa.field(PARENT_ROWS, pa.int32())])
+
+
+def checkpoint_table(parents: np.ndarray, rows: np.ndarray, written: ExpandedFragments) -> pa.Table:
+    """What a checkpoint stores: its parents, the rows of each, and the fragments holding those rows."""
+    return pa.table([pa.array(parents, pa.int64()), pa.array(rows, pa.int32())],
+                    schema=CHECKPOINT_SCHEMA.with_metadata({FRAGMENTS: written.model_dump_json()}))
+
+
+def fragments_of(checkpoint: pa.Table, key: str) -> ExpandedFragments:
+    """The fragments a checkpoint wrote; CorruptCheckpointError when it does not say (not one of this kind's)."""
+    text = (checkpoint.schema.metadata or {}).get(FRAGMENTS.encode())
+    if text is None:
+        raise CorruptCheckpointError(f"checkpoint {key} names no fragments: it is not a UDTF refresh's checkpoint")
+    return ExpandedFragments.model_validate_json(text)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cycle collector off while a chunker runs: the rows it yields (a tuple or an object per row,
+    all kept until they become Arrow columns) would make the collector scan the growing list again and
+    again -- a third of the calls' time -- and find no garbage.  Cycles the calls leave behind are
+    collected once it is back on, at the end of the checkpoint."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def udtf_work(plan_or_ctx: ExpandPlan | StageContext) -> UdtfWork:
@@ -186,12 +225,13 @@ class Expander:
         found: list[Any] = []
         watching = self.watch.calling(self.job.table, self.fn.name, addrs, label=self.label) \
             if self.watch is not None and len(addrs) else nullcontext()
+        chunker = self.fn.kind is UDTFKind.CHUNKER
         try:
-            with watching:
-                if self.fn.kind is UDTFKind.CHUNKER:
-                    table, calls = self._expand(rows, ids, found), len(ids)
+            with watching, gc_paused():
+                if chunker:
+                    (table, counts), calls = self._expand(rows, ids, found), len(ids)
                 else:
-                    table, calls = self._partition(part, rows), 1
+                    table, counts, calls = self._partition(part, rows), np.zeros(0, np.int32), 1
         except UDFCallError as exc:
             return 0, self._error(exc, ids)
         finally:
@@ -199,11 +239,22 @@ class Expander:
                                   error_type=f.error_type, message=f.message, traceback=f.traceback,
                                   attempts=f.attempts, outcome=f.outcome) for f in found]
         skipped = any(f.outcome == RowOutcome.SKIPPED for f in found)
-        chunker = self.fn.kind is UDTFKind.CHUNKER
         key = chunk_key(self.job.job_prefix, part, ids, skipped) if chunker else part_key(
             self.job.job_prefix, part, skipped)
-        self.store[key] = table
+        self.store[key] = checkpoint_table(ids if chunker else np.zeros(0, np.int64), counts, self._write(table))
         return calls, None
+
+    def _write(self, table: pa.Table) -> ExpandedFragments:
+        """The rows as new fragments of the view, not committed: write+commit commits them as they are."""
+        import lance
+
+        if not table.num_rows:
+            return ExpandedFragments(fragments=[], rows=0)
+        kwargs: dict[str, Any] = {"max_rows_per_file": self.work.max_rows_per_fragment} \
+            if self.work.max_rows_per_fragment else {}
+        written = lance.fragment.write_fragments(table, self.job.table_uri, mode="append",
+                                                 storage_options=self.ctx.storage_options, **kwargs)
+        return ExpandedFragments(fragments=[json.dumps(f.to_json()) for f in written], rows=table.num_rows)
 
     def _error(self, exc: UDFCallError, ids: np.ndarray) -> TaskError:
         where = (f"source row {int(ids[exc.index])} (__source_row_id) of table '{self.spec.base_table}'"
@@ -214,28 +265,25 @@ class Expander:
         return TaskError(message=f"{self.fn.label} failed at {where}, refreshing view '{self.job.table}': {exc}",
                          exception=type(original).__name__ if original is not None else "UDFCallError", frag=0)
 
-    def _expand(self, rows: pa.Table, ids: np.ndarray, found: list[Any]) -> pa.Table:
+    def _expand(self, rows: pa.Table, ids: np.ndarray, found: list[Any]) -> tuple[pa.Table, np.ndarray]:
+        """The chunker's rows of parents ``ids`` (``rows``), in the view's columns; and how many rows each
+        parent has (SKIPPED: the error policy skipped it)."""
         out, parents = self.fn.expand(rows, found)
         order = np.argsort(parents, kind="stable")
         if len(order) and np.any(np.diff(parents) < 0):
             out, parents = out.take(pa.array(order)), parents[order]
-        first = np.searchsorted(parents, parents, side="left")
         fps = digest_fingerprints([rows.column(c) for c in self.work.read_columns], self.job.column_uid,
                                   rows.num_rows)
         take = pa.array(parents, pa.int64())
         columns: dict[str, Any] = {name: rows.column(src).take(take) for name, src in self.spec.columns.items()}
         columns.update({name: out.column(name) for name in out.column_names})
         columns[SOURCE_ROW_ID] = pa.array(ids[parents], pa.int64())
+        counts = np.bincount(parents, minlength=len(ids)).astype(np.int32)
+        first = np.repeat(np.cumsum(counts) - counts, counts)  # each row's parent's first row
         columns[CHUNK_INDEX] = pa.array(np.arange(len(parents)) - first, pa.int32())
         columns[SOURCE_FP] = fps.take(take)
-        table = pa.table(columns).cast(self.schema)
-        skipped = sorted({int(ids[f.index]) for f in found if f.outcome == RowOutcome.SKIPPED and f.index >= 0})
-        empty = np.setdiff1d(np.setdiff1d(ids, ids[parents]), np.asarray(skipped, np.int64))
-        if skipped or len(empty):  # markers, never committed as rows: parents to expand again, parents without rows
-            marks = pa.table({SOURCE_ROW_ID: pa.array([*skipped, *empty.tolist()], pa.int64()),
-                              CHUNK_INDEX: pa.array([SKIPPED] * len(skipped) + [EMPTY] * len(empty), pa.int32())})
-            table = pa.concat_tables([table, marks], promote_options="default").cast(self.schema)
-        return table
+        counts[[f.index for f in found if f.outcome == RowOutcome.SKIPPED and f.index >= 0]] = SKIPPED
+        return pa.table(columns).cast(self.schema), counts
 
     def _partition(self, part: ExpandPart, rows: pa.Table) -> pa.Table:
         inputs = self.spec.input_columns

@@ -1,10 +1,14 @@
-"""The UDTF kind's write+commit: the expanded rows as new fragments, committed with the rows they replace deleted.
+"""The UDTF kind's write+commit: the fragments the apply stage wrote, committed with the rows they replace deleted.
 
-The checkpoints become new Lance fragments on the executors (each parent's rows taken from one
-checkpoint), recorded in the store, then committed on the driver in one ``Update`` with the
-deletion of the rows they replace -- atomic, so a reader never sees a parent's old and new rows at
-once, nor neither.  The commit carries the job's id as its message, so a retried stage knows when its
-commit already landed.
+Apply wrote each checkpoint's rows as new fragments of the view (:mod:`geneva_provider.pipeline.udtf.expand`);
+this stage, on the driver, takes each part's checkpoints -- each parent's rows from the first checkpoint
+that expanded it: a retried task may have expanded a parent twice -- records the group's fragments in the
+store, and commits them in one ``Update`` with the deletion of the rows they replace -- atomic, so a
+reader never sees a parent's old and new rows at once, nor neither.  A checkpoint's fragments are
+committed as they are; only one holding parents that are not all its part's (an earlier plan of the same
+refresh cut the parts otherwise) or whose fragments were committed already has its rows copied into new
+fragments.  The commit carries the job's id as its message, so a retried stage knows when its commit
+already landed.
 """
 
 from __future__ import annotations
@@ -12,13 +16,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from geneva_provider.core.checkpoint import CheckpointStore
 from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError
@@ -26,6 +27,7 @@ from geneva_provider.core.fragments import fragment_of
 from geneva_provider.core.models import (
     AppendedFragments,
     CommitRecord,
+    ExpandedFragments,
     ExpandPart,
     ExpandPlan,
     GroupFragments,
@@ -35,13 +37,11 @@ from geneva_provider.core.models import (
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store_layout import JobStore
-from geneva_provider.core.udtf_view_meta import CHUNK_INDEX, PARTITION
+from geneva_provider.core.udtf_view_meta import PARTITION
 from geneva_provider.core.view_meta import SOURCE_ROW_ID
 from geneva_provider.pipeline.committer import Attempt, CommitPolicy, commit, commit_messages
-from geneva_provider.pipeline.context import StageContext
 from geneva_provider.pipeline.job_records import update_record
-from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
-from geneva_provider.pipeline.udtf.expand import SKIPPED, Held, is_chunker, udtf_work
+from geneva_provider.pipeline.udtf.expand import PARENT_ROWS, SKIPPED, Held, fragments_of, is_chunker, udtf_work
 from geneva_provider.pipeline.udtf_lineage import mark_refreshed
 
 if TYPE_CHECKING:
@@ -49,47 +49,88 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-def _rows_to_write(store: CheckpointStore, keys: list[str], ranges: list[tuple[int, int]] | None
-                   ) -> tuple[pa.Table, list[int]]:
-    """A part's rows from its checkpoints (each parent's from the first checkpoint that expanded it: a
-    retried task may have expanded a parent twice), and the parents the error policy skipped."""
-    tables, claimed = [], np.zeros(0, np.int64)
-    allowed = positions_of(ranges) if ranges is not None else None
-    for key in keys:
-        table = store[key]
-        if allowed is not None:
-            parents = table.column(SOURCE_ROW_ID).to_numpy()
-            mine = np.setdiff1d(np.intersect1d(parents, allowed), claimed)
-            claimed = np.union1d(claimed, mine)
-            table = table.filter(pa.array(np.isin(parents, mine)))
+
+Unit = tuple[list[str], list[tuple[int, int]] | None]  # a part's checkpoints, and its parents' runs
+
+
+def _group_fragments(plan: ExpandPlan, store: CheckpointStore, units: list[Unit], live: set[str],
+                     storage_options: dict[str, str] | None) -> GroupFragments:
+    """A commit group's fragments, from its parts' checkpoints (``(keys, parent runs)`` each; no runs: a batch
+    UDTF's partition, whose first checkpoint is taken whole), and the parents the error policy skipped.
+
+    A checkpoint whose parents are all its part's, not taken from an earlier checkpoint, gives its fragments
+    as they are -- unless they hold a data file the view holds already (``live``: committed by an earlier
+    attempt), which must not be committed twice; otherwise the rows of its parents the part takes are copied.
+    """
+    fragments: list[str] = []
+    rows, pending = 0, []
+    copies: list[tuple[ExpandedFragments, np.ndarray | None]] = []
+    for keys, ranges in units:
+        allowed = positions_of(ranges) if ranges is not None else None
+        claimed = np.zeros(0, np.int64)
+        for key in keys:
+            checkpoint = store[key]
+            written = fragments_of(checkpoint, key)
+            parents = checkpoint.column(SOURCE_ROW_ID).to_numpy()
+            counts = checkpoint.column(PARENT_ROWS).to_numpy()
+            mine = np.ones(len(parents), bool) if allowed is None else \
+                np.isin(parents, allowed) & ~np.isin(parents, claimed)
+            claimed = np.union1d(claimed, parents[mine])
+            pending += parents[mine & (counts == SKIPPED)].tolist()
+            if mine.all() and not live.intersection(_files(written)):
+                fragments += written.fragments
+                rows += written.rows
+            elif written.rows and (allowed is None or (counts[mine] > 0).any()):
+                copies.append((written, None if mine.all() else parents[mine & (counts > 0)]))
+    if copies:
+        table = pa.concat_tables([_rows_of(plan.table_uri, w, keep, storage_options) for w, keep in copies])
+        fragments += _write(plan, table, storage_options)
+        rows += table.num_rows
+    return GroupFragments(fragments=fragments, rows=rows, pending=sorted(pending))
+
+
+def _files(written: ExpandedFragments) -> list[str]:
+    from lance.fragment import FragmentMetadata
+
+    return [f.path for text in written.fragments for f in FragmentMetadata.from_json(text).data_files()]
+
+
+def _live_files(ds: Dataset) -> set[str]:
+    """The data files the view's fragments hold now."""
+    return {f.path for frag in ds.get_fragments() for f in frag.data_files()}
+
+
+def _rows_of(uri: str, written: ExpandedFragments, parents: np.ndarray | None,
+             storage_options: dict[str, str] | None) -> pa.Table:
+    """The rows of a checkpoint's fragments (read from their data files: they may not be committed), of
+    ``parents`` only when given."""
+    from lance.file import LanceFileReader
+    from lance.fragment import FragmentMetadata
+
+    tables = []
+    for text in written.fragments:
+        files = [LanceFileReader(f"{uri.rstrip('/')}/data/{f.path}", storage_options=storage_options).read_all()
+                 .to_table() for f in FragmentMetadata.from_json(text).data_files()]
+        table = files[0]
+        for more in files[1:]:
+            for name in more.column_names:
+                table = table.append_column(more.schema.field(name), more.column(name))
         tables.append(table)
     table = pa.concat_tables(tables)
-    if CHUNK_INDEX not in table.column_names:
-        return table, []
-    index = table.column(CHUNK_INDEX)
-    pending = table.filter(pc.equal(index, SKIPPED)).column(SOURCE_ROW_ID).to_pylist()
-    return table.filter(pc.greater_equal(index, 0)), pending
+    if parents is None:
+        return table
+    return table.filter(pa.array(np.isin(table.column(SOURCE_ROW_ID).to_numpy(), parents)))
 
 
-def _write_group(ctx: StageContext, slots: Iterable[list[tuple[list[str], list[tuple[int, int]] | None]]]
-                 ) -> Iterator[GroupFragments]:
-    """Writes some parts' checkpoints (``(keys, parent runs)`` each) as new fragments of the view (not committed)."""
+def _write(plan: ExpandPlan, table: pa.Table, storage_options: dict[str, str] | None) -> list[str]:
     import lance
 
-    store = ctx.store()
-    work = udtf_work(ctx)
-    for units in slots:
-        taken = [_rows_to_write(store, keys, ranges) for keys, ranges in units if keys]
-        if not taken:
-            continue
-        table = pa.concat_tables([t for t, _ in taken])
-        fragments = []
-        if table.num_rows:
-            kwargs: dict[str, Any] = {"max_rows_per_file": work.max_rows_per_fragment} \
-                if work.max_rows_per_fragment else {}
-            fragments = [json.dumps(f.to_json()) for f in lance.fragment.write_fragments(
-                table, ctx.job.table_uri, mode="append", storage_options=ctx.storage_options, **kwargs)]
-        yield GroupFragments(fragments=fragments, rows=table.num_rows, pending=[i for _, p in taken for i in p])
+    if not table.num_rows:
+        return []
+    work = udtf_work(plan)
+    kwargs: dict[str, Any] = {"max_rows_per_file": work.max_rows_per_fragment} if work.max_rows_per_fragment else {}
+    return [json.dumps(f.to_json()) for f in lance.fragment.write_fragments(
+        table, plan.table_uri, mode="append", storage_options=storage_options, **kwargs)]
 
 
 def check_applied(plan: ExpandPlan, store: CheckpointStore) -> None:
@@ -108,7 +149,8 @@ def check_applied(plan: ExpandPlan, store: CheckpointStore) -> None:
 
 def write_commit(plan: ExpandPlan, store: CheckpointStore, spark: SparkSession,
                           storage_options: dict[str, str] | None) -> WriteResult:
-    """Writes the expanded rows as new fragments and commits them with the rows they replace deleted.
+    """Commits the fragments the apply stage wrote, with the rows they replace deleted (no Spark job: the
+    rows are written already).
 
     One atomic commit by default; with ``commit_granularity=N``, one commit per N checkpoints (each
     deleting the old rows of its own parents), so a killed write keeps what it committed.
@@ -126,20 +168,15 @@ def write_commit(plan: ExpandPlan, store: CheckpointStore, spark: SparkSession,
     groups = [parts[i:i + size] for i in range(0, len(parts), size)] or [[]]
     record = jobs.appended(plan.job_id) or AppendedFragments()
     work = udtf_work(plan)
-    ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if parts else storage_options)
+    live = _live_files(_open(plan.table_uri, storage_options)) if len(record.groups) < len(groups) else set()
     version, deleted, retries = plan.read_version, 0, 0
     for g, group in enumerate(groups):
         if g in record.committed:
             continue
         if g not in record.groups:
             units = [(held.keys_for(p), p.ranges if chunker else None) for p in group]
-            slots = max(1, min(len(units), plan.settings.parallelism))
-            written = run_tasks(spark, [units[i::slots] for i in range(slots)], partial(_write_group, ctx),
-                                description=f"geneva write {plan.table}", tag=job_tag(plan.job_id)) if units else []
-            record.groups[g] = GroupFragments(fragments=[f for r in written for f in r.fragments],
-                                              rows=sum(r.rows for r in written),
-                                              pending=sorted(i for r in written for i in r.pending))
-            jobs.put_appended(plan.job_id, record)  # before the commit: a retry commits these, never writes again
+            record.groups[g] = _group_fragments(plan, store, units, live, storage_options)
+            jobs.put_appended(plan.job_id, record)  # before the commit: a retry commits these, never takes them again
         last = g == len(groups) - 1
         version, n, tries = _commit(plan, record.groups[g], _replaced(work, group, parts if last else None),
                                     f"{_message(plan)} commit {g + 1}/{len(groups)}", storage_options)
