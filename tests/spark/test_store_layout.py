@@ -1,0 +1,75 @@
+"""The checkpoint store's layout: one module knows every key, and a store written by an older version is read.
+
+``tests/fixtures/store_main`` was written by the code before the store-layout module existed
+(``tests/store_fixture.py``): its keys must parse to the record kinds they are, ``key()`` must give back
+the very same strings, and today's code must list its jobs, load its plans, clean it up and finish its
+unwritten backfill from its batch checkpoints without computing a row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import shutil
+from pathlib import Path
+
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.core.models import JobStatus
+from geneva_provider.core.store_layout import (
+    JobStore,
+    LedgerKey,
+    parse_key,
+)
+from geneva_provider.pipeline.planning import load_plan
+from tests.store_fixture import FIXTURE, HOME
+
+
+@pytest.fixture
+def main_lake():
+    """The fixture lake at the path it was written at (its keys hash the table URI), one test at a time."""
+    home = Path(HOME)
+    with open(f"{HOME}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.copytree(FIXTURE / "db", home / "db")
+        try:
+            yield gp.connect(str(home / "db"))
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_store_written_by_main_is_read_and_its_unwritten_backfill_finished_from_its_checkpoints(main_lake, spark):
+    db = main_lake
+    events = db.open_table("events")
+    jobs = db.list_jobs("events")
+    assert sorted(j.kind for j in jobs) == ["backfill", "backfill", "backfill", "compaction"]
+    assert [j.kind for j in db.list_jobs("doubled")] == ["refresh"]
+    pending = next(j for j in jobs if j.column == "w")
+    assert pending.status is JobStatus.ABANDONED and pending.stage == "apply"  # its process "died" after apply
+    store = JobStore(events.checkpoint_store)
+    assert sorted(k.job_id for k in store.plans()) == sorted(j.job_id for j in jobs)
+    plan, _ = load_plan(store.plan_uri(pending.job_id))
+    assert (plan.column, plan.rows_to_compute) == ("w", 20)
+    y_plan, _ = load_plan(store.plan_uri(next(j.job_id for j in jobs if j.column == "y")))
+    assert store.is_committed(pending.job_id) is False
+    assert all(store.is_committed(j.job_id) for j in jobs if j.kind == "backfill" and j.column == "y")
+
+    result = events.backfill("w", spark=spark)  # the apply main left is reused: not one row is computed again
+    assert result.rows_computed == 0 and result.rows_reused == 20
+    assert db.get_job(pending.job_id).taken_over_by == result.job_id
+    t = events.to_arrow(["x", "y", "w"])
+    assert t.column("w").to_pylist() == [3 * x for x in t.column("x").to_pylist()]
+    assert t.column("y").to_pylist() == [2 * x for x in t.column("x").to_pylist()]
+    assert db.open_table("doubled").refresh(spark=spark).rows_computed == 0
+
+    cleaned = events.cleanup_checkpoints(older_than=dt.timedelta(0))  # every job ended: all of it goes
+    assert cleaned.removed == {"plans": 5, "plan results": 5, "job records": 5, "batch checkpoints": 7,
+                               "staged-file records": 4}
+    assert cleaned.kept_for_live_jobs == 0
+    left = {parse_key(k) for k in events.checkpoint_store.list_keys()}
+    assert left == {LedgerKey.of(plan.job_prefix), LedgerKey.of(y_plan.job_prefix)}  # the caches of y and w
+
+
+# ------------------------------------------------------------------ (3) each record kind round-trips
