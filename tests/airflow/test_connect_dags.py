@@ -25,11 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def over_connect(connect_server, monkeypatch):
-    """``spark_default`` becomes a ``spark_connect`` connection to the test's server: the only change needed."""
-    conn = json.dumps({"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": connect_server.port})
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", conn)
-    return conn
+def over_connect(spark_default):
+    """``spark_default`` is a ``spark_connect`` connection to the session's server (tests/airflow/conftest.py)."""
+    return spark_default
 
 
 def _task_logs(capfd, caplog) -> str:

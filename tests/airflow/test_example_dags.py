@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -31,8 +32,9 @@ def assert_no_secret_leaked(capfd) -> None:
     logs = [p for p in Path(os.environ["AIRFLOW__LOGGING__BASE_LOG_FOLDER"]).rglob("*") if p.is_file()]
     assert not [p for p in logs if FAKE_SECRET in p.read_text(errors="replace")]
     out, err = capfd.readouterr()
-    assert "Spark-Submit cmd" in out + err  # the task logs were captured ...
-    assert FAKE_SECRET not in out + err     # ... and hold no secret
+    over_connect = json.loads(os.environ["AIRFLOW_CONN_SPARK_DEFAULT"])["conn_type"] == "spark_connect"
+    assert ("over Spark Connect" if over_connect else "Spark-Submit cmd") in out + err  # the task logs were captured
+    assert FAKE_SECRET not in out + err  # ... and hold no secret
 
 
 def words_of(text: str) -> int:
@@ -40,7 +42,7 @@ def words_of(text: str) -> int:
 
 
 @pytest.mark.slow
-def test_backfill_after_ingest(dagbag, lance_db, capfd):
+def test_backfill_after_ingest(dagbag, lance_db, capfd, spark_submit):
     ingest = dagbag.get_dag("geneva_ingest_events")
     backfill = dagbag.get_dag("geneva_backfill_after_ingest")
 
@@ -113,7 +115,7 @@ def test_hourly_backfill(dagbag, lance_db, capfd):
 
 
 @pytest.mark.slow
-def test_apply_retry_recomputes_nothing_already_checkpointed(dagbag, lance_db, tmp_path, monkeypatch):
+def test_apply_retry_recomputes_nothing_already_checkpointed(dagbag, lance_db, tmp_path, monkeypatch, spark_submit):
     from tests.helpers import events_table, read_calls
 
     calls, flag = tmp_path / "calls", tmp_path / "fail-once"
@@ -138,7 +140,7 @@ def test_apply_retry_recomputes_nothing_already_checkpointed(dagbag, lance_db, t
     tbl.dataset().validate()
 
 
-def test_a_udf_bug_fails_its_task_once_with_the_udfs_message_first(dagbag, lance_db, capfd):
+def test_a_udf_bug_fails_its_task_once_with_the_udfs_message_first(dagbag, lance_db, capfd, spark_submit):
     from tests.helpers import events_table
 
     lance_db.create_table("buggy", events_table(1_000), max_rows_per_file=500)
@@ -157,7 +159,7 @@ def test_a_udf_bug_fails_its_task_once_with_the_udfs_message_first(dagbag, lance
 
 
 @pytest.mark.slow
-def test_hourly_view_refresh_and_chained_view(dagbag, lance_db, capfd):
+def test_hourly_view_refresh_and_chained_view(dagbag, lance_db, capfd, spark_submit):
     from airflow.models.asset import AssetDagRunQueue
     from airflow.utils.session import create_session
 
@@ -197,7 +199,7 @@ def test_hourly_view_refresh_and_chained_view(dagbag, lance_db, capfd):
 
 
 @pytest.mark.slow
-def test_maintenance_compacts_on_spark_without_recompute(dagbag, lance_db, tmp_path, spark):
+def test_maintenance_compacts_on_spark_without_recompute(dagbag, lance_db, tmp_path, spark, spark_submit):
     from geneva_provider.examples import sample
     from tests.helpers import clear_calls, counting_double, read_calls
 

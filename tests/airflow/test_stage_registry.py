@@ -11,7 +11,7 @@ from geneva_provider.hooks.spark_submit import TAIL_LINES, GenevaSparkSubmitHook
 from tests.conftest import FAKE_SECRET
 
 
-def test_the_hook_keeps_the_masked_tail_of_what_spark_submit_printed(monkeypatch, tmp_path):
+def test_the_hook_keeps_the_masked_tail_of_what_spark_submit_printed(monkeypatch, tmp_path, spark_submit):
     """A failing program's last lines reach the stage's failure message, secrets masked; a JVM exception's whole
     trace is kept, not only its last lines."""
     program = tmp_path / "fails.py"
