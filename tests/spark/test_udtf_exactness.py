@@ -207,14 +207,21 @@ def _mutate(docs: gp.Table, rng: random.Random, next_id: list[int]) -> None:
         docs.dataset().update({"text": f"concat(text, '{rng.randrange(100)}')"}, where=f"doc_id IN ({ids})")
 
 
+# The seed's first ROUNDS rounds draw every value of every choice below -- the change before the kill (append,
+# update, delete) and after it (each, or none), checkpoint sizes 5 / 10 / 20, a kill after 1, 2 and 3
+# checkpoints and after a commit, each of them under every commit granularity it can meet -- in 7 rounds, where
+# the 14 rounds of seed 20261126 never killed after 3 checkpoints (each round starts a JVM: ~15 s).
+SEED, ROUNDS = 20261145, 7
+
+
 @pytest.mark.slow
 def test_seeded_kills_over_a_chunker_refresh_with_source_changes_between_kill_and_rerun(db, spark, tmp_path):
-    rng = random.Random(20261126)
+    rng = random.Random(SEED)
     docs, view, calls = make_view(db, tmp_path, 400, sleep=0.01)
     view.refresh(spark=spark)
     next_id = [400]
     kills = 0
-    for round_ in range(14):
+    for round_ in range(ROUNDS):
         _mutate(docs, rng, next_id)
         options = {"checkpoint_size": rng.choice([5, 10, 20]), "commit_granularity": rng.choice([None, 1, 2])}
         options = {k: v for k, v in options.items() if v is not None}
@@ -238,5 +245,5 @@ def test_seeded_kills_over_a_chunker_refresh_with_source_changes_between_kill_an
         rerun = read_calls(calls)
         assert len(rerun) == len(set(rerun)), f"round {round_} ({point}, {options}): a parent was expanded twice"
         assert_exact(view, docs)
-    print(f"seeded kills: {kills} of 14 rounds killed, each rerun exact")
-    assert kills >= 12
+    print(f"seeded kills: {kills} of {ROUNDS} rounds killed, each rerun exact")
+    assert kills >= ROUNDS - 1
