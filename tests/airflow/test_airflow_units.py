@@ -1,4 +1,7 @@
-"""Operators, sensors, triggers and the hook, driven directly (no Airflow DB needed)."""
+"""Operators, sensors, triggers and the hook, driven directly (no Airflow DB needed).
+
+The part that needs Airflow's DB, its programs or Spark; the rest is in tests/unit/test_airflow_units.py.
+"""
 
 from __future__ import annotations
 

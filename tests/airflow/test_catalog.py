@@ -1,4 +1,7 @@
-"""Tables through the Lance namespace (directory implementation), on local disk and on an object store."""
+"""Tables through the Lance namespace (directory implementation), on local disk and on an object store.
+
+The part that needs Airflow's DB, its programs or Spark; the rest is in tests/{spark,unit}/test_catalog.py.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""DAG authoring as users wire it: the plan passed by a Jinja template, hand-wired verify tasks,
-typos in task-group arguments, and overlapping runs of the same column's backfill."""
+"""DAG authoring as users wire it: the plan passed by a Jinja template, hand-wired verify tasks.
+
+The part that needs Airflow's DB, its programs or Spark; the rest is in tests/unit/test_operator_wiring.py.
+"""
 
 from __future__ import annotations
 

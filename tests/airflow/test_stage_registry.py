@@ -1,4 +1,7 @@
-"""The stage registry and the Spark backends: what each Spark stage is, derived once; how it runs, chosen once."""
+"""The stage registry and the Spark backends: what each Spark stage is, derived once; how it runs, chosen once.
+
+The part that needs Airflow's DB, its programs or Spark; the rest is in tests/unit/test_stage_registry.py.
+"""
 
 from __future__ import annotations
 

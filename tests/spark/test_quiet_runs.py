@@ -1,13 +1,6 @@
 """Quiet, tidy runs and logs that read true.
 
-* A backfill's stderr (a process whose stderr is a pipe, as in an Airflow task) holds no Lance
-  DataReplacement warning, no lance fork-safety warning, no Spark ``[Stage 0:>`` bars and no
-  logging errors at exit -- while the commits still happen and other Lance logs still show.
-* Progress lines give a real rows/s, also for a stage that ends before the first tick.
-* Plan and operator describe a plan in the same words; compaction logs speak of rewritten rows.
-* A refresh whose source table is gone names the view, and its error reads once.
-
-Real Lance tables, real Spark, real Airflow operators.
+The part that needs a Spark session; the rest is in tests/unit/test_quiet_runs.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Errors of stage order and of listings: write+commit before apply, ColumnError's columns, VerificationError's
-fragments, a refused object-store connection."""
+"""Errors of stage order and of listings: write+commit before apply, ColumnError's columns, VerificationError's.
+
+The part that needs a Spark session; the rest is in tests/unit/test_stage_errors.py.
+"""
 
 from __future__ import annotations
 

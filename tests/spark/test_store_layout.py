@@ -1,9 +1,6 @@
 """The checkpoint store's layout: one module knows every key, and a store written by an older version is read.
 
-``tests/fixtures/store_main`` was written by the code before the store-layout module existed
-(``tests/store_fixture.py``): its keys must parse to the record kinds they are, ``key()`` must give back
-the very same strings, and today's code must list its jobs, load its plans, clean it up and finish its
-unwritten backfill from its batch checkpoints without computing a row.
+The part that needs a Spark session; the rest is in tests/unit/test_store_layout.py.
 """
 
 from __future__ import annotations

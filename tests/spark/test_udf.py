@@ -1,4 +1,7 @@
-"""The @udf decorator: kinds, type inference, versions, metadata round trips, output checks."""
+"""The @udf decorator: kinds, type inference, versions, metadata round trips, output checks.
+
+The part that needs a Spark session; the rest is in tests/unit/test_udf.py.
+"""
 
 from __future__ import annotations
 

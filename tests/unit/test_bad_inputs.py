@@ -1,18 +1,6 @@
 """Bad input: every public entry point fails with a package error naming the culprit, and changes nothing.
 
-Each case is a call with one bad argument against a small database (table ``events`` with
-columns ``id``, ``x`` in four fragments, a backfilled UDF column ``y``, and a materialized view
-``evens`` refreshed once).  The expectation is the documented behaviour (README, "Bad input fails
-in the plan stage, before Spark starts, with an error naming the table, column or argument"):
-
-* the error is a :class:`geneva_provider.GenevaError` of the expected kind, whose message names the
-  culprit (the regex) and carries no Lance Rust source path;
-* no Spark job ran (cases marked ``runtime`` excepted: the UDF has to run to fail);
-* nothing changed: table versions, schema and field metadata, checkpoint store keys, the table
-  names and every file under the database (``runtime`` cases may leave their job's plan, record,
-  batch checkpoints and error store, never a commit).
-
-The database is built once per module and rebuilt only after a case changed it (or ran a job).
+The part that needs neither a JVM nor the Airflow DB; the rest is in tests/spark/test_bad_inputs.py.
 """
 
 from __future__ import annotations

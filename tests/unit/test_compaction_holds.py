@@ -1,9 +1,6 @@
 """Compaction never costs a live job its work, and a job that ended -- however it ended -- holds nothing.
 
-A backfill holds the fragments it planned while its record says it may still commit them (PENDING or
-RUNNING, heartbeating).  A compaction re-reads those holds right before it commits, so a backfill planned
-after it keeps its fragments.  A failed job releases them at once; a killed one when its lease lapses, and
-its record then reads ABANDONED (last stage and counts kept) until the next run takes it over.
+The part that needs neither a JVM nor the Airflow DB; the rest is in tests/spark/test_compaction_holds.py.
 """
 
 from __future__ import annotations

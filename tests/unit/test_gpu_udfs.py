@@ -1,9 +1,6 @@
 """GPU and resource-aware UDFs: ``@udf(num_gpus=, num_cpus=, memory=)`` scheduled by Spark, each task on its own GPU.
 
-One Spark Connect server on a ``local-cluster`` of one 4-core executor with 2 fake GPUs (the
-package's discovery script, told the addresses by ``GENEVA_FAKE_GPUS``) serves the module; the
-test process is its client.  The UDFs record each call -- pid, the task's GPU addresses, start
-and end -- to files, from which the tests read how many calls overlapped and on which GPUs.
+The part that needs neither a JVM nor the Airflow DB; the rest is in tests/spark/test_gpu_udfs.py.
 """
 
 from __future__ import annotations

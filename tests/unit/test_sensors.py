@@ -1,7 +1,6 @@
 """The sensors as a user meets them: what they count, how they fail, what they log.
 
-Real Lance tables, real backfills on the session's local Spark, real Airflow (``dag.test()`` on
-the SQLite metadata DB) where retries and reschedules matter.
+The part that needs neither a JVM nor the Airflow DB; the rest is in tests/airflow/test_sensors.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Chunker (1:N) and batch-UDTF (N:M) views on real Spark: contents, and which parents each refresh expands.
 
-UDTF calls are counted across Spark's Python workers: each call appends its parent's ``doc_id`` (or its
-partition's key) to a per-process file in a directory the function's closure captures.
+The part that needs neither a JVM nor the Airflow DB; the rest is in tests/spark/test_udtf_views.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Materialized views on real Lance tables and real Spark, checked against pyarrow."""
+"""Materialized views on real Lance tables and real Spark, checked against pyarrow.
+
+The part that needs neither a JVM nor the Airflow DB; the rest is in tests/spark/test_views.py.
+"""
 
 from __future__ import annotations
 
