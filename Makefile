@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck setup clean check-deps check-core
+.PHONY: demo test test-unit check lint imports typecheck setup clean check-deps check-core
 
 # The demo runs the example DAGs with `airflow dags test` on the embedded default:
 # Airflow on SQLite in .demo/airflow, tables in .demo/lake, and the Spark stages over a local
@@ -26,11 +26,29 @@ demo: $(STAMP)
 	$(DEMO_ENV) airflow db migrate > .demo/db-migrate.log 2>&1
 	$(DEMO_ENV) $(PY) -m geneva_provider.demo dags
 
+# The suite in tiers (tests/README.md): tests/unit (no JVM, no Airflow DB), tests/spark, tests/airflow
+# (dag.test() over one Spark Connect server), tests/system (scheduler, cluster, faults, programs, docs).
+# `make test` runs them all, cheapest first; `make test-unit` the first alone, in well under two minutes
+# (its conftest fails the run if a JVM starts or the Airflow DB is touched).  PYTEST_ARGS adds options,
+# e.g. PYTEST_ARGS=--durations=30 (CI) or PYTEST_ARGS='-k backfill'.
+PYTEST = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
+PYTEST_ARGS ?=
+
 test: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
+	$(PYTEST) $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(PYTEST) tests/unit $(PYTEST_ARGS)
+
+# The static checks, out of pytest: ruff, the import contracts, the types, the declared dependencies.
+check: lint imports typecheck check-deps
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# The layers' arrows ([tool.importlinter] in pyproject.toml); tests/unit/test_layers.py proves they bite.
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
 
 # mypy over the core and the pipeline; what it checks and how strictly is [tool.mypy] in pyproject.toml.
 typecheck: $(STAMP)

@@ -155,3 +155,22 @@ def lance_db():
 
     shutil.rmtree(LANCE_DB, ignore_errors=True)
     return gp.connect(str(LANCE_DB))
+
+
+@pytest.fixture
+def team(lance_db):
+    """The sensors' table ``team`` (x = 0..4000, fragments of 1,500 rows), UDF column ``s = double(x)``."""
+    from tests.helpers import double, events_table
+
+    tbl = lance_db.create_table("team", events_table(4_001), max_rows_per_file=1_500)
+    tbl.add_columns({"s": double})
+    return tbl
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """An S3-compatible server (moto) on 127.0.0.1 for a module's object-store tests."""
+    from tests.s3_server import S3Server
+
+    with S3Server() as server:
+        yield server

@@ -178,6 +178,12 @@ def flaky_double(x: int) -> int:
     return x * 2
 
 
+@gp.udf(data_type=pa.int64())
+def double(x: int) -> int:
+    """2x: the UDF column ``s`` of the sensors' table ``team``."""
+    return 2 * x
+
+
 @gp.udf(data_type=pa.int64(), name="plain_double")
 def plain_double(x: int) -> int:
     """x*2, importable by reference from a DAG."""
@@ -221,3 +227,18 @@ def counting_split(log_dir: str, sleep: float = 0.0) -> gp.UDTF:
             yield Chunk(text[i:i + WIDTH], i)
 
     return split
+
+
+def context() -> dict:
+    """The bit of an Airflow task context the operators and sensors use when driven directly: outlet events."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    return {"outlet_events": defaultdict(lambda: SimpleNamespace(extra=None))}
+
+
+async def first_event(trigger):
+    """The first event a trigger yields (None if it yields none)."""
+    async for event in trigger.run():
+        return event
+    return None

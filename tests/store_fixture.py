@@ -1,4 +1,4 @@
-"""Builds the fixture store of ``tests/test_store_layout.py``: a small lake written by the code of the day.
+"""Builds the fixture store of ``tests/{unit,spark}/test_store_layout.py``: a small lake written by the code of the day.
 
 It was run once, on the unmodified tree of main before the store-layout module existed
 (``python -m tests.store_fixture``), and its output is checked in under ``tests/fixtures/store_main``:

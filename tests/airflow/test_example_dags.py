@@ -1,0 +1,298 @@
+"""The example DAGs end to end with dag.test(): real Airflow (SQLite), real Spark, real Lance."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAKE_SECRET
+
+
+def run(dag, **kwargs):
+    t0 = time.perf_counter()
+    dr = dag.test(**kwargs)
+    seconds = time.perf_counter() - t0
+    tis = {ti.task_id: ti for ti in dr.get_task_instances()}
+    return dr, {k: ti.state for k, ti in tis.items()}, tis, seconds
+
+
+def assert_no_secret_leaked(capfd) -> None:
+    """The lance connection's storage options hold FAKE_SECRET: it must not reach XCom or any log."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        values = [str(v) for (v,) in session.query(XComModel.value)]
+    assert values and not [v for v in values if FAKE_SECRET in v]
+    logs = [p for p in Path(os.environ["AIRFLOW__LOGGING__BASE_LOG_FOLDER"]).rglob("*") if p.is_file()]
+    assert not [p for p in logs if FAKE_SECRET in p.read_text(errors="replace")]
+    out, err = capfd.readouterr()
+    over_connect = json.loads(os.environ["AIRFLOW_CONN_SPARK_DEFAULT"])["conn_type"] == "spark_connect"
+    assert ("over Spark Connect" if over_connect else "Spark-Submit cmd") in out + err  # the task logs were captured
+    assert FAKE_SECRET not in out + err  # ... and hold no secret
+
+
+def words_of(text: str) -> int:
+    return len(text.split())
+
+
+@pytest.mark.slow
+def test_backfill_after_ingest(dagbag, lance_db, capfd, spark_submit):
+    ingest = dagbag.get_dag("geneva_ingest_events")
+    backfill = dagbag.get_dag("geneva_backfill_after_ingest")
+
+    dr, states, _, _ = run(ingest, run_conf={"rows": 8_000})
+    assert dr.state == "success", states
+
+    dr, states, tis, first_s = run(backfill)
+    stage_s = {t: round(tis[f"backfill_words.{t}"].duration or 0, 1)
+               for t in ("plan", "apply", "write_commit", "verify")}
+    assert dr.state == "success", states
+    assert states == {"add_columns": "success", "backfill_words.plan": "success",
+                      "backfill_words.apply": "success", "backfill_words.write_commit": "success",
+                      "backfill_words.verify": "success"}
+    plan = tis["backfill_words.plan"].xcom_pull(task_ids="backfill_words.plan")
+    assert plan["rows_to_compute"] == 8_000 and plan["table"] == "events" and plan["column"] == "words"
+    applied = tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")
+    assert applied["status"] == "success" and applied["rows_computed"] == 8_000
+    tbl = lance_db.open_table("events")
+    got = tbl.to_arrow(["text", "words"]).to_pydict()
+    assert got["words"] == [words_of(t) for t in got["text"]] and len(got["words"]) == 8_000
+    tbl.dataset().validate()
+    # The job's record, written by the stages across the DAG's tasks, names the Airflow run.
+    record = lance_db.get_job(plan["job_id"])
+    assert (record.status, record.airflow_run_id, record.rows_committed) == ("DONE", dr.run_id, 8_000)
+
+    # No new data: both Spark tasks are skipped and the run takes seconds.
+    dr, states, tis, noop_s = run(backfill)
+    assert dr.state == "success", states
+    assert states["backfill_words.apply"] == "skipped" and states["backfill_words.write_commit"] == "skipped"
+    assert states["backfill_words.verify"] == "skipped"  # nothing computed: no Asset event
+    assert tis["backfill_words.plan"].xcom_pull(task_ids="backfill_words.plan")["rows_to_compute"] == 0
+
+    # After another ingest, only the new rows are computed.
+    dr, states, _, _ = run(ingest, run_conf={"rows": 2_000})
+    assert dr.state == "success"
+    dr, states, tis, _ = run(backfill)
+    assert dr.state == "success", states
+    assert tis["backfill_words.plan"].xcom_pull(task_ids="backfill_words.plan")["rows_to_compute"] == 2_000
+    assert tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")["rows_computed"] == 2_000
+    got = tbl.to_arrow(["text", "words"]).to_pydict()
+    assert got["words"] == [words_of(t) for t in got["text"]] and len(got["words"]) == 10_000
+    assert_no_secret_leaked(capfd)
+    with capfd.disabled():
+        print(f"\nbackfill DAG: first run {first_s:.1f}s (task seconds {stage_s}), no-op run {noop_s:.1f}s")
+
+
+@pytest.mark.slow
+def test_hourly_backfill(dagbag, lance_db, capfd):
+    from geneva_provider.examples import sample
+
+    tbl = lance_db.create_table("events", sample(6_000), max_rows_per_file=2_000)
+    hourly = dagbag.get_dag("geneva_hourly_backfill")
+    dr, states, tis, first_s = run(hourly)
+    assert dr.state == "success", states
+    assert states["wait_for_new_rows"] == "success"
+    sensed = tis["wait_for_new_rows"].xcom_pull(task_ids="wait_for_new_rows")
+    assert sensed["rows_pending"] == 6_000 and sensed["fragments_pending"] == 3
+    assert tis["backfill_embedding.apply"].xcom_pull(task_ids="backfill_embedding.apply")["rows_computed"] == 6_000
+    got = tbl.to_arrow(["x", "embedding"]).to_pydict()
+    assert all(len(e) == 4 for e in got["embedding"]) and len(got["x"]) == 6_000
+    assert got["embedding"][1] == pytest.approx([0.0998334, 0.1986693, 0.2955202, 0.3894183], rel=1e-5)
+
+    # An hour with no new rows: the deferred sensor times out softly, nothing else runs.
+    dr, states, _, noop_s = run(hourly)
+    assert states["wait_for_new_rows"] == "skipped"
+    assert {states[t] for t in states if t.startswith("backfill_embedding.")} == {"skipped"}
+    assert_no_secret_leaked(capfd)
+    with capfd.disabled():
+        print(f"\nhourly DAG: first run {first_s:.1f}s, no-data run {noop_s:.1f}s")
+
+
+@pytest.mark.slow
+def test_apply_retry_recomputes_nothing_already_checkpointed(dagbag, lance_db, tmp_path, monkeypatch, spark_submit):
+    from tests.helpers import events_table, read_calls
+
+    calls, flag = tmp_path / "calls", tmp_path / "fail-once"
+    calls.mkdir()
+    flag.touch()
+    monkeypatch.setenv("GENEVA_TEST_CALL_DIR", str(calls))
+    monkeypatch.setenv("GENEVA_TEST_FAIL_FLAG", str(flag))
+    tbl = lance_db.create_table("retry", events_table(8_000), max_rows_per_file=4_000)
+
+    dr, states, tis, _ = run(dagbag.get_dag("geneva_test_retry"))
+    assert dr.state == "success", states
+    apply_ti = tis["backfill_y.apply"]
+    assert apply_ti.try_number == 2 and not flag.exists()  # failed once, succeeded on the retry
+    result = apply_ti.xcom_pull(task_ids="backfill_y.apply")
+    called = read_calls(calls)
+    # Every row was computed exactly once across both attempts: the retry skipped the
+    # ranges the first attempt had checkpointed (x=3500 failed before its checkpoint).
+    assert sorted(called) == list(range(8_000))
+    assert result["rows_computed"] == 500  # only the failed task's unfinished checkpoint [3500, 4000)
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]]
+    tbl.dataset().validate()
+
+
+def test_a_udf_bug_fails_its_task_once_with_the_udfs_message_first(dagbag, lance_db, capfd, spark_submit):
+    from tests.helpers import events_table
+
+    lance_db.create_table("buggy", events_table(1_000), max_rows_per_file=500)
+    dr, states, tis, _ = run(dagbag.get_dag("geneva_test_udf_bug"))
+    assert dr.state == "failed"
+    assert states["backfill_y.plan"] == "success" and states["backfill_y.apply"] == "failed"
+    assert tis["backfill_y.apply"].try_number == 1  # retries=2, yet not retried: a retry cannot fix a bug
+    out, err = capfd.readouterr()  # dag.test() prints the task logs
+    message = next(line for line in (out + err).splitlines() if "UDFExecutionError: the apply stage" in line)
+    # The package's reason first: the UDF, the column, the table, the row, the original error.
+    assert re.search(r"the apply stage of plan \S+ failed: UDFExecutionError: UDF 'broken_double' failed computing "
+                     r"column 'y' of table 'buggy'.*x=7", message)
+    assert lance_db.open_table("buggy").count_rows("y IS NOT NULL") == 0  # nothing committed
+    (job,) = lance_db.list_jobs("buggy")
+    assert job.status == "FAILED" and "cannot double x=7" in job.error
+
+
+@pytest.mark.slow
+def test_hourly_view_refresh_and_chained_view(dagbag, lance_db, capfd, spark_submit):
+    from airflow.models.asset import AssetDagRunQueue
+    from airflow.utils.session import create_session
+
+    from geneva_provider.examples import sample
+
+    src = lance_db.create_table("events", sample(6_000), max_rows_per_file=2_000)
+    hourly = dagbag.get_dag("geneva_hourly_view_refresh")
+    dr, states, tis, first_s = run(hourly)
+    assert dr.state == "success", states
+    assert tis["refresh.plan"].xcom_pull(task_ids="refresh.plan")["rows_to_compute"] == 3_000
+    view = lance_db.open_table("events_even")
+    got = view.to_arrow(["id", "text", "n_words", "__is_set"]).to_pydict()
+    assert sorted(got["id"]) == list(range(0, 6_000, 2)) and all(got["__is_set"])
+    assert got["n_words"] == [len(t.split()) for t in got["text"]]
+    with create_session() as session:  # the view's Asset event queued the chained-view DAG
+        queued = {q.target_dag_id for q in session.query(AssetDagRunQueue)}
+    assert "geneva_chained_view_refresh" in queued
+
+    dr, states, _, noop_s = run(hourly)
+    assert dr.state == "success", states
+    assert states["refresh.apply"] == states["refresh.write_commit"] == "skipped"
+
+    src.add(sample(1_000, start=6_000))
+    dr, states, tis, _ = run(hourly)
+    assert dr.state == "success", states
+    assert tis["refresh.apply"].xcom_pull(task_ids="refresh.apply")["rows_computed"] == 500
+    assert sorted(view.to_arrow(["id"]).column("id").to_pylist()) == list(range(0, 7_000, 2))
+
+    dr, states, _, _ = run(dagbag.get_dag("geneva_chained_view_refresh"))
+    assert dr.state == "success", states
+    child = lance_db.open_table("events_even_short").to_arrow(["id", "n_words"]).to_pydict()
+    want = [r["id"] for r in view.to_arrow(["id", "n_words"]).to_pylist() if r["n_words"] <= 2]
+    assert sorted(child["id"]) == sorted(want) and all(n <= 2 for n in child["n_words"])
+    assert_no_secret_leaked(capfd)
+    with capfd.disabled():
+        print(f"\nhourly view refresh DAG: first run {first_s:.1f}s, no-data run {noop_s:.1f}s")
+
+
+@pytest.mark.slow
+def test_maintenance_compacts_on_spark_without_recompute(dagbag, lance_db, tmp_path, spark, spark_submit):
+    from geneva_provider.examples import sample
+    from tests.helpers import clear_calls, counting_double, read_calls
+
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    tbl = lance_db.create_table("events", sample(12_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": counting_double(str(calls))})
+    tbl.backfill("y", spark=spark)
+    tbl.delete("x % 10 = 0")
+    clear_calls(calls)
+    before = tbl.to_arrow(["id", "y"]).sort_by("id")
+
+    dr, states, tis, _ = run(dagbag.get_dag("geneva_maintenance"), run_conf={"target_rows_per_fragment": 5_000})
+    assert dr.state == "success", states
+    assert states == {"plan_compaction": "success", "compact": "success", "cleanup_checkpoints": "success",
+                      "cleanup_old_versions": "success"}
+    cleaned = tis["cleanup_checkpoints"].xcom_pull(task_ids="cleanup_checkpoints")
+    assert cleaned["table"] == "events" and cleaned["kept_for_live_jobs"] == 0
+    planned = tis["plan_compaction"].xcom_pull(task_ids="plan_compaction")
+    assert planned["kind"] == "compaction" and planned["fragments_to_compute"] == 12
+    compacted = tis["compact"].xcom_pull(task_ids="compact")
+    assert compacted["status"] == "success" and compacted["fragments_removed"] == 12
+    assert len(tbl.dataset().get_fragments()) == 2
+    assert tbl.to_arrow(["id", "y"]).sort_by("id").equals(before)
+    assert tbl.backfill("y", spark=spark).rows_computed == 0 and read_calls(calls) == []
+    tbl.dataset().validate()
+
+    # Nothing left to compact: the Spark task is skipped.
+    dr, states, _, _ = run(dagbag.get_dag("geneva_maintenance"), run_conf={"target_rows_per_fragment": 5_000})
+    assert dr.state == "success" and states["compact"] == "skipped", states
+
+
+def rag_chunks_wanted(docs) -> list[tuple[int, int, str]]:
+    """(doc_id, start, chunk) of every chunk of ``docs``, by the chunker's logic in plain Python."""
+    from geneva_provider.examples import split_text
+
+    got = docs.to_arrow(["doc_id", "text"]).to_pydict()
+    return sorted((d, c.start, c.chunk) for d, t in zip(got["doc_id"], got["text"], strict=True)
+                  for c in split_text(t))
+
+
+def rag_chunks_got(view) -> tuple[list[tuple[int, int, str]], dict[tuple[int, int], list[float] | None]]:
+    got = view.to_arrow(["doc_id", "start", "chunk", "text", "embedding"]).to_pylist()
+    assert all(r["text"] for r in got)  # the parent's text is carried beside each chunk
+    return (sorted((r["doc_id"], r["start"], r["chunk"]) for r in got),
+            {(r["doc_id"], r["start"]): r["embedding"] for r in got})
+
+
+@pytest.mark.slow
+def test_rag_ingest_chunks_and_embeds_only_new_documents(dagbag, lance_db, capfd):
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    from geneva_provider.examples import hashed_embedding, split_text
+
+    rag = dagbag.get_dag("geneva_rag_ingest")
+    dr, states, tis, first_s = run(rag, run_conf={"docs": 120})
+    assert dr.state == "success", states
+    assert set(states.values()) == {"success"}, states
+    docs, view = lance_db.open_table("docs"), lance_db.open_table("doc_chunks")
+    assert docs.dataset().has_stable_row_ids and docs.count_rows() == 120
+    wanted = rag_chunks_wanted(docs)
+    chunks, embeddings = rag_chunks_got(view)
+    assert chunks == wanted and len(wanted) > 120  # documents of several chunks
+    assert {len(split_text(t)) for t in docs.to_arrow(["text"]).column("text").to_pylist()} >= {1, 2, 3, 4}
+    for doc_id, start, chunk in chunks:
+        assert embeddings[doc_id, start] == pytest.approx(hashed_embedding(chunk))
+    assert tis["refresh_chunks.apply"].xcom_pull(task_ids="refresh_chunks.apply")["status"] == "success"
+    first_chunks = len(wanted)
+    with create_session() as session:  # docs ingested, the view refreshed, its embedding column computed
+        emitted = {(e.asset.uri, e.source_task_id) for e in session.query(AssetEvent) if e.source_run_id == dr.run_id}
+    assert emitted == {("lance://lance_default/docs", "ingest"),
+                       ("lance://lance_default/doc_chunks", "refresh_chunks.verify"),
+                       ("lance://lance_default/doc_chunks/embedding", "embed_chunks.verify")}, emitted
+    assert tis["embed_chunks.plan"].xcom_pull(task_ids="embed_chunks.plan")["rows_to_compute"] == first_chunks
+    assert tis["embed_chunks.apply"].xcom_pull(task_ids="embed_chunks.apply")["rows_computed"] == first_chunks
+    before = dict(embeddings)
+
+    # A second batch: only the new documents are chunked, only their chunks embedded.
+    dr, states, tis, second_s = run(rag, run_conf={"docs": 30})
+    assert dr.state == "success", states
+    assert docs.count_rows() == 150
+    wanted = rag_chunks_wanted(docs)
+    chunks, embeddings = rag_chunks_got(view)
+    assert chunks == wanted
+    new = [c for c in wanted if c[0] >= 120]
+    assert new and len(wanted) == first_chunks + len(new)
+    for doc_id, start, chunk in chunks:
+        assert embeddings[doc_id, start] == pytest.approx(hashed_embedding(chunk))
+    assert {k: v for k, v in embeddings.items() if k[0] < 120} == before  # the old chunks left as they were
+    assert tis["embed_chunks.plan"].xcom_pull(task_ids="embed_chunks.plan")["rows_to_compute"] == len(new)
+    assert tis["embed_chunks.apply"].xcom_pull(task_ids="embed_chunks.apply")["rows_computed"] == len(new)
+    view.dataset().validate()
+    assert_no_secret_leaked(capfd)
+    with capfd.disabled():
+        print(f"\nRAG ingest DAG: first run {first_s:.1f}s, second run {second_s:.1f}s")

@@ -1,0 +1,566 @@
+"""A Spark Connect server that dies under a running stage, and one that serves many jobs.
+
+The stage fails within a minute and a half (not pyspark's twenty minutes of back-off), with the
+retryable error naming the server, its progress lines say the server is unreachable, and after
+the server comes back the task's retry resumes from the checkpoints.  A long-lived server does not
+keep a Python daemon per finished job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import clear_calls, counting_double, counting_split, events_table, kill_session, read_calls
+from tests.system.test_resume_kill import _checkpointed_rows
+
+STAGE_FAILS_WITHIN_SECONDS = 90  # the issue's bound, from the server's death to the failed stage
+
+
+def _server(port: int, directory) -> object:
+    from geneva_provider.connect_server import LocalConnectServer
+
+    conf = {"spark.connect.execute.manager.detachedTimeout": "2s",
+            "spark.connect.execute.manager.maintenanceInterval": "1s"}
+    return LocalConnectServer(port, master="local[2]", directory=directory, conf=conf)
+
+
+def _run_in_thread(operator) -> dict:
+    """Runs ``operator.execute`` in a thread, as the Airflow task would; the outcome lands in the dict."""
+    return _in_thread(lambda: operator.execute({}))
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _kill_server(server) -> float:
+    """SIGKILLs the server's JVM and its Python workers (as a crashed machine would); returns when."""
+    pid = server.running()["pid"]
+    killed = time.monotonic()
+    kill_session(pid)  # the server was started in a session of its own: the JVM leads it
+    return killed
+
+
+def _assert_failed_retryably_naming_the_server(outcome: dict, killed: float, server, capfd, caplog) -> None:
+    import geneva_provider as gp
+
+    outcome["thread"].join(STAGE_FAILS_WITHIN_SECONDS + 30)
+    assert "ended" in outcome, "the stage was still running"
+    assert outcome["ended"] - killed < STAGE_FAILS_WITHIN_SECONDS, outcome["ended"] - killed
+    logs = _logs(capfd, caplog)
+    with capfd.disabled():
+        print(f"\nthe stage failed {outcome['ended'] - killed:.1f}s after the server was killed")
+    error = outcome.get("error")
+    assert isinstance(error, gp.SparkEnvironmentError), repr(error)
+    assert error.retryable
+    assert f"lost the Spark Connect server sc://127.0.0.1:{server.port}" in str(error), str(error)
+    # The progress lines said so while the client was retrying, instead of a healthy-looking RUNNING.
+    assert f"but the Spark Connect server sc://127.0.0.1:{server.port} is unreachable" in logs, logs[-3000:]
+
+
+def _daemon_directories(server_pid: int) -> set[str]:
+    """The working directories of the server's Python daemons: each one's session files directory."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if (proc.name.isdigit() and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == server_pid
+                    and b"daemon" in (proc / "cmdline").read_bytes()):
+                cwd = os.readlink(proc / "cwd")
+                if not cwd.endswith(" (deleted)"):  # a released session's daemon, exiting
+                    found.add(cwd)
+        except OSError:
+            continue
+    return found
+
+
+def _logs(capfd, caplog) -> str:
+    out, err = capfd.readouterr()
+    text = out + err + caplog.text
+    caplog.clear()
+    return text
+
+
+@pytest.mark.slow
+def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retries_resume(
+        tmp_path, lance_db, monkeypatch, call_dir, capfd, caplog):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    import geneva_provider as gp
+    from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
+    from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
+    from geneva_provider.pipeline.job_records import read_record
+
+    rows, fragments = 16_000, 32
+    tbl = lance_db.create_table("slow", events_table(rows), max_rows_per_file=rows // fragments)
+    tbl.add_columns({"y": counting_double(call_dir, sleep=0.001)})
+    store = tbl.checkpoint_store
+    server = _server(0, tmp_path / "server")
+    server.start()
+    try:
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+            {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
+        # One fragment per Spark job and commit, one at a time: write+commit runs long enough to be killed.
+        plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y", checkpoint_size=250,
+                                          commit_granularity=1, concurrency=1).execute({})
+
+        # 1. The server dies under apply.
+        apply = _run_in_thread(GenevaSparkApplyOperator(task_id="apply", plan=plan))
+        _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 2_000, 120, "checkpoints")
+        killed = _kill_server(server)
+        _assert_failed_retryably_naming_the_server(apply, killed, server, capfd, caplog)
+        assert not isinstance(apply["error"], AirflowFailException)  # Airflow retries it
+        checkpointed = _checkpointed_rows(store, rows // fragments)
+        assert 2_000 <= len(checkpointed) < rows
+        assert tbl.count_rows("y IS NOT NULL") == 0
+
+        # A retry while the server is still down fails once its first contact gives up: it does not
+        # fall back to opening a second session and wait through the same back-off again.
+        with pytest.raises(gp.SparkEnvironmentError, match=f"on sc://127.0.0.1:{server.port}") as down:
+            GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
+        assert down.value.retryable
+        assert "cannot be reused" not in _logs(capfd, caplog)
+
+        # 2. The server comes back on the same port: the retry computes only what no checkpoint holds.
+        server = _server(server.port, tmp_path / "server")
+        server.start()
+        clear_calls(call_dir)
+        applied = GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
+        rerun = read_calls(call_dir)
+        assert not set(rerun) & checkpointed  # no checkpointed row was computed again
+        assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)
+        assert applied["rows_computed"] == rows - len(checkpointed)
+
+        # 3. The server dies under write+commit, after its first commits.
+        clear_calls(call_dir)
+        write = _run_in_thread(GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan))
+        _wait_for(lambda: getattr(read_record(store, plan["job_id"]), "rows_committed", 0) > 0, 120, "a first commit")
+        killed = _kill_server(server)
+        _assert_failed_retryably_naming_the_server(write, killed, server, capfd, caplog)
+        committed = tbl.count_rows("y IS NOT NULL")
+        assert 0 < committed < rows, committed
+        tbl.dataset().validate()  # what was committed before the kill is whole
+
+        # 4. Back again: the retry commits the rest, computing nothing (every row is checkpointed).
+        server = _server(server.port, tmp_path / "server")
+        server.start()
+        GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan).execute({})
+        assert read_calls(call_dir) == []
+        verified = GenevaVerifyOperator(task_id="verify", plan=plan).execute({})
+        assert verified["rows_verified"] == rows
+        got = tbl.to_arrow(["x", "y"]).to_pydict()
+        assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == rows
+        tbl.dataset().validate()
+    finally:
+        if server.running() is not None:
+            server.stop()
+
+
+@pytest.mark.slow
+def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(tmp_path, lance_db, monkeypatch,
+                                                                               call_dir, capsys):
+    """Ten backfill jobs through the operators, one server: each job's session goes with its Python daemon
+    and workers, so the server does not grow by one daemon per job, and ``status`` shows it."""
+    from geneva_provider.connect_server import main, python_processes
+    from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
+    from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
+
+    jobs, rows = 10, 200
+    tbl = lance_db.create_table("grow", events_table(rows))
+    tbl.add_columns({"y": counting_double(call_dir)})
+    with _server(0, tmp_path / "server") as server:
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+            {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
+        pid = server.running()["pid"]
+        after_each, session_files = [], set()
+        for job in range(jobs):
+            if job:
+                tbl.add(events_table(rows, start=job * rows))
+            plan = GenevaPlanBackfillOperator(task_id="plan", table="grow", column="y").execute({})
+            assert plan["rows_to_compute"] == rows
+            GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
+            assert python_processes(pid)[0] >= 1  # the job's session has its daemon while it lives
+            session_files |= _daemon_directories(pid)
+            GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan).execute({})
+            GenevaVerifyOperator(task_id="verify", plan=plan).execute({})
+            after_each.append(python_processes(pid))
+        # At most the job just finished (and one whose daemon is exiting) may still show, never one per job.
+        assert max(daemons for daemons, _ in after_each) <= 2, after_each
+        _wait_for(lambda: python_processes(pid) == (0, 0), 30, "the last job's Python daemon to exit")
+        # Each session's files on the server (the package zip, the shipped storage options) went with it.
+        assert len(session_files) == jobs and not any(os.path.exists(d) for d in session_files), session_files
+        capsys.readouterr()
+        assert main(["status", "--dir", str(server.directory)]) == 0
+        status = capsys.readouterr().out
+        assert f"running at {server.url} (pid {pid}): 0 open sessions, 0 Python daemons with 0 workers" in status
+        with capsys.disabled():
+            print(f"\nPython (daemons, workers) under the server after each of {jobs} jobs: {after_each}")
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(jobs * rows))
+    assert sorted(read_calls(call_dir)) == list(range(jobs * rows))  # each job computed only its new rows
+    tbl.dataset().validate()
+
+
+# ---------------------------------------------------------------- a caller's own Connect session
+class _KillableServer:
+    """One Spark Connect server the module's kill tests share: each kills it, and :meth:`up` starts it again
+    (on the same port) for the next step or test, so no test pays for a server start of its own first."""
+
+    def __init__(self, directory) -> None:
+        self.directory = directory
+        self.port = 0
+        self.server = None
+
+    def up(self):
+        if self.server is None or self.server.running() is None:
+            self.server = _server(self.port, self.directory)
+            self.server.start()
+            self.port = self.server.port
+        return self.server
+
+    def kill(self) -> float:
+        return _kill_server(self.server)
+
+    def stop(self) -> None:
+        if self.server is not None and self.server.running() is not None:
+            self.server.stop()
+
+
+@pytest.fixture(scope="module")
+def killable_server(tmp_path_factory):
+    holder = _KillableServer(tmp_path_factory.mktemp("killable"))
+    try:
+        yield holder
+    finally:
+        holder.stop()
+
+
+def _callers_session(url: str):
+    """A Connect session as a notebook makes one: pyspark's own retry policies (ten minutes of back-off)."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    return RemoteSparkSession.builder.remote(url).create()
+
+
+def _drop_session(spark) -> None:
+    """Lets go of a session whose server died (``spark.stop()`` would wait through the caller's back-off)."""
+    from geneva_provider.pipeline.connect import close_session
+
+    close_session(spark)
+
+
+def _in_thread(call) -> dict:
+    """Runs ``call()`` in a thread, as a notebook cell would; the outcome lands in the dict."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["result"] = call()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+        outcome["ended"] = time.monotonic()
+
+    outcome["thread"] = threading.Thread(target=run, daemon=True)
+    outcome["thread"].start()
+    return outcome
+
+
+def _assert_lost_server_soon(outcome: dict, killed: float, port: int, capfd, what: str) -> Exception:
+    import geneva_provider as gp
+
+    outcome["thread"].join(STAGE_FAILS_WITHIN_SECONDS + 30)
+    assert "ended" in outcome, f"{what} was still running {STAGE_FAILS_WITHIN_SECONDS + 30}s after the kill"
+    seconds = outcome["ended"] - killed
+    with capfd.disabled():
+        print(f"\n{what} failed {seconds:.1f}s after the server was killed")
+    assert seconds < STAGE_FAILS_WITHIN_SECONDS, seconds
+    error = outcome.get("error")
+    assert isinstance(error, gp.SparkServerUnreachableError), repr(error)
+    assert error.retryable
+    assert f"lost the Spark Connect server sc://127.0.0.1:{port}" in str(error), str(error)
+    return error
+
+
+def _slow_table(lance_db, call_dir, name: str, rows: int, fragments: int):
+    tbl = lance_db.create_table(name, events_table(rows), max_rows_per_file=rows // fragments)
+    tbl.add_columns({"y": counting_double(call_dir, sleep=0.002)})
+    return tbl
+
+
+@pytest.mark.slow
+def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
+        lance_db, call_dir, killable_server, capfd):
+    """``run_apply(plan_uri, spark)`` with the caller's own session: the retryable error within the bound (not
+    pyspark's ten minutes), the job record FAILED with it, the caller's retry policies given back; once the
+    server is back, a rerun of the same plan computes only the rows no checkpoint holds."""
+    import geneva_provider as gp
+    from geneva_provider import stages
+    from geneva_provider.core.models import JobStatus
+    from geneva_provider.pipeline.job_records import read_record
+
+    rows, fragments = 8_000, 32
+    tbl = _slow_table(lance_db, call_dir, "slow_api", rows, fragments)
+    store = tbl.checkpoint_store
+    # One fragment per commit: write+commit runs long enough to be killed after its first commits.
+    summary = stages.plan_backfill(tbl.ref, "y", stages.BackfillOptions(checkpoint_size=125, concurrency=1,
+                                                                        commit_granularity=1))
+    server = killable_server.up()
+    spark = _callers_session(server.url)
+    policies = spark.client.get_retry_policies()
+    try:
+        apply = _in_thread(lambda: stages.run_apply(summary.plan_uri, spark, tbl.ref.storage_options))
+        _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
+        killed = killable_server.kill()
+        error = _assert_lost_server_soon(apply, killed, server.port, capfd, "run_apply")
+        assert spark.client.get_retry_policies() == policies  # the caller's own, as they were
+    finally:
+        _drop_session(spark)
+    record = read_record(store, summary.job_id)
+    assert record.status is JobStatus.FAILED and record.stage == "apply", record
+    assert record.error.startswith(f"apply: SparkServerUnreachableError: {error}"[:200]), record.error
+    checkpointed = _checkpointed_rows(store, rows // fragments)
+    assert 1_000 <= len(checkpointed) < rows
+    assert tbl.count_rows("y IS NOT NULL") == 0
+
+    # The server is back: the same plan, run again on a new session, computes only what no checkpoint holds.
+    spark = _callers_session(killable_server.up().url)
+    policies = spark.client.get_retry_policies()
+    try:
+        clear_calls(call_dir)
+        applied = stages.run_apply(summary.plan_uri, spark, tbl.ref.storage_options)
+        rerun = read_calls(call_dir)
+        with capfd.disabled():
+            print(f"rerun computed {len(rerun)} rows; {len(checkpointed)} of {rows} were checkpointed before the kill")
+        assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)  # none twice, none checkpointed
+        assert applied.rows_computed == rows - len(checkpointed)
+
+        # The server dies under write+commit, after its first commits: the same error, soon.
+        write = _in_thread(lambda: stages.run_write_commit(summary.plan_uri, spark, tbl.ref.storage_options))
+        _wait_for(lambda: getattr(read_record(store, summary.job_id), "rows_committed", 0) > 0, 120,
+                  "a first commit")
+        killed = killable_server.kill()
+        _assert_lost_server_soon(write, killed, killable_server.port, capfd, "run_write_commit")
+        assert spark.client.get_retry_policies() == policies
+    finally:
+        _drop_session(spark)
+    record = read_record(store, summary.job_id)
+    assert record.status is JobStatus.FAILED and record.stage == "write_commit", record
+    assert "SparkServerUnreachableError" in record.error, record.error
+    committed = tbl.count_rows("y IS NOT NULL")
+    assert 0 < committed < rows, committed
+    tbl.dataset().validate()  # what was committed before the kill is whole
+
+    # Back again: write+commit, run again, commits the rest and computes nothing.
+    spark = _callers_session(killable_server.up().url)
+    try:
+        clear_calls(call_dir)
+        stages.run_write_commit(summary.plan_uri, spark, tbl.ref.storage_options)
+        assert read_calls(call_dir) == []
+    finally:
+        spark.stop()
+    assert stages.verify(summary, tbl.ref.storage_options).rows_verified == rows
+    assert read_record(store, summary.job_id).status is JobStatus.DONE
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(rows))
+    tbl.dataset().validate()
+    assert isinstance(error, gp.SparkEnvironmentError)  # what callers catching the broader class still get
+
+
+@pytest.mark.slow
+def test_table_backfill_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
+        lance_db, call_dir, killable_server, capfd):
+    """``tbl.backfill(spark=session)``: the same retryable error within the bound, the job FAILED with it, and
+    the next backfill (a new plan, once the server is back) computes only the rows no checkpoint holds."""
+    import geneva_provider as gp
+
+    rows, fragments = 8_000, 32
+    tbl = _slow_table(lance_db, call_dir, "slow_facade", rows, fragments)
+    store = tbl.checkpoint_store
+    spark = _callers_session(killable_server.up().url)
+    try:
+        run = _in_thread(lambda: tbl.backfill("y", spark=spark, checkpoint_size=125, concurrency=1))
+        _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
+        killed = killable_server.kill()
+        error = _assert_lost_server_soon(run, killed, killable_server.port, capfd, "tbl.backfill")
+    finally:
+        _drop_session(spark)
+    [failed] = lance_db.list_jobs("slow_facade")
+    assert failed.status == "FAILED" and failed.stage == "apply", failed
+    assert "SparkServerUnreachableError" in failed.error and str(error)[:100] in failed.error, failed.error
+    checkpointed = _checkpointed_rows(store, rows // fragments)
+    assert 1_000 <= len(checkpointed) < rows
+
+    spark = _callers_session(killable_server.up().url)
+    try:
+        clear_calls(call_dir)
+        result = tbl.backfill("y", spark=spark, checkpoint_size=125)
+    finally:
+        spark.stop()
+    rerun = read_calls(call_dir)
+    with capfd.disabled():
+        print(f"rerun computed {len(rerun)} rows; {len(checkpointed)} of {rows} were checkpointed before the kill")
+    assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)
+    assert result.rows_computed == rows - len(checkpointed)
+    assert lance_db.get_job(result.job_id).status == "DONE"
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(rows))
+    tbl.dataset().validate()
+    assert not isinstance(error, gp.TableVersionGoneError)
+
+
+@pytest.mark.slow
+def test_a_chunker_refresh_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
+        db, tmp_path, killable_server, capfd):
+    """``view.refresh(spark=session)`` of a chunker view: the same retryable error within the bound, the job
+    FAILED with it; the next refresh expands only the parents no checkpoint holds and lands the exact view."""
+    from geneva_provider.core.store_layout import JobStore
+    from tests.spark.test_udtf_views import docs_table, expected_rows, view_rows
+
+    calls = tmp_path / "split"
+    calls.mkdir()
+    n = 1_200
+    docs = db.create_table("docs", docs_table(range(n)), stable_row_ids=True, max_rows_per_file=300)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(calls), sleep=0.01))
+    store = view.checkpoint_store
+    spark = _callers_session(killable_server.up().url)
+    try:
+        run = _in_thread(lambda: view.refresh(spark=spark, checkpoint_size=50, concurrency=1))
+        _wait_for(lambda: len(JobStore(store).batches("")) >= 4, 120, "checkpoints")
+        killed = killable_server.kill()
+        error = _assert_lost_server_soon(run, killed, killable_server.port, capfd, "a chunker view's refresh")
+    finally:
+        _drop_session(spark)
+    [failed] = db.list_jobs("chunks")
+    assert failed.status == "FAILED" and failed.stage == "apply", failed
+    assert "SparkServerUnreachableError" in failed.error and str(error)[:100] in failed.error, failed.error
+    assert view.count_rows() == 0
+    held = set()
+    for bk in JobStore(store).batches(""):
+        held.update(range(bk.start, bk.end))  # the parents' row ids (= doc_id: one fresh table)
+    assert 0 < len(held) < n
+
+    spark = _callers_session(killable_server.up().url)
+    try:
+        clear_calls(calls)
+        result = view.refresh(spark=spark, checkpoint_size=50)
+    finally:
+        spark.stop()
+    rerun = read_calls(calls)
+    with capfd.disabled():
+        print(f"rerun expanded {len(rerun)} parents; {len(held)} of {n} were checkpointed before the kill")
+    assert len(rerun) == len(set(rerun)), "a parent was expanded twice in the rerun"
+    assert set(rerun) == set(range(n)) - held
+    assert result.rows_computed == n - len(held)
+    assert view_rows(view) == expected_rows(docs)
+    view.dataset().validate()
+
+
+# ---------------------------------------------------------------- versions cleaned up under a job
+def _clean_up_old_versions(table) -> None:
+    import datetime as dt
+
+    table.dataset().cleanup_old_versions(older_than=dt.timedelta(0))
+
+
+@pytest.mark.parametrize("kind", ["backfill", "view", "chunker"])
+def test_versions_cleaned_up_between_plan_and_apply_fail_the_stage_naming_the_table_and_version(
+        db, connect_spark, call_dir, kind):
+    """The plan's pinned version is checked before Spark starts: the package's error naming the table and the
+    version (not Lance's manifest path in a Spark stack trace), the record FAILED with it, and a new plan
+    lands the exact table."""
+    import geneva_provider as gp
+    from geneva_provider import stages
+    from geneva_provider.core.models import JobStatus
+    from geneva_provider.pipeline.job_records import read_record
+    from tests.spark.test_udtf_views import docs_table, expected_rows, view_rows
+
+    if kind == "backfill":
+        target = src = db.create_table("events", events_table(2_000), max_rows_per_file=500)
+        target.add_columns({"y": counting_double(call_dir)})
+        summary = stages.plan_backfill(target.ref, "y")
+    else:
+        if kind == "view":
+            src = db.create_table("events", events_table(2_000), max_rows_per_file=500)
+            target = db.create_materialized_view("evens", src.search(None).where("x % 2 = 0").select(
+                {"x": "x", "y": counting_double(call_dir)}))
+        else:
+            src = db.create_table("docs", docs_table(range(300)), stable_row_ids=True, max_rows_per_file=100)
+            target = db.create_udtf_view("chunks", source=src.search(None).select(["doc_id", "text"]),
+                                         udtf=counting_split(call_dir))
+        summary = stages.plan_refresh(target.ref)
+    pinned = src.version
+    assert summary.rows_to_compute > 0
+    src.add(events_table(10, start=10_000) if kind != "chunker" else docs_table(range(300, 310)))
+    _clean_up_old_versions(src)
+
+    with pytest.raises(gp.TableVersionGoneError) as gone:
+        stages.run_apply(summary.plan_uri, connect_spark, target.ref.storage_options)
+    message = str(gone.value)
+    assert f"version {pinned} of table '{src.name}' is gone" in message, message
+    assert "plan again" in message and len(message) < 400, message
+    assert not gone.value.retryable
+    assert read_calls(call_dir) == []  # no Spark task ran
+    record = read_record(target.checkpoint_store, summary.job_id)
+    assert record.status is JobStatus.FAILED and "TableVersionGoneError" in record.error, record
+
+    # The next run plans again, from the current versions, and lands the exact table.
+    if kind == "backfill":
+        target.backfill("y", spark=connect_spark)
+        got = target.to_arrow(["x", "y"]).to_pydict()
+        assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == 2_010
+    elif kind == "view":
+        target.refresh(spark=connect_spark)
+        got = target.to_arrow(["x", "y"]).to_pydict()
+        assert sorted(got["x"]) == [x for x in [*range(2_000), *range(10_000, 10_010)] if x % 2 == 0]
+        assert got["y"] == [2 * x for x in got["x"]]
+    else:
+        target.refresh(spark=connect_spark)
+        assert view_rows(target) == expected_rows(src)
+    target.dataset().validate()
+
+
+def test_a_version_cleaned_up_while_apply_runs_fails_it_naming_the_table_and_version(db, connect_spark, tmp_path):
+    """A clean-up after the stage's check, while its tasks run (here: by the UDF's first call): the tasks that
+    open the version then fail, and the stage reports the package's error, not Lance's in a Spark trace."""
+    import datetime as dt
+
+    import lance
+    import pyarrow as pa
+
+    import geneva_provider as gp
+    from geneva_provider import stages
+
+    tbl = db.create_table("events", events_table(4_000), max_rows_per_file=250)
+    uri, flag = tbl.ref.uri, str(tmp_path / "clean-up-once")
+    open(flag, "w").close()
+
+    @gp.udf(data_type=pa.int64(), name="cleaning_double")
+    def cleaning_double(x: int) -> int:
+        if os.path.exists(flag):
+            os.remove(flag)
+            lance.dataset(uri).cleanup_old_versions(older_than=dt.timedelta(0))
+        time.sleep(0.001)
+        return 2 * x
+
+    tbl.add_columns({"y": cleaning_double})
+    # One task per fragment, each its own Spark task opening the plan's version: those after the first two start
+    # after the clean-up.
+    summary = stages.plan_backfill(tbl.ref, "y", stages.BackfillOptions(checkpoint_size=250, task_size=250))
+    assert summary.tasks == 16
+    tbl.add(events_table(10, start=10_000))  # the plan's version is now an old one
+    with pytest.raises(gp.TableVersionGoneError) as gone:
+        stages.run_apply(summary.plan_uri, connect_spark, tbl.ref.storage_options)
+    assert f"version {summary.read_version} of table 'events' is gone" in str(gone.value), str(gone.value)
+    assert len(str(gone.value)) < 400
+    tbl.backfill("y", spark=connect_spark)
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == 4_010

@@ -1,0 +1,226 @@
+"""Operators, sensors, triggers and the hook, driven directly (no Airflow DB needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime, timedelta
+from importlib import resources
+
+import jsonschema
+import pytest
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    TaskDeferred,
+)
+
+import geneva_provider as gp
+from geneva_provider.get_provider_info import get_provider_info
+from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.operators.backfill import (
+    GenevaAddColumnsOperator,
+)
+from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
+from geneva_provider.sensors.table import GenevaTableChangedSensor
+from geneva_provider.triggers.table import GenevaTableChangedTrigger
+from tests.conftest import FAKE_SECRET
+from tests.helpers import context, events_table, first_event
+
+
+@pytest.fixture
+def events(lance_db):
+    return lance_db.create_table("events", events_table(6_000), max_rows_per_file=2_000)
+
+
+def test_provider_info_matches_airflow_schema():
+    schema = json.loads((resources.files("airflow") / "provider_info.schema.json").read_text())
+    info = get_provider_info()
+    jsonschema.validate(info, schema)
+    assert info["connection-types"][0]["hook-class-name"] == "geneva_provider.hooks.lance.LanceHook"
+    for section in ("hooks", "operators", "sensors", "triggers"):
+        for module in info[section][0]["python-modules"]:
+            __import__(module)
+
+
+def test_hook_opens_the_database_and_masks_its_secrets(events):
+    from airflow.sdk.log import _secrets_masker
+
+    hook = LanceHook()
+    assert hook.open_table("events").count_rows() == 6_000
+    assert hook.storage_options == {"aws_secret_access_key": FAKE_SECRET}
+    assert FAKE_SECRET not in repr(hook.get_conn())
+    assert FAKE_SECRET not in str(_secrets_masker().redact(f"key={FAKE_SECRET}"))
+    ok, message = hook.test_connection()
+    assert ok and message.startswith("1 tables in ")
+
+
+def test_connection_test_fails_for_a_missing_database(monkeypatch, tmp_path):
+    missing = tmp_path / "no-such-lake"
+    monkeypatch.setenv("AIRFLOW_CONN_MISSING_LANCE", json.dumps({"conn_type": "lance", "host": str(missing)}))
+    assert LanceHook("missing_lance").test_connection() == (False, f"database directory {missing} does not exist")
+    assert not missing.exists()  # testing the connection created nothing
+
+
+def test_hook_without_uri_says_what_to_set(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_EMPTY_LANCE", json.dumps({"conn_type": "lance"}))
+    with pytest.raises(ValueError, match="connection 'empty_lance' has no database URI"):
+        LanceHook("empty_lance").get_conn()
+
+
+def test_add_columns_operator_is_idempotent_and_refuses_redefinitions(events):
+    columns = {"w": "tests.helpers:flaky_double", "e": ("geneva_provider.examples:embed", ["id"])}
+    op = GenevaAddColumnsOperator(task_id="add", table="events", columns=columns)
+    first = op.execute(context())
+    assert first["added"] == ["e", "w"] and first["existing"] == []
+    version = events.version
+    again = op.execute(context())
+    assert again["added"] == [] and again["existing"] == ["e", "w"] and events.version == version
+    assert events.udf_columns()["e"]["input_columns"] == ["id"]
+    other = GenevaAddColumnsOperator(task_id="x", table="events", columns={"w": "geneva_provider.examples:embed"})
+    # Deterministic errors fail the task for good (AirflowFailException: no retry), as the package's errors.
+    with pytest.raises(gp.ColumnError, match="column 'w' of table 'events' is computed by UDF 'flaky_double'"
+                       ) as failed:
+        other.execute(context())
+    assert isinstance(failed.value, AirflowFailException)
+    with pytest.raises(TypeError, match="not a @udf function") as failed:
+        GenevaAddColumnsOperator(task_id="y", table="events", columns={"z": "geneva_provider.examples:sample"}
+                                 ).execute(context())
+    assert isinstance(failed.value, AirflowFailException)
+    with pytest.raises(ImportError, match=r"cannot import UDF 'nope\.nope:f'") as failed:
+        GenevaAddColumnsOperator(task_id="z", table="events", columns={"z": "nope.nope:f"}).execute(context())
+    assert isinstance(failed.value, AirflowFailException)
+
+
+def test_spark_operators_skip_without_starting_spark_when_nothing_to_do():
+    plan = {"job_id": "j", "plan_uri": "/x/plan-j.lance", "table": "t", "column": "c", "tasks": 0,
+            "rows_to_compute": 0, "rows_reused": 10, "read_version": 3, "fragments_to_compute": 0,
+            "fragments_reused": 0, "fragments_done": 2, "nothing_to_do": True}
+    for cls in (GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator):
+        with pytest.raises(AirflowSkipException, match="nothing"):
+            cls(task_id="s", plan=plan).execute(context())
+    # Reused fragments still need the commit stage, but no apply.
+    reuse_only = {**plan, "nothing_to_do": False}
+    with pytest.raises(AirflowSkipException):
+        GenevaSparkApplyOperator(task_id="s", plan=json.dumps(reuse_only)).execute(context())
+
+
+def test_table_changed_sensor_poke_defer_and_complete(events):
+    v = events.version
+    sensor = GenevaTableChangedSensor(task_id="s", table="events", min_version=v, poke_interval=5, timeout=60)
+    assert sensor.deferrable
+    assert not sensor.poke(context()).is_done
+    with pytest.raises(TaskDeferred) as exc:
+        sensor.execute(context())
+    assert exc.value.method_name == "execute_complete"
+    path, kwargs = exc.value.trigger.serialize()
+    deadline = kwargs.pop("deadline")  # absolute: a triggerer restart resumes the wait, not restarts it
+    assert path == "geneva_provider.triggers.table.GenevaTableChangedTrigger"
+    assert kwargs == {"table": "events", "lance_conn_id": "lance_default", "min_version": v, "min_rows": None,
+                      "column": None, "poll_interval": 5.0}
+    assert 0 < deadline - time.time() <= 60
+    assert not GenevaTableChangedSensor(task_id="p", table="events", min_version=v, deferrable=False).deferrable
+    events.add(events_table(10, start=6_000))
+    assert sensor.execute(context())["rows"] == 6_010  # condition holds: no deferral at all
+    poke_mode = GenevaTableChangedSensor(task_id="p", table="events", min_rows=6_010, deferrable=False,
+                                         poke_interval=0.01, timeout=0.05)
+    with pytest.raises(AirflowSensorTimeout):
+        poke_mode.execute(context())
+    assert sensor.execute_complete(context(), {"status": "success", "version": 3})["version"] == 3
+    with pytest.raises(AirflowException, match="boom"):
+        sensor.execute_complete(context(), {"status": "error", "message": "boom"})
+    with pytest.raises(AirflowSensorTimeout):
+        sensor.execute_complete(context(), {"status": "timeout", "message": "late"})
+    soft = GenevaTableChangedSensor(task_id="soft", table="events", column="x", soft_fail=True)
+    with pytest.raises(AirflowSkipException):
+        soft.execute_complete(context(), {"status": "timeout", "message": "late"})
+    with pytest.raises(gp.InvalidArgumentError, match="set min_version, min_rows or column"):
+        GenevaTableChangedSensor(task_id="bad", table="events")
+
+
+def test_table_changed_trigger_fires_on_new_rows_and_times_out(events):
+    v = events.version
+    trigger = GenevaTableChangedTrigger(table="events", min_version=v, poll_interval=0.05, deadline=time.time() + 0.3)
+    assert asyncio.run(first_event(trigger)).payload["status"] == "timeout"
+
+    async def append_then_wait():
+        waiter = asyncio.ensure_future(first_event(
+            GenevaTableChangedTrigger(table="events", min_version=v, poll_interval=0.05, deadline=time.time() + 30)))
+        await asyncio.sleep(0.2)
+        await asyncio.to_thread(events.add, events_table(5, start=6_000))
+        return await waiter
+
+    event = asyncio.run(append_then_wait())
+    assert event.payload == {"status": "success", "table": "events", "version": v + 1, "rows": 6_005,
+                             "fragments": 4}
+    missing = asyncio.run(first_event(GenevaTableChangedTrigger(  # a missing table is waited for
+        table="nope", min_rows=0, poll_interval=0.05, deadline=time.time() + 0.2)))
+    assert missing.payload["status"] == "timeout" and "table 'nope' does not exist" in missing.payload["message"]
+
+
+def test_create_view_operator_is_idempotent_and_refuses_a_different_definition(events):
+    from geneva_provider.operators.views import GenevaCreateMaterializedViewOperator, GenevaPlanRefreshOperator
+
+    kwargs = {"task_id": "create", "view": "evens", "source_table": "events", "where": "x % 2 = 0",
+              "columns": {"x": "x", "e": "geneva_provider.examples:embed"}, "shuffle": True, "seed": 3}
+    first = GenevaCreateMaterializedViewOperator(**kwargs).execute(context())
+    assert first["created"] and first["rows"] == 3_000
+    again = GenevaCreateMaterializedViewOperator(**kwargs).execute(context())
+    assert not again["created"] and again["version"] == first["version"]
+    with pytest.raises(gp.InvalidArgumentError, match="view 'evens' exists with a different definition"):
+        GenevaCreateMaterializedViewOperator(**{**kwargs, "seed": 4}).execute(context())
+    summary = GenevaPlanRefreshOperator(task_id="plan", view="evens").execute(context())
+    assert summary["rows_to_compute"] == 3_000 and summary["table"] == "evens"
+
+
+@pytest.mark.parametrize("connection", [
+    {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}},
+    {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "client"}},
+    {"conn_type": "spark", "host": "k8s://https://k8s-api:6443", "extra": {"deploy-mode": "cluster"}},
+], ids=["yarn-cluster", "yarn-client", "k8s"])
+def test_storage_options_never_reach_a_yarn_or_kubernetes_command_line(monkeypatch, connection):
+    from geneva_provider.core.models import PlanSummary
+    from geneva_provider.spark_apps import app_path
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps(connection))
+    plan = PlanSummary(job_id="j", plan_uri="/x/plan-j.lance", table="t", column="c", tasks=1, rows_to_compute=5,
+                       rows_reused=0, read_version=3, fragments_to_compute=1, fragments_reused=0, fragments_done=0,
+                       nothing_to_do=False)
+    secrets = LanceHook().storage_options
+    assert FAKE_SECRET in secrets.values()
+    refused = GenevaSparkApplyOperator(task_id="a", plan=plan, spark_conn_id="spark_cluster")
+    with pytest.raises(gp.InvalidArgumentError, match="cluster_credentials=True") as failed:
+        refused.make_hook(plan, secrets, "r")
+    assert FAKE_SECRET not in str(failed.value)
+    if "k8s" in connection["host"]:
+        return  # building a Kubernetes submit needs the kubernetes client, not installed here
+    allowed = GenevaSparkApplyOperator(task_id="a", plan=plan, spark_conn_id="spark_cluster",
+                                       cluster_credentials=True)
+    command = " ".join(allowed.make_hook(plan, secrets, "r")._build_spark_submit_command(app_path("apply")))
+    assert "--plan-uri /x/plan-j.lance" in command and FAKE_SECRET not in command
+    assert "GENEVA_STORAGE_OPTIONS" not in command
+    # A local master passes them in the process environment only.
+    local = GenevaSparkApplyOperator(task_id="a", plan=plan).make_hook(plan, secrets, "r")
+    assert FAKE_SECRET not in " ".join(local._build_spark_submit_command(app_path("apply")))
+    assert FAKE_SECRET in local._env["GENEVA_STORAGE_OPTIONS"]
+
+
+def test_task_groups_pass_any_base_operator_argument_to_every_task():
+    from airflow.sdk import DAG
+
+    from geneva_provider.task_groups import backfill_task_group
+
+    with DAG(dag_id="pass_through", schedule=None, start_date=datetime(2026, 1, 1)):
+        group = backfill_task_group("g", "events", "w", pool="small_cluster", queue="spark", priority_weight=7,
+                                    execution_timeout=timedelta(minutes=30), retries=4, checkpoint_size=500,
+                                    conf={"spark.executor.memory": "2g"})
+    tasks = {t.task_id.split(".")[-1]: t for t in group.children.values()}
+    assert set(tasks) == {"plan", "apply", "write_commit", "verify"}
+    for task in tasks.values():
+        assert (task.pool, task.queue, task.priority_weight, task.retries) == ("small_cluster", "spark", 7, 4)
+        assert task.execution_timeout == timedelta(minutes=30)
+    assert tasks["plan"].checkpoint_size == 500
+    assert tasks["apply"].conf == tasks["write_commit"].conf == {"spark.executor.memory": "2g"}

@@ -1,0 +1,100 @@
+"""Errors of stage order and of listings: write+commit before apply, ColumnError's columns, VerificationError's
+fragments, a refused object-store connection."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.stages import plan_backfill
+from tests.helpers import events_table, times
+
+
+def test_column_errors_list_the_users_columns_not_the_fingerprint_columns(db):
+    import pyarrow as pa
+
+    tbl = db.create_table("events", events_table(10))
+    tbl.add_columns({"y": times(2)})
+    assert any(n.startswith("__geneva_fp") for n in tbl.schema.names)  # the table holds one
+    listed = r"\(columns: \['id', 'x', 'y'\]\)"
+
+    with pytest.raises(gp.ColumnError, match=r"column 'z' not found in table 'events' " + listed):
+        tbl.backfill("z")
+    with pytest.raises(gp.ColumnError, match=listed):
+        tbl.to_arrow(columns=["id", "z"])
+    with pytest.raises(gp.ColumnError, match=listed):
+        tbl.drop_columns(["z"])
+    with pytest.raises(gp.ColumnError, match=listed):
+        tbl.get_errors(column="z")
+
+    @gp.udf(data_type=pa.int64(), input_columns=["w"], name="needs_w")
+    def needs_w(w: pa.Array) -> pa.Array:
+        return w
+
+    with pytest.raises(gp.ColumnError, match=r"reads \['w'\].*" + listed):
+        tbl.add_columns({"v": needs_w})
+    with pytest.raises(gp.ColumnError, match=r"column 'z' not found in table 'events' " + listed):
+        tbl.search(None).select({"out": "z"})
+    from geneva_provider.core.table_status import column_backlog  # what the sensors report
+
+    with pytest.raises(gp.ColumnError, match=listed):
+        column_backlog(tbl.dataset(), "z", "events")
+    assert "v" not in tbl.schema.names  # the failed add_columns changed nothing
+
+
+def test_a_verification_error_names_ten_fragments_and_counts_the_rest(db):
+    """A job none of whose 30 fragments was committed (apply and write never ran): one short message, not 30 clauses."""
+    from geneva_provider.stages import verify
+
+    tbl = db.create_table("events", events_table(300), max_rows_per_file=10)
+    tbl.add_columns({"y": times(2)})
+    summary = plan_backfill(tbl.ref, "y")
+    assert summary.fragments_to_compute == 30
+    version = tbl.version
+    with pytest.raises(gp.VerificationError) as info:
+        verify(summary)
+    message = str(info.value)
+    assert "30 of its 30 planned fragments are not committed" in message
+    named = [int(f) for f in re.findall(r"fragment (\d+): \d+ rows lack", message)]
+    assert len(named) == 10 and set(named) < set(range(30))
+    assert "and 20 more" in message and "table 'events'" in message and "column 'y'" in message
+    assert len(message) < 1_000
+    assert tbl.version == version
+    tbl.dataset().validate()
+
+
+def test_a_refused_object_store_connection_is_reported_as_such_not_as_throttling(tmp_path):
+    """A table's storage options pointing at a closed port: the error says the connection failed, names the table and
+    the endpoint, and shows no secret."""
+    from tests.s3_server import S3Server, free_port
+
+    with S3Server() as s3:
+        db = gp.connect(f"s3://{s3.bucket}/db", storage_options=s3.storage_options)
+        db.create_table("events", events_table(10))
+        closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        wrong = dict(s3.storage_options, aws_endpoint=closed)
+        elsewhere = gp.connect(f"s3://{s3.bucket}/db", storage_options=wrong)
+        attempts = {
+            "open_table": lambda: elsewhere.open_table("events"),
+            "table_names": elsewhere.table_names,
+            "create_table": lambda: elsewhere.create_table("other", events_table(3)),
+        }
+        for what, attempt in attempts.items():
+            with pytest.raises(gp.StorageUnreachableError) as info:
+                attempt()
+            message = str(info.value)
+            assert "thrott" not in message.lower(), (what, message)
+            assert closed in message and "could not connect" in message, (what, message)
+            assert s3.storage_options["aws_secret_access_key"] not in message
+            assert isinstance(info.value, ConnectionError) and info.value.retryable
+        with pytest.raises(gp.StorageUnreachableError, match=r"^table 'events' in s3://"):
+            attempts["open_table"]()
+
+        # A table reference (what the stages take) whose options point at the closed port: the same error.
+        from geneva_provider.core.refs import TableRef
+
+        with pytest.raises(gp.StorageUnreachableError, match=r"table 'events'.*could not connect"):
+            TableRef("events", db.open_table("events").uri, wrong).dataset()
+        assert db.open_table("events").count_rows() == 10  # nothing was changed
