@@ -42,13 +42,13 @@ _EXPORTS = {
     "udtf": "geneva_provider.core.functions.udtf",
     "task_gpus": "geneva_provider.core.devices",
     "task_device": "geneva_provider.core.devices",
-    "local_session": "geneva_provider.pipeline.runner",
-    "BackfillOptions": "geneva_provider.core.options",
-    "RefreshOptions": "geneva_provider.core.options",
-    "BackfillResult": "geneva_provider.core.models",
-    "CheckpointStore": "geneva_provider.core.checkpoint",
-    "InMemoryCheckpointStore": "geneva_provider.core.checkpoint",
-    "LanceCheckpointStore": "geneva_provider.core.checkpoint",
+    "local_session": "geneva_provider.pipeline.spark.runner",
+    "BackfillOptions": "geneva_provider.core.contracts.options",
+    "RefreshOptions": "geneva_provider.core.contracts.options",
+    "BackfillResult": "geneva_provider.core.contracts.models",
+    "CheckpointStore": "geneva_provider.core.store.checkpoint",
+    "InMemoryCheckpointStore": "geneva_provider.core.store.checkpoint",
+    "LanceCheckpointStore": "geneva_provider.core.store.checkpoint",
     **{name: "geneva_provider.core.error_policy" for name in (
         "ErrorPolicy", "Retry", "Skip", "Fail", "retry_transient", "retry_all", "skip_on_error", "fail_fast")},
     **{name: "geneva_provider.core.errors" for name in (
@@ -72,7 +72,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from geneva_provider.core.checkpoint import CheckpointStore, InMemoryCheckpointStore, LanceCheckpointStore
+    from geneva_provider.core.contracts.models import BackfillResult
+    from geneva_provider.core.contracts.options import BackfillOptions, RefreshOptions
     from geneva_provider.core.devices import task_device, task_gpus
     from geneva_provider.core.error_policy import (
         ErrorPolicy,
@@ -104,12 +105,11 @@ if TYPE_CHECKING:
     )
     from geneva_provider.core.functions.udf import UDF, UDFKind, udf
     from geneva_provider.core.functions.udtf import UDTF, chunker, scalar_udtf, udtf
-    from geneva_provider.core.models import BackfillResult
-    from geneva_provider.core.options import BackfillOptions, RefreshOptions
+    from geneva_provider.core.store.checkpoint import CheckpointStore, InMemoryCheckpointStore, LanceCheckpointStore
     from geneva_provider.facade.connection import Connection, connect
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table
-    from geneva_provider.pipeline.runner import local_session
+    from geneva_provider.pipeline.spark.runner import local_session
 
 
 def __getattr__(name: str) -> Any:

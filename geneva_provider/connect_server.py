@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.pipeline.runner import LOCAL_JVM_OPTIONS, discovered_gpus, gpu_cluster
+from geneva_provider.pipeline.spark.runner import LOCAL_JVM_OPTIONS, discovered_gpus, gpu_cluster
 
 DEFAULT_PORT = 15002  # Spark Connect's own default port
 DEFAULT_DIR = Path.home() / ".geneva" / "connect"
@@ -49,7 +49,8 @@ class LocalConnectServer:
 
     ``port=0`` picks a free port.  ``start()`` returns at once when this directory's server is
     already running.  ``conf`` adds Spark settings (``spark.executor.memory``...).  ``gpus=N`` runs it
-    on a ``local-cluster`` of ``master``'s cores with N GPUs (see :func:`~geneva_provider.pipeline.runner.gpu_cluster`).
+    on a ``local-cluster`` of ``master``'s cores with N GPUs
+    (see :func:`~geneva_provider.pipeline.spark.runner.gpu_cluster`).
     """
 
     def __init__(self, port: int = DEFAULT_PORT, *, master: str = "local[*]", directory: str | Path = DEFAULT_DIR,

@@ -6,21 +6,21 @@ URI and a SparkSession; ``verify`` checks the result.  ``plan_compaction`` / ``r
 the distributed compaction (plan on the driver, rewrite tasks on Spark, one commit).
 ``local_session`` builds the local Spark session the embedded default runs on.
 The Spark stages' functions here are the ones the stage registry
-(:mod:`geneva_provider.pipeline.stage_registry`) names: the operators and the spark-submit
+(:mod:`geneva_provider.pipeline.stages.registry`) names: the operators and the spark-submit
 programs run them through it.
 """
 
 from __future__ import annotations
 
-from geneva_provider.core.models import ApplyResult, PlanSummary, VerifyResult, WriteResult
-from geneva_provider.core.options import BackfillOptions, RefreshOptions
+from geneva_provider.core.contracts.models import ApplyResult, PlanSummary, VerifyResult, WriteResult
+from geneva_provider.core.contracts.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
-from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
-from geneva_provider.pipeline.plan_backfill import plan_backfill
-from geneva_provider.pipeline.plan_refresh import plan_refresh
-from geneva_provider.pipeline.planning import load_plan
-from geneva_provider.pipeline.runner import local_session
+from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
+from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
+from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run_compaction
+from geneva_provider.pipeline.spark.runner import local_session
 from geneva_provider.pipeline.stages.apply import run_apply
+from geneva_provider.pipeline.stages.planning import load_plan
 from geneva_provider.pipeline.stages.verify import verify
 from geneva_provider.pipeline.stages.write import run_write_commit
 

@@ -1,7 +1,7 @@
 """Task-group factories wiring a job's stages, reusable inside any team DAG.
 
 Both factories take the same arguments in the same way: the job's options (declared once in
-:mod:`geneva_provider.core.options`) go to the plan task, the Spark options to the two Spark
+:mod:`geneva_provider.core.contracts.options`) go to the plan task, the Spark options to the two Spark
 tasks, and everything else (``pool``, ``queue``, ``execution_timeout``, ``priority_weight``,
 ``retries`` ...) to every task of the group, as any ``BaseOperator`` argument.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.sdk import TaskGroup
 
-from geneva_provider.core.options import BackfillOptions, JobOptions, RefreshOptions
+from geneva_provider.core.contracts.options import BackfillOptions, JobOptions, RefreshOptions
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import SPARK_OPTIONS, reject_unknown_kwargs
 from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator

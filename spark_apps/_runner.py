@@ -35,10 +35,10 @@ def run_stage(name: str, argv: list[str] | None = None) -> int:
     if args.result_file:
         _check_result_file(parser, args.result_file)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from geneva_provider.core.contracts.kinds import EventStatus
+    from geneva_provider.core.contracts.models import StageReport
     from geneva_provider.core.errors import GenevaError
-    from geneva_provider.core.kinds import EventStatus
-    from geneva_provider.core.models import StageReport
-    from geneva_provider.pipeline.stage_registry import spark_stage
+    from geneva_provider.pipeline.stages.registry import spark_stage
 
     entry = spark_stage(name)
     spark = None
@@ -96,7 +96,7 @@ def _storage_options() -> dict[str, str] | None:
 def _check_plan(plan_uri: str, options: dict[str, str] | None, name: str, kinds: Sequence[str]) -> None:
     """Reads the plan before Spark starts: a bad reference or a missing plan fails in a second, not after the JVM."""
     from geneva_provider.core.errors import InvalidArgumentError
-    from geneva_provider.pipeline.planning import open_plan
+    from geneva_provider.pipeline.stages.planning import open_plan
 
     plan, _ = open_plan(plan_uri, options)
     if plan.kind not in kinds:
@@ -108,7 +108,7 @@ def _check_plan(plan_uri: str, options: dict[str, str] | None, name: str, kinds:
 def _session() -> Any:
     from pyspark.sql import SparkSession
 
-    from geneva_provider.pipeline.runner import check_versions, quiet_conf
+    from geneva_provider.pipeline.spark.runner import check_versions, quiet_conf
 
     builder = SparkSession.builder  # spark-submit --name (or the file name) names the app
     for key, value in quiet_conf().items():  # an Airflow task's log is no terminal: no progress bars
@@ -124,7 +124,7 @@ def _session() -> Any:
 
 def _store_report(plan_uri: str, key: str, report: Any, options: dict[str, str] | None) -> None:
     """Stores the report beside the plan, where a cluster-mode driver can write and Airflow can read it."""
-    from geneva_provider.core.checkpoint import open_store, split_key_uri
+    from geneva_provider.core.store.checkpoint import open_store, split_key_uri
 
     try:
         open_store(split_key_uri(plan_uri)[0], options).put_model(key, report)

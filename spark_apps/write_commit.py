@@ -5,7 +5,7 @@
 
 import sys
 
-from geneva_provider.core.kinds import Stage
+from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.spark_apps._runner import run_stage
 
 if __name__ == "__main__":

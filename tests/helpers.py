@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import geneva_provider as gp
-from geneva_provider.core.store_layout import JobStore
+from geneva_provider.core.store.layout import JobStore
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -34,8 +34,8 @@ def build() -> None:
     import pyarrow as pa
 
     import geneva_provider as gp
-    from geneva_provider.pipeline.job_records import GAP_LEASE_ENV
     from geneva_provider.pipeline.stages.apply import run_apply
+    from geneva_provider.pipeline.stages.job_records import GAP_LEASE_ENV
     from geneva_provider.spark_apps._runner import run_stage
     from geneva_provider.stages import local_session, plan_backfill
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import FINGERPRINT_PREFIX
-from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID
+from geneva_provider.core.views.meta import IS_SET, SOURCE_ROW_ID
 
 # Lance's own columns (a table cannot hold them; a view reading them cannot be read) and its search outputs.
 _RESERVED = ("_rowid", "_rowaddr", "_rowoffset", "_row_created_at_version", "_row_last_updated_at_version",

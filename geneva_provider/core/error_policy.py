@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from geneva_provider.core.contracts.kinds import RowOutcome
 from geneva_provider.core.errors import UDFDefinitionError
-from geneva_provider.core.kinds import RowOutcome
 
 Backoff = Literal["exponential", "fixed", "linear"]
 TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OSError)

@@ -4,7 +4,7 @@ Every error names the table, column or argument at fault so that a failed DAG ta
 says what to fix without a trip through the Spark logs.
 
 A stage runs in another process (a spark-submit driver, the triggerer), so its error travels as
-data: an ``ErrorPayload`` (:mod:`geneva_provider.core.error_payload`) holds the error's ``code``
+data: an ``ErrorPayload`` (:mod:`geneva_provider.core.contracts.error_payload`) holds the error's ``code``
 (its class's, stable), its message and whether a retry can help.  The code is looked up in a
 registry every package error class joins when it is defined -- never as an attribute name of this
 module -- and ``retryable`` is a class attribute only: an error that a retry can fix is a class of

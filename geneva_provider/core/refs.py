@@ -14,8 +14,8 @@ from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.storage_errors import reaching
 
 if TYPE_CHECKING:
-    from geneva_provider.core.checkpoint import LanceCheckpointStore
     from geneva_provider.core.lib_types import Dataset
+    from geneva_provider.core.store.checkpoint import LanceCheckpointStore
 
 CHECKPOINT_DIR = "_checkpoints"
 
@@ -61,6 +61,6 @@ class TableRef:
 
     def checkpoint_store(self) -> LanceCheckpointStore:
         """The table's default checkpoint store."""
-        from geneva_provider.core.checkpoint import LanceCheckpointStore
+        from geneva_provider.core.store.checkpoint import LanceCheckpointStore
 
         return LanceCheckpointStore(self.checkpoint_uri, self.storage_options)

@@ -3,7 +3,7 @@
 ``@udf(num_gpus=1)`` is checked here once, at decoration, and travels in the column's metadata
 like the rest of the UDF's spec, so any Spark job started anywhere schedules the UDF the same
 way: the apply stage runs its tasks under a Spark stage-level resource profile built from it
-(:mod:`geneva_provider.pipeline.task_resources`).  A UDF that asks for nothing has no
+(:mod:`geneva_provider.pipeline.spark.task_resources`).  A UDF that asks for nothing has no
 resources at all (``None``), and its column's metadata is what it was before resources existed.
 """
 

@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from geneva_provider.core.error_payload import ErrorPayload
+from geneva_provider.core.contracts.error_payload import ErrorPayload
+from geneva_provider.core.contracts.kinds import EventStatus
 from geneva_provider.core.errors import MalformedEventError
-from geneva_provider.core.kinds import EventStatus
 
 
 class _Event(BaseModel):

@@ -16,7 +16,7 @@ from geneva_provider.core.column_names import user_columns
 from geneva_provider.core.errors import ColumnError
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import column_leaf_ids, files_holding
-from geneva_provider.core.view_meta import META_QUERY
+from geneva_provider.core.views.meta import META_QUERY
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset

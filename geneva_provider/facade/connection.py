@@ -6,12 +6,12 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.catalog import DIRECTORY, Catalog
+from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.errors import GenevaError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
-from geneva_provider.core.kinds import JobKind
 
 if TYPE_CHECKING:
-    from geneva_provider.core.models import JobRecord
+    from geneva_provider.core.contracts.models import JobRecord
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table
 
@@ -98,7 +98,7 @@ class Connection:
         """Creates view ``name`` from ``table.search(None)...`` (placeholders only: call ``refresh()``)."""
         from geneva_provider.facade.query import Query
         from geneva_provider.facade.table import Table
-        from geneva_provider.pipeline.view_create import create_view
+        from geneva_provider.pipeline.columns.view_create import create_view
 
         if not isinstance(query, Query):
             raise InvalidArgumentError(f"create_materialized_view '{name}': query must be a Query "
@@ -118,7 +118,7 @@ class Connection:
         """
         from geneva_provider.facade.query import Query
         from geneva_provider.facade.table import Table
-        from geneva_provider.pipeline.udtf_view_create import create_udtf_view
+        from geneva_provider.pipeline.udtf.view_create import create_udtf_view
 
         if isinstance(source, Table):
             source = source.search(None)
@@ -140,8 +140,8 @@ class Connection:
         whose process stopped heartbeating (killed) is listed ABANDONED, with the stage and counts it had
         reached.
         """
-        from geneva_provider.core.models import JobStatus
-        from geneva_provider.pipeline.job_records import read_records
+        from geneva_provider.core.contracts.models import JobStatus
+        from geneva_provider.pipeline.stages.job_records import read_records
 
         if status is not None and status not in JobStatus.__members__:
             raise InvalidArgumentError(f"list_jobs: status must be one of {list(JobStatus.__members__)}, got "
@@ -156,7 +156,7 @@ class Connection:
     def get_job(self, job_id: str) -> JobRecord:
         """The record of job ``job_id``; JobNotFoundError naming it otherwise."""
         from geneva_provider.core.errors import JobNotFoundError
-        from geneva_provider.pipeline.job_records import read_record
+        from geneva_provider.pipeline.stages.job_records import read_record
 
         for name in self.table_names():
             record = read_record(self.catalog.ref(name).checkpoint_store(), job_id)

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Literal, TextIO
 
-from geneva_provider.core.checkpoint import CheckpointStore
-from geneva_provider.core.kinds import JobKind, Stage
-from geneva_provider.core.models import BackfillResult, JobRecord, JobStatus, PlanSummary
-from geneva_provider.pipeline.job_records import read_record
+from geneva_provider.core.contracts.kinds import JobKind, Stage
+from geneva_provider.core.contracts.models import BackfillResult, JobRecord, JobStatus, PlanSummary
+from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.pipeline.jobs import JobControl
+from geneva_provider.pipeline.stages.job_records import read_record
 
 BAR_WIDTH = 30
 POLL_SECONDS = 0.5

@@ -1,6 +1,6 @@
 """The view query builder: ``tbl.search(None).where(...).select(...).shuffle(seed).limit(n).offset(k)``.
 
-It builds a :class:`~geneva_provider.core.view_meta.ViewQuery` (data: it round-trips through
+It builds a :class:`~geneva_provider.core.views.meta.ViewQuery` (data: it round-trips through
 JSON in the view's schema metadata; its UDF columns carry their pickled UDFs in the view's field
 metadata, like any UDF column), checking names against the source table as it goes.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from geneva_provider.core.column_names import check_column_name, user_columns
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.functions.udf import UDF
-from geneva_provider.core.view_meta import ViewQuery
+from geneva_provider.core.views.meta import ViewQuery
 
 if TYPE_CHECKING:
     from geneva_provider.facade.connection import Connection

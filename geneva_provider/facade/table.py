@@ -7,6 +7,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.column_names import is_internal_column, user_columns
+from geneva_provider.core.contracts.kinds import JobKind
+from geneva_provider.core.contracts.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.errors import (
     ColumnError,
     InvalidArgumentError,
@@ -17,8 +19,6 @@ from geneva_provider.core.fingerprints import (
     is_fingerprint_column,
 )
 from geneva_provider.core.functions.udf import UDF, UdfColumnListing, udf_column_info
-from geneva_provider.core.kinds import JobKind
-from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
 
 if TYPE_CHECKING:
@@ -27,13 +27,13 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from geneva_provider.core.checkpoint import CheckpointStore
-    from geneva_provider.core.models import BackfillResult, CompactionResult, ViewCheck
+    from geneva_provider.core.contracts.models import BackfillResult, CompactionResult, ViewCheck
+    from geneva_provider.core.store.checkpoint import CheckpointStore
     from geneva_provider.facade.connection import Connection
     from geneva_provider.facade.job_handle import JobHandle
     from geneva_provider.facade.query import Query
-    from geneva_provider.pipeline.cleanup import CleanupResult
     from geneva_provider.pipeline.jobs import JobControl
+    from geneva_provider.pipeline.maintenance.cleanup import CleanupResult
 
 
 class Table:
@@ -207,7 +207,7 @@ class Table:
         new or changed (a batch UDTF: reruns the partitions whose rows changed); ``rows_computed`` counts
         the source rows it gave the UDTF.
 
-        ``options`` are the tuning options of :class:`~geneva_provider.core.options.RefreshOptions`.
+        ``options`` are the tuning options of :class:`~geneva_provider.core.contracts.options.RefreshOptions`.
         ``progress`` draws a progress bar (default: when stderr is a terminal).
         """
         from geneva_provider.facade.job_handle import with_progress
@@ -256,7 +256,7 @@ class Table:
         culprits when the view is not exact, and then the next refresh compares the view with its whole
         source and repairs it.
         """
-        from geneva_provider.pipeline.udtf_check import check_view
+        from geneva_provider.pipeline.udtf.check import check_view
 
         return check_view(self.ref, fingerprints=fingerprints, resolve=self._conn.catalog.resolve)
 
@@ -293,7 +293,7 @@ class Table:
         or their values are committed; plans once finished (or expired) and older than ``older_than``.
         A running job's checkpoints are never removed.
         """
-        from geneva_provider.pipeline.cleanup import cleanup_checkpoints
+        from geneva_provider.pipeline.maintenance.cleanup import cleanup_checkpoints
 
         if not isinstance(older_than, timedelta) or older_than < timedelta(0):
             shown = str(older_than) if isinstance(older_than, timedelta) else repr(older_than)
@@ -322,7 +322,7 @@ class Table:
     ) -> BackfillResult:
         """Computes ``column`` for the rows that lack it (plan -> apply -> write -> commit -> verify).
 
-        ``options`` are those of :class:`~geneva_provider.core.options.BackfillOptions`
+        ``options`` are those of :class:`~geneva_provider.core.contracts.options.BackfillOptions`
         (``read_version``, checkpoint and task sizes, ``commit_granularity``, ``concurrency``).
         Runs on ``spark``, the active session, or a local ``local[*]`` session created for the call.
         ``progress`` draws a progress bar (default: when stderr is a terminal).
@@ -356,7 +356,7 @@ class Table:
         from geneva_provider.pipeline.jobs import backfill
 
         parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
-        from geneva_provider.pipeline.plan_backfill import udf_with_inputs
+        from geneva_provider.pipeline.columns.plan_backfill import udf_with_inputs
 
         _check_store(store, f"backfill of table '{self.name}'")
         # Checked now, not from the job: backfill_async fails at the call on a dropped table, a
@@ -384,9 +384,9 @@ class Table:
 
     def _errors(self, job_id: str | None, column: str | None) -> Any:
         """The table's error store, once ``column`` and ``job_id`` are known to name a column and a job."""
-        from geneva_provider.core.error_store import ErrorStore
         from geneva_provider.core.errors import JobNotFoundError
-        from geneva_provider.pipeline.job_records import read_record
+        from geneva_provider.core.store.error_store import ErrorStore
+        from geneva_provider.pipeline.stages.job_records import read_record
 
         names = self.schema.names  # TableNotFoundError if the table was dropped: no errors of it are left
         if column is not None and column not in names:
@@ -413,9 +413,9 @@ class Table:
         to change only the rows that failed).  Rows found valid since are not computed again.
         """
         from geneva_provider.facade.table_errors import failed_rows_where
-        from geneva_provider.pipeline.job_records import read_record
-        from geneva_provider.pipeline.plan_backfill import udf_of
+        from geneva_provider.pipeline.columns.plan_backfill import udf_of
         from geneva_provider.pipeline.schema_changes import UpdateColumns
+        from geneva_provider.pipeline.stages.job_records import read_record
 
         udf_of(self.dataset(), self.name, column)  # a UDF column of this table, or ColumnError
         by_job = self._errors(job_id, column).failed_rows_by_job(job_id, column)
@@ -433,7 +433,7 @@ class Table:
 
 
 def _check_store(store: Any, job: str) -> None:
-    from geneva_provider.core.checkpoint import CheckpointStore
+    from geneva_provider.core.store.checkpoint import CheckpointStore
 
     if store is not None and not isinstance(store, CheckpointStore):
         raise InvalidArgumentError(f"{job}: checkpoint_store must be a CheckpointStore, got {store!r}")

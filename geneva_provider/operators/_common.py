@@ -13,12 +13,12 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from geneva_provider.core.contracts.options import rendered_later
 from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError, UDFImportError
-from geneva_provider.core.options import rendered_later
 
 if TYPE_CHECKING:
+    from geneva_provider.core.contracts.options import JobOptions
     from geneva_provider.core.functions.udf import UDF
-    from geneva_provider.core.options import JobOptions
 
 # What the Spark stage operators take besides the plan (the task groups pass them to both Spark tasks).
 SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package", "cluster_credentials",

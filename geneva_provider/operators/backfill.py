@@ -12,8 +12,8 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from geneva_provider.core.contracts.options import BackfillOptions, check_count
 from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.core.options import BackfillOptions, check_count
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import (
@@ -115,7 +115,7 @@ class GenevaPlanBackfillOperator(BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.pipeline.plan_backfill import plan_backfill
+        from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
         self._table_uri = tbl.uri
@@ -160,7 +160,7 @@ class GenevaVerifyOperator(BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.core.models import PlanSummary
+        from geneva_provider.core.contracts.models import PlanSummary
         from geneva_provider.pipeline.stages.verify import verify
 
         plan = PlanSummary.from_xcom(self.plan)

@@ -12,8 +12,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from geneva_provider.core.kinds import Stage
-from geneva_provider.core.options import parse_count, rendered_later
+from geneva_provider.core.contracts.kinds import Stage
+from geneva_provider.core.contracts.options import parse_count, rendered_later
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import duration, reject_unknown_kwargs
@@ -48,7 +48,7 @@ class GenevaPlanCompactionOperator(BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.pipeline.compaction import plan_compaction
+        from geneva_provider.pipeline.maintenance.compaction import plan_compaction
 
         options = dict(self.options)
         target = parse_count(self.target_rows_per_fragment, "target_rows_per_fragment",

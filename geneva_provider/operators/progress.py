@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from geneva_provider.core.kinds import JobKind
-from geneva_provider.pipeline.stage_registry import spark_stage
+from geneva_provider.core.contracts.kinds import JobKind
+from geneva_provider.pipeline.stages.registry import spark_stage
 
 PROGRESS_SECONDS = 10.0
 
@@ -30,7 +30,7 @@ class ProgressLogger:
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"geneva-progress-{job_id}")
 
     def __enter__(self) -> ProgressLogger:
-        from geneva_provider.pipeline.job_records import read_record
+        from geneva_provider.pipeline.stages.job_records import read_record
 
         record = read_record(self.store, self.job_id)
         self._first = self._done(record) if record is not None else 0  # the rate counts this stage's rows only
@@ -47,7 +47,7 @@ class ProgressLogger:
             self._log()
 
     def _log(self) -> None:
-        from geneva_provider.pipeline.job_records import read_record
+        from geneva_provider.pipeline.stages.job_records import read_record
 
         record = read_record(self.store, self.job_id)
         if record is None:

@@ -3,7 +3,7 @@
 The Spark connection decides how and where: it chooses the backend once
 (:mod:`geneva_provider.operators.spark_backends`).  Which stage an operator runs, and what that
 stage needs, comes from its entry in the stage registry
-(:mod:`geneva_provider.pipeline.stage_registry`).  Either way the stage's result becomes the
+(:mod:`geneva_provider.pipeline.stages.registry`).  Either way the stage's result becomes the
 XCom and a failure says the package's reason first.
 """
 
@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
-from geneva_provider.core.kinds import Stage
+from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.hooks.errors import fails_without_retry, no_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators.spark_backends import SparkBackend, SparkSettings, SparkSubmitBackend, spark_backend
-from geneva_provider.pipeline.stage_registry import SparkStage, spark_stage
+from geneva_provider.pipeline.stages.registry import SparkStage, spark_stage
 
 if TYPE_CHECKING:
-    from geneva_provider.core.models import PlanSummary, StageReport
+    from geneva_provider.core.contracts.models import PlanSummary, StageReport
     from geneva_provider.hooks.spark_submit import GenevaSparkSubmitHook
 
 
@@ -83,8 +83,8 @@ class _GenevaSparkStageOperator(BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.core.checkpoint import open_store, split_key_uri
-        from geneva_provider.core.models import PlanSummary
+        from geneva_provider.core.contracts.models import PlanSummary
+        from geneva_provider.core.store.checkpoint import open_store, split_key_uri
 
         plan = PlanSummary.from_xcom(self.plan)
         if self.nothing_to_do(plan):

@@ -35,17 +35,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowException
 
-from geneva_provider.core.kinds import EventStatus, Stage
+from geneva_provider.core.contracts.kinds import EventStatus, Stage
 from geneva_provider.operators.progress import ProgressLogger
 from geneva_provider.spark_apps import app_path
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
-    from geneva_provider.core.models import PlanSummary, StageReport
+    from geneva_provider.core.contracts.models import PlanSummary, StageReport
     from geneva_provider.hooks.spark_submit import GenevaSparkSubmitHook
-    from geneva_provider.pipeline.stage_registry import SparkStage
     from geneva_provider.pipeline.stage_reports import StageSubmission
+    from geneva_provider.pipeline.stages.registry import SparkStage
 
 T = TypeVar("T")
 
@@ -209,9 +209,9 @@ class ConnectBackend(SparkBackend):
 
     def _start(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any,
                submission: StageSubmission) -> Callable[[], _Ended]:
-        from geneva_provider.core.checkpoint import split_key_uri
-        from geneva_provider.core.models import StageReport
-        from geneva_provider.pipeline.connect import close_session, lost_server
+        from geneva_provider.core.contracts.models import StageReport
+        from geneva_provider.core.store.checkpoint import split_key_uri
+        from geneva_provider.pipeline.spark.connect import close_session, lost_server
 
         url = self.url
         self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'): %s",
@@ -245,7 +245,7 @@ class ConnectBackend(SparkBackend):
             self._report = report
 
     def _note(self) -> str | None:
-        from geneva_provider.pipeline.connect import unreachable
+        from geneva_provider.pipeline.spark.connect import unreachable
 
         session = self._session
         return unreachable(session, self.url) if session is not None else None
@@ -256,8 +256,8 @@ class ConnectBackend(SparkBackend):
         Its id is kept beside the plan, so the write+commit stage reuses apply's warm Python
         workers, and a retry finds -- and stops -- whatever the attempt it replaces left running.
         """
-        from geneva_provider.core.store_layout import ConnectSessionKey, PlanKey
-        from geneva_provider.pipeline.connect import connect_session, resume_session
+        from geneva_provider.core.store.layout import ConnectSessionKey, PlanKey
+        from geneva_provider.pipeline.spark.connect import connect_session, resume_session
 
         pyfiles = [package_zip(), *(p for p in (self.settings.py_files or "").split(",") if p)]
         session_key = ConnectSessionKey(PlanKey.of(plan_key).job_id).key()
@@ -277,7 +277,7 @@ class ConnectBackend(SparkBackend):
 
     def on_kill(self) -> None:
         if self._session is not None:  # stop the server's work for this session, then release it
-            from geneva_provider.pipeline.connect import close_session
+            from geneva_provider.pipeline.spark.connect import close_session
 
             close_session(self._session, interrupt=True)
 

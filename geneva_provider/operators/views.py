@@ -10,8 +10,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from geneva_provider.core.contracts.options import RefreshOptions, check_count
 from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.core.options import RefreshOptions, check_count
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import check_dict, import_udf, parse_options, take_options
@@ -51,7 +51,7 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.core.view_meta import view_info
+        from geneva_provider.core.views.meta import view_info
 
         db = LanceHook(self.lance_conn_id).database
         query = db.open_table(self.source_table).search(None).where(self.where or None).select(
@@ -108,7 +108,7 @@ class GenevaPlanRefreshOperator(BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.pipeline.plan_refresh import plan_refresh
+        from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
 
         db = LanceHook(self.lance_conn_id).database
         options = parse_options(RefreshOptions, self, f"refresh of view '{self.view}'")

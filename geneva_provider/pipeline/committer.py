@@ -1,6 +1,6 @@
 """The one commit loop: every change this package makes to a table lands through :func:`commit`.
 
-Column files (``DataReplacement``, :mod:`~geneva_provider.pipeline.commit`), a UDTF view's new rows
+Column files (``DataReplacement``, :mod:`~geneva_provider.pipeline.columns.commit`), a UDTF view's new rows
 (``Update``), a compaction's rewrite and schema changes (:mod:`~geneva_provider.pipeline.schema_changes`)
 all commit here, under one :class:`CommitPolicy` -- retries, a time budget, jittered backoff: the job's
 ``commit_retries`` / ``commit_timeout`` -- and one conflict classifier, :func:`conflict_of`.
@@ -16,7 +16,7 @@ Lance's conflicts are told apart by type: ``lance.commit.CommitConflictError`` a
 An incompatible conflict (``retryable=False``: another writer changed what this change is built on) is
 retried only by a change that rebuilds itself from the latest version each attempt (``reapplies``).
 The one Lance call that reports a conflict as a plain ``OSError``, ``Compaction.commit``, is classified
-where it is called by what the table shows (:mod:`~geneva_provider.pipeline.compaction`), which raises
+where it is called by what the table shows (:mod:`~geneva_provider.pipeline.maintenance.compaction`), which raises
 :class:`RetryCommit` -- never by the error's text.
 """
 

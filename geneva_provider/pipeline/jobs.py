@@ -15,19 +15,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.catalog import TableResolver
-from geneva_provider.core.checkpoint import CheckpointStore, open_store, split_key_uri
+from geneva_provider.core.contracts.kinds import Stage
+from geneva_provider.core.contracts.models import BackfillResult, CompactionResult, JobStatus, PlanSummary
+from geneva_provider.core.contracts.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.errors import InvalidArgumentError, JobCancelledError
-from geneva_provider.core.kinds import Stage
-from geneva_provider.core.models import BackfillResult, CompactionResult, JobStatus, PlanSummary
-from geneva_provider.core.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.refs import TableRef
-from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
-from geneva_provider.pipeline.connect import bounded_retries
-from geneva_provider.pipeline.job_records import keep_alive, read_record, update_record
-from geneva_provider.pipeline.plan_backfill import plan_backfill
-from geneva_provider.pipeline.plan_refresh import plan_refresh
-from geneva_provider.pipeline.runner import cancel_jobs, default_parallelism, is_session, local_session
+from geneva_provider.core.store.checkpoint import CheckpointStore, open_store, split_key_uri
+from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
+from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
+from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run_compaction
+from geneva_provider.pipeline.spark.connect import bounded_retries
+from geneva_provider.pipeline.spark.runner import cancel_jobs, default_parallelism, is_session, local_session
 from geneva_provider.pipeline.stages.apply import run_apply
+from geneva_provider.pipeline.stages.job_records import keep_alive, read_record, update_record
 from geneva_provider.pipeline.stages.verify import verify
 from geneva_provider.pipeline.stages.write import run_write_commit
 

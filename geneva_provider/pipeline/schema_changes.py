@@ -28,7 +28,7 @@ from geneva_provider.core.fingerprints import (
 )
 from geneva_provider.core.fragments import column_field
 from geneva_provider.core.functions.udf import META_COLUMN_UID, META_NAME, META_VERSION, UDF, udf_column_info
-from geneva_provider.core.view_meta import META_QUERY
+from geneva_provider.core.views.meta import META_QUERY
 from geneva_provider.pipeline.committer import Attempt, CommitPolicy, commit, conflict_of
 
 if TYPE_CHECKING:

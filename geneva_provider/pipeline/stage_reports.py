@@ -1,8 +1,8 @@
 """A submitted Spark stage, by its ids only, and the report it leaves in the job's checkpoint store.
 
 A Spark stage, however it runs (a ``spark_apps`` program under spark-submit, or the stage's
-function over Spark Connect), ends by leaving its :class:`~geneva_provider.core.models.StageReport`
-beside the plan, under :class:`~geneva_provider.core.store_layout.StageResultKey`.  So whoever waits
+function over Spark Connect), ends by leaving its :class:`~geneva_provider.core.contracts.models.StageReport`
+beside the plan, under :class:`~geneva_provider.core.store.layout.StageResultKey`.  So whoever waits
 for the stage -- the operator that submitted it, a retry, or a trigger that holds nothing but these
 ids -- learns its result from the store, not from the process that ran it.  A submission is plain
 JSON (no credentials: the store is opened with the Lance connection's options by whoever reads).
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from geneva_provider.core.kinds import Stage
+from geneva_provider.core.contracts.kinds import Stage
 
 if TYPE_CHECKING:
-    from geneva_provider.core.models import StageReport
+    from geneva_provider.core.contracts.models import StageReport
 
 
 class StageSubmission(BaseModel):
@@ -31,15 +31,15 @@ class StageSubmission(BaseModel):
 
     @classmethod
     def of(cls, stage: Stage, plan_uri: str) -> StageSubmission:
-        from geneva_provider.core.checkpoint import split_key_uri
-        from geneva_provider.core.store_layout import PlanKey
+        from geneva_provider.core.store.checkpoint import split_key_uri
+        from geneva_provider.core.store.layout import PlanKey
 
         return cls(job_id=PlanKey.of(split_key_uri(plan_uri)[1]).job_id, stage=stage, plan_uri=plan_uri)
 
     @property
     def result_key(self) -> str:
         """Where the stage leaves its report (the spark-submit programs' ``--result-key``)."""
-        from geneva_provider.core.store_layout import StageResultKey
+        from geneva_provider.core.store.layout import StageResultKey
 
         return StageResultKey(self.job_id, self.stage).key()
 
@@ -53,7 +53,7 @@ class StageSubmission(BaseModel):
 
     def report(self, store: Any) -> StageReport | None:
         """The stage's report (None while it runs, or when it ended without leaving one)."""
-        from geneva_provider.core.models import StageReport
+        from geneva_provider.core.contracts.models import StageReport
 
         return store.get_model(self.result_key, StageReport) if self.done(store) else None
 

@@ -57,8 +57,8 @@ def check_computed_column(ds: Dataset, column: str, table: str) -> None:
     A plain column is never "pending", so waiting on it would succeed at once for the wrong reason;
     the error is the one a backfill of that column raises.
     """
-    from geneva_provider.core.view_meta import META_QUERY, view_info
-    from geneva_provider.pipeline.plan_backfill import udf_of
+    from geneva_provider.core.views.meta import META_QUERY, view_info
+    from geneva_provider.pipeline.columns.plan_backfill import udf_of
 
     metadata = ds.schema.metadata or {}
     if META_QUERY.encode() in metadata and column in view_info(metadata, table).query.columns:

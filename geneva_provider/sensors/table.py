@@ -17,8 +17,8 @@ from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
+from geneva_provider.core.contracts.options import parse_count, rendered_later
 from geneva_provider.core.errors import GenevaError, InvalidArgumentError
-from geneva_provider.core.options import parse_count, rendered_later
 from geneva_provider.core.table_events import SuccessEvent, TimeoutEvent, parse_event
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook

@@ -47,9 +47,9 @@ def _planned(lance_db, rows: int) -> dict:
 
 def _submit_poll_result(summary: dict, capfd) -> None:
     """The apply stage of ``summary`` through its backend's three steps; its report read back by ids alone."""
-    from geneva_provider.core.checkpoint import open_store, split_key_uri
-    from geneva_provider.core.kinds import Stage
-    from geneva_provider.core.models import PlanSummary
+    from geneva_provider.core.contracts.kinds import Stage
+    from geneva_provider.core.contracts.models import PlanSummary
+    from geneva_provider.core.store.checkpoint import open_store, split_key_uri
     from geneva_provider.hooks.lance import LanceHook
     from geneva_provider.operators.spark import GenevaSparkApplyOperator
     from geneva_provider.pipeline.stage_reports import StageSubmission

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 import geneva_provider as gp
-from geneva_provider.pipeline.plan_backfill import plan_backfill
+from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 from geneva_provider.sensors.table import GenevaColumnBackfilledSensor, GenevaTableChangedSensor
 from geneva_provider.triggers.table import GenevaColumnBackfilledTrigger, GenevaTableChangedTrigger
 from tests.helpers import context, double, events_table, first_event

@@ -10,9 +10,9 @@ import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.checkpoint import ROWADDR
 from geneva_provider.core.errors import CommitError
-from geneva_provider.core.store_layout import JobStore
+from geneva_provider.core.store.checkpoint import ROWADDR
+from geneva_provider.core.store.layout import JobStore
 from geneva_provider.stages import BackfillOptions, load_plan, plan_backfill, run_apply, run_write_commit, verify
 from tests.helpers import (
     clear_calls,

@@ -36,7 +36,7 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.errors import GenevaError, JobNotFoundError
-from geneva_provider.core.store_layout import JobStore
+from geneva_provider.core.store.layout import JobStore
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators.backfill import (
     GenevaAddColumnsOperator,

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.models import JobRecord, JobStatus
-from geneva_provider.core.store_layout import JobStore
-from geneva_provider.pipeline.job_records import LEASE_ENV
+from geneva_provider.core.contracts.models import JobRecord, JobStatus
+from geneva_provider.core.store.layout import JobStore
+from geneva_provider.pipeline.stages.job_records import LEASE_ENV
 from geneva_provider.stages import (
     BackfillOptions,
     plan_backfill,

@@ -8,7 +8,7 @@ from tests.helpers import clear_calls, counting_double, events_table, read_calls
 
 
 def test_a_backfill_a_refresh_and_a_compaction_over_spark_connect(db, connect_spark, call_dir):
-    from geneva_provider.pipeline.runner import is_connect
+    from geneva_provider.pipeline.spark.runner import is_connect
 
     assert is_connect(connect_spark)
     tbl = db.create_table("events", events_table(4_000), max_rows_per_file=500)
@@ -38,7 +38,7 @@ def test_a_backfill_a_refresh_and_a_compaction_over_spark_connect(db, connect_sp
 def test_a_package_error_raised_in_a_task_reaches_the_caller_as_itself(request, which):
     """Not Spark's wrapper around it: the caller (an operator) catches the package's type and message."""
     import geneva_provider as gp
-    from geneva_provider.pipeline.runner import run_tasks
+    from geneva_provider.pipeline.spark.runner import run_tasks
 
     session = request.getfixturevalue("spark" if which == "classic" else "connect_spark")
 

@@ -22,9 +22,9 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.checkpoint import LanceCheckpointStore
-from geneva_provider.core.models import JobRecord, JobStatus
-from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
+from geneva_provider.core.contracts.models import JobRecord, JobStatus
+from geneva_provider.core.store.checkpoint import LanceCheckpointStore
+from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run_compaction
 from geneva_provider.stages import plan_backfill, run_apply, run_write_commit, verify
 from tests.helpers import counting_double
 

@@ -15,8 +15,8 @@ import textwrap
 import pyarrow as pa
 
 import geneva_provider as gp
-from geneva_provider.pipeline.compaction import plan_compaction, run_compaction
-from geneva_provider.pipeline.job_records import read_record
+from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run_compaction
+from geneva_provider.pipeline.stages.job_records import read_record
 from tests.unit.test_quiet_runs import NOISE, _child_env, _collecting_logger
 
 _BACKFILL = textwrap.dedent("""

@@ -9,8 +9,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from geneva_provider.core.checkpoint import ROWADDR
-from geneva_provider.core.store_layout import JobStore
+from geneva_provider.core.store.checkpoint import ROWADDR
+from geneva_provider.core.store.layout import JobStore
 from geneva_provider.stages import load_plan, plan_backfill
 from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
 

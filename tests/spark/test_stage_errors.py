@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.pipeline.job_records import read_record
+from geneva_provider.pipeline.stages.job_records import read_record
 from geneva_provider.stages import plan_backfill, run_apply, run_write_commit
 from tests.helpers import events_table, times
 

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.models import PLAN_FORMAT, JobStatus
-from geneva_provider.core.store_layout import (
+from geneva_provider.core.contracts.models import PLAN_FORMAT, JobStatus
+from geneva_provider.core.store.layout import (
     JobStore,
     LedgerKey,
     parse_key,
 )
-from geneva_provider.pipeline.inputs import udf_info
-from geneva_provider.pipeline.plan_backfill import backfill_prefix
-from geneva_provider.pipeline.planning import load_plan
+from geneva_provider.pipeline.columns.inputs import udf_info
+from geneva_provider.pipeline.columns.plan_backfill import backfill_prefix
+from geneva_provider.pipeline.stages.planning import load_plan
 from tests.store_fixture import FIXTURE, HOME
 
 

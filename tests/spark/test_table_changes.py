@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.store_layout import JobStore, LedgerKey, PlanFamilyKey, parse_key
+from geneva_provider.core.store.layout import JobStore, LedgerKey, PlanFamilyKey, parse_key
 from geneva_provider.stages import plan_backfill, run_apply, run_write_commit, verify
 from tests.helpers import clear_calls, counting_array_triple, counting_double, events_table, read_calls, times
 
@@ -211,7 +211,7 @@ def test_rows_compacted_away_during_a_backfill_are_computed_where_they_now_live(
 def test_checkpoint_cleanup_keeps_a_running_jobs_and_removes_what_nothing_can_use(db, spark, call_dir):
     import datetime as dt
 
-    from geneva_provider.core.store_layout import PlanKey, parse_batch_key
+    from geneva_provider.core.store.layout import PlanKey, parse_batch_key
 
     tbl = db.create_table("events", events_table(20_000), max_rows_per_file=2_000)
     tbl.add_columns({"y": counting_double(call_dir)})

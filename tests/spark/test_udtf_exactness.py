@@ -18,8 +18,8 @@ import pytest
 import geneva_provider as gp
 from geneva_provider import stages
 from geneva_provider.core.errors import VerificationError
-from geneva_provider.core.store_layout import JobStore
-from geneva_provider.core.udtf_view_meta import META_UDTF_VIEW_VERSION, udtf_view_state
+from geneva_provider.core.store.layout import JobStore
+from geneva_provider.core.views.udtf_meta import META_UDTF_VIEW_VERSION, udtf_view_state
 from tests.helpers import clear_calls, counting_split, read_calls, run_and_kill_when
 from tests.spark.test_udtf_views import chunks_of, docs_table, view_rows
 

@@ -17,8 +17,8 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.errors import UDFExecutionError
-from geneva_provider.core.store_layout import JobStore
-from geneva_provider.core.udtf_view_meta import udtf_view_state
+from geneva_provider.core.store.layout import JobStore
+from geneva_provider.core.views.udtf_meta import udtf_view_state
 from tests.helpers import (
     WIDTH,
     Chunk,
@@ -499,7 +499,7 @@ def test_a_gpu_chunker_on_a_session_without_gpus_fails_fast_and_changes_nothing(
 
 def test_partial_commits_land_group_by_group_and_a_retried_write_commits_nothing_twice(db, spark, tmp_path):
     from geneva_provider import stages
-    from geneva_provider.core.store_layout import AppendedKey, CommittedKey
+    from geneva_provider.core.store.layout import AppendedKey, CommittedKey
 
     docs = db.create_table("docs", docs_table(range(500)), stable_row_ids=True)
     view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),

@@ -16,7 +16,7 @@ import pyarrow as pa
 import geneva_provider as gp
 from geneva_provider import stages
 from geneva_provider.core.fingerprints import digest_fingerprints
-from geneva_provider.core.store_layout import JobStore
+from geneva_provider.core.store.layout import JobStore
 from tests.helpers import clear_calls, counting_split, read_calls
 from tests.spark.test_udtf_views import _spark_jobs, docs_table, expected_rows, view_rows
 

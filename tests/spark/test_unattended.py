@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.models import JobStatus, StagedFiles
-from geneva_provider.core.store_layout import (
+from geneva_provider.core.contracts.models import JobStatus, StagedFiles
+from geneva_provider.core.store.layout import (
     JobRecordKey,
     PlanFamilyKey,
     PlanKey,
@@ -24,7 +24,7 @@ from geneva_provider.core.store_layout import (
     parse_staged_key,
 )
 from geneva_provider.pipeline.columns.write import _Writer, write_fragment
-from geneva_provider.pipeline.context import StageContext
+from geneva_provider.pipeline.stages.context import StageContext
 from geneva_provider.stages import load_plan, plan_backfill, run_apply, run_write_commit
 from tests.helpers import _log_calls, clear_calls, counting_double, events_table, read_calls
 

@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.view_meta import SOURCE_ROW_ID
+from geneva_provider.core.views.meta import SOURCE_ROW_ID
 from tests.helpers import _log_calls, clear_calls, counting_double, events_table, read_calls, times
 
 

@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID, view_info
+from geneva_provider.core.views.meta import IS_SET, SOURCE_ROW_ID, view_info
 from tests.helpers import clear_calls, counting_double, events_table, read_calls
 
 

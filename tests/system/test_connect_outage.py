@@ -97,7 +97,7 @@ def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retri
     import geneva_provider as gp
     from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
     from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
-    from geneva_provider.pipeline.job_records import read_record
+    from geneva_provider.pipeline.stages.job_records import read_record
 
     rows, fragments = 16_000, 32
     tbl = lance_db.create_table("slow", events_table(rows), max_rows_per_file=rows // fragments)
@@ -252,7 +252,7 @@ def _callers_session(url: str):
 
 def _drop_session(spark) -> None:
     """Lets go of a session whose server died (``spark.stop()`` would wait through the caller's back-off)."""
-    from geneva_provider.pipeline.connect import close_session
+    from geneva_provider.pipeline.spark.connect import close_session
 
     close_session(spark)
 
@@ -303,8 +303,8 @@ def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_d
     server is back, a rerun of the same plan computes only the rows no checkpoint holds."""
     import geneva_provider as gp
     from geneva_provider import stages
-    from geneva_provider.core.models import JobStatus
-    from geneva_provider.pipeline.job_records import read_record
+    from geneva_provider.core.contracts.models import JobStatus
+    from geneva_provider.pipeline.stages.job_records import read_record
 
     rows, fragments = 8_000, 32
     tbl = _slow_table(lance_db, call_dir, "slow_api", rows, fragments)
@@ -421,7 +421,7 @@ def test_a_chunker_refresh_on_a_callers_connect_session_fails_soon_when_its_serv
         db, tmp_path, killable_server, capfd):
     """``view.refresh(spark=session)`` of a chunker view: the same retryable error within the bound, the job
     FAILED with it; the next refresh expands only the parents no checkpoint holds and lands the exact view."""
-    from geneva_provider.core.store_layout import JobStore
+    from geneva_provider.core.store.layout import JobStore
     from tests.spark.test_udtf_views import docs_table, expected_rows, view_rows
 
     calls = tmp_path / "split"
@@ -479,8 +479,8 @@ def test_versions_cleaned_up_between_plan_and_apply_fail_the_stage_naming_the_ta
     lands the exact table."""
     import geneva_provider as gp
     from geneva_provider import stages
-    from geneva_provider.core.models import JobStatus
-    from geneva_provider.pipeline.job_records import read_record
+    from geneva_provider.core.contracts.models import JobStatus
+    from geneva_provider.pipeline.stages.job_records import read_record
     from tests.spark.test_udtf_views import docs_table, expected_rows, view_rows
 
     if kind == "backfill":

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.checkpoint import ROWADDR
-from geneva_provider.core.store_layout import JobStore
+from geneva_provider.core.store.checkpoint import ROWADDR
+from geneva_provider.core.store.layout import JobStore
 from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls
 
 ROOT = Path(__file__).resolve().parents[2]

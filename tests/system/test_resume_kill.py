@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from geneva_provider.core.checkpoint import ROWADDR
-from geneva_provider.core.store_layout import JobStore
+from geneva_provider.core.store.checkpoint import ROWADDR
+from geneva_provider.core.store.layout import JobStore
 from tests.helpers import clear_calls, counting_double, events_table, read_calls, run_and_kill_after_checkpoints
 
 ROWS_PER_FRAGMENT = 10_000

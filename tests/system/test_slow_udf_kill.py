@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.pipeline.checkpoint_sizing import TARGET_CHECKPOINT_SECONDS
+from geneva_provider.pipeline.stages.checkpoint_sizing import TARGET_CHECKPOINT_SECONDS
 from tests.helpers import clear_calls, counting_double, events_table, read_calls, run_and_kill_when
 
 ROWS, FRAGMENTS = 8_000, 8

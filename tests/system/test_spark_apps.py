@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyspark
 
-from geneva_provider.core.models import StageReport
+from geneva_provider.core.contracts.models import StageReport
 from geneva_provider.spark_apps import app_path
 from geneva_provider.stages import plan_backfill, verify
 from tests.helpers import counting_double, counting_split, events_table, read_calls

@@ -182,7 +182,7 @@ def test_create_view_operator_is_idempotent_and_refuses_a_different_definition(e
     {"conn_type": "spark", "host": "k8s://https://k8s-api:6443", "extra": {"deploy-mode": "cluster"}},
 ], ids=["yarn-cluster", "yarn-client", "k8s"])
 def test_storage_options_never_reach_a_yarn_or_kubernetes_command_line(monkeypatch, connection):
-    from geneva_provider.core.models import PlanSummary
+    from geneva_provider.core.contracts.models import PlanSummary
     from geneva_provider.spark_apps import app_path
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps(connection))

@@ -8,9 +8,9 @@ import re
 import pyarrow as pa
 import pytest
 
-from geneva_provider.core.checkpoint import InMemoryCheckpointStore, LanceCheckpointStore, split_key_uri
 from geneva_provider.core.ranges import count_of, missing_ranges, positions_of, runs_of, slice_runs
-from geneva_provider.core.store_layout import (
+from geneva_provider.core.store.checkpoint import InMemoryCheckpointStore, LanceCheckpointStore, split_key_uri
+from geneva_provider.core.store.layout import (
     BatchKey,
     StagedKey,
     batch_prefix,

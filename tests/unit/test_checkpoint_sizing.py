@@ -10,9 +10,9 @@ import itertools
 
 import pytest
 
-from geneva_provider.core.models import PlanSettings
-from geneva_provider.core.options import BackfillOptions
-from geneva_provider.pipeline.checkpoint_sizing import (
+from geneva_provider.core.contracts.models import PlanSettings
+from geneva_provider.core.contracts.options import BackfillOptions
+from geneva_provider.pipeline.stages.checkpoint_sizing import (
     MAX_GROWTH,
     PROBE_ROWS,
     TARGET_CHECKPOINT_SECONDS,

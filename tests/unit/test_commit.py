@@ -14,7 +14,7 @@ from lance.fragment import DataFile
 
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.fragments import leaf_field_ids, output_files
-from geneva_provider.pipeline.commit import commit_column_files
+from geneva_provider.pipeline.columns.commit import commit_column_files
 from geneva_provider.pipeline.committer import CommitPolicy, is_retryable_conflict
 
 
@@ -85,7 +85,7 @@ def test_retries_stop_within_the_time_budget(table):
 
 
 def test_the_commit_policy_comes_from_the_job_options():
-    from geneva_provider.core.models import PlanSettings
+    from geneva_provider.core.contracts.models import PlanSettings
 
     settings = PlanSettings(checkpoint_size=1, min_checkpoint_size=1, max_checkpoint_size=1, parallelism=1,
                             commit_retries=0, commit_timeout=30)

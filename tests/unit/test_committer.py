@@ -27,7 +27,7 @@ import geneva_provider as gp
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.fragments import leaf_field_ids, output_files
 from geneva_provider.core.refs import TableRef
-from geneva_provider.pipeline.commit import commit_column_files
+from geneva_provider.pipeline.columns.commit import commit_column_files
 from geneva_provider.pipeline.committer import (
     Attempt,
     CommitPolicy,
@@ -36,7 +36,7 @@ from geneva_provider.pipeline.committer import (
     commit_messages,
     conflict_of,
 )
-from geneva_provider.pipeline.compaction import _preempted
+from geneva_provider.pipeline.maintenance.compaction import _preempted
 from geneva_provider.stages import plan_compaction
 
 Op = lance.LanceOperation

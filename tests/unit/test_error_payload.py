@@ -9,10 +9,10 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 import geneva_provider as gp
 from geneva_provider.core import errors
-from geneva_provider.core.error_payload import ErrorPayload
+from geneva_provider.core.contracts.error_payload import ErrorPayload
+from geneva_provider.core.contracts.kinds import EventStatus
+from geneva_provider.core.contracts.models import StageReport
 from geneva_provider.core.errors import error_class, error_classes
-from geneva_provider.core.kinds import EventStatus
-from geneva_provider.core.models import StageReport
 from geneva_provider.core.table_events import ErrorEvent, SuccessEvent, TimeoutEvent, parse_event
 from geneva_provider.hooks.errors import FAILS_ONCE, no_retry
 
@@ -97,8 +97,8 @@ def test_a_malformed_event_fails_the_sensor_once():
 
 
 def test_enum_fields_store_the_same_words():
-    from geneva_provider.core.kinds import JobKind, Stage
-    from geneva_provider.core.models import JobRecord
+    from geneva_provider.core.contracts.kinds import JobKind, Stage
+    from geneva_provider.core.contracts.models import JobRecord
 
     record = JobRecord(job_id="j", kind=JobKind.BACKFILL, table="t", stage=Stage.WRITE_COMMIT, created_at="c",
                        updated_at="u")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.kinds import JobKind
-from geneva_provider.core.models import (
+from geneva_provider.core.contracts.kinds import JobKind
+from geneva_provider.core.contracts.models import (
     PLAN_FORMAT,
     ColumnPlan,
     CompactionPlan,

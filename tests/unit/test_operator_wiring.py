@@ -11,7 +11,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 import geneva_provider as gp
-from geneva_provider.core.models import PlanSummary
+from geneva_provider.core.contracts.models import PlanSummary
 from tests.helpers import events_table
 
 SUMMARY = {"job_id": "j", "plan_uri": "/x/plan-j.lance", "table": "man3", "column": "s", "tasks": 1,

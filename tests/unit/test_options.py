@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.options import BackfillOptions, JobOptions, RefreshOptions
+from geneva_provider.core.contracts.options import BackfillOptions, JobOptions, RefreshOptions
 
 
 def test_templated_strings_are_parsed_in_one_place():

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.store_layout import BatchKey, batch_prefix
+from geneva_provider.core.store.layout import BatchKey, batch_prefix
 from geneva_provider.stages import BackfillOptions, load_plan, plan_backfill
 from tests.helpers import events_table
 
@@ -181,8 +181,8 @@ def test_column_backlog_of_an_unknown_column_names_table_and_column(tbl):
 def test_a_plan_of_another_format_is_refused_clearly(tbl):
     import json
 
-    from geneva_provider.core.models import PLAN_FORMAT
-    from geneva_provider.core.store_layout import PlanKey
+    from geneva_provider.core.contracts.models import PLAN_FORMAT
+    from geneva_provider.core.store.layout import PlanKey
 
     summary = plan_backfill(tbl.ref, "y")
     store = tbl.checkpoint_store

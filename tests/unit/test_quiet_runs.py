@@ -25,8 +25,8 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.models import JobRecord
-from geneva_provider.pipeline.job_records import start_record, update_record
+from geneva_provider.core.contracts.models import JobRecord
+from geneva_provider.pipeline.stages.job_records import start_record, update_record
 
 NOISE = {
     "Lance DataReplacement warning": "DataReplacement operation. This operation is not stable yet",

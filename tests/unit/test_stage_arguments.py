@@ -14,7 +14,7 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider import stages
-from geneva_provider.core.options import BackfillOptions, RefreshOptions
+from geneva_provider.core.contracts.options import BackfillOptions, RefreshOptions
 from tests.helpers import events_table
 
 IAE = gp.InvalidArgumentError

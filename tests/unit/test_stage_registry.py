@@ -10,8 +10,8 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider import stages
-from geneva_provider.core.kinds import JobKind, Stage
-from geneva_provider.core.models import JobRecord, PlanSummary, StageReport
+from geneva_provider.core.contracts.kinds import JobKind, Stage
+from geneva_provider.core.contracts.models import JobRecord, PlanSummary, StageReport
 from geneva_provider.operators.maintenance import GenevaSparkCompactOperator
 from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
 from geneva_provider.operators.spark_backends import (
@@ -20,7 +20,7 @@ from geneva_provider.operators.spark_backends import (
     SparkSubmitBackend,
     spark_backend,
 )
-from geneva_provider.pipeline.stage_registry import SPARK_STAGES, spark_stage
+from geneva_provider.pipeline.stages.registry import SPARK_STAGES, spark_stage
 from geneva_provider.spark_apps import app_path
 from tests.conftest import FAKE_SECRET
 
@@ -61,7 +61,7 @@ def test_each_entry_is_what_the_stage_api_the_program_and_the_operator_run(stage
 def test_a_program_refuses_a_plan_of_a_kind_its_entry_does_not_run(db, tmp_path):
     import pyarrow as pa
 
-    from geneva_provider.pipeline.compaction import plan_compaction
+    from geneva_provider.pipeline.maintenance.compaction import plan_compaction
     from geneva_provider.spark_apps._runner import run_stage
 
     tbl = db.create_table("t", pa.table({"x": list(range(300))}), max_rows_per_file=100)

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from geneva_provider.core.checkpoint import InMemoryCheckpointStore
+from geneva_provider.core.contracts.kinds import Stage
+from geneva_provider.core.contracts.models import JobRecord, JobStatus, Ledger
 from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.core.kinds import Stage
-from geneva_provider.core.models import JobRecord, JobStatus, Ledger
-from geneva_provider.core.store_layout import (
+from geneva_provider.core.store.checkpoint import InMemoryCheckpointStore
+from geneva_provider.core.store.layout import (
     JOB_ID,
     BatchKey,
     CommittedKey,
@@ -41,7 +41,7 @@ from geneva_provider.core.store_layout import (
 from tests.store_fixture import FIXTURE
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYOUT = ROOT / "geneva_provider" / "core" / "store_layout.py"
+LAYOUT = ROOT / "geneva_provider" / "core" / "store" / "layout.py"
 
 # What each key of the fixture store is, by the family the code of the day wrote it as.
 EXPECTED_KINDS = {"job-": JobRecordKey, "ledger-": LedgerKey, "-committed": CommittedKey,
@@ -151,7 +151,7 @@ def key_literals(root: Path, dirs: tuple[str, ...] = ("geneva_provider", "spark_
 
 def test_no_store_key_literal_outside_the_store_layout_module():
     hits = key_literals(ROOT)
-    assert not hits, "store keys built outside geneva_provider/core/store_layout.py:\n" + "\n".join(hits)
+    assert not hits, "store keys built outside geneva_provider/core/store/layout.py:\n" + "\n".join(hits)
 
 
 def test_the_key_literal_check_bites(tmp_path):

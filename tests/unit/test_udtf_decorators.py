@@ -17,10 +17,10 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
+from geneva_provider.core.contracts.kinds import RowOutcome
 from geneva_provider.core.error_policy import RowFailure
 from geneva_provider.core.functions.udf import UDFCallError
 from geneva_provider.core.functions.udtf import UDTF, UDTFRowError
-from geneva_provider.core.kinds import RowOutcome
 
 
 @dataclass

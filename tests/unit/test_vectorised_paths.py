@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 from lance.file import LanceFileReader, LanceFileWriter
 
-from geneva_provider.core.checkpoint import FILE_VERSION, KEY_SUFFIX, ROWADDR, LanceCheckpointStore
+from geneva_provider.core.store.checkpoint import FILE_VERSION, KEY_SUFFIX, ROWADDR, LanceCheckpointStore
 from geneva_provider.pipeline.columns.write import _missing_rows, physical_index
-from geneva_provider.pipeline.worker_deaths import fragments_of
+from geneva_provider.pipeline.spark.worker_deaths import fragments_of
 
 
 def addresses(frag: int, offsets: list[int] | range) -> np.ndarray:

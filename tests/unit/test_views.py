@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.core.view_meta import IS_SET, SOURCE_ROW_ID, view_info
+from geneva_provider.core.views.meta import IS_SET, SOURCE_ROW_ID, view_info
 from tests.helpers import counting_double, events_table, read_calls
 
 

@@ -23,10 +23,10 @@ from typing import Any, ClassVar, TypeVar
 import cloudpickle
 import pyarrow as pa
 
+from geneva_provider.core.contracts.kinds import RowOutcome
 from geneva_provider.core.devices import device_instance
 from geneva_provider.core.error_policy import ErrorPolicy, Outcome, RowFailure, error_policy
 from geneva_provider.core.errors import UDFDefinitionError
-from geneva_provider.core.kinds import RowOutcome
 from geneva_provider.core.resources import UDFResources, udf_resources
 
 F = TypeVar("F", bound="UserFunction")

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
+from geneva_provider.core.contracts.kinds import RowOutcome
 from geneva_provider.core.error_policy import RowFailure, call_with_policy, format_trace
 from geneva_provider.core.errors import UDFDefinitionError
 from geneva_provider.core.functions.arrow_types import row_type_of_return, schema_of_row_type
@@ -37,7 +38,6 @@ from geneva_provider.core.functions.base import UDFCallError, UserFunction, chec
 from geneva_provider.core.functions.binding import bind, input_list
 from geneva_provider.core.functions.identity import udf_fingerprint
 from geneva_provider.core.functions.rows import RowSchema, UDTFRowError, as_rows, check_schema
-from geneva_provider.core.kinds import RowOutcome
 
 __all__ = ["PARENT_INDEX", "UDTF", "UDTFKind", "UDTFRowError", "chunker", "load_udtf", "scalar_udtf", "udtf"]
 

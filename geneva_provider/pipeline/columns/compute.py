@@ -19,20 +19,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.core.checkpoint import ROWADDR, CheckpointStore
+from geneva_provider.core.contracts.kinds import RowOutcome
+from geneva_provider.core.contracts.models import ApplyTaskResult, ColumnPlan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.fragments import fragment_of, live_row_addresses
-from geneva_provider.core.kinds import RowOutcome
-from geneva_provider.core.models import ApplyTaskResult, ColumnPlan, RowError, Task, TaskError, TaskPart
 from geneva_provider.core.ranges import positions_of, uncovered
-from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
-from geneva_provider.pipeline.checkpoint_sizing import CheckpointSizer, job_sizer
-from geneva_provider.pipeline.context import StageContext
-from geneva_provider.pipeline.inputs import ComputeError, Failures, InputFactory, JobInput
-from geneva_provider.pipeline.job_records import update_record
-from geneva_provider.pipeline.planning import checkpointed_addresses
-from geneva_provider.pipeline.runner import run_tasks
-from geneva_provider.pipeline.stages.kinds import StageProgress
-from geneva_provider.pipeline.worker_deaths import (
+from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore
+from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix
+from geneva_provider.pipeline.columns.inputs import ComputeError, Failures, InputFactory, JobInput
+from geneva_provider.pipeline.spark.runner import run_tasks
+from geneva_provider.pipeline.spark.worker_deaths import (
     CallWatch,
     RunningCall,
     WorkerDeath,
@@ -42,6 +37,11 @@ from geneva_provider.pipeline.worker_deaths import (
     read_call,
     worker_death,
 )
+from geneva_provider.pipeline.stages.checkpoint_sizing import CheckpointSizer, job_sizer
+from geneva_provider.pipeline.stages.context import StageContext
+from geneva_provider.pipeline.stages.job_records import update_record
+from geneva_provider.pipeline.stages.kinds import StageProgress
+from geneva_provider.pipeline.stages.planning import checkpointed_addresses
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import SparkSession

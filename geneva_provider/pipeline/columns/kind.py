@@ -9,21 +9,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from geneva_provider.core.contracts.kinds import JobKind
+from geneva_provider.core.contracts.models import Action, ColumnPlan, PlanSummary, Task, VerifyResult, WriteResult
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids
-from geneva_provider.core.kinds import JobKind
 from geneva_provider.core.listing import shortened
-from geneva_provider.core.models import Action, ColumnPlan, PlanSummary, Task, VerifyResult, WriteResult
 from geneva_provider.pipeline.columns import compute, verify, write
-from geneva_provider.pipeline.inputs import CopyInput, InputFactory, ScanInput
+from geneva_provider.pipeline.columns.inputs import CopyInput, InputFactory, ScanInput
 from geneva_provider.pipeline.stages.kinds import CheckpointFamily, JobKindSpec, StageProgress
 
 if TYPE_CHECKING:
-    from geneva_provider.core.checkpoint import CheckpointStore
     from geneva_provider.core.lib_types import Dataset, SparkSession
     from geneva_provider.core.refs import TableRef
-    from geneva_provider.pipeline.context import StageContext
-    from geneva_provider.pipeline.worker_deaths import RunningCall, WorkerDeath
+    from geneva_provider.core.store.checkpoint import CheckpointStore
+    from geneva_provider.pipeline.spark.worker_deaths import RunningCall, WorkerDeath
+    from geneva_provider.pipeline.stages.context import StageContext
 
 
 class _ColumnKind(JobKindSpec[ColumnPlan, Task]):
@@ -79,13 +79,13 @@ class BackfillKind(_ColumnKind):
 
     @property
     def planner(self) -> Callable[..., PlanSummary]:
-        from geneva_provider.pipeline.plan_backfill import plan_backfill
+        from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 
         return plan_backfill
 
     def checkpoint_families(self, ds: Dataset, table: TableRef) -> dict[str, CheckpointFamily]:
         from geneva_provider.core.functions.udf import udf_column_info
-        from geneva_provider.pipeline.plan_backfill import backfill_prefix
+        from geneva_provider.pipeline.columns.plan_backfill import backfill_prefix
 
         families: dict[str, CheckpointFamily] = {}
         names = ds.schema.names
@@ -107,13 +107,13 @@ class RefreshKind(_ColumnKind):
 
     @property
     def planner(self) -> Callable[..., PlanSummary]:
-        from geneva_provider.pipeline.plan_refresh import plan_query_refresh
+        from geneva_provider.pipeline.columns.plan_refresh import plan_query_refresh
 
         return plan_query_refresh
 
     def checkpoint_families(self, ds: Dataset, table: TableRef) -> dict[str, CheckpointFamily]:
-        from geneva_provider.core.view_meta import view_info
-        from geneva_provider.pipeline.plan_refresh import refresh_identity
+        from geneva_provider.core.views.meta import view_info
+        from geneva_provider.pipeline.columns.plan_refresh import refresh_identity
 
         info = view_info(ds.schema.metadata or {}, table.name)
         outputs = info.query.output_columns()

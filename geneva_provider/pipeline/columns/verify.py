@@ -11,18 +11,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from geneva_provider.core.checkpoint import CheckpointStore
-from geneva_provider.core.errors import VerificationError
-from geneva_provider.core.fragments import fragment_of
-from geneva_provider.core.listing import shortened
-from geneva_provider.core.models import (
+from geneva_provider.core.contracts.models import (
     Action,
     ColumnPlan,
     FragmentPlan,
     VerifyResult,
 )
-from geneva_provider.core.store_layout import JobStore
-from geneva_provider.pipeline.planning import staged_files
+from geneva_provider.core.errors import VerificationError
+from geneva_provider.core.fragments import fragment_of
+from geneva_provider.core.listing import shortened
+from geneva_provider.core.store.checkpoint import CheckpointStore
+from geneva_provider.core.store.layout import JobStore
+from geneva_provider.pipeline.stages.planning import staged_files
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset

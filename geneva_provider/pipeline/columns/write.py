@@ -22,11 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.core.checkpoint import ROWADDR, CheckpointStore, open_store
-from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError, CorruptCheckpointError
-from geneva_provider.core.fragments import fragment_of, live_row_addresses, output_files
-from geneva_provider.core.listing import shortened
-from geneva_provider.core.models import (
+from geneva_provider.core.contracts.models import (
     Action,
     ColumnPlan,
     CommitRecord,
@@ -37,20 +33,24 @@ from geneva_provider.core.models import (
     WriteResult,
     WrittenFragment,
 )
+from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError, CorruptCheckpointError
+from geneva_provider.core.fragments import fragment_of, live_row_addresses, output_files
+from geneva_provider.core.listing import shortened
 from geneva_provider.core.ranges import count_of, positions_of
-from geneva_provider.core.store_layout import JobStore, batch_prefix
+from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open_store
+from geneva_provider.core.store.layout import JobStore, batch_prefix
+from geneva_provider.pipeline.columns.commit import commit_column_files
 from geneva_provider.pipeline.columns.compute import unapplied_rows
-from geneva_provider.pipeline.commit import commit_column_files
 from geneva_provider.pipeline.committer import CommitPolicy
-from geneva_provider.pipeline.context import StageContext
-from geneva_provider.pipeline.job_records import update_record
-from geneva_provider.pipeline.planning import (
+from geneva_provider.pipeline.spark.runner import job_tag, options_for_tasks, run_tasks
+from geneva_provider.pipeline.stages.context import StageContext
+from geneva_provider.pipeline.stages.job_records import update_record
+from geneva_provider.pipeline.stages.planning import (
     discard_corrupt,
     record_valid,
     staged_files,
     validity_signature,
 )
-from geneva_provider.pipeline.runner import job_tag, options_for_tasks, run_tasks
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import SparkSession

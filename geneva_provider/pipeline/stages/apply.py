@@ -17,23 +17,23 @@ from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.error_store import ErrorStore
+from geneva_provider.core.contracts.kinds import RowOutcome, Stage
+from geneva_provider.core.contracts.models import ApplyResult, ApplyTaskResult, JobPlan
 from geneva_provider.core.errors import UDFExecutionError
-from geneva_provider.core.kinds import RowOutcome, Stage
-from geneva_provider.core.models import ApplyResult, ApplyTaskResult, JobPlan
-from geneva_provider.pipeline.context import StageContext
-from geneva_provider.pipeline.job_records import update_record
-from geneva_provider.pipeline.planning import load_plan
-from geneva_provider.pipeline.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
-from geneva_provider.pipeline.skip_limits import check_skip_limits
-from geneva_provider.pipeline.spark_stage import spark_stage
+from geneva_provider.core.store.error_store import ErrorStore
+from geneva_provider.pipeline.spark.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
+from geneva_provider.pipeline.spark.task_resources import resource_profile
+from geneva_provider.pipeline.spark.worker_deaths import clear_markers, death_error, read_call, worker_death
+from geneva_provider.pipeline.stages.context import StageContext
+from geneva_provider.pipeline.stages.job_records import update_record
 from geneva_provider.pipeline.stages.kinds import JobKindSpec, job_kind
-from geneva_provider.pipeline.task_resources import resource_profile
-from geneva_provider.pipeline.worker_deaths import clear_markers, death_error, read_call, worker_death
+from geneva_provider.pipeline.stages.planning import load_plan
+from geneva_provider.pipeline.stages.skip_limits import check_skip_limits
+from geneva_provider.pipeline.stages.spark_stage import spark_stage
 
 if TYPE_CHECKING:
-    from geneva_provider.core.checkpoint import CheckpointStore
     from geneva_provider.core.lib_types import SparkSession
+    from geneva_provider.core.store.checkpoint import CheckpointStore
 
 log = logging.getLogger(__name__)
 

@@ -21,17 +21,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from geneva_provider.core.kinds import JobKind
-from geneva_provider.core.udtf_view_meta import is_udtf_view
+from geneva_provider.core.contracts.kinds import JobKind
+from geneva_provider.core.views.udtf_meta import is_udtf_view
 
 if TYPE_CHECKING:
-    from geneva_provider.core.checkpoint import CheckpointStore
+    from geneva_provider.core.contracts.models import ApplyTaskResult, JobPlan, PlanSummary, VerifyResult, WriteResult
     from geneva_provider.core.lib_types import Dataset, SparkSession
-    from geneva_provider.core.models import ApplyTaskResult, JobPlan, PlanSummary, VerifyResult, WriteResult
     from geneva_provider.core.refs import TableRef
-    from geneva_provider.core.store_layout import BatchKey
-    from geneva_provider.pipeline.context import StageContext
-    from geneva_provider.pipeline.worker_deaths import RunningCall, WorkerDeath
+    from geneva_provider.core.store.checkpoint import CheckpointStore
+    from geneva_provider.core.store.layout import BatchKey
+    from geneva_provider.pipeline.spark.worker_deaths import RunningCall, WorkerDeath
+    from geneva_provider.pipeline.stages.context import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class CheckpointFamily:
 class JobKindSpec(ABC, Generic[P, T]):
     """One kind of job: everything the generic stage drivers ask of it.
 
-    ``P`` is the kind's plan model (one branch of :data:`~geneva_provider.core.models.Plan`) and ``T``
+    ``P`` is the kind's plan model (one branch of :data:`~geneva_provider.core.contracts.models.Plan`) and ``T``
     its task model (what one apply task is sent).
     """
 

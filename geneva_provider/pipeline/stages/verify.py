@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from geneva_provider.core.kinds import Stage
-from geneva_provider.core.models import PlanSummary, VerifyResult
-from geneva_provider.pipeline.job_records import finish_record, job_stage
-from geneva_provider.pipeline.planning import load_plan
+from geneva_provider.core.contracts.kinds import Stage
+from geneva_provider.core.contracts.models import PlanSummary, VerifyResult
+from geneva_provider.pipeline.stages.job_records import finish_record, job_stage
 from geneva_provider.pipeline.stages.kinds import job_kind
+from geneva_provider.pipeline.stages.planning import load_plan
 
 log = logging.getLogger(__name__)
 

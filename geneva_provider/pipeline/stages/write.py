@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from geneva_provider.core.kinds import Stage
-from geneva_provider.core.models import WriteResult
-from geneva_provider.pipeline.planning import load_plan
-from geneva_provider.pipeline.spark_stage import spark_stage
+from geneva_provider.core.contracts.kinds import Stage
+from geneva_provider.core.contracts.models import WriteResult
 from geneva_provider.pipeline.stages.kinds import job_kind
+from geneva_provider.pipeline.stages.planning import load_plan
+from geneva_provider.pipeline.stages.spark_stage import spark_stage
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import SparkSession

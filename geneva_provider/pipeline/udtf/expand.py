@@ -23,13 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from geneva_provider.core.checkpoint import CheckpointStore
-from geneva_provider.core.errors import CheckpointMissingError, CorruptCheckpointError
-from geneva_provider.core.fingerprints import digest_fingerprints
-from geneva_provider.core.functions.udf import UDFCallError
-from geneva_provider.core.functions.udtf import UDTF, UDTFKind, load_udtf
-from geneva_provider.core.kinds import RowOutcome
-from geneva_provider.core.models import (
+from geneva_provider.core.contracts.kinds import RowOutcome
+from geneva_provider.core.contracts.models import (
     ApplyTaskResult,
     ExpandedFragments,
     ExpandPart,
@@ -39,21 +34,26 @@ from geneva_provider.core.models import (
     TaskError,
     UdtfWork,
 )
+from geneva_provider.core.errors import CheckpointMissingError, CorruptCheckpointError
+from geneva_provider.core.fingerprints import digest_fingerprints
+from geneva_provider.core.functions.udf import UDFCallError
+from geneva_provider.core.functions.udtf import UDTF, UDTFKind, load_udtf
 from geneva_provider.core.ranges import positions_of
-from geneva_provider.core.store_layout import BatchKey, JobStore, batch_prefix
-from geneva_provider.core.udtf_view_meta import (
+from geneva_provider.core.store.checkpoint import CheckpointStore
+from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix
+from geneva_provider.core.views.meta import SOURCE_ROW_ID
+from geneva_provider.core.views.udtf_meta import (
     CHUNK_INDEX,
     PARTITION,
     PARTITION_FP,
     SOURCE_FP,
     udtf_view_state,
 )
-from geneva_provider.core.view_meta import SOURCE_ROW_ID
-from geneva_provider.pipeline.checkpoint_sizing import job_sizer
-from geneva_provider.pipeline.context import StageContext
-from geneva_provider.pipeline.job_records import update_record
+from geneva_provider.pipeline.spark.worker_deaths import CallWatch
+from geneva_provider.pipeline.stages.checkpoint_sizing import job_sizer
+from geneva_provider.pipeline.stages.context import StageContext
+from geneva_provider.pipeline.stages.job_records import update_record
 from geneva_provider.pipeline.stages.kinds import StageProgress
-from geneva_provider.pipeline.worker_deaths import CallWatch
 
 if TYPE_CHECKING:
     pass

@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from geneva_provider.core.kinds import JobKind
-from geneva_provider.core.models import ExpandPlan, ExpandTask, PlanSummary, VerifyResult, WriteResult
+from geneva_provider.core.contracts.kinds import JobKind
+from geneva_provider.core.contracts.models import ExpandPlan, ExpandTask, PlanSummary, VerifyResult, WriteResult
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.pipeline.stages.kinds import CheckpointFamily, JobKindSpec, StageProgress
 from geneva_provider.pipeline.udtf import expand, verify, write
 
 if TYPE_CHECKING:
-    from geneva_provider.core.checkpoint import CheckpointStore
     from geneva_provider.core.lib_types import Dataset, SparkSession
     from geneva_provider.core.refs import TableRef
-    from geneva_provider.core.store_layout import BatchKey
-    from geneva_provider.pipeline.context import StageContext
+    from geneva_provider.core.store.checkpoint import CheckpointStore
+    from geneva_provider.core.store.layout import BatchKey
+    from geneva_provider.pipeline.stages.context import StageContext
 
 
 class UdtfKind(JobKindSpec[ExpandPlan, ExpandTask]):
@@ -28,7 +28,7 @@ class UdtfKind(JobKindSpec[ExpandPlan, ExpandTask]):
 
     @property
     def planner(self) -> Callable[..., PlanSummary]:
-        from geneva_provider.pipeline.plan_udtf import plan_udtf_refresh
+        from geneva_provider.pipeline.udtf.plan import plan_udtf_refresh
 
         return plan_udtf_refresh
 

@@ -1,20 +1,20 @@
 """The UDTF kind's verify: the refresh landed, and the view is exact (no chunk twice, none of an unselected parent).
 
 A view that is not is marked so that its next refresh compares it with its whole source
-(:mod:`geneva_provider.pipeline.udtf_check` holds the checks).
+(:mod:`geneva_provider.pipeline.udtf.check` holds the checks).
 """
 
 from __future__ import annotations
 
 import logging
 
-from geneva_provider.core.checkpoint import CheckpointStore
+from geneva_provider.core.contracts.models import ExpandPlan, VerifyResult
 from geneva_provider.core.errors import VerificationError
-from geneva_provider.core.models import ExpandPlan, VerifyResult
-from geneva_provider.core.store_layout import JobStore
-from geneva_provider.core.udtf_view_meta import udtf_view_state
-from geneva_provider.pipeline.udtf_check import check_udtf_view
-from geneva_provider.pipeline.udtf_lineage import mark_for_rebuild
+from geneva_provider.core.store.checkpoint import CheckpointStore
+from geneva_provider.core.store.layout import JobStore
+from geneva_provider.core.views.udtf_meta import udtf_view_state
+from geneva_provider.pipeline.udtf.check import check_udtf_view
+from geneva_provider.pipeline.udtf.lineage import mark_for_rebuild
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from geneva_provider.core.checkpoint import CheckpointStore
-from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError
-from geneva_provider.core.fragments import fragment_of
-from geneva_provider.core.models import (
+from geneva_provider.core.contracts.models import (
     AppendedFragments,
     CommitRecord,
     ExpandedFragments,
@@ -34,15 +31,18 @@ from geneva_provider.core.models import (
     UdtfWork,
     WriteResult,
 )
+from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError
+from geneva_provider.core.fragments import fragment_of
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.core.refs import TableRef
-from geneva_provider.core.store_layout import JobStore
-from geneva_provider.core.udtf_view_meta import PARTITION
-from geneva_provider.core.view_meta import SOURCE_ROW_ID
+from geneva_provider.core.store.checkpoint import CheckpointStore
+from geneva_provider.core.store.layout import JobStore
+from geneva_provider.core.views.meta import SOURCE_ROW_ID
+from geneva_provider.core.views.udtf_meta import PARTITION
 from geneva_provider.pipeline.committer import Attempt, CommitPolicy, commit, commit_messages
-from geneva_provider.pipeline.job_records import update_record
+from geneva_provider.pipeline.stages.job_records import update_record
 from geneva_provider.pipeline.udtf.expand import PARENT_ROWS, SKIPPED, Held, fragments_of, is_chunker, udtf_work
-from geneva_provider.pipeline.udtf_lineage import mark_refreshed
+from geneva_provider.pipeline.udtf.lineage import mark_refreshed
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset, SparkSession

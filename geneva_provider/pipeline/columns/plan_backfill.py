@@ -1,0 +1,156 @@
+"""Plan stage of a backfill: which rows of which fragments still need the column's UDF.
+
+A row needs its value when its stored fingerprint is missing or differs from the fingerprint of
+its current inputs (seeded with the UDF version) and the job's ``where`` selects it.  Everything
+that can be known without Spark (column, UDF, inputs, filter, options) is validated here, so bad
+input fails before any JVM starts and changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from geneva_provider.core.column_names import user_columns
+from geneva_provider.core.contracts.kinds import JobKind
+from geneva_provider.core.contracts.models import JobSpec, PlanSummary, UdfRef
+from geneva_provider.core.contracts.options import BackfillOptions, check_count
+from geneva_provider.core.errors import ColumnError, InvalidArgumentError
+from geneva_provider.core.filters import check_where
+from geneva_provider.core.fingerprints import (
+    fingerprint_column,
+    fingerprint_field,
+    holds_fingerprints_of,
+    row_fingerprints,
+)
+from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, live_row_addresses
+from geneva_provider.core.functions.udf import UdfColumnInfo, udf_column_info
+from geneva_provider.core.refs import TableRef, check_table_ref
+from geneva_provider.core.resources import ResourceAsk
+from geneva_provider.core.store.checkpoint import CheckpointStore
+from geneva_provider.core.store.layout import job_prefix
+from geneva_provider.pipeline.columns.layout import complete_output_layout
+from geneva_provider.pipeline.schema_changes import UpdateColumns
+from geneva_provider.pipeline.stages.planning import Exam, plan_fragments, store_plan
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset, Fragment
+
+
+def plan_backfill(
+    table: TableRef,
+    column: str,
+    options: BackfillOptions | None = None,
+    *,
+    store: CheckpointStore | None = None,
+    parallelism: int | None = None,
+    airflow_run_id: str | None = None,
+) -> PlanSummary:
+    """Plans a backfill of ``column``, stores the plan, and returns its small summary."""
+    check_table_ref(table, "table", "plan_backfill")
+    job = f"backfill of table '{table.name}'"
+    options = BackfillOptions.coerce(options, job)
+    store = store or table.checkpoint_store()
+    parallelism = check_count(parallelism, "parallelism", job) or os.cpu_count() or 1
+
+    try:
+        ds = table.dataset(options.read_version)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"backfill of table '{table.name}': read_version {options.read_version}: "
+                                   f"{exc}") from None
+    info = udf_with_inputs(ds, table.name, column)
+    inputs = info.input_columns or []
+    where = options.where or None
+    check_where(ds, where, f"table '{table.name}'")
+    ds = _with_fingerprints(table, ds, column, options.read_version)  # the last check, and the first change
+    fp = fingerprint_column(column)
+    if options.read_version is None:  # values kept by a table changed outside the package: made committable
+        ds = complete_output_layout(table, ds, [column, fp])
+
+    out_leaves = column_leaf_ids(ds, column) + column_leaf_ids(ds, fp)
+    prefix = backfill_prefix(info, column, table.uri)
+    examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
+    fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, info.column_uid, where)
+    spec = JobSpec(
+        kind=JobKind.BACKFILL, table=table.name, table_uri=table.uri, column=column, output_columns=[column, fp],
+        input_columns=inputs, where=where, read_version=ds.version, output_field_ids=out_leaves,
+        column_uid=info.column_uid, data_storage_version=str(ds.data_storage_version), job_prefix=prefix,
+        udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,
+        max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows(),
+        resource_asks=[ResourceAsk(udf=info.name, column=column, resources=info.resources)] if info.resources else [])
+    return store_plan(spec, fragments, work, options, store, parallelism, f"table '{table.name}' column '{column}'",
+                      airflow_run_id)
+
+
+class BackfillExaminer:
+    """Judges a fragment of a backfill: fingerprints of the inputs against the stored ones."""
+
+    def __init__(self, ds: Dataset, inputs: list[str], where: str | None, udf_version: str, fp: str) -> None:
+        self.inputs, self.where, self.seed, self.fp = inputs, where, udf_version, fp
+        self.read_ids = sorted({i for c in inputs for i in column_field_ids(ds, c)})
+        self.fp_ids = column_leaf_ids(ds, fp)
+
+    def src_files(self, frag: Fragment) -> list[str]:
+        return files_holding(frag.metadata, self.read_ids)
+
+    def examine(self, frag: Fragment) -> Exam:
+        if not files_holding(frag.metadata, self.fp_ids):  # never computed here: every row lacks its value
+            live = frag.count_rows()
+            needed = self.selected(frag) if self.where else np.ones(live, bool)
+            return Exam(needed=needed, invalid=live)
+        t = frag.to_table(columns=[*self.inputs, self.fp])
+        current = row_fingerprints([t.column(c) for c in self.inputs], self.seed, t.num_rows)
+        stored = t.column(self.fp).combine_chunks()
+        valid = stored.is_valid().to_numpy(zero_copy_only=False) & np.equal(
+            stored.fill_null(0).to_numpy(zero_copy_only=False), current.to_numpy())
+        invalid = ~valid
+        needed = invalid & self.selected(frag) if self.where else invalid
+        return Exam(needed=needed, invalid=int(invalid.sum()))
+
+    def selected(self, frag: Fragment) -> np.ndarray:
+        """The ``where`` as a mask over the fragment's live rows."""
+        chosen = frag.to_table(columns=[], filter=self.where, with_row_address=True).column("_rowaddr").to_numpy()
+        return np.isin(live_row_addresses(frag), chosen)
+
+
+def backfill_prefix(info: UdfColumnInfo, column: str, table_uri: str) -> str:
+    """The job prefix of a column's backfills; computed values are shared by every filter, so it names none."""
+    return job_prefix(info.name, info.version, column, None, table_uri)
+
+
+def udf_of(ds: Dataset, table: str, column: str) -> UdfColumnInfo:
+    """The UDF recorded on ``column``; ColumnError naming the table if there is none."""
+    if column not in ds.schema.names:
+        raise ColumnError(f"column '{column}' not found in table '{table}' (columns: {user_columns(ds.schema.names)})")
+    info = udf_column_info(ds.schema.field(column).metadata)
+    if info is None:
+        raise ColumnError(f"column '{column}' of table '{table}' is not a UDF column; declare it with add_columns")
+    return info
+
+
+def udf_with_inputs(ds: Dataset, table: str, column: str) -> UdfColumnInfo:
+    """The UDF recorded on ``column``, once its input columns are known to be in ``ds``; ColumnError otherwise."""
+    info = udf_of(ds, table, column)
+    missing = [c for c in info.input_columns or [] if c not in ds.schema.names]
+    if missing:
+        raise ColumnError(f"column '{column}' of table '{table}': UDF input columns {missing} not found "
+                          f"at version {ds.version}")
+    return info
+
+
+def _with_fingerprints(table: TableRef, ds: Dataset, column: str, read_version: int | None) -> Dataset:
+    """The dataset with ``column``'s fingerprint column (declared by add_columns; added here for older tables)."""
+    fp = fingerprint_column(column)
+    if fp in ds.schema.names:
+        if not holds_fingerprints_of(ds.schema.field(fp), column):
+            raise ColumnError(f"column '{column}' of table '{table.name}': the column '{fp}' holding its fingerprints "
+                              "was replaced outside the package by a column of that name: rename or drop it")
+        return ds
+    if read_version is not None:
+        raise InvalidArgumentError(
+            f"column '{column}' of table '{table.name}' has no fingerprint column at version {read_version} (it was "
+            "declared by an older version of airflow-provider-geneva): backfill it once without read_version")
+    UpdateColumns(table).add_fields([fingerprint_field(column)]).commit()
+    return table.dataset()

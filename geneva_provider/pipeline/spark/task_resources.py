@@ -1,0 +1,148 @@
+"""A job's UDF resource asks as a Spark stage-level resource profile, checked against the session first (pipeline).
+
+A UDF that asks for GPUs, cores or memory (``@udf(num_gpus=1)``) has its apply tasks run under a
+task-only ``ResourceProfile``: Spark then starts a task only where its resources are free, so
+with 2 GPUs and ``num_gpus=1`` at most 2 tasks run at once whatever the cores.  Spark honours
+such profiles only on a standalone, YARN or Kubernetes master (``local-cluster[...]`` too) with
+dynamic allocation off, and only for resources its executors declare; asked otherwise it refuses
+at job submission with a Java error, or -- for memory, which a task-only profile cannot ask for --
+runs unconstrained.  So the session's settings are read first (``spark.conf.get`` works over
+Spark Connect too) and a session that cannot give what a UDF asks fails here, before any Spark
+job, with :class:`ResourceUnavailableError` naming the UDF, its ask, the offer and the fix.
+
+Memory is honoured as a per-task budget: executors must have at least the asked memory, and the
+task's cores are raised so that no more tasks share an executor than its memory holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+from geneva_provider.core.errors import ResourceUnavailableError
+from geneva_provider.core.resources import ResourceAsk, UDFResources, format_size, parse_size, task_resources
+from geneva_provider.pipeline.spark.runner import is_connect
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import SparkSession
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EXECUTOR_MEMORY = "1g"  # Spark's default spark.executor.memory
+
+
+def resource_profile(spark: SparkSession, asks: list[ResourceAsk], label: str) -> Any | None:
+    """The task-only ResourceProfile a job's tasks run under; None when no UDF asks for anything.
+
+    ResourceUnavailableError (before any Spark job) when the session cannot give an ask.
+    """
+    resources = task_resources(asks)
+    if resources is None:
+        return None
+    offer = SessionOffer.of(spark)
+    for ask in asks:
+        offer.check(ask, label)
+    cpus = offer.cpus_for(resources)
+    from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+
+    requests = TaskResourceRequests().cpus(cpus)
+    if resources.num_gpus is not None:
+        requests = requests.resource("gpu", resources.num_gpus)
+    log.info("%s: tasks run under a Spark resource profile of %d cpus%s per task (%s)", label, cpus,
+             f", {resources.num_gpus:g} gpu" if resources.num_gpus is not None else "",
+             "; ".join(a.describe() for a in asks))
+    profile = ResourceProfileBuilder().require(requests).build
+    if is_connect(spark):
+        _register_over_connect(spark, profile)
+    return profile
+
+
+def _register_over_connect(spark: Any, profile: Any) -> None:
+    """Creates ``profile`` on ``spark``'s Connect server and gives it the id the server returned.
+
+    pyspark registers a profile when its ``id`` is first read, on the process's *active* Connect
+    session, and only when the process runs in Connect mode (``SPARK_CONNECT_MODE_ENABLED``);
+    a job's session is the one it was handed, so it is registered there, explicitly.
+    """
+    import pyspark.sql.connect.proto as pb2
+
+    tasks = {name: pb2.TaskResourceRequest(resource_name=req.resourceName, amount=req.amount)
+             for name, req in profile.taskResources.items()}
+    profile._id = spark.client._create_profile(pb2.ResourceProfile(task_resources=tasks))
+
+
+class SessionOffer:
+    """What a Spark session's settings say its executors offer to a task profile."""
+
+    def __init__(self, conf: dict[str, str | None]) -> None:
+        self.conf = conf
+
+    @classmethod
+    def of(cls, spark: SparkSession) -> SessionOffer:
+        keys = ["spark.master", "spark.dynamicAllocation.enabled", "spark.executor.cores", "spark.executor.memory",
+                "spark.executor.resource.gpu.amount", "spark.executor.resource.gpu.discoveryScript",
+                "spark.executor.resource.gpu.vendor", "spark.resources.discoveryPlugin"]
+        if is_connect(spark):
+            return cls({k: spark.conf.get(k, None) for k in keys})
+        conf = spark.sparkContext.getConf()
+        return cls({k: conf.get(k, None) for k in keys})
+
+    def check(self, ask: ResourceAsk, label: str) -> None:
+        """ResourceUnavailableError naming the UDF when this session cannot give ``ask``."""
+        master = self.conf["spark.master"] or ""
+        if master.startswith("local") and not master.startswith("local-cluster"):
+            self._refuse(ask, label, f"the session's master is '{master}', where Spark runs no task resource "
+                         "profiles", "run it on a standalone, YARN or Kubernetes cluster, or on this machine with "
+                         "geneva_provider.stages.local_session(gpus=N) (a local-cluster master with GPUs)")
+        if (self.conf["spark.dynamicAllocation.enabled"] or "").lower() == "true":
+            self._refuse(ask, label, "the session has dynamic allocation on (spark.dynamicAllocation.enabled=true), "
+                         "under which Spark runs no task-only resource profiles",
+                         "set spark.dynamicAllocation.enabled=false for the job's session")
+        want = ask.resources
+        if want.num_gpus is not None:
+            self._check_gpus(ask, label, want.num_gpus)
+        cores = self.conf["spark.executor.cores"]
+        if want.num_cpus is not None and cores is not None and want.num_cpus > int(cores):
+            self._refuse(ask, label, f"the session's executors have {cores} cores (spark.executor.cores)",
+                         f"give executors at least {want.num_cpus} cores, or ask for fewer")
+        if want.memory is not None and want.memory > self.executor_memory:
+            self._refuse(ask, label, f"the session's executors have {format_size(self.executor_memory)} of memory "
+                         f"(spark.executor.memory={self.conf['spark.executor.memory'] or DEFAULT_EXECUTOR_MEMORY})",
+                         f"set spark.executor.memory to at least {format_size(want.memory)}, or ask for less")
+
+    def _check_gpus(self, ask: ResourceAsk, label: str, gpus: float) -> None:
+        amount = self.conf["spark.executor.resource.gpu.amount"]
+        if amount is None:
+            self._refuse(ask, label, "the session's executors declare no GPUs (spark.executor.resource.gpu.amount "
+                         "is not set)", "set spark.executor.resource.gpu.amount and "
+                         "spark.executor.resource.gpu.discoveryScript (the worker's too on a standalone cluster), "
+                         "or use geneva_provider.stages.local_session(gpus=N) on this machine")
+        if not any(self.conf[k] for k in ("spark.executor.resource.gpu.discoveryScript",
+                                           "spark.executor.resource.gpu.vendor", "spark.resources.discoveryPlugin")):
+            self._refuse(ask, label, f"the session's executors declare {amount} GPUs but no way to find them "
+                         "(no spark.executor.resource.gpu.discoveryScript)",
+                         "set spark.executor.resource.gpu.discoveryScript to a script that lists the GPUs")
+        if gpus > float(amount or 0):
+            self._refuse(ask, label, f"the session's executors have {amount} GPUs each "
+                         "(spark.executor.resource.gpu.amount)",
+                         f"ask for at most {amount} GPUs per task, or give executors at least {gpus:g}")
+
+    @property
+    def executor_memory(self) -> int:
+        text = self.conf["spark.executor.memory"] or DEFAULT_EXECUTOR_MEMORY
+        return parse_size(text if text[-1:].isalpha() else f"{text}m", "spark.executor.memory")  # bare: MiB
+
+    def cpus_for(self, resources: UDFResources) -> int:
+        """The task's cores: the ask (default 1), raised so an executor's tasks fit in its memory."""
+        cpus = resources.num_cpus or 1
+        cores = self.conf["spark.executor.cores"]
+        if resources.memory is not None and cores is not None:
+            fit = max(self.executor_memory // resources.memory, 1)  # tasks whose memory an executor holds
+            cpus = max(cpus, math.ceil(int(cores) / fit))
+        return cpus
+
+    @staticmethod
+    def _refuse(ask: ResourceAsk, label: str, offer: str, change: str) -> None:
+        raise ResourceUnavailableError(f"{label}: {ask.describe()}, but {offer}: {change}. Nothing was computed "
+                                       "or written.")

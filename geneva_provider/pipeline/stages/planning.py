@@ -1,0 +1,313 @@
+"""Planning shared by backfills and view refreshes: decide each fragment, cut tasks, store the plan.
+
+A value is valid while its stored fingerprint equals the fingerprint of the row's current inputs
+(:mod:`geneva_provider.core.fingerprints`), so the planner decides row by row, wherever rows now
+live -- after appends, deletes, updates, merges and compactions alike.  To keep a plan proportional
+to what changed, a fragment whose files are those of a fragment already known valid (the job's
+:class:`~geneva_provider.core.contracts.models.Ledger`) is not read at all; the others are examined by the
+job's :class:`Examiner`, which reads inputs and fingerprints but runs no UDF.
+
+The plan is stored as a :class:`~geneva_provider.core.contracts.models.Plan` in the checkpoint store; XCom
+carries only its :class:`~geneva_provider.core.contracts.models.PlanSummary`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from geneva_provider.core.contracts.models import (
+    Action,
+    ColumnPlan,
+    CompactionPlan,
+    ExpandPlan,
+    ExpandTask,
+    FragmentCheckpoint,
+    FragmentPlan,
+    JobPlan,
+    JobRecord,
+    JobSpec,
+    Ledger,
+    PlanSettings,
+    PlanSummary,
+    StagedFiles,
+    Task,
+    TaskPart,
+    plan_from_json,
+    plan_of,
+)
+from geneva_provider.core.contracts.options import JobOptions
+from geneva_provider.core.errors import CorruptCheckpointError, InvalidArgumentError
+from geneva_provider.core.fingerprints import is_fingerprint_column
+from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
+from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_runs
+from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open_store, split_key_uri
+from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix, new_job_id, src_files_key
+from geneva_provider.pipeline.stages.job_records import check_leases, start_record, take_over
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset, Fragment, FragmentMeta
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Exam:
+    """Which live rows of a fragment need a value (in scan order), and how many hold none valid at all."""
+
+    needed: np.ndarray  # bool per live row: selected by the job and without a valid value
+    invalid: int        # live rows without a valid value, selected or not
+
+
+class Examiner(Protocol):
+    """How a kind of job judges a fragment."""
+
+    def src_files(self, frag: Fragment) -> list[str]:
+        """The files the fragment's values are computed from (what batch checkpoints are keyed by)."""
+
+    def examine(self, frag: Fragment) -> Exam:
+        """Reads inputs and fingerprints (no UDF) and says which rows need a value."""
+
+
+def validity_signature(src_files: list[str], fragment_meta: FragmentMeta, out_leaves: list[int]) -> list[str]:
+    """Every file that decides a fragment's validity: what its values are computed from, and the values."""
+    return sorted(set(src_files) | set(files_holding(fragment_meta, out_leaves)))
+
+
+def load_ledger(store: CheckpointStore, job: str) -> Ledger:
+    jobs = JobStore(store)
+    if not jobs.has_ledger(job):
+        return Ledger()
+    try:
+        return jobs.ledger(job)
+    except (ValueError, KeyError, OSError):  # a cache: an unreadable one is simply rebuilt
+        return Ledger()
+
+
+def record_valid(store: CheckpointStore, job: str, signatures: dict[int, list[str]]) -> None:
+    """Adds fragments known fully valid to the job's ledger (read, merged, written back)."""
+    if not signatures:
+        return
+    ledger = load_ledger(store, job)
+    ledger.fragments.update(signatures)
+    JobStore(store).put_ledger(job, ledger)
+
+
+def plan_fragments(
+    ds: Dataset,
+    store: CheckpointStore,
+    job: str,
+    examiner: Examiner,
+    out_leaves: list[int],
+    column_uid: str,
+    where: str | None,
+) -> tuple[list[FragmentPlan], list[tuple[int, list[tuple[int, int]]]]]:
+    """Decides each fragment, and the runs of live-row positions still to compute per fragment.
+
+    Rows whose value a batch checkpoint of the same inputs already holds are not planned again,
+    whatever filter the job that computed them had.
+    """
+    ledger = load_ledger(store, job)
+    keys_by_frag: dict[tuple[str, int], list[BatchKey]] = {}
+    for bk in JobStore(store).batches(job):
+        keys_by_frag.setdefault((bk.prefix, bk.frag_id), []).append(bk)
+    staged = staged_files(store, job)
+
+    fragments: list[FragmentPlan] = []
+    work: list[tuple[int, list[tuple[int, int]]]] = []
+    newly_valid: dict[int, list[str]] = {}
+    for frag in ds.get_fragments():
+        fid = frag.fragment_id
+        src_files = examiner.src_files(frag)
+        signature = validity_signature(src_files, frag.metadata, out_leaves)
+        out_file = output_files(frag.metadata, out_leaves)
+        common = {"id": fid, "physical_rows": frag.physical_rows, "src_files": src_files, "base_file": out_file}
+        if ledger.fragments.get(fid) == signature:
+            fragments.append(FragmentPlan(**common, rows=frag.count_rows(), action=Action.DONE))
+            continue
+        reusable = next((c for c in staged.get(fid, ()) if _reusable(c, src_files, out_leaves, column_uid,
+                                                                       out_file, where)), None)
+        if reusable is not None:
+            fragments.append(FragmentPlan(**common, rows=reusable.rows, action=Action.REUSE, file=reusable.file,
+                                          complete=reusable.complete))
+            continue
+        exam = examiner.examine(frag)
+        if exam.invalid == 0:
+            newly_valid[fid] = signature
+            fragments.append(FragmentPlan(**common, rows=len(exam.needed), action=Action.DONE))
+            continue
+        needed = int(exam.needed.sum())
+        if needed == 0:
+            fragments.append(FragmentPlan(**common, rows=0, action=Action.EMPTY))
+            continue
+        src_key = src_files_key(src_files)
+        needed_runs = runs_of(exam.needed)
+        todo = exam.needed
+        keys = keys_by_frag.get((batch_prefix(job, src_key=src_key), fid))
+        if keys:
+            todo = todo & ~np.isin(live_row_addresses(frag), checkpointed_addresses(store, keys))
+        fragments.append(FragmentPlan(**common, rows=needed, action=Action.COMPUTE, src_key=src_key,
+                                      needed=needed_runs, complete=needed == exam.invalid))
+        todo_runs = needed_runs if todo is exam.needed else runs_of(todo)
+        if todo_runs:
+            work.append((fid, todo_runs))
+    record_valid(store, job, newly_valid)
+    return fragments, work
+
+
+def checkpointed_addresses(store: CheckpointStore, keys: list[BatchKey]) -> np.ndarray:
+    """Row addresses the batch checkpoints ``keys`` hold a value for (a skipped row holds none)."""
+    parts = []
+    for bk in keys:
+        try:
+            if not bk.partial:
+                parts.append(store.get_columns(bk.key(), [ROWADDR]).column(ROWADDR).to_numpy())
+                continue
+            table = store[bk.key()]
+        except CorruptCheckpointError as exc:
+            discard_corrupt(store, bk.key(), exc)
+            continue
+        # The job's own fingerprint comes last (a view's row fingerprint follows its UDF columns' ones).
+        fp = [name for name in table.column_names if is_fingerprint_column(name)][-1]
+        parts.append(table.filter(table.column(fp).is_valid()).column(ROWADDR).to_numpy())
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+
+
+def discard_corrupt(store: CheckpointStore, key: str, exc: Exception) -> None:
+    """Removes a truncated or unreadable checkpoint, so its rows are planned and computed again."""
+    log.warning("%s; removing it: its rows will be computed again", exc)
+    store.delete(key)
+
+
+def store_plan(
+    job: JobSpec,
+    fragments: list[FragmentPlan],
+    work: list[tuple[int, list[tuple[int, int]]]],
+    options: JobOptions,
+    store: CheckpointStore,
+    parallelism: int,
+    label: str,
+    airflow_run_id: str | None = None,
+) -> PlanSummary:
+    """Cuts the work into tasks, stores the plan document and the job's record, and returns its summary."""
+    src_keys = {f.id: f.src_key for f in fragments if f.src_key is not None}
+    runs = dict(work)
+    counts = [(fid, count_of(r)) for fid, r in work]
+    rows_to_compute = sum(n for _, n in counts)
+    lo, _ = options.checkpoint_bounds()
+    pieces = pack_tasks(counts, parallelism, lo, options.task_size)
+    # Longest first: Spark launches tasks in partition order, so the big ones start early and
+    # the small ones fill the gaps at the end.
+    tasks = sorted((Task(parts=[TaskPart(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid])
+                                for fid, a, b in piece]) for piece in pieces), key=lambda t: t.rows, reverse=True)
+    # Reused: rows already valid, held by a staged file, or checkpointed by an earlier run.
+    reused = sum(f.rows for f in fragments if f.action is not Action.EMPTY) - rows_to_compute
+    return save_plan(job, fragments, tasks, rows_to_compute, reused, options, store, parallelism, label,
+                     airflow_run_id)
+
+
+def save_plan(
+    job: JobSpec,
+    fragments: list[FragmentPlan] | None,
+    tasks: list[Task] | list[ExpandTask],
+    rows_to_compute: int,
+    reused: int,
+    options: JobOptions,
+    store: CheckpointStore,
+    parallelism: int,
+    label: str,
+    airflow_run_id: str | None = None,
+) -> PlanSummary:
+    """Stores a plan of ready-cut tasks and the job's record (a job that is not live gets none); its summary."""
+    if store.uri is None:
+        raise InvalidArgumentError("the checkpoint store must be reachable from Spark executors (it has no URI)")
+    check_leases()  # before anything is stored
+    lo, hi = options.checkpoint_bounds()
+    now = dt.datetime.now(dt.UTC)
+    job_id = new_job_id(now)
+    settings = PlanSettings(checkpoint_size=options.initial_checkpoint_size(), min_checkpoint_size=lo,
+                            max_checkpoint_size=hi, task_size=options.task_size,
+                            commit_granularity=options.commit_granularity, concurrency=options.concurrency,
+                            parallelism=parallelism, commit_retries=options.commit_retries,
+                            commit_timeout=options.commit_timeout)
+    planned = {"fragments": fragments} if fragments is not None else {}  # a column kind's fragment plans
+    plan = plan_of({**job.model_dump(), "job_id": job_id, "created_at": now.isoformat(), "store_uri": store.uri,
+                    "settings": settings, "tasks": tasks, "rows_to_compute": rows_to_compute, "rows_reused": reused,
+                    **planned})
+    jobs = JobStore(store)
+    summary = plan.summary(jobs.plan_uri(job_id))
+    # Stored even with nothing to do, so every later stage can be handed its URI and be a no-op;
+    # it holds no fragment (compaction and clean-up see no live job) and gets no job record.
+    jobs.put_plan(job_id, plan.model_dump_json(exclude_none=True))
+    if not summary.nothing_to_do:
+        record = JobRecord(
+            job_id=job_id, kind=job.kind, table=job.table, column=job.column, created_at=plan.created_at,
+            updated_at=plan.created_at, read_version=plan.read_version, rows_planned=rows_to_compute,
+            rows_checkpointed=max(sum(f.rows for f in fragments or [] if f.action is Action.COMPUTE) - rows_to_compute,
+                                  0),
+            airflow_run_id=airflow_run_id)
+        start_record(store, record)
+        take_over(store, record)  # a killed run of the same column (or view): this job continues from its checkpoints
+    log.info("plan %s: %s: %s", job_id, label, summary.describe())
+    return summary
+
+
+def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
+              ) -> tuple[ColumnPlan | ExpandPlan | CompactionPlan, CheckpointStore]:
+    """Reads a plan document of any kind and opens the store it lives in."""
+    try:
+        root, key = split_key_uri(plan_uri)
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    store = open_store(root, storage_options)
+    if key not in store:
+        raise InvalidArgumentError(f"plan not found: {plan_uri}")
+    return plan_from_json(store.get_text(key), f"plan {plan_uri}"), store
+
+
+def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> tuple[JobPlan, CheckpointStore]:
+    """Reads the plan of a job that applies, writes and verifies (not a compaction's) and opens its store."""
+    if not isinstance(plan_uri, str) or not plan_uri.strip():
+        raise InvalidArgumentError(f"load_plan: plan_uri must be a plan URI string (a plan summary's plan_uri), "
+                                   f"got {plan_uri!r}")
+    plan, store = open_plan(plan_uri, storage_options)
+    if isinstance(plan, CompactionPlan):
+        raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan, not a backfill or refresh plan")
+    return plan, store
+
+
+def staged_records(store: CheckpointStore, job: str) -> dict[str, StagedFiles]:
+    """The job's staged-files records by key (an unreadable one is removed: its fragments are written again)."""
+    records = {}
+    for staged in JobStore(store).staged_keys(job):
+        key = staged.key()
+        try:
+            records[key] = store.get_model(key, StagedFiles)
+        except KeyError:
+            continue
+        except CorruptCheckpointError as exc:
+            discard_corrupt(store, key, exc)
+    return records
+
+
+def staged_files(store: CheckpointStore, job: str) -> dict[int, list[FragmentCheckpoint]]:
+    """Every file the job's writers staged, by fragment."""
+    files: dict[int, list[FragmentCheckpoint]] = {}
+    for record in staged_records(store, job).values():
+        for fid, ckpt in record.files.items():
+            files.setdefault(fid, []).append(ckpt)
+    return files
+
+
+def _reusable(ckpt: FragmentCheckpoint, src_files: list[str], out_leaves: list[int], column_uid: str,
+              out_file: str | None, where: str | None) -> bool:
+    """A staged file still to commit, while it matches the inputs, the output and the job's filter."""
+    if ckpt.output_field_ids != out_leaves or ckpt.column_uid != column_uid or ckpt.src_data_files != src_files:
+        return False
+    if out_file == ckpt.file.path or ckpt.base_file != out_file:  # committed already, or staged over another file
+        return False
+    return ckpt.complete or ckpt.where == where

@@ -1,0 +1,42 @@
+"""What every Spark stage of a plan runs inside, whoever calls it: an operator, ``Table.backfill``, the stage API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from geneva_provider.core.errors import GenevaError
+from geneva_provider.pipeline.spark.connect import bounded_retries
+from geneva_provider.pipeline.spark.pinned_versions import check_pinned_versions, translate_gone
+from geneva_provider.pipeline.stages.job_records import job_stage
+
+if TYPE_CHECKING:
+    from geneva_provider.core.contracts.kinds import Stage
+    from geneva_provider.core.contracts.models import JobPlan
+    from geneva_provider.core.lib_types import SparkSession
+    from geneva_provider.core.store.checkpoint import CheckpointStore
+
+
+@contextmanager
+def spark_stage(plan: JobPlan, store: CheckpointStore, stage: Stage, spark: SparkSession,
+                storage_options: dict[str, str] | None) -> Iterator[None]:
+    """The stage's job record (RUNNING, then FAILED with the error), around the stage's Spark work.
+
+    Inside the record, so that it says the package's error rather than Spark's: the versions the
+    plan reads are checked first (a clean-up since the plan fails the stage before Spark starts,
+    naming the table and version), a task that meets a version cleaned up meanwhile is reported the
+    same way, and a Spark Connect server that dies fails the stage within a minute
+    (:func:`~geneva_provider.pipeline.spark.connect.bounded_retries`).
+    """
+    with job_stage(store, plan.job_id, stage), bounded_retries(spark):
+        check_pinned_versions(plan, plan.job_id, storage_options)
+        try:
+            yield
+        except GenevaError:
+            raise
+        except Exception as exc:
+            gone = translate_gone(plan, plan.job_id, exc)
+            if gone is None:
+                raise
+            raise gone from exc
