@@ -1,14 +1,43 @@
-"""A view's source at a version, and what happened to it since another: shared by every view's planner."""
+"""A view's source table, at a version, and what happened to it since another: shared by every view's planner
+and by the check of a UDTF view."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.catalog import Catalog, TableResolver
+from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
+from geneva_provider.core.filters import check_where
 from geneva_provider.core.refs import TableRef
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
+
+
+def view_source(view: TableRef, db_uri: str, table: str, resolve: TableResolver | None, doing: str = "refresh"
+                ) -> TableRef:
+    """The source table a view's metadata names (``resolve``: by default a directory database at the recorded
+    URI); TableNotFoundError naming the view when it is gone, so a DAG refreshing many views knows which broke."""
+    resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))
+    try:
+        return resolve(db_uri, table)
+    except TableNotFoundError as exc:
+        raise TableNotFoundError(f"{doing} of view '{view.name}': its source table '{table}' was not "
+                                 f"found ({exc})") from None
+
+
+def readable_source(view: str, source: TableRef, version: int | None, columns: list[str], where: str | None
+                    ) -> Dataset:
+    """The source at ``version`` (latest when None), checked to hold the ``columns`` the view reads and to
+    accept its ``where``, before anything of the view changes."""
+    src = source_at(source, version, view)
+    missing = [c for c in columns if c not in src.schema.names]
+    if missing:  # e.g. a version older than a column the view reads
+        raise InvalidArgumentError(
+            f"refresh of view '{view}': source table '{source.name}' at version {src.version} has no "
+            f"column(s) {missing}, which the view reads; refresh to a version that has them")
+    check_where(src, where, f"view '{view}' at source version {src.version}")
+    return src
 
 
 def source_at(source: TableRef, version: int | None, view: str) -> Dataset:

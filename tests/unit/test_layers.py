@@ -48,7 +48,8 @@ def copy_tree(tmp_path: Path) -> Path:
      "geneva_provider.pipeline.stages.apply -> geneva_provider.hooks.lance"),
     # One job kind using another's code: the kinds are independent folders.
     ("pipeline/udtf/expand.py",
-     "def _plan():\n    from geneva_provider.pipeline.columns.compute import ColumnExecutor\n    return ColumnExecutor\n",
+     "def _plan():\n    from geneva_provider.pipeline.columns.compute import ColumnExecutor\n"
+     "    return ColumnExecutor\n",
      "geneva_provider.pipeline.udtf.expand -> geneva_provider.pipeline.columns.compute"),
     # A generic stage driver reaching into a kind (it asks the registry instead).
     ("pipeline/stages/apply.py",

@@ -8,7 +8,6 @@ input fails before any JVM starts and changes nothing.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,7 +15,7 @@ import numpy as np
 from geneva_provider.core.column_names import user_columns
 from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.contracts.models import JobSpec, PlanSummary, UdfRef
-from geneva_provider.core.contracts.options import BackfillOptions, check_count
+from geneva_provider.core.contracts.options import BackfillOptions
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import (
@@ -33,7 +32,7 @@ from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.core.store.layout import job_prefix
 from geneva_provider.pipeline.columns.layout import complete_output_layout
 from geneva_provider.pipeline.schema_changes import UpdateColumns
-from geneva_provider.pipeline.stages.planning import Exam, plan_fragments, store_plan
+from geneva_provider.pipeline.stages.planning import Exam, PlanCall, plan_fragments, store_plan
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset, Fragment
@@ -52,8 +51,7 @@ def plan_backfill(
     check_table_ref(table, "table", "plan_backfill")
     job = f"backfill of table '{table.name}'"
     options = BackfillOptions.coerce(options, job)
-    store = store or table.checkpoint_store()
-    parallelism = check_count(parallelism, "parallelism", job) or os.cpu_count() or 1
+    call = PlanCall.of(table, job, store=store, parallelism=parallelism, airflow_run_id=airflow_run_id)
 
     try:
         ds = table.dataset(options.read_version)
@@ -72,7 +70,7 @@ def plan_backfill(
     out_leaves = column_leaf_ids(ds, column) + column_leaf_ids(ds, fp)
     prefix = backfill_prefix(info, column, table.uri)
     examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
-    fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, info.column_uid, where)
+    fragments, work = plan_fragments(ds, call.store, prefix, examiner, out_leaves, info.column_uid, where)
     spec = JobSpec(
         kind=JobKind.BACKFILL, table=table.name, table_uri=table.uri, column=column, output_columns=[column, fp],
         input_columns=inputs, where=where, read_version=ds.version, output_field_ids=out_leaves,
@@ -80,8 +78,7 @@ def plan_backfill(
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,
         max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows(),
         resource_asks=[ResourceAsk(udf=info.name, column=column, resources=info.resources)] if info.resources else [])
-    return store_plan(spec, fragments, work, options, store, parallelism, f"table '{table.name}' column '{column}'",
-                      airflow_run_id)
+    return store_plan(spec, fragments, work, options, call, f"table '{table.name}' column '{column}'")
 
 
 class BackfillExaminer:

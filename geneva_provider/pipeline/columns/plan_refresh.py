@@ -19,18 +19,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from geneva_provider.core.catalog import Catalog, TableResolver
+from geneva_provider.core.catalog import TableResolver
 from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.contracts.models import JobSpec, PlanSummary, SourceSpec
-from geneva_provider.core.contracts.options import RefreshOptions, check_count
-from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
-from geneva_provider.core.filters import check_where
+from geneva_provider.core.contracts.options import RefreshOptions
+from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding
 from geneva_provider.core.functions.udf import udf_column_info
@@ -50,9 +48,9 @@ from geneva_provider.pipeline.columns.inputs import udf_info
 from geneva_provider.pipeline.columns.layout import complete_output_layout
 from geneva_provider.pipeline.columns.view_create import matching_row_ids
 from geneva_provider.pipeline.schema_changes import UpdateColumns
-from geneva_provider.pipeline.source_versions import only_appends, source_at
+from geneva_provider.pipeline.source_versions import only_appends, readable_source, view_source
 from geneva_provider.pipeline.stages.kinds import view_kind
-from geneva_provider.pipeline.stages.planning import Exam, plan_fragments, store_plan
+from geneva_provider.pipeline.stages.planning import Exam, PlanCall, plan_fragments, store_plan
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset, Fragment
@@ -81,37 +79,18 @@ def plan_refresh(
     check_table_ref(view, "view", "plan_refresh")
     job = f"refresh of view '{view.name}'"
     options = RefreshOptions.coerce(options, job)
-    check_count(parallelism, "parallelism", job)
+    call = PlanCall.of(view, job, store=store, parallelism=parallelism, airflow_run_id=airflow_run_id,
+                       resolve=resolve)
     planner = view_kind(view.dataset().schema.metadata).planner
-    return planner(view, options, resolve=resolve, store=store, parallelism=parallelism, airflow_run_id=airflow_run_id)
+    return planner(view, options, call)
 
 
-def plan_query_refresh(
-    view: TableRef,
-    options: RefreshOptions,
-    *,
-    resolve: TableResolver | None = None,
-    store: CheckpointStore | None = None,
-    parallelism: int | None = None,
-    airflow_run_id: str | None = None,
-) -> PlanSummary:
+def plan_query_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) -> PlanSummary:
     """Plans a query view's refresh: synchronises the view's rows with the source, then plans the stale values."""
     ds = view.dataset()
-    store = store or view.checkpoint_store()
     info = view_info(ds.schema.metadata, view.name)
-    resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))
-    try:
-        source = resolve(info.base_table_db_uri, info.base_table)
-    except TableNotFoundError as exc:  # say which view needs it: a DAG refreshing many views must know which broke
-        raise TableNotFoundError(f"refresh of view '{view.name}': its source table '{info.base_table}' was not "
-                                 f"found ({exc})") from None
-    src = source_at(source, options.src_version, view.name)
-    missing = [c for c in info.query.source_columns() if c not in src.schema.names]
-    if missing:  # e.g. a version older than a column the view reads
-        raise InvalidArgumentError(
-            f"refresh of view '{view.name}': source table '{info.base_table}' at version {src.version} has no "
-            f"column(s) {missing}, which the view reads; refresh to a version that has them")
-    check_where(src, info.query.where, f"view '{view.name}' at source version {src.version}")
+    source = view_source(view, info.base_table_db_uri, info.base_table, call.resolve)
+    src = readable_source(view.name, source, options.src_version, info.query.source_columns(), info.query.where)
     if not info.stable and src.version != info.base_table_version:
         raise InvalidArgumentError(
             f"view '{view.name}' stores source row addresses (format 1), valid only at source version "
@@ -132,7 +111,7 @@ def plan_query_refresh(
     out_leaves = [i for c in output_columns for i in column_leaf_ids(ds, c)]
     prefix, column_uid = refresh_identity(ds, info, view)
     examiner = RefreshExaminer(ds, src, src_read, column_uid, info.stable)
-    fragments, work = plan_fragments(ds, store, prefix, examiner, out_leaves, column_uid, None)
+    fragments, work = plan_fragments(ds, call.store, prefix, examiner, out_leaves, column_uid, None)
     udf_infos = [udf_column_info(ds.schema.field(c).metadata) for c in udf_cols]
     rows_limits = [u.max_failed_rows for u in udf_infos if u and u.max_failed_rows is not None]
     fraction_limits = [u.max_failed_fraction for u in udf_infos if u and u.max_failed_fraction is not None]
@@ -146,9 +125,8 @@ def plan_query_refresh(
                        for c, u in zip(udf_cols, udf_infos, strict=True) if u is not None and u.resources is not None],
         source=SourceSpec(uri=source.uri, version=src.version, copied=q.columns, udf_columns=udf_cols,
                           read_columns=src_read))
-    return store_plan(spec, fragments, work, options, store, parallelism or os.cpu_count() or 1,
-                      f"view '{view.name}' from source version {src.version} ({added} rows added, "
-                      f"{removed} removed)", airflow_run_id)
+    return store_plan(spec, fragments, work, options, call,
+                      f"view '{view.name}' from source version {src.version} ({added} rows added, {removed} removed)")
 
 
 def refresh_identity(ds: Dataset, info: ViewInfo, view: TableRef) -> tuple[str, str]:

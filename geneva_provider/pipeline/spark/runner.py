@@ -109,7 +109,8 @@ def gpu_cluster(master: str, gpus: int, conf: dict[str, str] | None) -> tuple[st
 
 def discovery_script() -> str:
     """The path of the GPU discovery script the package ships (Spark runs it to list an executor's GPUs)."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "discover_gpus.sh")
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # geneva_provider/
+    path = os.path.join(package, "discover_gpus.sh")
     if not os.access(path, os.X_OK):  # an install that dropped the executable bit
         os.chmod(path, 0o755)
     return path

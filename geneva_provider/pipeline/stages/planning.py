@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -40,7 +41,7 @@ from geneva_provider.core.contracts.models import (
     plan_from_json,
     plan_of,
 )
-from geneva_provider.core.contracts.options import JobOptions
+from geneva_provider.core.contracts.options import JobOptions, check_count
 from geneva_provider.core.errors import CorruptCheckpointError, InvalidArgumentError
 from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
@@ -50,9 +51,30 @@ from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix, 
 from geneva_provider.pipeline.stages.job_records import check_leases, start_record, take_over
 
 if TYPE_CHECKING:
+    from geneva_provider.core.catalog import TableResolver
     from geneva_provider.core.lib_types import Dataset, Fragment, FragmentMeta
+    from geneva_provider.core.refs import TableRef
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PlanCall:
+    """How a plan stage was called, apart from what it plans: where the plan is stored, how wide it is cut,
+    which Airflow run asked, and (for a view) how its source table is found.  Every planner takes one."""
+
+    store: CheckpointStore
+    parallelism: int
+    airflow_run_id: str | None = None
+    resolve: TableResolver | None = None  # a view's source from its metadata; None: a directory database
+
+    @classmethod
+    def of(cls, ref: TableRef, job: str, *, store: CheckpointStore | None = None, parallelism: int | None = None,
+           airflow_run_id: str | None = None, resolve: TableResolver | None = None) -> PlanCall:
+        """The call's settings checked (``job`` names it in an error), with their defaults: the table's own
+        checkpoint store, one task per core."""
+        width = check_count(parallelism, "parallelism", job) or os.cpu_count() or 1
+        return cls(store or ref.checkpoint_store(), width, airflow_run_id, resolve)
 
 
 @dataclass
@@ -188,10 +210,8 @@ def store_plan(
     fragments: list[FragmentPlan],
     work: list[tuple[int, list[tuple[int, int]]]],
     options: JobOptions,
-    store: CheckpointStore,
-    parallelism: int,
+    call: PlanCall,
     label: str,
-    airflow_run_id: str | None = None,
 ) -> PlanSummary:
     """Cuts the work into tasks, stores the plan document and the job's record, and returns its summary."""
     src_keys = {f.id: f.src_key for f in fragments if f.src_key is not None}
@@ -199,15 +219,14 @@ def store_plan(
     counts = [(fid, count_of(r)) for fid, r in work]
     rows_to_compute = sum(n for _, n in counts)
     lo, _ = options.checkpoint_bounds()
-    pieces = pack_tasks(counts, parallelism, lo, options.task_size)
+    pieces = pack_tasks(counts, call.parallelism, lo, options.task_size)
     # Longest first: Spark launches tasks in partition order, so the big ones start early and
     # the small ones fill the gaps at the end.
     tasks = sorted((Task(parts=[TaskPart(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid])
                                 for fid, a, b in piece]) for piece in pieces), key=lambda t: t.rows, reverse=True)
     # Reused: rows already valid, held by a staged file, or checkpointed by an earlier run.
     reused = sum(f.rows for f in fragments if f.action is not Action.EMPTY) - rows_to_compute
-    return save_plan(job, fragments, tasks, rows_to_compute, reused, options, store, parallelism, label,
-                     airflow_run_id)
+    return save_plan(job, fragments, tasks, rows_to_compute, reused, options, call, label)
 
 
 def save_plan(
@@ -217,12 +236,11 @@ def save_plan(
     rows_to_compute: int,
     reused: int,
     options: JobOptions,
-    store: CheckpointStore,
-    parallelism: int,
+    call: PlanCall,
     label: str,
-    airflow_run_id: str | None = None,
 ) -> PlanSummary:
     """Stores a plan of ready-cut tasks and the job's record (a job that is not live gets none); its summary."""
+    store = call.store
     if store.uri is None:
         raise InvalidArgumentError("the checkpoint store must be reachable from Spark executors (it has no URI)")
     check_leases()  # before anything is stored
@@ -232,7 +250,7 @@ def save_plan(
     settings = PlanSettings(checkpoint_size=options.initial_checkpoint_size(), min_checkpoint_size=lo,
                             max_checkpoint_size=hi, task_size=options.task_size,
                             commit_granularity=options.commit_granularity, concurrency=options.concurrency,
-                            parallelism=parallelism, commit_retries=options.commit_retries,
+                            parallelism=call.parallelism, commit_retries=options.commit_retries,
                             commit_timeout=options.commit_timeout)
     planned = {"fragments": fragments} if fragments is not None else {}  # a column kind's fragment plans
     plan = plan_of({**job.model_dump(), "job_id": job_id, "created_at": now.isoformat(), "store_uri": store.uri,
@@ -249,7 +267,7 @@ def save_plan(
             updated_at=plan.created_at, read_version=plan.read_version, rows_planned=rows_to_compute,
             rows_checkpointed=max(sum(f.rows for f in fragments or [] if f.action is Action.COMPUTE) - rows_to_compute,
                                   0),
-            airflow_run_id=airflow_run_id)
+            airflow_run_id=call.airflow_run_id)
         start_record(store, record)
         take_over(store, record)  # a killed run of the same column (or view): this job continues from its checkpoints
     log.info("plan %s: %s: %s", job_id, label, summary.describe())

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from geneva_provider.core.catalog import Catalog, TableResolver
+from geneva_provider.core.catalog import TableResolver
 from geneva_provider.core.contracts.models import ViewCheck
-from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError, VerificationError
+from geneva_provider.core.errors import InvalidArgumentError, VerificationError
 from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
 from geneva_provider.core.functions.udtf import UDTFKind
 from geneva_provider.core.refs import TableRef
@@ -29,6 +29,7 @@ from geneva_provider.core.views.udtf_meta import (
     UdtfViewState,
     udtf_view_state,
 )
+from geneva_provider.pipeline.source_versions import view_source
 from geneva_provider.pipeline.udtf.lineage import mark_for_rebuild, recreated_since
 
 if TYPE_CHECKING:
@@ -46,12 +47,7 @@ def check_view(view: TableRef, *, fingerprints: bool = False, resolve: TableReso
     ds = view.dataset()
     state = udtf_view_state(ds.schema.metadata, view.name)
     spec = state.spec
-    resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))
-    try:
-        source = resolve(spec.base_table_db_uri, spec.base_table)
-    except TableNotFoundError as exc:
-        raise TableNotFoundError(f"check of view '{view.name}': its source table '{spec.base_table}' was not "
-                                 f"found ({exc})") from None
+    source = view_source(view, spec.base_table_db_uri, spec.base_table, resolve, "check")
     if not state.refreshed:
         if ds.count_rows():
             mark_for_rebuild(ds)

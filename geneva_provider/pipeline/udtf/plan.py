@@ -17,25 +17,20 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
-from geneva_provider.core.catalog import Catalog, TableResolver
 from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.contracts.models import ExpandPart, ExpandTask, JobSpec, PlanSummary, UdtfWork
-from geneva_provider.core.contracts.options import RefreshOptions, check_count
-from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
-from geneva_provider.core.filters import check_where
+from geneva_provider.core.contracts.options import RefreshOptions
 from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding
 from geneva_provider.core.functions.udtf import UDTFKind, load_udtf
 from geneva_provider.core.ranges import positions_of
-from geneva_provider.core.refs import TableRef, check_table_ref
+from geneva_provider.core.refs import TableRef
 from geneva_provider.core.resources import ResourceAsk
-from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.core.store.layout import job_prefix, md5_hex
 from geneva_provider.core.views.meta import SOURCE_ROW_ID
 from geneva_provider.core.views.udtf_meta import (
@@ -46,8 +41,8 @@ from geneva_provider.core.views.udtf_meta import (
     UdtfViewState,
     udtf_view_state,
 )
-from geneva_provider.pipeline.source_versions import only_appends, source_at
-from geneva_provider.pipeline.stages.planning import save_plan
+from geneva_provider.pipeline.source_versions import only_appends, readable_source, view_source
+from geneva_provider.pipeline.stages.planning import PlanCall, save_plan
 from geneva_provider.pipeline.udtf.check import doubled_pairs
 from geneva_provider.pipeline.udtf.lineage import mark_refreshed, recreated_since, transaction_of, unfinished_refresh
 
@@ -68,41 +63,16 @@ def id_runs(ids: np.ndarray) -> list[tuple[int, int]]:
     return [(int(ids[s]), int(ids[e - 1]) + 1) for s, e in zip(starts, ends, strict=True)]
 
 
-def plan_udtf_refresh(
-    view: TableRef,
-    options: RefreshOptions | None = None,
-    *,
-    resolve: TableResolver | None = None,
-    store: CheckpointStore | None = None,
-    parallelism: int | None = None,
-    airflow_run_id: str | None = None,
-) -> PlanSummary:
+def plan_udtf_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) -> PlanSummary:
     """Plans a chunker or batch-UDTF view refresh (nothing is written but, when nothing changed, the
     source version the view is now known to match)."""
-    check_table_ref(view, "view", "plan_refresh")
-    job = f"refresh of view '{view.name}'"
-    options = RefreshOptions.coerce(options, job)
-    check_count(parallelism, "parallelism", job)
-    store = store or view.checkpoint_store()
     ds = view.dataset()
     state = udtf_view_state(ds.schema.metadata, view.name)
     spec = state.spec
-    resolve = resolve or (lambda db_uri, name: Catalog(db_uri, view.storage_options).ref(name))
-    try:
-        source = resolve(spec.base_table_db_uri, spec.base_table)
-    except TableNotFoundError as exc:
-        raise TableNotFoundError(f"refresh of view '{view.name}': its source table '{spec.base_table}' was not "
-                                 f"found ({exc})") from None
-    src = source_at(source, options.src_version, view.name)
-    missing = [c for c in spec.read_columns() if c not in src.schema.names]
-    if missing:
-        raise InvalidArgumentError(
-            f"refresh of view '{view.name}': source table '{spec.base_table}' at version {src.version} has no "
-            f"column(s) {missing}, which the view reads; refresh to a version that has them")
-    check_where(src, spec.where, f"view '{view.name}' at source version {src.version}")
+    source = view_source(view, spec.base_table_db_uri, spec.base_table, call.resolve)
+    src = readable_source(view.name, source, options.src_version, spec.read_columns(), spec.where)
     fn = load_udtf(state.pickle)
     seed = state.seed()
-    parallelism = parallelism or os.cpu_count() or 1
     work = UdtfWork(source_uri=source.uri, source_version=src.version, base_version=state.base_version,
                     read_columns=spec.read_columns(),
                     max_rows_per_fragment=options.max_rows_per_fragment or spec.max_rows_per_fragment,
@@ -124,7 +94,7 @@ def plan_udtf_refresh(
         # the source version (and table) -- never by the view's version, which the refresh's own partial
         # commits move: a rerun after a kill finds every checkpoint the killed run wrote.  CHECKPOINTS names
         # what a checkpoint holds, so a refresh never takes one an older release wrote in another form.
-        tasks = _cut(id_runs(expand), size, parallelism,
+        tasks = _cut(id_runs(expand), size, call.parallelism,
                      f"{CHECKPOINTS}:{seed}:{state.generation}:{src.version}:{work.source_transaction}")
         rows, label = len(expand), f"{len(expand):,} parents to expand, {len(delete):,} whose rows go"
     else:
@@ -145,8 +115,8 @@ def plan_udtf_refresh(
         # Nothing to expand or delete at this version: the view now matches it (the next refresh starts here).
         mark_refreshed(ds, work, state.pending)
         spec_job = spec_job.model_copy(update={"read_version": view.dataset().version})
-    return save_plan(spec_job, None, tasks, rows, 0, options, store, parallelism,
-                     f"view '{view.name}' of {fn.label} from source version {src.version} ({label})", airflow_run_id)
+    return save_plan(spec_job, None, tasks, rows, 0, options, call,
+                     f"view '{view.name}' of {fn.label} from source version {src.version} ({label})")
 
 
 CHECKPOINTS = "fragments"  # a UDTF checkpoint names the uncommitted fragments holding its rows
