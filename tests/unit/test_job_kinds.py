@@ -58,7 +58,7 @@ def test_no_stage_or_clean_up_compares_job_kinds_outside_the_registry():
 
 def _fields(kind: JobKind, **extra):
     settings = PlanSettings(checkpoint_size=10, min_checkpoint_size=1, max_checkpoint_size=100, parallelism=2)
-    return {"kind": kind, "table": "t", "table_uri": "/tmp/t.lance", "output_columns": ["y"], "read_version": 1,
+    return {"kind": kind, "table": "t", "table_uri": "/tmp/t.lance", "outputs": [{"columns": ["y"]}], "read_version": 1,
             "output_field_ids": [], "column_uid": "u", "data_storage_version": "2.0", "job_prefix": "p",
             "job_id": "j", "created_at": "2026-01-01T00:00:00+00:00", "store_uri": "/tmp/s", "settings": settings,
             "tasks": [], "rows_to_compute": 0, "rows_reused": 0, **extra}

@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from geneva_provider.core.contracts.error_payload import ErrorPayload
 from geneva_provider.core.contracts.kinds import EventStatus, JobKind, RowOutcome, Stage
 from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
 from geneva_provider.core.resources import ResourceAsk
 
-PLAN_FORMAT = 4  # 4: plans are a union discriminated by kind; a UDTF refresh's tasks are ExpandTasks
+PLAN_FORMAT = 4  # 4: plans are a union discriminated by kind; a UDTF refresh's tasks are ExpandTasks; outputs in groups
 
 
 class _Model(BaseModel):
@@ -183,6 +183,33 @@ class PlanSettings(_Model):
     commit_timeout: int | None = None
 
 
+class OutputGroup(_Model):
+    """Output columns a job writes together, and the fingerprint column that tells while their values are valid.
+
+    A UDF column's group is its column -- N columns for a multi-output UDF -- with the UDF's fingerprint
+    column (the fingerprint of the inputs the values were computed from).  A group without a fingerprint
+    has none of its own: a view's copied columns are copied again whenever the row's fingerprint says the
+    row is stale, a UDTF's rows carry their parent's fingerprint in columns of their own.
+    """
+
+    columns: list[str] = Field(min_length=1)
+    fingerprint: str | None = None
+
+
+def output_layout(groups: Sequence[OutputGroup], row_fingerprint: str | None) -> list[str]:
+    """The flat list of output columns, in the order a job's column files hold them.
+
+    The value columns of every group, then their fingerprint columns, and the group whose fingerprint
+    is the row fingerprint last, whole: ``[column, fingerprint]`` for a backfill; ``[copied..., udf
+    columns..., their fingerprints..., __is_set, row fingerprint]`` for a view refresh -- the layout
+    of the files already committed, so a later commit replaces them field for field.
+    """
+    rows = [g for g in groups if row_fingerprint is not None and g.fingerprint == row_fingerprint]
+    others = [g for g in groups if g not in rows]
+    return [*(c for g in others for c in g.columns), *(g.fingerprint for g in others if g.fingerprint is not None),
+            *(c for g in rows for c in g.columns), *(g.fingerprint for g in rows if g.fingerprint is not None)]
+
+
 class JobSpec(_Model):
     """What a job computes and where: everything a stage needs except the per-fragment plan."""
 
@@ -190,7 +217,8 @@ class JobSpec(_Model):
     table: str
     table_uri: str
     column: str | None = None
-    output_columns: list[str]
+    outputs: list[OutputGroup] = Field(min_length=1)  # the columns the job writes, by fingerprint
+    row_fingerprint: str | None = None  # the fingerprint the planner checks row by row (a group's); apply writes it
     input_columns: list[str] = Field(default_factory=list)
     where: str | None = None
     read_version: int
@@ -206,6 +234,39 @@ class JobSpec(_Model):
     rows_total: int = 0                       # live rows of the table at the read version
     resource_asks: list[ResourceAsk] = Field(default_factory=list)  # the UDFs' CPU / GPU / memory needs per task
     udtf: UdtfWork | None = None  # a UDTF view refresh: its source and deletions
+
+    @model_validator(mode="after")
+    def _one_row_group(self) -> JobSpec:
+        fingerprints = [g.fingerprint for g in self.outputs if g.fingerprint is not None]
+        columns = [c for g in self.outputs for c in g.columns]
+        if len(set(fingerprints)) != len(fingerprints) or len(set(columns)) != len(columns):
+            raise ValueError(f"output groups {[g.model_dump() for g in self.outputs]} name a column twice")
+        if self.row_fingerprint is not None and self.row_fingerprint not in fingerprints:
+            raise ValueError(f"row fingerprint '{self.row_fingerprint}' is no output group's fingerprint")
+        return self
+
+    @property
+    def output_columns(self) -> list[str]:
+        """Every output column, flat, in the order the job's column files hold them (:func:`output_layout`)."""
+        return output_layout(self.outputs, self.row_fingerprint)
+
+    @property
+    def row_fingerprint_column(self) -> str:
+        """The row fingerprint's column: the planner judges rows by it, apply writes the inputs' fingerprints to it."""
+        if self.row_fingerprint is None:
+            raise InvalidArgumentError(f"the {self.label()} has no row fingerprint: it computes no column values")
+        return self.row_fingerprint
+
+    @property
+    def row_group(self) -> OutputGroup:
+        """The group whose fingerprint is the row fingerprint (a backfill's: its UDF's columns)."""
+        fingerprint = self.row_fingerprint_column
+        return next(g for g in self.outputs if g.fingerprint == fingerprint)
+
+    @property
+    def value_columns(self) -> list[str]:
+        """Every output column that holds values, not fingerprints."""
+        return [c for g in self.outputs for c in g.columns]
 
     def label(self) -> str:
         """How logs and errors name the job."""

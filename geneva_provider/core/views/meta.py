@@ -14,12 +14,14 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from geneva_provider.core.contracts.models import OutputGroup, output_layout
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.functions.udf import UDF
 
 SOURCE_ROW_ID = "__source_row_id"
 IS_SET = "__is_set"
+ROW_FINGERPRINT = fingerprint_column(None)  # a view row's fingerprint: of every source column the view reads
 # The schema-metadata keys; "source_next_row_id": source rows below this id have been considered.
 META_QUERY, META_BASE_TABLE, META_BASE_DB_URI, META_BASE_VERSION, META_VERSION, META_SCANNED_ROW_ID = (
     f"geneva::view::{key}" for key in ("query", "base_table", "base_table_db_uri", "base_table_version", "version",
@@ -60,15 +62,21 @@ class StoredViewQuery(BaseModel):
         start = self.offset or 0
         return ordered[start:start + self.limit] if self.limit is not None else ordered[start:]
 
-    def output_columns(self) -> list[str]:
-        """The view columns a refresh writes: copied, UDF, each UDF's fingerprints, ``__is_set``, the row's fingerprint.
+    def output_groups(self) -> list[OutputGroup]:
+        """What a refresh writes: copied columns, each UDF column with its fingerprint, ``__is_set`` with the row's.
 
         A UDF column has fingerprints of its own inputs, so a refresh runs it only when they change;
-        copied columns are simply copied again.  The row's fingerprint (of every column the view
-        reads) comes last: it tells the planner which rows need a refresh at all.
+        copied columns have none of their own: they are copied again whenever the row's fingerprint
+        (of every column the view reads) says the row is stale -- and that fingerprint, with
+        ``__is_set``, tells the planner which rows need a refresh at all (:data:`ROW_FINGERPRINT`).
         """
-        udfs = list(self.udf_columns)
-        return [*self.columns, *udfs, *(fingerprint_column(c) for c in udfs), IS_SET, fingerprint_column(None)]
+        copied = [OutputGroup(columns=list(self.columns))] if self.columns else []
+        return [*copied, *(OutputGroup(columns=[c], fingerprint=fingerprint_column(c)) for c in self.udf_columns),
+                OutputGroup(columns=[IS_SET], fingerprint=ROW_FINGERPRINT)]
+
+    def output_columns(self) -> list[str]:
+        """The view columns a refresh writes, flat, in the order its column files hold them."""
+        return output_layout(self.output_groups(), ROW_FINGERPRINT)
 
     def source_columns(self) -> list[str]:
         """Every source column the view reads: copied columns and UDF inputs."""

@@ -109,7 +109,7 @@ class _Checkpointer:
         keep[[f.index for _, f in failures if f.outcome == RowOutcome.SKIPPED]] = False
         if not keep.all():
             fingerprints = pc.if_else(pa.array(keep), fingerprints, pa.scalar(None, fingerprints.type))
-        outputs[self.ctx.job.output_columns[-1]] = fingerprints
+        outputs[self.ctx.job.row_fingerprint_column] = fingerprints
         computed = pa.table({ROWADDR: address, **outputs})
         seconds = time.perf_counter() - t0
         offset = 0

@@ -128,7 +128,7 @@ class ScanInput:
     def __init__(self, ctx: StageContext, ds: Dataset) -> None:
         self.job = ctx.job
         self.ds = ds
-        self.column = ctx.job.output_columns[0]
+        (self.column,) = ctx.job.row_group.columns  # a backfill's one group: its UDF column
         self.fn = udf_for(ds, self.column)
         self.seed = self.job.udf.version if self.job.udf else ""
 

@@ -46,7 +46,7 @@ class _ColumnKind(JobKindSpec[ColumnPlan, Task]):
         return compute.ApplyProgress(plan, store, tasks)
 
     def death_fallback(self, plan: ColumnPlan, tasks: Sequence[Task]) -> str | None:
-        columns = plan.source.udf_columns if plan.source is not None else plan.output_columns[:1]
+        columns = plan.source.udf_columns if plan.source is not None else plan.row_group.columns
         udf = f"UDF '{plan.udf.name}'" if plan.udf is not None else "a UDF"
         frags = sorted({p.frag for t in tasks for p in t.parts})
         shown = f"fragment {frags[0]}" if len(frags) == 1 else f"fragments {shortened(frags)}"

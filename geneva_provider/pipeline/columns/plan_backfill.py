@@ -14,7 +14,7 @@ import numpy as np
 
 from geneva_provider.core.column_names import user_columns
 from geneva_provider.core.contracts.kinds import JobKind
-from geneva_provider.core.contracts.models import JobSpec, PlanSummary, UdfRef
+from geneva_provider.core.contracts.models import JobSpec, OutputGroup, PlanSummary, UdfRef
 from geneva_provider.core.contracts.options import BackfillOptions
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.filters import check_where
@@ -72,7 +72,8 @@ def plan_backfill(
     examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
     fragments, work = plan_fragments(ds, call.store, prefix, examiner, out_leaves, info.column_uid, where)
     spec = JobSpec(
-        kind=JobKind.BACKFILL, table=table.name, table_uri=table.uri, column=column, output_columns=[column, fp],
+        kind=JobKind.BACKFILL, table=table.name, table_uri=table.uri, column=column,
+        outputs=[OutputGroup(columns=[column], fingerprint=fp)], row_fingerprint=fp,
         input_columns=inputs, where=where, read_version=ds.version, output_field_ids=out_leaves,
         column_uid=info.column_uid, data_storage_version=str(ds.data_storage_version), job_prefix=prefix,
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,

@@ -39,6 +39,7 @@ from geneva_provider.core.store.layout import job_prefix
 from geneva_provider.core.views.meta import (
     META_BASE_VERSION,
     META_SCANNED_ROW_ID,
+    ROW_FINGERPRINT,
     SOURCE_ROW_ID,
     ViewInfo,
     query_order,
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FP = fingerprint_column(None)
+FP = ROW_FINGERPRINT
 _CHECKPOINT_LAYOUT = "-fp-per-udf"
 _DELETE_BATCH = 10_000
 
@@ -97,6 +98,7 @@ def plan_query_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) 
             f"{info.base_table_version}, not {src.version}: recreate the source table '{info.base_table}' "
             "with stable row ids (stable_row_ids=True) and the view on it to refresh to other versions")
     q = info.query
+    outputs = q.output_groups()
     output_columns = q.output_columns()
     lacking = [fingerprint_field(of) for of in [None, *q.udf_columns] if fingerprint_column(of) not in ds.schema.names]
     if lacking:  # a view made by an older version of the package: fingerprints, per UDF column too
@@ -116,7 +118,7 @@ def plan_query_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) 
     rows_limits = [u.max_failed_rows for u in udf_infos if u and u.max_failed_rows is not None]
     fraction_limits = [u.max_failed_fraction for u in udf_infos if u and u.max_failed_fraction is not None]
     spec = JobSpec(
-        kind=JobKind.REFRESH, table=view.name, table_uri=view.uri, output_columns=output_columns,
+        kind=JobKind.REFRESH, table=view.name, table_uri=view.uri, outputs=outputs, row_fingerprint=FP,
         read_version=ds.version,
         output_field_ids=out_leaves, column_uid=column_uid, data_storage_version=str(ds.data_storage_version),
         job_prefix=prefix, rows_appended=added, max_failed_rows=min(rows_limits, default=None),

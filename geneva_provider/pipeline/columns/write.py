@@ -108,7 +108,7 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
         except CorruptCheckpointError as exc:
             discard_corrupt(store, key, exc)
             raise CheckpointMissingError(
-                f"columns {job.output_columns[:-1]} of table '{job.table}': {exc}; it was removed and nothing was "
+                f"columns {job.value_columns} of table '{job.table}': {exc}; it was removed and nothing was "
                 "committed from it: run the job again (a new plan computes its rows again)") from None
     fields = writer.fields
     new = pa.concat_tables(parts) if parts else pa.table(
@@ -117,12 +117,12 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
                             entry.physical_rows)
     if len(missing):
         raise CheckpointMissingError(
-            f"columns {job.output_columns[:-1]} of table '{job.table}': fragment {fid} has no checkpoint for "
+            f"columns {job.value_columns} of table '{job.table}': fragment {fid} has no checkpoint for "
             f"{len(missing)} of its {count_of(entry.needed)} planned rows (first row address {int(missing[0])}); "
             "run the apply stage first")
     # A row the UDF's error policy skipped has no fingerprint: the fragment is then not all valid,
     # and a value computed for the row by a later run wins over the skipped one (later wins below).
-    valid = new.column(job.output_columns[-1]).is_valid()
+    valid = new.column(job.row_fingerprint_column).is_valid()
     complete = entry.complete and pc.all(valid).as_py() is not False
     if not complete:
         new = pa.concat_tables([new.filter(pc.invert(valid)), new.filter(valid)])

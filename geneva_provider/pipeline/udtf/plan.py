@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from geneva_provider.core.contracts.kinds import JobKind
-from geneva_provider.core.contracts.models import ExpandPart, ExpandTask, JobSpec, PlanSummary, UdtfWork
+from geneva_provider.core.contracts.models import ExpandPart, ExpandTask, JobSpec, OutputGroup, PlanSummary, UdtfWork
 from geneva_provider.core.contracts.options import RefreshOptions
 from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding
@@ -105,7 +105,8 @@ def plan_udtf_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) -
         label = f"{len(tasks):,} partitions to run, {len(work.delete_partitions):,} whose rows go"
     prefix = job_prefix(f"udtf:{spec.udtf}", spec.version, view.name, spec.where, view.uri)
     spec_job = JobSpec(
-        kind=JobKind.UDTF, table=view.name, table_uri=view.uri, output_columns=list(fn.output_schema.names),
+        kind=JobKind.UDTF, table=view.name, table_uri=view.uri,
+        outputs=[OutputGroup(columns=list(fn.output_schema.names))],
         read_version=ds.version, output_field_ids=[], column_uid=seed,
         data_storage_version=str(ds.data_storage_version), job_prefix=prefix, rows_total=src.count_rows(),
         resource_asks=[ResourceAsk(udf=fn.name, column=view.name, resources=fn.resources)] if fn.resources else [],
