@@ -128,6 +128,7 @@ def test_a_multi_output_udf_is_one_group_of_n_columns():
     ([{"columns": ["y"], "fingerprint": "fp"}], "other", "row fingerprint 'other' is no output group's"),
     ([{"columns": ["y"], "fingerprint": "fp"}, {"columns": ["y"], "fingerprint": "fp2"}], "fp", "twice"),
     ([{"columns": ["y"], "fingerprint": "fp"}, {"columns": ["z"], "fingerprint": "fp"}], "fp", "twice"),
+    ([{"columns": ["y"], "fingerprint": "y"}], "y", "twice"),
     ([{"columns": [], "fingerprint": "fp"}], "fp", "at least 1 item"),
     ([], None, "at least 1 item"),
 ])

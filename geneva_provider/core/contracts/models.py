@@ -236,10 +236,10 @@ class JobSpec(_Model):
     udtf: UdtfWork | None = None  # a UDTF view refresh: its source and deletions
 
     @model_validator(mode="after")
-    def _one_row_group(self) -> JobSpec:
+    def _groups_agree(self) -> JobSpec:
         fingerprints = [g.fingerprint for g in self.outputs if g.fingerprint is not None]
-        columns = [c for g in self.outputs for c in g.columns]
-        if len(set(fingerprints)) != len(fingerprints) or len(set(columns)) != len(columns):
+        names = [*(c for g in self.outputs for c in g.columns), *fingerprints]
+        if len(set(names)) != len(names):
             raise ValueError(f"output groups {[g.model_dump() for g in self.outputs]} name a column twice")
         if self.row_fingerprint is not None and self.row_fingerprint not in fingerprints:
             raise ValueError(f"row fingerprint '{self.row_fingerprint}' is no output group's fingerprint")
