@@ -1,4 +1,8 @@
-"""Running pipeline tasks on Spark: the local session and the task runner (pipeline).
+"""Running pipeline tasks on Spark: the local session and how Spark runs a stage's tasks (pipeline).
+
+The stages reach this through :class:`~geneva_provider.pipeline.spark.task_runner.SparkRunner` (the seam
+is :mod:`~geneva_provider.pipeline.spark.task_runner`; the in-process runner reuses the partitioning
+and the error handling here).
 
 Tasks are small typed models spread with ``parallelize(tasks, n).mapPartitions(fn)`` on a
 classic session, or with ``spark.range(n).mapInArrow(fn)`` over Spark Connect (no RDDs there);
@@ -213,20 +217,19 @@ def run_tasks(
     """
     if not tasks:
         return []
-    partition_fn = _returning_errors(partition_fn)
-    slices = min(len(tasks), concurrency) if concurrency else len(tasks)
-    # One list of tasks per partition, dealt round-robin so (size-sorted) tasks balance out.
-    per_slice = [list(tasks[i::slices]) for i in range(slices)]
+    partition_fn = returning_errors(partition_fn)
+    per_slice = partitions(tasks, concurrency)
+    slices = len(per_slice)
     if is_connect(spark):
         try:
             return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag, profile, spans)
         except Exception as exc:
-            _raise_explained(exc, per_slice, explain)
+            raise_explained(exc, per_slice, explain)
             raise
     sc = spark.sparkContext
     group = f"geneva-{uuid.uuid4().hex[:12]}"
     done = threading.Event()
-    reporter = threading.Thread(target=_report_progress, args=(sc, group, description, done, progress),
+    reporter = threading.Thread(target=report_progress, args=(sc, group, description, done, progress),
                                 daemon=True)
     sc.setJobGroup(group, description)
     if tag:
@@ -234,12 +237,12 @@ def run_tasks(
     reporter.start()
     try:
         if profile is not None:
-            return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
+            return raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
         rdd = sc.parallelize(per_slice, slices)
-        return _raise_task_errors(
+        return raise_task_errors(
             rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect())
     except Exception as exc:
-        _raise_explained(exc, per_slice, explain)
+        raise_explained(exc, per_slice, explain)
         raise
     finally:
         done.set()
@@ -250,18 +253,25 @@ def run_tasks(
         sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
 
 
+def partitions(tasks: Sequence[T], concurrency: int | None) -> list[list[T]]:
+    """One list of tasks per partition: one task each, unless ``concurrency`` asks for fewer partitions;
+    dealt round-robin so (size-sorted) tasks balance out."""
+    slices = min(len(tasks), concurrency) if concurrency else len(tasks)
+    return [list(tasks[i::slices]) for i in range(slices)]
+
+
 def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
                       partition_fn: Callable[[Iterator[T]], Iterable[R]], description: str,
                       progress: Callable[[], str | None] | None, tag: str | None, profile: Any | None,
                       spans: list[tuple[float, float]] | None = None) -> list[R]:
     """The same partitions over Spark Connect (no RDDs there), with the Connect session's tags and progress."""
     done = threading.Event()
-    reporter = threading.Thread(target=_report_progress, args=(None, "", description, done, progress), daemon=True)
+    reporter = threading.Thread(target=report_progress, args=(None, "", description, done, progress), daemon=True)
     if tag:
         spark.addTag(tag)
     reporter.start()
     try:
-        return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
+        return raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
     finally:
         done.set()
         reporter.join()
@@ -333,7 +343,7 @@ def describe_profile(profile: Any) -> str:
     return ", ".join(asks) + " per task" if asks else "(no task resources)"
 
 
-def _raise_explained(exc: Exception, per_slice: list[list[T]],
+def raise_explained(exc: Exception, per_slice: list[list[T]],
                      explain: Callable[[BaseException, list[list[T]]], BaseException | None] | None) -> None:
     """Raises what ``explain`` makes of a failed job instead of Spark's error (logged at debug level), if anything."""
     if explain is None or isinstance(exc, GenevaError):
@@ -356,7 +366,7 @@ class _TaskRaised:
     error: GenevaError
 
 
-def _returning_errors(partition_fn: Callable[[Iterator[T]], Iterable[R]]) -> Callable[[Iterator[T]], Iterator[Any]]:
+def returning_errors(partition_fn: Callable[[Iterator[T]], Iterable[R]]) -> Callable[[Iterator[T]], Iterator[Any]]:
     def run(tasks: Iterator[T]) -> Iterator[Any]:
         try:
             yield from partition_fn(tasks)
@@ -366,7 +376,7 @@ def _returning_errors(partition_fn: Callable[[Iterator[T]], Iterable[R]]) -> Cal
     return run
 
 
-def _raise_task_errors(results: list[Any]) -> list[Any]:
+def raise_task_errors(results: list[Any]) -> list[Any]:
     """The tasks' results; the first package error a task raised is raised instead, with how many tasks failed."""
     raised = [r.error for r in results if isinstance(r, _TaskRaised)]
     if raised:
@@ -456,7 +466,7 @@ def cancel_jobs(spark: SparkSession, job_id: str) -> None:
     spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
 
 
-def _report_progress(sc: SparkContext | None, group: str, description: str, done: threading.Event,
+def report_progress(sc: SparkContext | None, group: str, description: str, done: threading.Event,
                      progress: Callable[[], str | None] | None) -> None:
     tracker = sc.statusTracker() if sc is not None else None
     while not done.wait(PROGRESS_SECONDS):
