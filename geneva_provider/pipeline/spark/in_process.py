@@ -2,13 +2,15 @@
 
 For tests and quick local checks: a backfill, a view refresh or a compaction with no JVM, through
 the very stages and :class:`~geneva_provider.pipeline.spark.task_runner.TaskRunner` seam the Spark
-path uses.  It is not a mock of Spark: what crosses to a Python worker crosses here too.  The
-partition function is cloudpickled (as pyspark sends it) and loaded again for each partition; each
-partition's tasks are pickled before any runs (as ``parallelize`` does -- Spark Connect cloudpickles
-them inside the function, which takes more, so the stricter is used), and every result a partition
-returns is pickled and loaded again (both Spark paths pickle results).  So a task, function or result
-that could not reach a Spark worker or come back fails here as well, with a ``pickle.PicklingError``
-naming the stage and the partition; a package error a task raises comes back as itself, as on Spark.
+path uses.  It is not a mock of Spark: what crosses to a Python worker crosses here too, pickled the
+stricter way of the two Spark paths.  The partition function and each partition's tasks are
+cloudpickled before any task runs (pyspark's classic serializer is cloudpickle; over Spark Connect the
+tasks travel inside the cloudpickled function) and loaded again for each partition; every result a
+partition returns is pickled with plain ``pickle`` and loaded again (the Connect path pickles results
+so; the classic one cloudpickles them, which takes more).  So a task, function or result that could
+not reach a Spark worker or come back fails here as well, with a ``pickle.PicklingError`` naming the
+stage and the partition (pyspark raises ``PicklingError("Could not serialize object: ...")``); a
+package error a task raises comes back as itself, as on Spark.
 
 Partitions run one after another in the calling thread.  What needs a JVM is a no-op or an error:
 
@@ -36,11 +38,11 @@ import cloudpickle
 from geneva_provider.core.errors import InvalidArgumentError, JobCancelledError, ResourceUnavailableError
 from geneva_provider.core.resources import task_resources
 from geneva_provider.pipeline.spark.runner import (
+    explained,
     job_tag,
     partitions,
-    raise_explained,
     raise_task_errors,
-    report_progress,
+    reporting,
     returning_errors,
 )
 
@@ -83,27 +85,19 @@ class InProcessRunner:
         per_slice = partitions(tasks, concurrency)
         # Everything that goes to the workers is pickled before any task runs, as Spark does.
         command = _pickled(cloudpickle.dumps, returning_errors(partition_fn), f"{description}: the partition function")
-        shipped = [_pickled(pickle.dumps, part, f"{description}: the tasks of partition {index}")
+        shipped = [_pickled(cloudpickle.dumps, part, f"{description}: the tasks of partition {index}")
                    for index, part in enumerate(per_slice)]
         stop = self._started(tag)
-        done = threading.Event()
-        reporter = threading.Thread(target=report_progress, args=(None, "", description, done, progress),
-                                    daemon=True)
-        reporter.start()
         results: list[Any] = []
         try:
-            for index, data in enumerate(shipped):
-                start = time.time()
-                results += _run_partition(pickle.loads(command), pickle.loads(data), stop, tag,
-                                          f"{description}: partition {index}")
-                if spans is not None:
-                    spans.append((start, time.time()))
-        except Exception as exc:
-            raise_explained(exc, per_slice, explain)
-            raise
+            with explained(per_slice, explain), reporting(description, progress):
+                for index, data in enumerate(shipped):
+                    start = time.time()
+                    results += _run_partition(pickle.loads(command), pickle.loads(data), stop, tag,
+                                              f"{description}: partition {index}")
+                    if spans is not None:
+                        spans.append((start, time.time()))
         finally:
-            done.set()
-            reporter.join()
             self._ended(tag, stop)
         return raise_task_errors(results)
 

@@ -22,6 +22,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -221,32 +222,22 @@ def run_tasks(
     per_slice = partitions(tasks, concurrency)
     slices = len(per_slice)
     if is_connect(spark):
-        try:
+        with explained(per_slice, explain):
             return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag, profile, spans)
-        except Exception as exc:
-            raise_explained(exc, per_slice, explain)
-            raise
     sc = spark.sparkContext
     group = f"geneva-{uuid.uuid4().hex[:12]}"
-    done = threading.Event()
-    reporter = threading.Thread(target=report_progress, args=(sc, group, description, done, progress),
-                                daemon=True)
     sc.setJobGroup(group, description)
     if tag:
         sc.addJobTag(tag)
-    reporter.start()
     try:
-        if profile is not None:
-            return raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
-        rdd = sc.parallelize(per_slice, slices)
-        return raise_task_errors(
-            rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect())
-    except Exception as exc:
-        raise_explained(exc, per_slice, explain)
-        raise
+        with explained(per_slice, explain), reporting(description, progress, sc, group):
+            if profile is not None:
+                return raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description,
+                                                             spans))
+            rdd = sc.parallelize(per_slice, slices)
+            return raise_task_errors(
+                rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect())
     finally:
-        done.set()
-        reporter.join()
         if tag:
             sc.removeJobTag(tag)
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type] # None unsets (typed as str)
@@ -260,21 +251,43 @@ def partitions(tasks: Sequence[T], concurrency: int | None) -> list[list[T]]:
     return [list(tasks[i::slices]) for i in range(slices)]
 
 
+@contextmanager
+def reporting(description: str, progress: Callable[[], str | None] | None, sc: SparkContext | None = None,
+              group: str = "") -> Iterator[None]:
+    """While the block runs, logs every few seconds what ``progress`` returns, else the task counts of the
+    Spark job group ``group`` (none without a SparkContext)."""
+    done = threading.Event()
+    reporter = threading.Thread(target=_report_progress, args=(sc, group, description, done, progress), daemon=True)
+    reporter.start()
+    try:
+        yield
+    finally:
+        done.set()
+        reporter.join()
+
+
+@contextmanager
+def explained(per_slice: list[list[T]],
+              explain: Callable[[BaseException, list[list[T]]], BaseException | None] | None) -> Iterator[None]:
+    """Raises what ``explain`` makes of an error the block raised instead of it, if anything
+    (:func:`_raise_explained`)."""
+    try:
+        yield
+    except Exception as exc:
+        _raise_explained(exc, per_slice, explain)
+        raise
+
 def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
                       partition_fn: Callable[[Iterator[T]], Iterable[R]], description: str,
                       progress: Callable[[], str | None] | None, tag: str | None, profile: Any | None,
                       spans: list[tuple[float, float]] | None = None) -> list[R]:
     """The same partitions over Spark Connect (no RDDs there), with the Connect session's tags and progress."""
-    done = threading.Event()
-    reporter = threading.Thread(target=report_progress, args=(None, "", description, done, progress), daemon=True)
     if tag:
         spark.addTag(tag)
-    reporter.start()
     try:
-        return raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
+        with reporting(description, progress):
+            return raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
     finally:
-        done.set()
-        reporter.join()
         if tag:
             spark.removeTag(tag)
 
@@ -343,7 +356,7 @@ def describe_profile(profile: Any) -> str:
     return ", ".join(asks) + " per task" if asks else "(no task resources)"
 
 
-def raise_explained(exc: Exception, per_slice: list[list[T]],
+def _raise_explained(exc: Exception, per_slice: list[list[T]],
                      explain: Callable[[BaseException, list[list[T]]], BaseException | None] | None) -> None:
     """Raises what ``explain`` makes of a failed job instead of Spark's error (logged at debug level), if anything."""
     if explain is None or isinstance(exc, GenevaError):
@@ -466,7 +479,7 @@ def cancel_jobs(spark: SparkSession, job_id: str) -> None:
     spark.sparkContext.cancelJobsWithTag(job_tag(job_id))
 
 
-def report_progress(sc: SparkContext | None, group: str, description: str, done: threading.Event,
+def _report_progress(sc: SparkContext | None, group: str, description: str, done: threading.Event,
                      progress: Callable[[], str | None] | None) -> None:
     tracker = sc.statusTracker() if sc is not None else None
     while not done.wait(PROGRESS_SECONDS):
