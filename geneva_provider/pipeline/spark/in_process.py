@@ -9,8 +9,10 @@ tasks travel inside the cloudpickled function) and loaded again for each partiti
 partition returns is pickled with plain ``pickle`` and loaded again (the Connect path pickles results
 so; the classic one cloudpickles them, which takes more).  So a task, function or result that could
 not reach a Spark worker or come back fails here as well, with a ``pickle.PicklingError`` naming the
-stage and the partition (pyspark raises ``PicklingError("Could not serialize object: ...")``); a
-package error a task raises comes back as itself, as on Spark.
+stage and the partition (pyspark raises ``PicklingError("Could not serialize object: ...")`` for a
+function or task, before any task runs; a result that cannot be pickled fails its task, which Spark
+reports as a ``PythonException`` holding pickle's error); a package error a task raises comes back as
+itself, as on Spark.
 
 Partitions run one after another in the calling thread.  What needs a JVM is a no-op or an error:
 
