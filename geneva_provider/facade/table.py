@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from geneva_provider.facade.query import Query
     from geneva_provider.pipeline.jobs import JobControl
     from geneva_provider.pipeline.maintenance.cleanup import CleanupResult
+    from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
 
 class Table:
@@ -196,7 +197,7 @@ class Table:
         src_version: int | None = None,
         max_rows_per_fragment: int | None = None,
         *,
-        spark: SparkSession | None = None,
+        spark: SparkSession | TaskRunner | None = None,
         checkpoint_store: CheckpointStore | None = None,
         progress: bool | None = None,
         **options: Any,
@@ -220,7 +221,7 @@ class Table:
         src_version: int | None = None,
         max_rows_per_fragment: int | None = None,
         *,
-        spark: SparkSession | None = None,
+        spark: SparkSession | TaskRunner | None = None,
         checkpoint_store: CheckpointStore | None = None,
         **options: Any,
     ) -> JobHandle:
@@ -265,7 +266,7 @@ class Table:
         self,
         target_rows_per_fragment: int | None = None,
         *,
-        spark: SparkSession | None = None,
+        spark: SparkSession | TaskRunner | None = None,
         exclude_live_jobs: bool = True,
         **options: Any,
     ) -> CompactionResult:
@@ -315,7 +316,7 @@ class Table:
         column: str,
         where: str | None = None,
         *,
-        spark: SparkSession | None = None,
+        spark: SparkSession | TaskRunner | None = None,
         checkpoint_store: CheckpointStore | None = None,
         progress: bool | None = None,
         **options: Any,
@@ -324,7 +325,8 @@ class Table:
 
         ``options`` are those of :class:`~geneva_provider.core.contracts.options.BackfillOptions`
         (``read_version``, checkpoint and task sizes, ``commit_granularity``, ``concurrency``).
-        Runs on ``spark``, the active session, or a local ``local[*]`` session created for the call.
+        Runs on ``spark`` (a session, or a task runner such as ``InProcessRunner()``), the active session, or a
+        local ``local[*]`` session created for the call.
         ``progress`` draws a progress bar (default: when stderr is a terminal).
         """
         from geneva_provider.facade.job_handle import with_progress
@@ -337,7 +339,7 @@ class Table:
         column: str,
         where: str | None = None,
         *,
-        spark: SparkSession | None = None,
+        spark: SparkSession | TaskRunner | None = None,
         checkpoint_store: CheckpointStore | None = None,
         **options: Any,
     ) -> JobHandle:
@@ -403,7 +405,7 @@ class Table:
         job_id: str | None = None,
         *,
         udf: UDF | None = None,
-        spark: SparkSession | None = None,
+        spark: SparkSession | TaskRunner | None = None,
         **options: Any,
     ) -> BackfillResult:
         """Computes again just the rows ``job_id`` (every job: None) left without a value for ``column``.

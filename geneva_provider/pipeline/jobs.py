@@ -1,4 +1,4 @@
-"""A whole job in one process: plan -> apply -> write+commit -> verify, with one SparkSession.
+"""A whole job in one process: plan -> apply -> write+commit -> verify, with one SparkSession (or task runner).
 
 ``Table.backfill`` and ``View.refresh`` (the notebook API and the test harness) run the very
 same stage functions the Airflow operators and ``spark_apps`` call one per task.
@@ -24,15 +24,15 @@ from geneva_provider.core.store.checkpoint import CheckpointStore, open_store, s
 from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
 from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run_compaction
-from geneva_provider.pipeline.spark.connect import bounded_retries
-from geneva_provider.pipeline.spark.runner import cancel_jobs, default_parallelism, is_session, local_session
+from geneva_provider.pipeline.spark.runner import local_session
+from geneva_provider.pipeline.spark.task_runner import is_compute, task_runner
 from geneva_provider.pipeline.stages.apply import run_apply
 from geneva_provider.pipeline.stages.job_records import keep_alive, read_record, update_record
 from geneva_provider.pipeline.stages.verify import verify
 from geneva_provider.pipeline.stages.write import run_write_commit
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import SparkSession
+    from geneva_provider.pipeline.spark.task_runner import Compute, TaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -43,40 +43,42 @@ class JobControl:
 
     on_plan: Callable[[PlanSummary], None] | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
-    spark: SparkSession | None = None
+    runner: TaskRunner | None = None
     summary: PlanSummary | None = None
 
     def cancel(self) -> None:
         """Stops the job: its running Spark jobs are cancelled, and no later stage starts."""
         self.cancelled.set()
-        if self.spark is not None and self.summary is not None:
-            cancel_jobs(self.spark, self.summary.job_id)
+        if self.runner is not None and self.summary is not None:
+            self.runner.cancel(self.summary.job_id)
 
     def check(self, stage: str) -> None:
         if self.cancelled.is_set():
             raise JobCancelledError(f"job {self.summary.job_id if self.summary else ''} was cancelled before {stage}")
 
 
-def backfill(table: TableRef, column: str, options: BackfillOptions | None = None, *, spark: SparkSession | None = None,
+def backfill(table: TableRef, column: str, options: BackfillOptions | None = None, *, spark: Compute | None = None,
              store: CheckpointStore | None = None, control: JobControl | None = None) -> BackfillResult:
-    """Runs every stage of a backfill of ``column`` in this process, on ``spark`` or a local session."""
+    """Runs every stage of a backfill of ``column`` in this process, on ``spark`` (a session or a task runner) or a
+    local session."""
     return run_job(table, column, lambda parallelism: plan_backfill(
         table, column, options, store=store, parallelism=parallelism), spark, control)
 
 
 def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: TableResolver | None = None,
-            spark: SparkSession | None = None, store: CheckpointStore | None = None, control: JobControl | None = None
+            spark: Compute | None = None, store: CheckpointStore | None = None, control: JobControl | None = None
             ) -> BackfillResult:
     """Refreshes a materialized view in this process: new source rows, then every stale fragment."""
     return run_job(view, "*", lambda parallelism: plan_refresh(
         view, options, resolve=resolve, store=store, parallelism=parallelism), spark, control)
 
 
-def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: SparkSession | None = None,
+def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Compute | None = None,
             store: CheckpointStore | None = None, exclude_live_jobs: bool = True) -> CompactionResult:
     """Compacts ``table`` with its rewrite tasks on Spark (no session is started when there is nothing to do)."""
-    if spark is not None and not is_session(spark):
-        raise InvalidArgumentError(f"compaction of table '{table.name}': spark must be a SparkSession (or None), "
+    if spark is not None and not is_compute(spark):
+        raise InvalidArgumentError(f"compaction of table '{table.name}': spark must be a SparkSession or a task "
+                                   "runner (or None), "
                                    f"got {spark!r}")
     summary = plan_compaction(table, options, store=store, exclude_live_jobs=exclude_live_jobs)
     if summary.nothing_to_do:
@@ -86,39 +88,49 @@ def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Sp
         return CompactionResult(job_id=summary.job_id, version=summary.read_version, fragments_removed=0,
                                 fragments_added=0, files_removed=0, files_added=0,
                                 excluded=summary.fragments_excluded, held_by=summary.fragments_held_by)
-    with _session(spark, f"geneva-compact-{table.name}") as session:
-        return run_compaction(summary.plan_uri, session, table.storage_options)
+    with _runner(spark, f"geneva-compact-{table.name}") as runner:
+        return run_compaction(summary.plan_uri, runner, table.storage_options)
 
 
 @contextmanager
-def _session(spark: SparkSession | None, app_name: str) -> Iterator[SparkSession]:
-    """``spark``, else the active session, else a local session made for the job and stopped after it."""
+def _runner(spark: Compute | None, app_name: str) -> Iterator[TaskRunner]:
+    """The runner of ``spark``, else of the active session, else of a local session made for the job and stopped
+    after it."""
     if spark is None:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.getActiveSession()  # a notebook's session is used, never stopped
     if spark is not None:
-        yield spark
+        yield task_runner(spark)
         return
-    spark = local_session(app_name=app_name)
+    session = local_session(app_name=app_name)
     try:
-        yield spark
+        yield task_runner(session)
     finally:
-        spark.stop()
+        session.stop()
 
 
-def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSummary], spark: SparkSession | None,
+def _parallelism(spark: Compute | None) -> int | None:
+    """How many tasks ``spark`` runs at once; None when no session is given (one starts only if there is work)."""
+    if spark is None:
+        return None
+    runner = task_runner(spark)
+    with runner.retries():  # a caller's Connect session whose server is gone fails here, soon
+        return runner.parallelism()
+
+
+def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSummary], spark: Compute | None,
             control: JobControl | None = None) -> BackfillResult:
-    """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work)."""
+    """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work) or task runner."""
     control = control or JobControl()
-    if spark is not None and not is_session(spark):
+    if spark is not None and not is_compute(spark):
         raise InvalidArgumentError(f"job on table '{table.name}': spark must be a SparkSession, classic or Spark "
-                                   f"Connect (or None for the active or a local one), got {spark!r}")
+                                   f"Connect, or a task runner (or None for the active or a local session), "
+                                   f"got {spark!r}")
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     # Plan first: bad input fails before any JVM starts.
-    with bounded_retries(spark):  # a caller's Connect session whose server is gone fails here, soon
-        parallelism = default_parallelism(spark) if spark is not None else None
+    parallelism = _parallelism(spark)
     summary = plan(parallelism)
     control.summary = summary
     if control.on_plan is not None:
@@ -136,17 +148,17 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         control.check(Stage.APPLY)
         t = time.perf_counter()
         # Heartbeats from the plan to the end: the job is live while its Spark session starts, too.
-        with keep_alive(store, summary.job_id), _session(spark, f"geneva-{table.name}-{column}") as session:
-            control.spark = session
+        with keep_alive(store, summary.job_id), _runner(spark, f"geneva-{table.name}-{column}") as runner:
+            control.runner = runner
             seconds["session"] = time.perf_counter() - t
             t = time.perf_counter()
-            applied = run_apply(summary.plan_uri, session, so)
+            applied = run_apply(summary.plan_uri, runner, so)
             seconds[Stage.APPLY] = time.perf_counter() - t
             control.check("write+commit")
             t = time.perf_counter()
-            written = run_write_commit(summary.plan_uri, session, so)
+            written = run_write_commit(summary.plan_uri, runner, so)
             seconds[Stage.WRITE_COMMIT] = time.perf_counter() - t
-            control.spark = None
+            control.runner = None
     except Exception as exc:
         if not control.cancelled.is_set():
             if (record := read_record(store, summary.job_id)) is not None and record.status is JobStatus.PENDING:

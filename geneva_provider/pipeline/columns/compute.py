@@ -26,7 +26,6 @@ from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore
 from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix
 from geneva_provider.pipeline.columns.inputs import ComputeError, Failures, InputFactory, JobInput
-from geneva_provider.pipeline.spark.runner import run_tasks
 from geneva_provider.pipeline.spark.worker_deaths import (
     CallWatch,
     RunningCall,
@@ -44,7 +43,7 @@ from geneva_provider.pipeline.stages.kinds import StageProgress
 from geneva_provider.pipeline.stages.planning import checkpointed_addresses
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import SparkSession
+    from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -250,14 +249,14 @@ def _locate_partition(ctx: StageContext, job_input: InputFactory, call: RunningC
         yield item
 
 
-def locate(spark: SparkSession, ctx: StageContext, job_input: InputFactory, store: CheckpointStore, call: RunningCall,
+def locate(runner: TaskRunner, ctx: StageContext, job_input: InputFactory, store: CheckpointStore, call: RunningCall,
            tasks: list[Task], profile: Any | None) -> tuple[RunningCall, WorkerDeath] | None:
     """The fragment a call over many small fragments died on: the call is run again fragment by fragment
     (one Spark task, only after a death).  None when that run does not die the same way."""
     locate_id = f"{ctx.job_id}-locate"
     locate = dataclasses.replace(ctx, job_id=locate_id)
     try:
-        run_tasks(spark, [0], partial(_locate_partition, locate, job_input, call, tasks),
+        runner.run_tasks([0], partial(_locate_partition, locate, job_input, call, tasks),
                   description=f"geneva locate the fragment that killed a worker of {ctx.job.table}", profile=profile)
     except Exception as exc:  # noqa: BLE001 - the first death is reported whatever happens here
         death = worker_death(exc)

@@ -19,9 +19,10 @@ from geneva_provider.pipeline.columns.inputs import CopyInput, InputFactory, Sca
 from geneva_provider.pipeline.stages.kinds import CheckpointFamily, JobKindSpec, StageProgress
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import Dataset, SparkSession
+    from geneva_provider.core.lib_types import Dataset
     from geneva_provider.core.refs import TableRef
     from geneva_provider.core.store.checkpoint import CheckpointStore
+    from geneva_provider.pipeline.spark.task_runner import TaskRunner
     from geneva_provider.pipeline.spark.worker_deaths import RunningCall, WorkerDeath
     from geneva_provider.pipeline.stages.context import StageContext
 
@@ -53,16 +54,16 @@ class _ColumnKind(JobKindSpec[ColumnPlan, Task]):
         return f"{udf} killed its Python worker computing column(s) {columns} of table '{plan.table}' at {shown}" \
             if frags else None
 
-    def locate(self, spark: SparkSession, ctx: StageContext, store: CheckpointStore, call: RunningCall,
+    def locate(self, runner: TaskRunner, ctx: StageContext, store: CheckpointStore, call: RunningCall,
                tasks: list[Task], profile: Any | None) -> tuple[RunningCall, WorkerDeath] | None:
-        return compute.locate(spark, ctx, self.job_input, store, call, tasks, profile)
+        return compute.locate(runner, ctx, self.job_input, store, call, tasks, profile)
 
     def check_applied(self, plan: ColumnPlan, store: CheckpointStore) -> None:
         write.check_applied(plan, store)
 
-    def write_commit(self, plan: ColumnPlan, store: CheckpointStore, spark: SparkSession,
+    def write_commit(self, plan: ColumnPlan, store: CheckpointStore, runner: TaskRunner,
                      storage_options: dict[str, str] | None) -> WriteResult:
-        return write.write_commit(plan, spark, storage_options)
+        return write.write_commit(plan, runner, storage_options)
 
     def verify(self, plan: ColumnPlan, store: CheckpointStore, storage_options: dict[str, str] | None
                ) -> VerifyResult:

@@ -42,7 +42,7 @@ from geneva_provider.core.store.layout import JobStore, batch_prefix
 from geneva_provider.pipeline.columns.commit import commit_column_files
 from geneva_provider.pipeline.columns.compute import unapplied_rows
 from geneva_provider.pipeline.committer import CommitPolicy
-from geneva_provider.pipeline.spark.runner import job_tag, options_for_tasks, run_tasks
+from geneva_provider.pipeline.spark.runner import job_tag
 from geneva_provider.pipeline.stages.context import StageContext
 from geneva_provider.pipeline.stages.job_records import update_record
 from geneva_provider.pipeline.stages.planning import (
@@ -53,7 +53,7 @@ from geneva_provider.pipeline.stages.planning import (
 )
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import SparkSession
+    from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def check_applied(plan: ColumnPlan, store: CheckpointStore) -> None:
             "or committed")
 
 
-def write_commit(plan: ColumnPlan, spark: SparkSession, storage_options: dict[str, str] | None) -> WriteResult:
+def write_commit(plan: ColumnPlan, runner: TaskRunner, storage_options: dict[str, str] | None) -> WriteResult:
     t0 = time.perf_counter()
     to_write = [f for f in plan.fragments if f.action is Action.COMPUTE]
     to_commit_now = {f.id: f.file for f in plan.fragments if f.action is Action.REUSE and f.file is not None}
@@ -227,7 +227,7 @@ def write_commit(plan: ColumnPlan, spark: SparkSession, storage_options: dict[st
         committer.ready += sum(committer.rows[f] for f in earlier)
         log.info("write %s: %d fragments were committed by an earlier attempt of this plan", plan.job_id,
                  len(earlier))
-    ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if to_write else storage_options)
+    ctx = StageContext.of(plan, runner.options_for_tasks(storage_options) if to_write else storage_options)
     groups = [to_write[i:i + granularity] for i in range(0, len(to_write), granularity)]
     log.info("write %s: %d fragments to write in %d groups, %d reused fragments to commit",
              plan.job_id, len(to_write), len(groups), len(to_commit_now))
@@ -241,7 +241,7 @@ def write_commit(plan: ColumnPlan, spark: SparkSession, storage_options: dict[st
         # A group's fragments are dealt over at most `slots` Spark tasks, largest first: many small
         # fragments cost a few task launches, not one each.
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="geneva-writer") as pool:
-            futures = {pool.submit(run_tasks, spark, sorted(g, key=lambda f: f.physical_rows, reverse=True),
+            futures = {pool.submit(runner.run_tasks, sorted(g, key=lambda f: f.physical_rows, reverse=True),
                                    partial(_write_partition, ctx), description=description, concurrency=slots,
                                    tag=job_tag(plan.job_id))
                        for g in groups}

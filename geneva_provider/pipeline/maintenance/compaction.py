@@ -36,8 +36,8 @@ from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.core.store.layout import JobStore, new_job_id
 from geneva_provider.pipeline.committer import Attempt, CommitPolicy, RetryCommit, commit, conflict_of
-from geneva_provider.pipeline.spark.connect import bounded_retries
-from geneva_provider.pipeline.spark.runner import job_tag, options_for_tasks, run_tasks
+from geneva_provider.pipeline.spark.runner import job_tag
+from geneva_provider.pipeline.spark.task_runner import task_runner
 from geneva_provider.pipeline.stages.job_records import (
     check_leases,
     finish_record,
@@ -52,7 +52,8 @@ from geneva_provider.pipeline.stages.kinds import job_kind
 from geneva_provider.pipeline.stages.planning import open_plan
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import Dataset, SparkSession
+    from geneva_provider.core.lib_types import Dataset
+    from geneva_provider.pipeline.spark.task_runner import Compute, TaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ def _execute(uri: str, storage_options: dict[str, str] | None, tasks: Iterable[s
         yield base64.b64encode(pickle.dumps(task.execute(ds))).decode("ascii")
 
 
-def run_compaction(plan_uri: str, spark: SparkSession, storage_options: dict[str, str] | None = None
+def run_compaction(plan_uri: str, spark: Compute, storage_options: dict[str, str] | None = None
                    ) -> CompactionResult:
     """Runs a compaction plan's tasks on Spark and commits their results in one Rewrite.
 
@@ -206,14 +207,15 @@ def run_compaction(plan_uri: str, spark: SparkSession, storage_options: dict[str
                  plan.table, plan.read_version)
         return CompactionResult(job_id=plan.job_id, version=plan.read_version, fragments_removed=0,
                                 fragments_added=0, files_removed=0, files_added=0, excluded=plan.excluded)
-    with job_stage(store, plan.job_id, Stage.COMPACT), bounded_retries(spark):
-        result = _compact(plan, store, storage_options, spark)
+    runner = task_runner(spark)
+    with job_stage(store, plan.job_id, Stage.COMPACT), runner.retries():
+        result = _compact(plan, store, storage_options, runner)
     finish_record(store, plan.job_id, version=result.version, rows_committed=plan.rows)
     return result
 
 
 def _compact(plan: CompactionPlan, store: CheckpointStore, storage_options: dict[str, str] | None,
-             spark: SparkSession) -> CompactionResult:
+             runner: TaskRunner) -> CompactionResult:
     """Runs the rewrite tasks no live job holds, then commits the results no live job holds by now.
 
     The holds are read again right before the commit: a backfill planned after this compaction (its
@@ -223,7 +225,7 @@ def _compact(plan: CompactionPlan, store: CheckpointStore, storage_options: dict
     """
     t0 = time.perf_counter()
     ref = TableRef(plan.table, plan.table_uri, storage_options)
-    state = _Compaction(plan, store, storage_options, spark, dict(plan.held_by), set(plan.excluded))
+    state = _Compaction(plan, store, storage_options, runner, dict(plan.held_by), set(plan.excluded))
     done = commit(ref, f"compaction {plan.job_id}", state.attempt, landed=state.landed,
                   policy=CommitPolicy.of(plan, default_retries=COMPACTION_RETRIES), reapplies=True)
     metrics = done.value
@@ -244,8 +246,8 @@ class _Compaction:
     plans the compaction again at the latest version first (the rewrites of the last attempt are stale)."""
 
     def __init__(self, plan: CompactionPlan, store: CheckpointStore, storage_options: dict[str, str] | None,
-                 spark: SparkSession, held_by: dict[str, list[int]], left: set[int]) -> None:
-        self.plan, self.store, self.storage_options, self.spark = plan, store, storage_options, spark
+                 runner: TaskRunner, held_by: dict[str, list[int]], left: set[int]) -> None:
+        self.plan, self.store, self.storage_options, self.runner = plan, store, storage_options, runner
         self.held_by, self.left = held_by, left
         self.results: list[Any] = []
 
@@ -287,9 +289,10 @@ class _Compaction:
             plan = self.plan = replanned.model_copy(update={"job_id": plan.job_id})
         now_held = _held_now(plan, self.store)
         tasks = [t for t in plan.tasks if not _task_fragments(t) & _all(now_held)]
-        encoded = run_tasks(self.spark, tasks, partial(_execute, plan.table_uri,
-                                                       options_for_tasks(self.spark, self.storage_options)),
-                            description=f"geneva compact {plan.table}", tag=job_tag(plan.job_id)) if tasks else []
+        encoded = self.runner.run_tasks(tasks, partial(_execute, plan.table_uri,
+                                                       self.runner.options_for_tasks(self.storage_options)),
+                                        description=f"geneva compact {plan.table}", tag=job_tag(plan.job_id)
+                                        ) if tasks else []
         results = [pickle.loads(base64.b64decode(r)) for r in encoded]
         now_held = _merged(now_held, _held_now(plan, self.store))  # a job planned while the tasks ran
         self.results = [r for r in results if not {f.id for f in r.original_fragments} & _all(now_held)]

@@ -1,4 +1,8 @@
-"""Running pipeline tasks on Spark: the local session and the task runner (pipeline).
+"""Running pipeline tasks on Spark: the local session and how Spark runs a stage's tasks (pipeline).
+
+The stages reach this through :class:`~geneva_provider.pipeline.spark.task_runner.SparkRunner` (the seam
+is :mod:`~geneva_provider.pipeline.spark.task_runner`; the in-process runner reuses the partitioning
+and the error handling here).
 
 Tasks are small typed models spread with ``parallelize(tasks, n).mapPartitions(fn)`` on a
 classic session, or with ``spark.range(n).mapInArrow(fn)`` over Spark Connect (no RDDs there);
@@ -18,6 +22,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -213,58 +218,76 @@ def run_tasks(
     """
     if not tasks:
         return []
-    partition_fn = _returning_errors(partition_fn)
-    slices = min(len(tasks), concurrency) if concurrency else len(tasks)
-    # One list of tasks per partition, dealt round-robin so (size-sorted) tasks balance out.
-    per_slice = [list(tasks[i::slices]) for i in range(slices)]
+    partition_fn = returning_errors(partition_fn)
+    per_slice = partitions(tasks, concurrency)
+    slices = len(per_slice)
     if is_connect(spark):
-        try:
+        with explained(per_slice, explain):
             return _run_over_connect(spark, per_slice, partition_fn, description, progress, tag, profile, spans)
-        except Exception as exc:
-            _raise_explained(exc, per_slice, explain)
-            raise
     sc = spark.sparkContext
     group = f"geneva-{uuid.uuid4().hex[:12]}"
-    done = threading.Event()
-    reporter = threading.Thread(target=_report_progress, args=(sc, group, description, done, progress),
-                                daemon=True)
     sc.setJobGroup(group, description)
     if tag:
         sc.addJobTag(tag)
-    reporter.start()
     try:
-        if profile is not None:
-            return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
-        rdd = sc.parallelize(per_slice, slices)
-        return _raise_task_errors(
-            rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect())
-    except Exception as exc:
-        _raise_explained(exc, per_slice, explain)
-        raise
+        with explained(per_slice, explain), reporting(description, progress, sc, group):
+            if profile is not None:
+                return raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description,
+                                                             spans))
+            rdd = sc.parallelize(per_slice, slices)
+            return raise_task_errors(
+                rdd.mapPartitions(lambda parts: partition_fn(itertools.chain.from_iterable(parts))).collect())
     finally:
-        done.set()
-        reporter.join()
         if tag:
             sc.removeJobTag(tag)
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type] # None unsets (typed as str)
         sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
 
 
+def partitions(tasks: Sequence[T], concurrency: int | None) -> list[list[T]]:
+    """One list of tasks per partition: one task each, unless ``concurrency`` asks for fewer partitions;
+    dealt round-robin so (size-sorted) tasks balance out."""
+    slices = min(len(tasks), concurrency) if concurrency else len(tasks)
+    return [list(tasks[i::slices]) for i in range(slices)]
+
+
+@contextmanager
+def reporting(description: str, progress: Callable[[], str | None] | None, sc: SparkContext | None = None,
+              group: str = "") -> Iterator[None]:
+    """While the block runs, logs every few seconds what ``progress`` returns, else the task counts of the
+    Spark job group ``group`` (none without a SparkContext)."""
+    done = threading.Event()
+    reporter = threading.Thread(target=_report_progress, args=(sc, group, description, done, progress), daemon=True)
+    reporter.start()
+    try:
+        yield
+    finally:
+        done.set()
+        reporter.join()
+
+
+@contextmanager
+def explained(per_slice: list[list[T]],
+              explain: Callable[[BaseException, list[list[T]]], BaseException | None] | None) -> Iterator[None]:
+    """Raises what ``explain`` makes of an error the block raised instead of it, if anything
+    (:func:`_raise_explained`)."""
+    try:
+        yield
+    except Exception as exc:
+        _raise_explained(exc, per_slice, explain)
+        raise
+
 def _run_over_connect(spark: ConnectSession, per_slice: Sequence[Sequence[T]],
                       partition_fn: Callable[[Iterator[T]], Iterable[R]], description: str,
                       progress: Callable[[], str | None] | None, tag: str | None, profile: Any | None,
                       spans: list[tuple[float, float]] | None = None) -> list[R]:
     """The same partitions over Spark Connect (no RDDs there), with the Connect session's tags and progress."""
-    done = threading.Event()
-    reporter = threading.Thread(target=_report_progress, args=(None, "", description, done, progress), daemon=True)
     if tag:
         spark.addTag(tag)
-    reporter.start()
     try:
-        return _raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
+        with reporting(description, progress):
+            return raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description, spans))
     finally:
-        done.set()
-        reporter.join()
         if tag:
             spark.removeTag(tag)
 
@@ -356,7 +379,7 @@ class _TaskRaised:
     error: GenevaError
 
 
-def _returning_errors(partition_fn: Callable[[Iterator[T]], Iterable[R]]) -> Callable[[Iterator[T]], Iterator[Any]]:
+def returning_errors(partition_fn: Callable[[Iterator[T]], Iterable[R]]) -> Callable[[Iterator[T]], Iterator[Any]]:
     def run(tasks: Iterator[T]) -> Iterator[Any]:
         try:
             yield from partition_fn(tasks)
@@ -366,7 +389,7 @@ def _returning_errors(partition_fn: Callable[[Iterator[T]], Iterable[R]]) -> Cal
     return run
 
 
-def _raise_task_errors(results: list[Any]) -> list[Any]:
+def raise_task_errors(results: list[Any]) -> list[Any]:
     """The tasks' results; the first package error a task raised is raised instead, with how many tasks failed."""
     raised = [r.error for r in results if isinstance(r, _TaskRaised)]
     if raised:

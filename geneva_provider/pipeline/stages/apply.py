@@ -21,8 +21,8 @@ from geneva_provider.core.contracts.kinds import RowOutcome, Stage
 from geneva_provider.core.contracts.models import ApplyResult, ApplyTaskResult, JobPlan
 from geneva_provider.core.errors import UDFExecutionError
 from geneva_provider.core.store.error_store import ErrorStore
-from geneva_provider.pipeline.spark.runner import describe_profile, job_tag, most_at_once, options_for_tasks, run_tasks
-from geneva_provider.pipeline.spark.task_resources import resource_profile
+from geneva_provider.pipeline.spark.runner import describe_profile, job_tag, most_at_once
+from geneva_provider.pipeline.spark.task_runner import task_runner
 from geneva_provider.pipeline.spark.worker_deaths import clear_markers, death_error, read_call, worker_death
 from geneva_provider.pipeline.stages.context import StageContext
 from geneva_provider.pipeline.stages.job_records import update_record
@@ -32,8 +32,8 @@ from geneva_provider.pipeline.stages.skip_limits import check_skip_limits
 from geneva_provider.pipeline.stages.spark_stage import spark_stage
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import SparkSession
     from geneva_provider.core.store.checkpoint import CheckpointStore
+    from geneva_provider.pipeline.spark.task_runner import Compute, TaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -45,27 +45,28 @@ def apply_partition(ctx: StageContext, tasks: Iterable[Any]) -> Iterator[ApplyTa
         yield executor.run(task)
 
 
-def run_apply(plan_uri: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> ApplyResult:
-    """Apply stage: computes every pending task of the plan on Spark; returns counts."""
+def run_apply(plan_uri: str, spark: Compute, storage_options: dict[str, str] | None = None) -> ApplyResult:
+    """Apply stage: computes every pending task of the plan on Spark (or another task runner); returns counts."""
     plan, store = load_plan(plan_uri, storage_options)
     if plan.nothing_to_do:  # an up-to-date table: no Spark job, no record
         log.info("apply %s: nothing to do: %s was up to date at version %d", plan.job_id, plan.label(),
                  plan.read_version)
         return ApplyResult(job_id=plan.job_id, tasks_run=0, rows_computed=0, rows_reused=plan.rows_reused,
                            checkpoints_written=0, errors=0, seconds=0.0)
-    profile = resource_profile(spark, plan.resource_asks, plan.label())  # refused before any Spark job
-    with spark_stage(plan, store, Stage.APPLY, spark, storage_options):
-        return _apply(job_kind(plan.kind), plan, store, spark, storage_options, profile)
+    runner = task_runner(spark)
+    profile = runner.resource_profile(plan.resource_asks, plan.label())  # refused before any Spark job
+    with spark_stage(plan, store, Stage.APPLY, runner, storage_options):
+        return _apply(job_kind(plan.kind), plan, store, runner, storage_options, profile)
 
 
-def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, spark: SparkSession,
+def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, runner: TaskRunner,
            storage_options: dict[str, str] | None, profile: Any | None) -> ApplyResult:
     tasks = kind.pending_tasks(plan, store)
     planned = plan.rows_to_compute
     log.info("apply %s: %d of %d planned tasks still to run (%s)", plan.job_id, len(tasks), len(plan.tasks),
              plan.summary("").describe())
     t0 = time.perf_counter()
-    ctx = StageContext.of(plan, options_for_tasks(spark, storage_options) if tasks else storage_options)
+    ctx = StageContext.of(plan, runner.options_for_tasks(storage_options) if tasks else storage_options)
     progress = kind.progress(plan, store, tasks)
 
     def explain(exc: BaseException, partitions: list[list[Any]]) -> BaseException | None:
@@ -76,7 +77,7 @@ def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, s
             partitions) else [t for p in partitions for t in p]
         call = read_call(store, plan.job_id, death.partition)
         if call is not None and len(call.fragments) > 1 and not call.deaths:
-            call, death = kind.locate(spark, ctx, store, call, dead, profile) or (call, death)
+            call, death = kind.locate(runner, ctx, store, call, dead, profile) or (call, death)
         return death_error(call, death, kind.death_fallback(plan, dead) if call is None else None,
                            deaths=call.deaths + 1 if call is not None else 1)
 
@@ -84,7 +85,7 @@ def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, s
     if tasks:
         clear_markers(store, plan.job_id)  # an earlier run's: a marker means "this attempt's worker died"
     try:
-        results = run_tasks(spark, tasks, partial(apply_partition, ctx),
+        results = runner.run_tasks(tasks, partial(apply_partition, ctx),
                             description=f"geneva apply {plan.table}.{','.join(plan.output_columns)}",
                             concurrency=plan.settings.concurrency, progress=progress,
                             tag=job_tag(plan.job_id), explain=explain, profile=profile, spans=spans) if tasks else []

@@ -26,10 +26,11 @@ from geneva_provider.core.views.udtf_meta import is_udtf_view
 
 if TYPE_CHECKING:
     from geneva_provider.core.contracts.models import ApplyTaskResult, JobPlan, PlanSummary, VerifyResult, WriteResult
-    from geneva_provider.core.lib_types import Dataset, SparkSession
+    from geneva_provider.core.lib_types import Dataset
     from geneva_provider.core.refs import TableRef
     from geneva_provider.core.store.checkpoint import CheckpointStore
     from geneva_provider.core.store.layout import BatchKey
+    from geneva_provider.pipeline.spark.task_runner import TaskRunner
     from geneva_provider.pipeline.spark.worker_deaths import RunningCall, WorkerDeath
     from geneva_provider.pipeline.stages.context import StageContext
 
@@ -108,7 +109,7 @@ class JobKindSpec(ABC, Generic[P, T]):
     def death_fallback(self, plan: P, tasks: Sequence[T]) -> str | None:
         """Who died, when a dead Python worker left no marker of the call it was in (the tasks Spark named)."""
 
-    def locate(self, spark: SparkSession, ctx: StageContext, store: CheckpointStore, call: RunningCall,
+    def locate(self, runner: TaskRunner, ctx: StageContext, store: CheckpointStore, call: RunningCall,
                tasks: list[T], profile: Any | None) -> tuple[RunningCall, WorkerDeath] | None:
         """Narrows a dead call over several fragments down to one (None: the call's own marker is all we know)."""
         return None
@@ -119,7 +120,7 @@ class JobKindSpec(ABC, Generic[P, T]):
         """Refuses, before any Spark job and changing nothing, a plan whose apply stage has not ended."""
 
     @abstractmethod
-    def write_commit(self, plan: P, store: CheckpointStore, spark: SparkSession,
+    def write_commit(self, plan: P, store: CheckpointStore, runner: TaskRunner,
                      storage_options: dict[str, str] | None) -> WriteResult:
         """Writes the checkpoints as table data and commits it (inside the stage's record)."""
 

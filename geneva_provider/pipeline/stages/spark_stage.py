@@ -7,19 +7,18 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from geneva_provider.core.errors import GenevaError
-from geneva_provider.pipeline.spark.connect import bounded_retries
 from geneva_provider.pipeline.spark.pinned_versions import check_pinned_versions, translate_gone
 from geneva_provider.pipeline.stages.job_records import job_stage
 
 if TYPE_CHECKING:
     from geneva_provider.core.contracts.kinds import Stage
     from geneva_provider.core.contracts.models import JobPlan
-    from geneva_provider.core.lib_types import SparkSession
     from geneva_provider.core.store.checkpoint import CheckpointStore
+    from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
 
 @contextmanager
-def spark_stage(plan: JobPlan, store: CheckpointStore, stage: Stage, spark: SparkSession,
+def spark_stage(plan: JobPlan, store: CheckpointStore, stage: Stage, runner: TaskRunner,
                 storage_options: dict[str, str] | None) -> Iterator[None]:
     """The stage's job record (RUNNING, then FAILED with the error), around the stage's Spark work.
 
@@ -29,7 +28,7 @@ def spark_stage(plan: JobPlan, store: CheckpointStore, stage: Stage, spark: Spar
     same way, and a Spark Connect server that dies fails the stage within a minute
     (:func:`~geneva_provider.pipeline.spark.connect.bounded_retries`).
     """
-    with job_stage(store, plan.job_id, stage), bounded_retries(spark):
+    with job_stage(store, plan.job_id, stage), runner.retries():
         check_pinned_versions(plan, plan.job_id, storage_options)
         try:
             yield

@@ -12,17 +12,18 @@ from typing import TYPE_CHECKING
 
 from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.contracts.models import WriteResult
+from geneva_provider.pipeline.spark.task_runner import task_runner
 from geneva_provider.pipeline.stages.kinds import job_kind
 from geneva_provider.pipeline.stages.planning import load_plan
 from geneva_provider.pipeline.stages.spark_stage import spark_stage
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import SparkSession
+    from geneva_provider.pipeline.spark.task_runner import Compute
 
 log = logging.getLogger(__name__)
 
 
-def run_write_commit(plan_uri: str, spark: SparkSession, storage_options: dict[str, str] | None = None) -> WriteResult:
+def run_write_commit(plan_uri: str, spark: Compute, storage_options: dict[str, str] | None = None) -> WriteResult:
     """Write+commit stage: writes what apply checkpointed and commits it; returns what was committed."""
     plan, store = load_plan(plan_uri, storage_options)
     if plan.nothing_to_do:  # an up-to-date table: no Spark job, no commit, no record
@@ -32,5 +33,6 @@ def run_write_commit(plan_uri: str, spark: SparkSession, storage_options: dict[s
                            fragments_vanished=[], commit_retries=0, seconds=0.0)
     kind = job_kind(plan.kind)
     kind.check_applied(plan, store)
-    with spark_stage(plan, store, Stage.WRITE_COMMIT, spark, storage_options):
-        return kind.write_commit(plan, store, spark, storage_options)
+    runner = task_runner(spark)
+    with spark_stage(plan, store, Stage.WRITE_COMMIT, runner, storage_options):
+        return kind.write_commit(plan, store, runner, storage_options)

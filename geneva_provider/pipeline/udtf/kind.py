@@ -12,10 +12,11 @@ from geneva_provider.pipeline.stages.kinds import CheckpointFamily, JobKindSpec,
 from geneva_provider.pipeline.udtf import expand, verify, write
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import Dataset, SparkSession
+    from geneva_provider.core.lib_types import Dataset
     from geneva_provider.core.refs import TableRef
     from geneva_provider.core.store.checkpoint import CheckpointStore
     from geneva_provider.core.store.layout import BatchKey
+    from geneva_provider.pipeline.spark.task_runner import TaskRunner
     from geneva_provider.pipeline.stages.context import StageContext
 
 
@@ -49,9 +50,9 @@ class UdtfKind(JobKindSpec[ExpandPlan, ExpandTask]):
     def check_applied(self, plan: ExpandPlan, store: CheckpointStore) -> None:
         write.check_applied(plan, store)
 
-    def write_commit(self, plan: ExpandPlan, store: CheckpointStore, spark: SparkSession,
+    def write_commit(self, plan: ExpandPlan, store: CheckpointStore, runner: TaskRunner,
                      storage_options: dict[str, str] | None) -> WriteResult:
-        return write.write_commit(plan, store, spark, storage_options)
+        return write.write_commit(plan, store, runner, storage_options)
 
     def verify(self, plan: ExpandPlan, store: CheckpointStore, storage_options: dict[str, str] | None
                ) -> VerifyResult:

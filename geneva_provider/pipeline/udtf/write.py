@@ -45,7 +45,8 @@ from geneva_provider.pipeline.udtf.expand import PARENT_ROWS, SKIPPED, Held, fra
 from geneva_provider.pipeline.udtf.lineage import mark_refreshed
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import Dataset, SparkSession
+    from geneva_provider.core.lib_types import Dataset
+    from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def check_applied(plan: ExpandPlan, store: CheckpointStore) -> None:
             f"{missing[0].ranges[-1][1] - 1}); run the apply stage first. Nothing was written or committed")
 
 
-def write_commit(plan: ExpandPlan, store: CheckpointStore, spark: SparkSession,
+def write_commit(plan: ExpandPlan, store: CheckpointStore, runner: TaskRunner,
                           storage_options: dict[str, str] | None) -> WriteResult:
     """Commits the fragments the apply stage wrote, with the rows they replace deleted (no Spark job: the
     rows are written already).

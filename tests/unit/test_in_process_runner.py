@@ -1,0 +1,289 @@
+"""Whole jobs on real Lance tables through the in-process task runner: no JVM (the unit tier's tripwire).
+
+The runner is the seam the Spark stages run their tasks through, not a mock of Spark: the stages are
+the ones the operators run, and every partition function, task and result is pickled and loaded as on
+the way to a Spark Python worker -- so what could not cross to a worker fails here too.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.core.errors import (
+    CheckpointMissingError,
+    InvalidArgumentError,
+    JobCancelledError,
+    ResourceUnavailableError,
+)
+from geneva_provider.core.views.meta import IS_SET
+from geneva_provider.pipeline.spark.runner import job_tag
+from geneva_provider.pipeline.spark.task_runner import TaskRunner, is_compute, task_runner
+from geneva_provider.stages import (
+    BackfillOptions,
+    InProcessRunner,
+    load_plan,
+    plan_backfill,
+    run_apply,
+    run_write_commit,
+    verify,
+)
+from tests.helpers import clear_calls, counting_double, counting_split, events_table, read_calls
+from tests.unit.test_udtf_views import doc_text, docs_table
+
+
+def values(tbl, name: str) -> dict[int, object]:
+    t = tbl.to_arrow(["x", name])
+    return dict(zip(t.column("x").to_pylist(), t.column(name).to_pylist(), strict=True))
+
+
+def no_spark_context() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is None
+
+
+def test_a_backfill_stage_by_stage_then_an_incremental_rerun(db, call_dir):
+    runner = InProcessRunner(parallelism=3)
+    assert isinstance(runner, TaskRunner) and task_runner(runner) is runner and is_compute(runner)
+    tbl = db.create_table("events", events_table(4_000), max_rows_per_file=1_000)
+    tbl.delete("x >= 1000 AND x < 1100")
+    live = [x for x in range(4_000) if not 1000 <= x < 1100]
+    tbl.add_columns({"y": counting_double(call_dir)})
+
+    summary = plan_backfill(tbl.ref, "y", BackfillOptions(checkpoint_size=500), parallelism=runner.parallelism())
+    plan, _ = load_plan(summary.plan_uri)
+    assert summary.rows_to_compute == len(live) and len(plan.tasks) > 1
+    with pytest.raises(CheckpointMissingError, match="apply stage has not finished"):
+        run_write_commit(summary.plan_uri, runner)  # refused before anything is written
+    applied = run_apply(summary.plan_uri, runner)
+    assert (applied.tasks_run, applied.rows_computed, applied.errors) == (len(plan.tasks), len(live), 0)
+    assert applied.checkpoints_written >= len(live) // 500
+    written = run_write_commit(summary.plan_uri, runner)
+    assert written.fragments_committed == 4 and written.rows_committed == len(live)
+    assert written.version == tbl.dataset().version
+    verify(summary)
+
+    ds = tbl.dataset()
+    ds.validate()
+    assert ds.count_rows() == len(live)
+    assert values(tbl, "y") == {x: 2 * x for x in live}
+    assert sorted(read_calls(call_dir)) == live  # live rows only, each once
+
+    # Changed inputs and appended rows: only those are computed again.
+    clear_calls(call_dir)
+    tbl.dataset().update({"x": "x + 100000"}, where="id % 50 = 7")
+    tbl.add(events_table(500, start=4_000))
+    changed = sorted([x + 100_000 for x in live if x % 50 == 7] + list(range(4_000, 4_500)))
+    rerun = tbl.backfill("y", spark=runner)
+    assert rerun.rows_computed == len(changed) and rerun.rows_reused == len(live) + 500 - len(changed)
+    assert sorted(read_calls(call_dir)) == changed
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert len(got["x"]) == len(live) + 500 and got["y"] == [2 * x for x in got["x"]]
+    tbl.dataset().validate()
+
+    clear_calls(call_dir)
+    assert tbl.backfill("y", spark=runner).rows_computed == 0 and read_calls(call_dir) == []
+    assert no_spark_context()
+
+
+def test_a_view_refresh_then_an_incremental_one(db, call_dir):
+    runner = InProcessRunner()
+    src = db.create_table("events", events_table(3_000), max_rows_per_file=1_000)
+    view = db.create_materialized_view("evens", src.search(None).where("x % 2 = 0").select(
+        {"x": "x", "y": counting_double(call_dir)}), max_rows_per_fragment=500)
+
+    first = view.refresh(spark=runner)
+    assert first.rows_computed == 1_500
+    got = view.to_arrow(["x", "y", IS_SET]).to_pydict()
+    assert sorted(got["x"]) == list(range(0, 3_000, 2)) and all(got[IS_SET])
+    assert got["y"] == [2 * x for x in got["x"]]
+    assert sorted(read_calls(call_dir)) == list(range(0, 3_000, 2))
+
+    clear_calls(call_dir)
+    src.add(events_table(1_000, start=3_000))
+    second = view.refresh(spark=runner)
+    assert second.rows_computed == 500 and second.rows_reused == 1_500
+    assert sorted(read_calls(call_dir)) == list(range(3_000, 4_000, 2))
+    got = view.to_arrow(["x", "y"]).to_pydict()
+    assert sorted(got["x"]) == list(range(0, 4_000, 2)) and got["y"] == [2 * x for x in got["x"]]
+    view.dataset().validate()
+    assert no_spark_context()
+
+
+def test_a_chunker_view_refresh_expands_only_new_documents(db, tmp_path):
+    runner = InProcessRunner()
+    calls = tmp_path / "split"
+    calls.mkdir()
+    docs = db.create_table("docs", docs_table(range(300)), stable_row_ids=True, max_rows_per_file=100)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(calls)))
+    assert view.refresh(spark=runner).rows_computed == 300
+    assert sorted(read_calls(calls)) == list(range(300))
+    rows = view.count_rows()
+    assert rows > 0
+
+    clear_calls(calls)
+    docs.add(docs_table(range(300, 330)))
+    assert view.refresh(spark=runner).rows_computed == 30
+    assert sorted(read_calls(calls)) == list(range(300, 330))
+    assert set(view.to_arrow(["doc_id"]).column("doc_id").to_pylist()) == {i for i in range(330) if doc_text(i)}
+    assert view.count_rows() > rows
+    view.check()  # no pair twice, no orphan
+
+
+def test_a_compaction_keeps_every_computed_value_valid(db, call_dir):
+    runner = InProcessRunner()
+    tbl = db.create_table("events", events_table(100), max_rows_per_file=100)
+    for start in range(100, 1_000, 100):
+        tbl.add(events_table(100, start=start))
+    tbl.add_columns({"y": counting_double(call_dir)})
+    tbl.backfill("y", spark=runner)
+    assert len(tbl.dataset().get_fragments()) == 10
+
+    result = tbl.compact(spark=runner)
+    assert (result.fragments_removed, result.fragments_added) == (10, 1)
+    assert result.version == tbl.dataset().version
+    tbl.dataset().validate()
+    assert len(tbl.dataset().get_fragments()) == 1
+    assert values(tbl, "y") == {x: 2 * x for x in range(1_000)}
+
+    clear_calls(call_dir)  # the values follow the rows: nothing to compute after the rewrite
+    assert tbl.backfill("y", spark=runner).rows_computed == 0 and read_calls(call_dir) == []
+    assert no_spark_context()
+
+
+def test_a_udf_asking_for_gpus_is_refused_naming_it(db, call_dir):
+    @gp.udf(data_type=pa.int64(), num_gpus=1)
+    def on_gpu(x: int) -> int:
+        Path(call_dir, "called").touch()
+        return x
+
+    tbl = db.create_table("events", events_table(100))
+    tbl.add_columns({"g": on_gpu})
+    with pytest.raises(ResourceUnavailableError, match=r"UDF 'on_gpu' \(column 'g'\) asks for num_gpus=1.*in-process"):
+        tbl.backfill("g", spark=InProcessRunner())
+    assert not list(Path(call_dir).iterdir())
+    assert tbl.to_arrow(["g"]).column("g").null_count == 100
+
+
+# ---------------------------------------------------------------------- the executor contract, directly
+def _times_ten(tasks):
+    for t in tasks:
+        yield t * 10
+
+
+def _returns_a_lock(tasks):
+    for _ in tasks:
+        yield threading.Lock()
+
+
+def _raises_a_package_error(tasks):
+    for t in tasks:
+        if t == 3:
+            raise CheckpointMissingError(f"task {t}: no checkpoint")
+        yield t
+
+
+def _raises_a_bug(tasks):
+    for t in tasks:
+        yield 1 // (t - 2)
+
+
+def test_tasks_and_results_cross_as_pickles():
+    runner = InProcessRunner()
+    assert runner.run_tasks([1, 2, 3, 4], _times_ten, description="t", concurrency=2) == [10, 30, 20, 40]
+    assert runner.run_tasks([], _times_ten, description="t") == []
+
+    seen: list[int] = []
+
+    def remembers(tasks):  # a closure over a driver-side list: the worker gets a copy
+        for t in tasks:
+            seen.append(t)
+            yield list(seen)
+
+    assert runner.run_tasks([1, 2], remembers, description="t", concurrency=1) == [[1], [1, 2]]
+    assert seen == []  # as on Spark: the driver's list never changes
+
+
+def test_what_cannot_be_pickled_fails_as_on_spark(tmp_path):
+    runner = InProcessRunner()
+    ran = tmp_path / "ran"
+
+    def logs(tasks):
+        for t in tasks:
+            ran.touch()
+            yield t
+
+    with pytest.raises(pickle.PicklingError, match=r"geneva apply t\.y: the tasks of partition 1 cannot be pickled"):
+        runner.run_tasks([1, threading.Lock()], logs, description="geneva apply t.y")
+    assert not ran.exists()  # refused before any task ran
+
+    lock = threading.Lock()
+
+    def holds_a_lock(tasks):
+        with lock:
+            yield from tasks
+
+    with pytest.raises(pickle.PicklingError, match=r"geneva write t\.y: the partition function cannot be pickled"):
+        runner.run_tasks([1], holds_a_lock, description="geneva write t.y")
+    with pytest.raises(pickle.PicklingError, match="geneva compact t: partition 0: a lock it returned cannot be "
+                                                   "pickled"):
+        runner.run_tasks([1], _returns_a_lock, description="geneva compact t")
+
+
+def test_a_package_error_comes_back_as_itself_and_a_bug_names_its_partition():
+    runner = InProcessRunner()
+    with pytest.raises(CheckpointMissingError, match="task 3: no checkpoint") as raised:
+        runner.run_tasks([1, 3, 3], _raises_a_package_error, description="t")
+    assert "(2 Spark tasks failed the same way)" in raised.value.__notes__
+    with pytest.raises(ZeroDivisionError) as bug:
+        runner.run_tasks([1, 2, 3], _raises_a_bug, description="geneva apply t.y")
+    assert any("geneva apply t.y: partition 1" in note for note in bug.value.__notes__)
+
+
+def test_cancel_stops_a_jobs_running_tasks_before_their_next_one(tmp_path):
+    runner = InProcessRunner()
+    log, release = tmp_path / "log", tmp_path / "release"
+
+    def waits(tasks):
+        for t in tasks:
+            with open(log, "a") as f:
+                f.write(f"{t}\n")
+            deadline = time.monotonic() + 30
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            yield t
+
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run_tasks([0, 1, 2, 3], waits, description="t", concurrency=1, tag=job_tag("j1"))
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (log.exists() and log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    runner.cancel("another-job")  # another job's tag: nothing stops
+    runner.cancel("j1")
+    release.touch()
+    thread.join(30)
+    assert log.read_text().split() == ["0"]
+    assert len(raised) == 1 and isinstance(raised[0], JobCancelledError)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_a_bad_parallelism_is_refused(bad):
+    with pytest.raises(InvalidArgumentError, match=f"InProcessRunner: parallelism must be a positive whole number, "
+                                                   f"got {bad!r}"):
+        InProcessRunner(parallelism=bad)
