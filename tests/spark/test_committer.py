@@ -10,23 +10,12 @@ The part that needs a Spark session; the rest is in tests/unit/test_committer.py
 
 from __future__ import annotations
 
-import lance
 import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.errors import CommitError
-from geneva_provider.core.refs import TableRef
 from geneva_provider.stages import plan_compaction, run_compaction
-
-
-@pytest.fixture
-def table(tmp_path) -> TableRef:
-    """Table 'events': x = 0..5 in two fragments, and an empty int64 column y."""
-    uri = str(tmp_path / "events.lance")
-    ds = lance.write_dataset(pa.table({"x": list(range(6))}), uri, max_rows_per_file=3, enable_stable_row_ids=True)
-    ds.add_columns(pa.field("y", pa.int64()))
-    return TableRef("events", uri)
 
 
 def _compaction_table(db) -> gp.Table:
