@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import sys
 import time
@@ -20,18 +21,25 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from geneva_provider.core.errors import GenevaError, SparkEnvironmentError, SparkServerUnreachableError
+from geneva_provider.core.errors import (
+    GenevaError,
+    InvalidArgumentError,
+    SparkEnvironmentError,
+    SparkServerUnreachableError,
+)
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import ConnectSession, SparkSession
 
 log = logging.getLogger(__name__)
 
-FIRST_CONTACT_RETRIES = 5  # 0.05 s, x4 each time: about 17 s of back-off before a server counts as unreachable
-# Once the session works, a lost server is retried for about 35 s (0.05, 0.2, 0.8, 3.2, then 10 s three times,
-# plus pyspark's jitter) -- long enough for a blip, short enough that a dead server fails the stage in
-# well under a minute instead of pyspark's ten, and Airflow's retry resumes from the checkpoints.
-STAGE_RETRIES = 7
+# Once the session works, a lost server is retried for about OUTAGE_SECONDS (by default 0.05, 0.2, 0.8, 3.2, then
+# 10 s three times, plus pyspark's jitter: ~35 s) -- long enough for a blip, short enough that a dead server fails
+# the stage in well under a minute instead of pyspark's ten, and Airflow's retry resumes from the checkpoints.  A
+# server never reached is given half of it (~17 s).  GENEVA_CONNECT_OUTAGE_SECONDS sets it (a flakier network
+# wants more; a test of outages, less).
+OUTAGE_SECONDS_ENV = "GENEVA_CONNECT_OUTAGE_SECONDS"
+OUTAGE_SECONDS = 35.0
 STAGE_MAX_BACKOFF_MS = 10_000
 RELEASE_RETRIES = 2  # releasing is best effort (the server's idle timeout releases what we could not): ~0.25 s
 
@@ -46,6 +54,7 @@ def connect_session(url: str, *, pyfiles: Sequence[str] = (), session_id: str | 
     """
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
+    outage_seconds()  # a bad setting is refused as itself, before any contact (not as an unreachable server)
     started = time.monotonic()
     try:
         spark = RemoteSparkSession.builder.remote(_with_session_id(url, session_id)).create()
@@ -62,17 +71,53 @@ def connect_session(url: str, *, pyfiles: Sequence[str] = (), session_id: str | 
     return spark
 
 
+def outage_seconds() -> float:
+    """How long a stage's client retries a lost Spark Connect server: ``GENEVA_CONNECT_OUTAGE_SECONDS`` or 35 s."""
+    text = os.environ.get(OUTAGE_SECONDS_ENV, "").strip()
+    if not text:
+        return OUTAGE_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 1 <= seconds <= 3600:  # nan fails too
+        raise InvalidArgumentError(f"{OUTAGE_SECONDS_ENV} must be a number of seconds from 1 to 3600, got {text!r}")
+    return seconds
+
+
+def retries_within(seconds: float, max_backoff_ms: float) -> int:
+    """The retries of pyspark's back-off (50 ms, x4 each time, at most ``max_backoff_ms``) that wait about
+    ``seconds`` in all: the fewest whose waits add up to within a second of it (jitter adds up to 0.5 s to
+    each wait of 2 s or more)."""
+    total, wait, retries = 0.0, 50.0, 0
+    while total < seconds * 1000 - 1000 or retries == 0:
+        total, wait, retries = total + wait, min(wait * 4, max_backoff_ms), retries + 1
+    return retries
+
+
+def _first_contact_retries() -> int:
+    return retries_within(outage_seconds() / 2, 60_000)  # pyspark's own cap: 5 retries, ~17 s by default
+
+
+def _stage_schedule() -> tuple[int, int]:
+    """(retries, max back-off in ms) of a stage's policy: about :func:`outage_seconds` in all."""
+    seconds = outage_seconds()
+    cap = int(min(STAGE_MAX_BACKOFF_MS, max(200.0, seconds * 1000 / 3)))
+    return retries_within(seconds, cap), cap
+
+
 def _first_contact(spark: ConnectSession) -> str:
-    """The server's Spark version: the session's first call, retried for ~20 s (not the client's 10 minutes).
+    """The server's Spark version: the session's first call, retried for half the outage bound (~17 s; not
+    the client's 10 minutes).
 
     An unreachable server then fails the task soon, with a retryable error, and Airflow's retries
     (not a task stuck in gRPC back-off) decide how long to wait for it.  Once reached, the session's
-    work is retried under :func:`stage_retry_policy` (about 35 s), never pyspark's ten minutes.
+    work is retried under :func:`stage_retry_policy` (about 35 s by default), never pyspark's ten minutes.
     """
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     client = spark.client
-    client.set_retry_policies([DefaultPolicy(max_retries=FIRST_CONTACT_RETRIES)])
+    client.set_retry_policies([DefaultPolicy(max_retries=_first_contact_retries())])
     try:
         version = spark.version
     except BaseException:
@@ -83,13 +128,15 @@ def _first_contact(spark: ConnectSession) -> str:
 
 
 def stage_retry_policy() -> Any:
-    """pyspark's :class:`DefaultPolicy`, bounded to about 35 s, that remembers an outage while it retries.
+    """pyspark's :class:`DefaultPolicy`, bounded to :func:`outage_seconds`, that remembers an outage while it
+    retries.
 
     The progress line reads it (:func:`unreachable`) to say the server is unreachable instead of
     printing a healthy-looking "RUNNING"; once it has given up on an unreachable server it retries
     nothing more, so the session's background releases and its own release fail at once.
     """
-    return _stage_policy_class()()
+    retries, cap = _stage_schedule()
+    return _stage_policy_class()(retries, cap)
 
 
 @functools.cache
@@ -104,8 +151,8 @@ def _stage_policy_class() -> type:
             return wait_ms
 
     class StageRetryPolicy(DefaultPolicy):
-        def __init__(self) -> None:
-            super().__init__(max_retries=STAGE_RETRIES, max_backoff=STAGE_MAX_BACKOFF_MS)
+        def __init__(self, retries: int, max_backoff_ms: int) -> None:
+            super().__init__(max_retries=retries, max_backoff=max_backoff_ms)
             self.outage_since: float | None = None  # monotonic time the client first failed to reach the server
             self.retrying_until = 0.0  # when the current back-off ends
             self.reason = ""
@@ -166,7 +213,7 @@ def bounded_retries(spark: SparkSession | None) -> Iterator[None]:
 
     A session the caller made (``SparkSession.builder.remote(...)`` in a notebook) keeps pyspark's retry
     policy, which waits some ten minutes for a server that is gone while the job record says RUNNING.  For
-    the block it gets :func:`stage_retry_policy` (about 35 s), and the caller's policies are put back
+    the block it gets :func:`stage_retry_policy` (about 35 s by default), and the caller's policies are put back
     after it; a session that has it already (the operators') keeps its own.  The client giving up is
     raised as the retryable :class:`SparkServerUnreachableError` naming the server -- inside the stage's
     job record, which says so -- and a rerun resumes from the checkpoints.  A classic session is left alone.
