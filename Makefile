@@ -28,14 +28,22 @@ demo: $(STAMP)
 
 # The suite in tiers (tests/README.md): tests/unit (no JVM, no Airflow DB), tests/spark, tests/airflow
 # (dag.test() over one Spark Connect server), tests/system (scheduler, cluster, faults, programs, docs).
-# `make test` runs them all, cheapest first; `make test-unit` the first alone, in well under two minutes
-# (its conftest fails the run if a JVM starts or the Airflow DB is touched).  PYTEST_ARGS adds options,
-# e.g. PYTEST_ARGS=--durations=30 (CI) or PYTEST_ARGS='-k backfill'.
+# `make test` runs them all: the unit tier first, in this process alone (it proves that no JVM starts, which
+# a process that has run a Spark test could not), then the other three on TEST_WORKERS pytest-xdist
+# workers, a test file at a time per worker (module fixtures -- an Airflow deployment, a standalone
+# cluster -- stay in one process), the slowest tier first.  Much of their time is waiting (servers that
+# start, stages that retry a lost server, a scheduler that polls), which the second worker fills.
+# `make test-unit` runs the unit tier alone, in well under two minutes (its conftest fails the run if a
+# JVM starts or the Airflow DB is touched).  PYTEST_ARGS adds options to both runs, e.g.
+# PYTEST_ARGS=--durations=30 (CI) or PYTEST_ARGS='-k backfill'; TEST_WORKERS=0 runs them in this process.
+# (Exit status 5, "no tests ran", of one run is not a failure: a -k may select tests of one run only.)
 PYTEST = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) tests/unit $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile tests/system tests/airflow tests/spark $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-unit: $(STAMP)
 	$(PYTEST) tests/unit $(PYTEST_ARGS)

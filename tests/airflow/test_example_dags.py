@@ -21,8 +21,11 @@ def run(dag, **kwargs):
     return dr, {k: ti.state for k, ti in tis.items()}, tis, seconds
 
 
-def assert_no_secret_leaked(capfd) -> None:
-    """The lance connection's storage options hold FAKE_SECRET: it must not reach XCom or any log."""
+def assert_no_secret_leaked(capfd) -> str:
+    """The lance connection's storage options hold FAKE_SECRET: it must not reach XCom or any log.
+
+    Returns the captured task logs (what ``dag.test()`` printed), checked.
+    """
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
@@ -35,6 +38,7 @@ def assert_no_secret_leaked(capfd) -> None:
     over_connect = json.loads(os.environ["AIRFLOW_CONN_SPARK_DEFAULT"])["conn_type"] == "spark_connect"
     assert ("over Spark Connect" if over_connect else "Spark-Submit cmd") in out + err  # the task logs were captured
     assert FAKE_SECRET not in out + err  # ... and hold no secret
+    return out + err
 
 
 def words_of(text: str) -> int:
@@ -42,7 +46,7 @@ def words_of(text: str) -> int:
 
 
 @pytest.mark.slow
-def test_backfill_after_ingest(dagbag, lance_db, capfd, spark_submit):
+def test_backfill_after_ingest(dagbag, lance_db, capfd):
     ingest = dagbag.get_dag("geneva_ingest_events")
     backfill = dagbag.get_dag("geneva_backfill_after_ingest")
 
@@ -148,8 +152,10 @@ def test_a_udf_bug_fails_its_task_once_with_the_udfs_message_first(dagbag, lance
     assert dr.state == "failed"
     assert states["backfill_y.plan"] == "success" and states["backfill_y.apply"] == "failed"
     assert tis["backfill_y.apply"].try_number == 1  # retries=2, yet not retried: a retry cannot fix a bug
-    out, err = capfd.readouterr()  # dag.test() prints the task logs
-    message = next(line for line in (out + err).splitlines() if "UDFExecutionError: the apply stage" in line)
+    # The stage ran through spark-submit (the only example-DAG test here that does): the connection's storage
+    # options reached it, yet no secret is on its command line, in XCom or in any log.
+    logs = assert_no_secret_leaked(capfd)
+    message = next(line for line in logs.splitlines() if "UDFExecutionError: the apply stage" in line)
     # The package's reason first: the UDF, the column, the table, the row, the original error.
     assert re.search(r"the apply stage of plan \S+ failed: UDFExecutionError: UDF 'broken_double' failed computing "
                      r"column 'y' of table 'buggy'.*x=7", message)
@@ -159,7 +165,7 @@ def test_a_udf_bug_fails_its_task_once_with_the_udfs_message_first(dagbag, lance
 
 
 @pytest.mark.slow
-def test_hourly_view_refresh_and_chained_view(dagbag, lance_db, capfd, spark_submit):
+def test_hourly_view_refresh_and_chained_view(dagbag, lance_db, capfd):
     from airflow.models.asset import AssetDagRunQueue
     from airflow.utils.session import create_session
 
@@ -199,7 +205,7 @@ def test_hourly_view_refresh_and_chained_view(dagbag, lance_db, capfd, spark_sub
 
 
 @pytest.mark.slow
-def test_maintenance_compacts_on_spark_without_recompute(dagbag, lance_db, tmp_path, spark, spark_submit):
+def test_maintenance_compacts_on_spark_without_recompute(dagbag, lance_db, tmp_path, spark):
     from geneva_provider.examples import sample
     from tests.helpers import clear_calls, counting_double, read_calls
 

@@ -147,8 +147,8 @@ def _kill_a_backfill(db, store) -> None:
     """SIGKILLs a backfill of 'events'.'y' in its own process once it has checkpointed a few batches."""
     _run_and_kill(f"""
         import geneva_provider as gp
-        from geneva_provider.stages import local_session
-        spark = local_session("local[2]", conf={{"spark.ui.showConsoleProgress": "false"}})
+        from geneva_provider.stages import InProcessRunner
+        spark = InProcessRunner(parallelism=2)
         gp.connect({db.uri!r}).open_table("events").backfill("y", spark=spark, checkpoint_size=500)
         print("FINISHED")
     """, lambda: _checkpoints(store) >= 6)
@@ -198,8 +198,8 @@ def test_killed_refreshes_and_compactions_read_abandoned_and_are_taken_over(db, 
         "doubled", src.search(None).select({"x": "x", "y": counting_double(call_dir, sleep=0.0005)}))
     _run_and_kill(f"""
         import geneva_provider as gp
-        from geneva_provider.stages import local_session
-        spark = local_session("local[2]", conf={{"spark.ui.showConsoleProgress": "false"}})
+        from geneva_provider.stages import InProcessRunner
+        spark = InProcessRunner(parallelism=2)
         gp.connect({db.uri!r}).open_table("doubled").refresh(spark=spark, checkpoint_size=500)
         print("FINISHED")
     """, lambda: _checkpoints(view.checkpoint_store) >= 6)
@@ -215,8 +215,8 @@ def test_killed_refreshes_and_compactions_read_abandoned_and_are_taken_over(db, 
         import os, signal
         from lance.optimize import Compaction
         import geneva_provider as gp
-        from geneva_provider.stages import local_session
-        spark = local_session("local[2]", conf={{"spark.ui.showConsoleProgress": "false"}})
+        from geneva_provider.stages import InProcessRunner
+        spark = InProcessRunner(parallelism=2)
         Compaction.commit = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
         gp.connect({db.uri!r}).open_table("events").compact(target_rows_per_fragment=20_000, spark=spark)
         print("FINISHED")

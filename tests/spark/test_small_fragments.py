@@ -56,8 +56,8 @@ def test_a_killed_packed_task_resumes_recomputing_at_most_the_task_in_flight(db,
     # One Spark slot and 500-row tasks: each task packs 10 fragments, one checkpoint per fragment part.
     script = textwrap.dedent(f"""
         import geneva_provider as gp
-        from geneva_provider.stages import local_session
-        spark = local_session("local[1]", conf={{"spark.ui.showConsoleProgress": "false"}})
+        from geneva_provider.stages import InProcessRunner
+        spark = InProcessRunner(parallelism=1)
         gp.connect({db.uri!r}).open_table("events").backfill("y", spark=spark, task_size=500, checkpoint_size=50)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, start_new_session=True,

@@ -266,8 +266,8 @@ def test_a_compaction_racing_a_backfill_in_another_process(db, spark, call_dir):
     clear_calls(call_dir)
     script = textwrap.dedent(f"""
         import geneva_provider as gp
-        from geneva_provider.stages import local_session
-        spark = local_session("local[2]", conf={{"spark.ui.showConsoleProgress": "false"}})
+        from geneva_provider.stages import InProcessRunner
+        spark = InProcessRunner(parallelism=2)
         res = gp.connect({db.uri!r}).open_table("events").backfill("y", spark=spark, checkpoint_size=500)
         print("COMPUTED", res.rows_computed, "VANISHED", res.fragments_vanished)
     """)

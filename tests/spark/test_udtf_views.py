@@ -274,8 +274,8 @@ def test_a_killed_chunker_refresh_resumes_with_the_parents_in_flight_and_lands_t
                                udtf=counting_split(str(calls), sleep=0.001))
     script = textwrap.dedent(f"""
         import geneva_provider as gp
-        from geneva_provider.stages import local_session
-        spark = local_session("local[1]", conf={{"spark.ui.showConsoleProgress": "false"}})
+        from geneva_provider.stages import InProcessRunner
+        spark = InProcessRunner(parallelism=1)
         gp.connect({db.uri!r}).open_table("chunks").refresh(spark=spark, checkpoint_size=100)
         print("FINISHED")
     """)

@@ -1,6 +1,7 @@
 """Fault injection: SIGKILLs of a backfill process at 12 seeded points in apply, write and commit.
 
-Each round backfills a fresh table in a child process (its own Spark session), kills the whole
+Each round backfills a fresh table in a child process (its tasks on the in-process task runner,
+which runs the stages' very partition code in that process: the kill takes every task with it), kills the whole
 process group at a point picked by a seeded generator -- after some batch checkpoints, after some
 staged fragment files, or between two partial commits -- and then reruns the backfill here.  The
 rerun must land the table a clean run makes (``validate()`` passes, no row lost), and compute
@@ -67,8 +68,8 @@ def _kill_at(db_uri: str, stage: str, k: int, tbl: gp.Table) -> bool:
     v0, files0 = tbl.version, len(os.listdir(Path(tbl.uri) / "data"))
     script = textwrap.dedent(f"""
         import geneva_provider as gp
-        from geneva_provider.stages import local_session
-        spark = local_session("local[1]", conf={{"spark.ui.showConsoleProgress": "false"}})
+        from geneva_provider.stages import InProcessRunner
+        spark = InProcessRunner(parallelism=1)
         gp.connect({db_uri!r}).open_table("events").backfill("y", spark=spark, checkpoint_size=250,
                                                              commit_granularity=2)
         print("FINISHED")
