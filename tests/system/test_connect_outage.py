@@ -108,7 +108,7 @@ def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retri
     from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
     from geneva_provider.pipeline.stages.job_records import read_record
 
-    rows, fragments = 16_000, 32
+    rows, fragments = 8_000, 32
     tbl = lance_db.create_table("slow", events_table(rows), max_rows_per_file=rows // fragments)
     tbl.add_columns({"y": counting_double(call_dir, sleep=0.001)})
     store = tbl.checkpoint_store
@@ -118,17 +118,17 @@ def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retri
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
             {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
         # One fragment per Spark job and commit, one at a time: write+commit runs long enough to be killed.
-        plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y", checkpoint_size=250,
+        plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y", checkpoint_size=125,
                                           commit_granularity=1, concurrency=1).execute({})
 
         # 1. The server dies under apply.
         apply = _run_in_thread(GenevaSparkApplyOperator(task_id="apply", plan=plan))
-        _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 2_000, 120, "checkpoints")
+        _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
         killed = _kill_server(server)
         _assert_failed_retryably_naming_the_server(apply, killed, server, capfd, caplog)
         assert not isinstance(apply["error"], AirflowFailException)  # Airflow retries it
         checkpointed = _checkpointed_rows(store, rows // fragments)
-        assert 2_000 <= len(checkpointed) < rows
+        assert 1_000 <= len(checkpointed) < rows
         assert tbl.count_rows("y IS NOT NULL") == 0
 
         # A retry while the server is still down fails once its first contact gives up: it does not
@@ -176,13 +176,13 @@ def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retri
 @pytest.mark.slow
 def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(tmp_path, lance_db, monkeypatch,
                                                                                call_dir, capsys):
-    """Ten backfill jobs through the operators, one server: each job's session goes with its Python daemon
+    """Five backfill jobs through the operators, one server: each job's session goes with its Python daemon
     and workers, so the server does not grow by one daemon per job, and ``status`` shows it."""
     from geneva_provider.connect_server import main, python_processes
     from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
     from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
 
-    jobs, rows = 10, 200
+    jobs, rows = 5, 200
     tbl = lance_db.create_table("grow", events_table(rows))
     tbl.add_columns({"y": counting_double(call_dir)})
     with _server(0, tmp_path / "server") as server:

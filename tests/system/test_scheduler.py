@@ -10,9 +10,11 @@ triggerer, api-server) on a SQLite metadata DB -- Airflow 3 accepts the LocalExe
 each component a separate process group with its own log file, with a clean environment of its
 own: the ``AIRFLOW_*`` variables conftest sets for the in-process suites never reach it.  The
 api-server listens on 127.0.0.1; the log servers are switched off with ``--skip-serve-logs``
-(they cannot be bound to loopback).  The listening sockets of every process of the deployment,
-task processes and Spark's JVMs included, are sampled at each poll and must all be on loopback;
-the module's fixture stops every process it started and checks that the port is closed.
+(they cannot be bound to loopback).  The tasks' Spark stages run on a Spark Connect server on
+127.0.0.1, the README demo's embedded default.  The listening sockets of every process of the
+deployment, task processes and the Spark server's JVM and Python workers included, are sampled at
+each poll and must all be on loopback; the module's fixture stops every process it started and
+checks that the port is closed.
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ class AirflowStack:
 
     COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, spark_server: Any) -> None:
         self.root = root
+        self.spark_server = spark_server  # the Spark Connect server the tasks' Spark stages run on
         self.home = root / "home"
         self.dags = root / "dags"
         self.logs = root / "logs"
@@ -130,7 +133,10 @@ class AirflowStack:
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "60",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            # The embedded default of the README's demo: the Spark stages run on a Spark Connect server on
+            # loopback (spark-submit from task processes has its own tests in tests/airflow and tests/system).
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": "sc://127.0.0.1",
+                                                      "port": self.spark_server.port}),
             # No AIRFLOW_CONN_LANCE_DEFAULT: the tasks use the connection created through the REST API.
         }
 
@@ -155,20 +161,23 @@ class AirflowStack:
     def log_of(self, name: str) -> Path:
         return self.component_logs / f"{name}.log"
 
-    def tree(self) -> list[psutil.Process]:
-        """Every live process the components started, task processes (own process groups) included."""
+    def tree(self, spark: bool = True) -> list[psutil.Process]:
+        """Every live process the components started, task processes (own process groups) included, and
+        (``spark``) the Spark Connect server's: its JVM and the Python workers that ran the tasks' UDFs."""
         found: list[psutil.Process] = []
-        for proc in self.procs.values():
+        server = self.spark_server.running() if spark else None
+        for proc in [*self.procs.values(), *([psutil.Process(server["pid"])] if server else [])]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 top = psutil.Process(proc.pid)
                 found += [top, *top.children(recursive=True)]
         return found
 
-    def listening(self) -> list[tuple[str, str, int]]:
+    def listening(self, spark: bool = True) -> list[tuple[str, str, int]]:
         """(process name, ip, port) of every listening TCP socket of the components' processes and
-        their descendants (task processes, spark-submit JVMs); remembered in ``sockets_seen``."""
+        their descendants (task processes), and (``spark``) of the Spark Connect server's JVM and Python
+        workers; remembered in ``sockets_seen``."""
         out = []
-        for proc in self.tree():
+        for proc in self.tree(spark):
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 name = proc.name()
                 out += [(name, c.laddr.ip, c.laddr.port) for c in proc.net_connections(kind="inet")
@@ -186,7 +195,7 @@ class AirflowStack:
         which ignore SIGTERM, would then be left behind) and the triggerer force its exit.
         Returns the processes signalled and those that needed SIGKILL.
         """
-        procs = self.tree()
+        procs = self.tree(spark=False)  # the Spark Connect server is the module fixture's to stop
         groups = {proc.pid for proc in self.procs.values()}
         for pgid in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -283,6 +292,7 @@ class AirflowStack:
 def assert_no_secret_in_logs(stack: AirflowStack) -> None:
     """The connection's storage options went through tasks and the triggerer: none may be in any log."""
     files = [p for p in (*stack.logs.rglob("*"), *stack.component_logs.rglob("*")) if p.is_file()]
+    files.append(stack.spark_server.log_path)  # the Spark Connect server's log, where the stages' Spark work ran
     assert any(p.name.startswith("attempt=") for p in files), "no task log was written"
     leaked = {str(p): found for p in files if (found := [v for v in FAKE_VALUES if v in p.read_text(errors="replace")])}
     assert not leaked, leaked
@@ -304,8 +314,13 @@ def with_logs(test: Callable[..., None]) -> Callable[..., None]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     """The running deployment, with the lance connection created through the REST API."""
+    from geneva_provider.connect_server import LocalConnectServer
+
     started = time.monotonic()
-    deployment = AirflowStack(tmp_path_factory.mktemp("scheduler"))
+    root = tmp_path_factory.mktemp("scheduler")
+    spark_server = LocalConnectServer(0, master="local[2]", directory=root / "spark-connect")
+    spark_server.start()
+    deployment = AirflowStack(root / "airflow", spark_server)
     try:
         deployment.start()
 
@@ -335,6 +350,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         seen = sorted(deployment.sockets_seen)
         t0 = time.monotonic()
         procs, killed = deployment.stop()
+        spark_server.stop()
         left = []
         for proc in procs:
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -462,7 +478,7 @@ def test_a_deferrable_sensor_waits_in_the_triggerer(stack: AirflowStack) -> None
 
     stack.wait_for(f"the triggerer's log {trigger_log.name} to show the trigger starting", trigger_running,
                    timeout=60)
-    listening = stack.listening()  # while the sensor waits: the api-server's socket only
+    listening = stack.listening(spark=False)  # while the sensor waits, of Airflow's: the api-server's socket only
     assert {(ip, port) for _, ip, port in listening} == {("127.0.0.1", stack.port)}, listening
     time.sleep(3)  # a poll or two with the condition still false: the task stays deferred ...
     assert stack.get(path)["state"] == "deferred"
