@@ -152,8 +152,8 @@ def test_a_udf_bug_fails_its_task_once_with_the_udfs_message_first(dagbag, lance
     assert dr.state == "failed"
     assert states["backfill_y.plan"] == "success" and states["backfill_y.apply"] == "failed"
     assert tis["backfill_y.apply"].try_number == 1  # retries=2, yet not retried: a retry cannot fix a bug
-    # The stage ran through spark-submit (the only example-DAG test here that does): the connection's storage
-    # options reached it, yet no secret is on its command line, in XCom or in any log.
+    # The stage ran through spark-submit (as does the apply-retry test; the others here run over Spark Connect):
+    # the connection's storage options reached it, yet no secret is in its logged command, XCom or any log.
     logs = assert_no_secret_leaked(capfd)
     message = next(line for line in logs.splitlines() if "UDFExecutionError: the apply stage" in line)
     # The package's reason first: the UDF, the column, the table, the row, the original error.

@@ -61,7 +61,7 @@ def refresh_script(db_uri: str, options: dict) -> str:
     return textwrap.dedent(f"""
         import geneva_provider as gp
         from geneva_provider.stages import local_session
-        # Spark, not the in-process runner: its small refreshes would often end inside the 50 ms between two
+        # Spark, not the in-process runner: a small refresh could end inside the 50 ms between two
         # looks at the kill point, and the seeded rounds must be killed.
         spark = local_session("local[1]", conf={{"spark.ui.showConsoleProgress": "false"}})
         gp.connect({db_uri!r}).open_table("chunks").refresh(spark=spark, **{options!r})
