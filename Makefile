@@ -41,7 +41,14 @@ PYTEST = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
-test: $(STAMP)
+# Spark's classes in a class-data-sharing archive that the suite's JVMs map (tests/class_archive.py: they
+# start in about half the CPU), built once per virtualenv.
+CLASS_ARCHIVE := $(VENV)/spark-classes.jsa
+
+$(CLASS_ARCHIVE): $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m tests.class_archive $@
+
+test: $(STAMP) $(CLASS_ARCHIVE)
 	$(PYTEST) tests/unit $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile tests/system tests/airflow tests/spark $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
