@@ -74,6 +74,8 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.python.worker.reuse", "true")
+        # pyspark's daemon that imports pyarrow, lance, ... once, for every worker it forks.
+        .config("spark.python.daemon.module", "geneva_provider.worker_daemon")
     )
     # The driver JVM only schedules tasks here (Lance data stays in the Python workers), so a
     # serial GC and the quick JIT tier leave the cores to the UDFs: measured on 2 cores, the
