@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit check lint imports typecheck setup clean check-deps check-core
+.PHONY: demo test test-unit unit-tier check lint imports typecheck setup clean check-deps check-core
 
 # The demo runs the example DAGs with `airflow dags test` on the embedded default:
 # Airflow on SQLite in .demo/airflow, tables in .demo/lake, and the Spark stages over a local
@@ -48,12 +48,16 @@ CLASS_ARCHIVE := $(VENV)/spark-classes.jsa
 $(CLASS_ARCHIVE): $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m tests.class_archive $@
 
-test: $(STAMP) $(CLASS_ARCHIVE)
-	$(PYTEST) tests/unit $(PYTEST_ARGS) || [ $$? -eq 5 ]
+# The unit tier starts no JVM, so it runs while the archive is built (each keeps about one core busy).
+test: $(STAMP)
+	$(MAKE) --no-print-directory -j2 unit-tier $(CLASS_ARCHIVE)
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile tests/system tests/airflow tests/spark $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-unit: $(STAMP)
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
+
+unit-tier: $(STAMP)
+	$(PYTEST) tests/unit $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The static checks, out of pytest: ruff, the import contracts, the types, the declared dependencies.
 check: lint imports typecheck check-deps

@@ -6,12 +6,14 @@ is loading and verifying Spark's ~15,000 classes.  A dynamic CDS archive (JDK 13
 and verified: a JVM that maps it starts a Spark Connect server in ~4 s instead of ~8 s, with a third
 less CPU, and behaves the same otherwise (it is the JVM's own class-loading cache, not a change to Spark).
 
-``python -m tests.class_archive PATH`` builds it (``make test`` does, once per virtualenv): a Spark
+``python -m tests.class_archive PATH`` builds it (``make test`` does, once per virtualenv, at
+``.venv/spark-classes.jsa``): a Spark
 Connect server run with ``-XX:ArchiveClassesAtExit`` serves a backfill with a Python UDF, so the classes
 of a server, a job, its Python runner and its commit are all in it, then stops normally, which writes the
-archive.  ``tests/conftest.py`` hands ``jvm_options(PATH)`` to every JVM that ``spark-submit`` starts
-(``SPARK_SUBMIT_OPTS``).  An archive that does not fit a JVM (another JDK, other jars on its class path:
-a standalone cluster's own conf directory) is ignored by that JVM, silently: it only starts slower.
+archive.  ``tests/conftest.py`` hands ``jvm_options(suite_archive())`` to every JVM that ``spark-submit``
+starts (``SPARK_SUBMIT_OPTS``), ``tests/standalone_spark.py`` to its daemons and their executors.  An
+archive that does not fit a JVM (another JDK, other jars on its class path) is ignored by that JVM,
+silently: it only starts slower.
 """
 
 from __future__ import annotations
@@ -23,8 +25,15 @@ import time
 from pathlib import Path
 
 
+def suite_archive() -> Path:
+    """The archive the suite's JVMs map: ``GENEVA_TEST_CLASS_ARCHIVE``, else the virtualenv's (``make test``'s)."""
+    return Path(os.environ.get("GENEVA_TEST_CLASS_ARCHIVE", Path(sys.prefix) / "spark-classes.jsa"))
+
+
 def jvm_options(archive: Path) -> list[str]:
-    """The JVM options that map ``archive`` when it fits, and say nothing when it does not."""
+    """The JVM options that map ``archive`` when it fits, and say nothing when it does not (none without it)."""
+    if not archive.is_file():
+        return []
     return [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", "-Xlog:cds=off,cds+dynamic=off"]
 
 

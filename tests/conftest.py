@@ -6,13 +6,12 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.class_archive import jvm_options
+from tests.class_archive import jvm_options, suite_archive
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Object-store tests talk to a loopback server only: never let a credential chain reach for cloud metadata.
@@ -34,10 +33,8 @@ os.environ["TMPDIR"] = str(_SESSION_TMP / "tmp")
 os.environ["SPARK_LOCAL_DIRS"] = str(_SESSION_TMP / "spark")
 # Spark's classes from a class-data-sharing archive when `make test` built one (tests/class_archive.py):
 # every JVM spark-submit starts maps it, and starts in about half the CPU.
-_CLASS_ARCHIVE = Path(os.environ.get("GENEVA_TEST_CLASS_ARCHIVE", Path(sys.prefix) / "spark-classes.jsa"))
 os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [
-    os.environ.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={_SESSION_TMP / 'java'}",
-    *(jvm_options(_CLASS_ARCHIVE) if _CLASS_ARCHIVE.is_file() else [])]))
+    os.environ.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={_SESSION_TMP / 'java'}", *jvm_options(suite_archive())]))
 tempfile.tempdir = None  # this process too: gettempdir() reads TMPDIR again
 _AIRFLOW_TMP = Path(tempfile.mkdtemp(prefix="geneva-airflow-"))
 _DAGS = _AIRFLOW_TMP / "dags"

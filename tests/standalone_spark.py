@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from tests.class_archive import jvm_options, suite_archive
+
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -318,10 +320,15 @@ class StandaloneSpark:
         return watcher
 
     def env(self) -> dict[str, str]:
+        # No spark-defaults.conf from elsewhere: the wheel's conf directory, which it does not have (so the
+        # class path is the one the suite's class archive was made with, and the daemons and the executors
+        # they launch map it: JAVA_TOOL_OPTIONS reaches both), else an empty one of the cluster's own.
+        default_conf = Path(spark_home()) / "conf"
         return {
             **os.environ,
             "SPARK_HOME": spark_home(),
-            "SPARK_CONF_DIR": str(self.conf_dir),  # empty: no spark-defaults.conf from elsewhere
+            "SPARK_CONF_DIR": str(self.conf_dir if default_conf.exists() else default_conf),
+            **({"JAVA_TOOL_OPTIONS": " ".join(options)} if (options := jvm_options(suite_archive())) else {}),
             "SPARK_LOG_DIR": str(self.log_dir),
             "SPARK_LOCAL_DIRS": str(self.local_dir),
             "SPARK_LOCAL_IP": "127.0.0.1",

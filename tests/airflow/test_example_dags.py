@@ -127,7 +127,9 @@ def test_apply_retry_recomputes_nothing_already_checkpointed(dagbag, lance_db, t
     flag.touch()
     monkeypatch.setenv("GENEVA_TEST_CALL_DIR", str(calls))
     monkeypatch.setenv("GENEVA_TEST_FAIL_FLAG", str(flag))
-    tbl = lance_db.create_table("retry", events_table(8_000), max_rows_per_file=4_000)
+    # One Spark task of 8,000 rows (a concurrent second task would be killed with the job, whatever batch
+    # it had in flight: which rows that recomputes depends on timing).
+    tbl = lance_db.create_table("retry", events_table(8_000), max_rows_per_file=8_000)
 
     dr, states, tis, _ = run(dagbag.get_dag("geneva_test_retry"))
     assert dr.state == "success", states
@@ -138,7 +140,7 @@ def test_apply_retry_recomputes_nothing_already_checkpointed(dagbag, lance_db, t
     # Every row was computed exactly once across both attempts: the retry skipped the
     # ranges the first attempt had checkpointed (x=3500 failed before its checkpoint).
     assert sorted(called) == list(range(8_000))
-    assert result["rows_computed"] == 500  # only the failed task's unfinished checkpoint [3500, 4000)
+    assert result["rows_computed"] == 4_500  # from the failed batch on, [3500, 8000): [0, 3500) was checkpointed
     got = tbl.to_arrow(["x", "y"]).to_pydict()
     assert got["y"] == [2 * x for x in got["x"]]
     tbl.dataset().validate()
