@@ -51,7 +51,7 @@ $(CLASS_ARCHIVE): $(STAMP)
 # The unit tier starts no JVM, so it runs while the archive is built (each keeps about one core busy).
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j2 unit-tier $(CLASS_ARCHIVE)
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile tests/system tests/airflow tests/spark $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/system tests/airflow tests/spark $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-unit: $(STAMP)
 	$(PYTEST) tests/unit $(PYTEST_ARGS)

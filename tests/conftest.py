@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.class_archive import jvm_options, suite_archive
+from tests.file_order import expected_seconds, longest_first
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Object-store tests talk to a loopback server only: never let a credential chain reach for cloud metadata.
@@ -57,6 +58,14 @@ os.environ.update({
     "GENEVA_HOURLY_WAIT_SECONDS": "3",
     "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",  # the sensors honour it (the tests check deferral)
 })
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Test files longest first (tests/file_order.py), each file's tests in their own order: with
+    ``--dist loadfile --no-loadscope-reorder`` the workers take the long files first and end together."""
+    rank = {path: i for i, path in enumerate(longest_first([item.nodeid.split("::")[0] for item in items],
+                                                             expected_seconds()))}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
 def pytest_sessionfinish(session, exitstatus):
