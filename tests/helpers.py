@@ -73,9 +73,10 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
-def run_and_kill_when(script: str, ready: Callable[[], bool], env: dict[str, str] | None = None) -> list[str]:
+def run_and_kill_when(script: str, ready: Callable[[], bool], env: dict[str, str] | None = None,
+                      poll: float = 0.05) -> list[str]:
     """Runs ``script`` in a session of its own, SIGKILLs it (and every process it started) once ``ready()``
-    holds, and returns what it printed (it must not have finished)."""
+    holds (looked at every ``poll`` seconds), and returns what it printed (it must not have finished)."""
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -83,7 +84,7 @@ def run_and_kill_when(script: str, ready: Callable[[], bool], env: dict[str, str
         while not ready():
             assert proc.poll() is None, "the process ended before it could be killed"
             assert time.monotonic() < deadline, "the process never got there"
-            time.sleep(0.05)
+            time.sleep(poll)
     finally:
         kill_session(proc.pid)
         proc.wait(timeout=30)

@@ -60,11 +60,10 @@ def make_view(db, tmp_path, n: int, **kwargs) -> tuple[gp.Table, gp.Table, objec
 def refresh_script(db_uri: str, options: dict) -> str:
     return textwrap.dedent(f"""
         import geneva_provider as gp
-        from geneva_provider.stages import local_session
-        # Spark, not the in-process runner: a small refresh could end inside the 50 ms between two
-        # looks at the kill point, and the seeded rounds must be killed.
-        spark = local_session("local[1]", conf={{"spark.ui.showConsoleProgress": "false"}})
-        gp.connect({db_uri!r}).open_table("chunks").refresh(spark=spark, **{options!r})
+        from geneva_provider.stages import InProcessRunner
+        # The stages' tasks one after another in this process, as on a local[1] Spark, without its JVM: what
+        # a kill leaves behind is the stages' checkpoints and commits, whichever runner ran their tasks.
+        gp.connect({db_uri!r}).open_table("chunks").refresh(spark=InProcessRunner(), **{options!r})
         print("FINISHED")
     """)
 
@@ -99,7 +98,7 @@ def test_a_refresh_killed_after_its_first_partial_commit_resumes_from_its_checkp
     docs, view, calls = make_view(db, tmp_path, 2_000)
     v0 = view.version
     script = refresh_script(db.uri, {"checkpoint_size": 100, "commit_granularity": 1})
-    run_and_kill_when(script, lambda: view.dataset().version > v0)
+    run_and_kill_when(script, lambda: view.dataset().version > v0, poll=0.01)
     assert 0 < view.count_rows() < len(expected_at(docs))  # some groups committed, not all
     assert udtf_view_state(view.dataset().schema.metadata, "chunks").base_version == -1
     clear_calls(calls)
@@ -119,7 +118,7 @@ def test_a_partial_commit_kill_then_source_updates_leave_no_old_chunks(db, spark
         docs.dataset().update({"text": "concat(text, 'A')"}, where="doc_id % 3 = 0")
     v0 = view.version
     run_and_kill_when(refresh_script(db.uri, {"checkpoint_size": 50, "commit_granularity": 1}),
-                      lambda: view.dataset().version > v0)
+                      lambda: view.dataset().version > v0, poll=0.01)
     assert view.version > v0
     docs.dataset().update({"text": "concat(text, 'B')"}, where="doc_id % 6 = 0")
     docs.delete("doc_id % 30 = 3")
@@ -236,7 +235,7 @@ def test_seeded_kills_over_a_chunker_refresh_with_source_changes_between_kill_an
             point, ready = f"after {n} checkpoints", partial(
                 lambda s, k: len(JobStore(s).batches("")) >= k, store, held + n)
         try:
-            run_and_kill_when(refresh_script(db.uri, options), ready)
+            run_and_kill_when(refresh_script(db.uri, options), ready, poll=0.01)
             kills += 1
         except AssertionError as exc:  # the refresh finished before that point: no kill this round
             assert "ended before it could be killed" in str(exc), exc

@@ -46,9 +46,16 @@ def finished_tasks(cluster: StandaloneSpark, app_id: str) -> dict[str, int]:
     return out
 
 
+def assert_executor_on_every_worker(cluster: StandaloneSpark, app_id: str) -> None:
+    """``app_id`` got an executor on every worker (SPARK_WORKER_DIR/<app id>/<executor id>/stderr)."""
+    for i in range(1, cluster.n_workers + 1):
+        assert list((cluster.worker_dir(i) / app_id).glob("*/stderr")), (app_id, i)
+
+
 @pytest.mark.slow
 def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tmp_path, monkeypatch):
-    from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
+    from geneva_provider.operators.spark import GenevaSparkApplyOperator
+    from geneva_provider.stages import InProcessRunner, run_write_commit
 
     cluster = standalone_spark
     db_dir = tmp_path / "db"
@@ -76,19 +83,20 @@ def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tm
 
     t0 = time.monotonic()
     # The watcher samples (every 0.1 s) the process trees below the master, each worker and this
-    # process, with every TCP port they listen on, while both Spark applications run.
+    # process, with every TCP port they listen on, while the Spark application runs.
     with cluster.watch(pytest=os.getpid()) as watcher:
         # ship_package: the package travels to the executors as a --py-files zip, as on a
         # cluster whose Python lacks it.
         applied = GenevaSparkApplyOperator(task_id="apply", plan=summary, conf=conf, env_vars=env_vars,
                                            ship_package=True).execute(context={})
-        written = GenevaSparkWriteCommitOperator(task_id="write", plan=summary, conf=conf,
-                                                 env_vars=env_vars).execute(context={})
     seconds = time.monotonic() - t0
+    # The cluster's checkpoints are committed here, by the same stage (the write+commit operator on the cluster
+    # is the example DAG's, in the test below).
+    written = run_write_commit(summary.plan_uri, InProcessRunner())
 
     # -- the data -------------------------------------------------------------------------------
     assert applied["status"] == "success" and applied["rows_computed"] == ROWS, applied
-    assert written["status"] == "success" and written["fragments_committed"] == FRAGMENTS, written
+    assert written.fragments_committed == FRAGMENTS, written
     assert verify(summary.plan_uri).rows_verified == ROWS
     got = tbl.to_arrow(["x", "y"]).to_pydict()
     assert len(got["x"]) == ROWS and got["y"] == [2 * x for x in got["x"]]
@@ -115,19 +123,13 @@ def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tm
         executors_used[executor.pid] = watcher.under[(executor.pid, executor.start)]
     assert set(executors_used.values()) == labels, executors_used
 
-    # Proof 2 (from Spark's own logs, which outlive the processes): each application got an
-    # executor on every worker (SPARK_WORKER_DIR/<app id>/<executor id>/stderr), and the apply
-    # application's executors finished exactly one Spark task per planned task, on both workers.
+    # Proof 2 (from Spark's own logs, which outlive the processes): the application got an
+    # executor on every worker (SPARK_WORKER_DIR/<app id>/<executor id>/stderr), and its executors
+    # finished exactly one Spark task per planned task, on both workers.
     apply_id = find_app_id(cluster, "geneva-apply-events-y")
-    write_id = find_app_id(cluster, "geneva-write_commit-events-y")
-    for app_id in (apply_id, write_id):
-        for i in range(1, cluster.n_workers + 1):
-            assert list((cluster.worker_dir(i) / app_id).glob("*/stderr")), (app_id, i)
+    assert_executor_on_every_worker(cluster, apply_id)
     per_worker = finished_tasks(cluster, apply_id)
     assert sum(per_worker.values()) == summary.tasks and all(per_worker.values()), per_worker
-    # The write stage deals the fragments over the plan's slots: fewer Spark tasks than fragments.
-    slots = load_plan(summary.plan_uri)[0].settings.parallelism
-    assert sum(finished_tasks(cluster, write_id).values()) == min(FRAGMENTS, slots)
 
     # -- loopback only --------------------------------------------------------------------------
     # Every port listened on by the master, the workers, the executors and their Python daemons,
@@ -139,7 +141,7 @@ def test_operators_run_the_backfill_on_a_standalone_cluster(standalone_spark, tm
     assert [entry for entry in listeners if entry[2] != "127.0.0.1"] == [], listeners
     assert 6066 not in {port for _, _, _, port in listeners}
 
-    print(f"\ncluster start {cluster.startup_seconds:.1f}s, apply + write_commit {seconds:.1f}s, "
+    print(f"\ncluster start {cluster.startup_seconds:.1f}s, apply {seconds:.1f}s, "
           f"{len(call_pids)} UDF processes in {len(executors_used)} executors, "
           f"{len({(a, p) for _, _, a, p in listeners})} loopback listeners")
 
@@ -154,7 +156,8 @@ def test_example_dag_runs_on_the_cluster_by_changing_only_the_connection(standal
     host, _, port = cluster.master_url.rpartition(":")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": host,
                                                                  "port": int(port)}))
-    tbl = lance_db.create_table("events", sample(12_000), max_rows_per_file=3_000)
+    fragments = 4
+    tbl = lance_db.create_table("events", sample(12_000), max_rows_per_file=12_000 // fragments)
     t0 = time.monotonic()
     dr = dagbag.get_dag("geneva_backfill_after_ingest").test()
     seconds = time.monotonic() - t0
@@ -167,5 +170,12 @@ def test_example_dag_runs_on_the_cluster_by_changing_only_the_connection(standal
     # Both Spark stages ran as applications of the standalone master, their tasks in its executors.
     for stage in ("apply", "write_commit"):
         app_id = find_app_id(cluster, f"geneva-{stage}-events-words")
+        assert_executor_on_every_worker(cluster, app_id)
         assert sum(finished_tasks(cluster, app_id).values()) >= 1, (stage, app_id)
+    # The write stage deals the fragments over the plan's slots: no more Spark tasks than slots.
+    plan_ti = next(ti for ti in dr.get_task_instances() if ti.task_id == "backfill_words.plan")
+    plan_uri = plan_ti.xcom_pull(task_ids="backfill_words.plan")["plan_uri"]
+    slots = load_plan(plan_uri)[0].settings.parallelism
+    write_id = find_app_id(cluster, "geneva-write_commit-events-words")
+    assert sum(finished_tasks(cluster, write_id).values()) == min(fragments, slots)
     print(f"\nexample DAG on the standalone cluster: {seconds:.1f}s")
