@@ -326,7 +326,7 @@ class Table:
         ``options`` are those of :class:`~geneva_provider.core.contracts.options.BackfillOptions`
         (``read_version``, checkpoint and task sizes, ``commit_granularity``, ``concurrency``).
         Runs on ``spark`` (a session, or a task runner such as ``InProcessRunner()``), the active session, or a
-        local ``local[*]`` session created for the call.
+        local ``local[*]`` session that the first such call starts and the next ones reuse.
         ``progress`` draws a progress bar (default: when stderr is a terminal).
         """
         from geneva_provider.facade.job_handle import with_progress

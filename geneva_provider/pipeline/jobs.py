@@ -32,6 +32,7 @@ from geneva_provider.pipeline.stages.verify import verify
 from geneva_provider.pipeline.stages.write import run_write_commit
 
 if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import SparkSession
     from geneva_provider.pipeline.spark.task_runner import Compute, TaskRunner
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,8 @@ class JobControl:
 
 def backfill(table: TableRef, column: str, options: BackfillOptions | None = None, *, spark: Compute | None = None,
              store: CheckpointStore | None = None, control: JobControl | None = None) -> BackfillResult:
-    """Runs every stage of a backfill of ``column`` in this process, on ``spark`` (a session or a task runner) or a
-    local session."""
+    """Runs every stage of a backfill of ``column`` in this process, on ``spark`` (a session or a task runner), the
+    active session or the local one jobs without a session share (:func:`calls_session`)."""
     return run_job(table, column, lambda parallelism: plan_backfill(
         table, column, options, store=store, parallelism=parallelism), spark, control)
 
@@ -88,26 +89,35 @@ def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Co
         return CompactionResult(job_id=summary.job_id, version=summary.read_version, fragments_removed=0,
                                 fragments_added=0, files_removed=0, files_added=0,
                                 excluded=summary.fragments_excluded, held_by=summary.fragments_held_by)
-    with _runner(spark, f"geneva-compact-{table.name}") as runner:
+    with _runner(spark) as runner:
         return run_compaction(summary.plan_uri, runner, table.storage_options)
 
 
+_CALLS_SESSION: list[SparkSession] = []  # the local session that jobs given no session share (the first starts it)
+_CALLS_SESSION_LOCK = threading.Lock()
+
+
+def calls_session() -> SparkSession:
+    """The local ``local[*]`` session of the jobs given no session and finding none active.
+
+    Started by the first such job and kept for the next ones, as a notebook keeps its session: a job
+    then costs its work, not a SparkContext's start and stop (~4 s on 2 cores).  One the caller stopped
+    is started again; it ends with the process.
+    """
+    with _CALLS_SESSION_LOCK:
+        if not _CALLS_SESSION or _CALLS_SESSION[0].sparkContext._jsc is None:
+            _CALLS_SESSION[:] = [local_session(app_name="geneva")]
+        return _CALLS_SESSION[0]
+
+
 @contextmanager
-def _runner(spark: Compute | None, app_name: str) -> Iterator[TaskRunner]:
-    """The runner of ``spark``, else of the active session, else of a local session made for the job and stopped
-    after it."""
+def _runner(spark: Compute | None) -> Iterator[TaskRunner]:
+    """The runner of ``spark``, else of the active session, else of :func:`calls_session`."""
     if spark is None:
         from pyspark.sql import SparkSession
 
-        spark = SparkSession.getActiveSession()  # a notebook's session is used, never stopped
-    if spark is not None:
-        yield task_runner(spark)
-        return
-    session = local_session(app_name=app_name)
-    try:
-        yield task_runner(session)
-    finally:
-        session.stop()
+        spark = SparkSession.getActiveSession() or calls_session()  # never stopped here
+    yield task_runner(spark)
 
 
 def _parallelism(spark: Compute | None) -> int | None:
@@ -148,7 +158,7 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         control.check(Stage.APPLY)
         t = time.perf_counter()
         # Heartbeats from the plan to the end: the job is live while its Spark session starts, too.
-        with keep_alive(store, summary.job_id), _runner(spark, f"geneva-{table.name}-{column}") as runner:
+        with keep_alive(store, summary.job_id), _runner(spark) as runner:
             control.runner = runner
             seconds["session"] = time.perf_counter() - t
             t = time.perf_counter()

@@ -375,3 +375,42 @@ def test_an_import_error_in_the_commit_stage_surfaces_as_itself_not_as_a_commit_
     tbl.backfill("y", spark=spark)
     assert column(tbl, "y") == {x: 2 * x for x in range(100)}
     assert read_calls(call_dir) == []  # the failed run's checkpoints are reused: only the commit was missing
+
+
+def test_jobs_given_no_session_share_one_local_session_started_by_the_first(tmp_path):
+    """``tbl.backfill()`` / ``view.refresh()`` without a session and with none active: the first call starts a
+    local session, the next ones run on it (no SparkContext start per call); one the caller stopped is started
+    again.  Its own process: this one holds the suite's session, which would be the active one."""
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import pyarrow as pa
+        from pyspark import SparkContext
+        import geneva_provider as gp
+
+        db = gp.connect({str(tmp_path / "db")!r})
+        tbl = db.create_table("t", pa.table({{"x": list(range(100))}}), max_rows_per_file=50)
+        tbl.add_columns({{"y": gp.udf(lambda x: 2 * x, data_type=pa.int64(), name="dbl")}})
+        apps = []
+        for n in (100, 150):
+            if n > 100:
+                tbl.add(pa.table({{"x": list(range(100, n))}}))
+            res = tbl.backfill("y", progress=False)
+            assert res.rows_computed == (50 if n > 100 else 100), res
+            apps.append(SparkContext._active_spark_context.applicationId)
+        view = db.create_materialized_view("v", tbl.search(None).where("x < 10").select(["x", "y"]))
+        view.refresh()
+        apps.append(SparkContext._active_spark_context.applicationId)
+        SparkContext._active_spark_context.stop()  # the caller stops it: the next call starts another
+        tbl.add(pa.table({{"x": [150]}}))
+        assert tbl.backfill("y", progress=False).rows_computed == 1
+        apps.append(SparkContext._active_spark_context.applicationId)
+        assert tbl.to_arrow(["x", "y"]).to_pydict()["y"] == [2 * x for x in range(151)]
+        assert db.open_table("v").count_rows() == 10
+        print("APPS", *apps)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    apps = next(line for line in out.stdout.splitlines() if line.startswith("APPS")).split()[1:]
+    assert len(set(apps[:3])) == 1 and apps[3] != apps[0], apps
