@@ -37,6 +37,19 @@ def jvm_options(archive: Path) -> list[str]:
     return [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", "-Xlog:cds=off,cds+dynamic=off"]
 
 
+# For a JVM that starts, runs one stage and exits (a spark-submit stage program and its launcher): the first,
+# quick JIT tier only.  Such a JVM spends much of its CPU compiling hot start-up code with the optimising
+# compiler, which it never lives long enough to profit from: a stage program then takes ~20 % less CPU.  Not
+# for the suite's long-lived JVMs (its sessions and Connect servers), which run many jobs and gain from it.
+SHORT_LIVED_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1"]
+
+
+def short_lived(monkeypatch) -> None:
+    """Gives the JVMs that ``spark-submit`` starts from now on (in this test) :data:`SHORT_LIVED_JVM_OPTIONS`."""
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"),
+                                                                  *SHORT_LIVED_JVM_OPTIONS])))
+
+
 def build(archive: Path) -> None:
     """Writes the archive at ``archive`` (atomically: a JVM never maps a half-written one)."""
     t0 = time.monotonic()

@@ -100,7 +100,7 @@ def _logs(capfd, caplog) -> str:
 
 @pytest.mark.slow
 def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retries_resume(
-        tmp_path, lance_db, monkeypatch, call_dir, capfd, caplog):
+        lance_db, monkeypatch, call_dir, capfd, caplog, killable_server):
     from airflow.sdk.exceptions import AirflowFailException
 
     import geneva_provider as gp
@@ -112,70 +112,63 @@ def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retri
     tbl = lance_db.create_table("slow", events_table(rows), max_rows_per_file=rows // fragments)
     tbl.add_columns({"y": counting_double(call_dir, sleep=0.001)})
     store = tbl.checkpoint_store
-    server = _server(0, tmp_path / "server")
-    server.start()
-    try:
-        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
-            {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
-        # One fragment per Spark job and commit, one at a time: write+commit runs long enough to be killed.
-        plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y", checkpoint_size=125,
-                                          commit_granularity=1, concurrency=1).execute({})
+    server = killable_server.up()
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
+    # One fragment per Spark job and commit, one at a time: write+commit runs long enough to be killed.
+    plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y", checkpoint_size=125,
+                                      commit_granularity=1, concurrency=1).execute({})
 
-        # 1. The server dies under apply.
-        apply = _run_in_thread(GenevaSparkApplyOperator(task_id="apply", plan=plan))
-        _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
-        killed = _kill_server(server)
-        _assert_failed_retryably_naming_the_server(apply, killed, server, capfd, caplog)
-        assert not isinstance(apply["error"], AirflowFailException)  # Airflow retries it
-        checkpointed = _checkpointed_rows(store, rows // fragments)
-        assert 1_000 <= len(checkpointed) < rows
-        assert tbl.count_rows("y IS NOT NULL") == 0
+    # 1. The server dies under apply.
+    apply = _run_in_thread(GenevaSparkApplyOperator(task_id="apply", plan=plan))
+    _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
+    killed = killable_server.kill()
+    _assert_failed_retryably_naming_the_server(apply, killed, server, capfd, caplog)
+    assert not isinstance(apply["error"], AirflowFailException)  # Airflow retries it
+    checkpointed = _checkpointed_rows(store, rows // fragments)
+    assert 1_000 <= len(checkpointed) < rows
+    assert tbl.count_rows("y IS NOT NULL") == 0
 
-        # A retry while the server is still down fails once its first contact gives up: it does not
-        # fall back to opening a second session and wait through the same back-off again.
-        with pytest.raises(gp.SparkEnvironmentError, match=f"on sc://127.0.0.1:{server.port}") as down:
-            GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
-        assert down.value.retryable
-        assert "cannot be reused" not in _logs(capfd, caplog)
+    # A retry while the server is still down fails once its first contact gives up: it does not
+    # fall back to opening a second session and wait through the same back-off again.
+    with pytest.raises(gp.SparkEnvironmentError, match=f"on sc://127.0.0.1:{server.port}") as down:
+        GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
+    assert down.value.retryable
+    assert "cannot be reused" not in _logs(capfd, caplog)
 
-        # 2. The server comes back on the same port: the retry computes only what no checkpoint holds.
-        server = _server(server.port, tmp_path / "server")
-        server.start()
-        clear_calls(call_dir)
-        applied = GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
-        rerun = read_calls(call_dir)
-        assert not set(rerun) & checkpointed  # no checkpointed row was computed again
-        assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)
-        assert applied["rows_computed"] == rows - len(checkpointed)
+    # 2. The server comes back on the same port: the retry computes only what no checkpoint holds.
+    server = killable_server.up()  # on the same port
+    clear_calls(call_dir)
+    applied = GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
+    rerun = read_calls(call_dir)
+    assert not set(rerun) & checkpointed  # no checkpointed row was computed again
+    assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)
+    assert applied["rows_computed"] == rows - len(checkpointed)
 
-        # 3. The server dies under write+commit, after its first commits.
-        clear_calls(call_dir)
-        write = _run_in_thread(GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan))
-        _wait_for(lambda: getattr(read_record(store, plan["job_id"]), "rows_committed", 0) > 0, 120, "a first commit")
-        killed = _kill_server(server)
-        _assert_failed_retryably_naming_the_server(write, killed, server, capfd, caplog)
-        committed = tbl.count_rows("y IS NOT NULL")
-        assert 0 < committed < rows, committed
-        tbl.dataset().validate()  # what was committed before the kill is whole
+    # 3. The server dies under write+commit, after its first commits.
+    clear_calls(call_dir)
+    write = _run_in_thread(GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan))
+    _wait_for(lambda: getattr(read_record(store, plan["job_id"]), "rows_committed", 0) > 0, 120, "a first commit")
+    killed = killable_server.kill()
+    _assert_failed_retryably_naming_the_server(write, killed, server, capfd, caplog)
+    committed = tbl.count_rows("y IS NOT NULL")
+    assert 0 < committed < rows, committed
+    tbl.dataset().validate()  # what was committed before the kill is whole
 
-        # 4. Back again: the retry commits the rest, computing nothing (every row is checkpointed).
-        server = _server(server.port, tmp_path / "server")
-        server.start()
-        GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan).execute({})
-        assert read_calls(call_dir) == []
-        verified = GenevaVerifyOperator(task_id="verify", plan=plan).execute({})
-        assert verified["rows_verified"] == rows
-        got = tbl.to_arrow(["x", "y"]).to_pydict()
-        assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == rows
-        tbl.dataset().validate()
-    finally:
-        if server.running() is not None:
-            server.stop()
+    # 4. Back again: the retry commits the rest, computing nothing (every row is checkpointed).
+    server = killable_server.up()  # on the same port
+    GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan).execute({})
+    assert read_calls(call_dir) == []
+    verified = GenevaVerifyOperator(task_id="verify", plan=plan).execute({})
+    assert verified["rows_verified"] == rows
+    got = tbl.to_arrow(["x", "y"]).to_pydict()
+    assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == rows
+    tbl.dataset().validate()
 
 
 @pytest.mark.slow
-def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(tmp_path, lance_db, monkeypatch,
-                                                                               call_dir, capsys):
+def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(lance_db, monkeypatch, call_dir,
+                                                                               capsys, killable_server):
     """Five backfill jobs through the operators, one server: each job's session goes with its Python daemon
     and workers, so the server does not grow by one daemon per job, and ``status`` shows it."""
     from geneva_provider.connect_server import main, python_processes
@@ -185,33 +178,35 @@ def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(t
     jobs, rows = 5, 200
     tbl = lance_db.create_table("grow", events_table(rows))
     tbl.add_columns({"y": counting_double(call_dir)})
-    with _server(0, tmp_path / "server") as server:
-        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
-            {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
-        pid = server.running()["pid"]
-        after_each, session_files = [], set()
-        for job in range(jobs):
-            if job:
-                tbl.add(events_table(rows, start=job * rows))
-            plan = GenevaPlanBackfillOperator(task_id="plan", table="grow", column="y").execute({})
-            assert plan["rows_to_compute"] == rows
-            GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
-            assert python_processes(pid)[0] >= 1  # the job's session has its daemon while it lives
-            session_files |= _daemon_directories(pid)
-            GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan).execute({})
-            GenevaVerifyOperator(task_id="verify", plan=plan).execute({})
-            after_each.append(python_processes(pid))
-        # At most the job just finished (and one whose daemon is exiting) may still show, never one per job.
-        assert max(daemons for daemons, _ in after_each) <= 2, after_each
-        _wait_for(lambda: python_processes(pid) == (0, 0), 30, "the last job's Python daemon to exit")
-        # Each session's files on the server (the package zip, the shipped storage options) went with it.
-        assert len(session_files) == jobs and not any(os.path.exists(d) for d in session_files), session_files
-        capsys.readouterr()
-        assert main(["status", "--dir", str(server.directory)]) == 0
-        status = capsys.readouterr().out
-        assert f"running at {server.url} (pid {pid}): 0 open sessions, 0 Python daemons with 0 workers" in status
-        with capsys.disabled():
-            print(f"\nPython (daemons, workers) under the server after each of {jobs} jobs: {after_each}")
+    server = killable_server.up()
+    pid = server.running()["pid"]
+    # The module's server: the daemons of an earlier test's sessions, released, are gone first.
+    _wait_for(lambda: python_processes(pid) == (0, 0), 30, "an earlier job's Python daemon to exit")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
+    after_each, session_files = [], set()
+    for job in range(jobs):
+        if job:
+            tbl.add(events_table(rows, start=job * rows))
+        plan = GenevaPlanBackfillOperator(task_id="plan", table="grow", column="y").execute({})
+        assert plan["rows_to_compute"] == rows
+        GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
+        assert python_processes(pid)[0] >= 1  # the job's session has its daemon while it lives
+        session_files |= _daemon_directories(pid)
+        GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan).execute({})
+        GenevaVerifyOperator(task_id="verify", plan=plan).execute({})
+        after_each.append(python_processes(pid))
+    # At most the job just finished (and one whose daemon is exiting) may still show, never one per job.
+    assert max(daemons for daemons, _ in after_each) <= 2, after_each
+    _wait_for(lambda: python_processes(pid) == (0, 0), 30, "the last job's Python daemon to exit")
+    # Each session's files on the server (the package zip, the shipped storage options) went with it.
+    assert len(session_files) == jobs and not any(os.path.exists(d) for d in session_files), session_files
+    capsys.readouterr()
+    assert main(["status", "--dir", str(server.directory)]) == 0
+    status = capsys.readouterr().out
+    assert f"running at {server.url} (pid {pid}): 0 open sessions, 0 Python daemons with 0 workers" in status
+    with capsys.disabled():
+        print(f"\nPython (daemons, workers) under the server after each of {jobs} jobs: {after_each}")
     got = tbl.to_arrow(["x", "y"]).to_pydict()
     assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(jobs * rows))
     assert sorted(read_calls(call_dir)) == list(range(jobs * rows))  # each job computed only its new rows
@@ -220,7 +215,7 @@ def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(t
 
 # ---------------------------------------------------------------- a caller's own Connect session
 class _KillableServer:
-    """One Spark Connect server the module's kill tests share: each kills it, and :meth:`up` starts it again
+    """One Spark Connect server the module's tests share: a kill test kills it, and :meth:`up` starts it again
     (on the same port) for the next step or test, so no test pays for a server start of its own first."""
 
     def __init__(self, directory) -> None:

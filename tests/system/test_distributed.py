@@ -15,11 +15,18 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.stages import load_plan, plan_backfill, verify
+from tests.class_archive import short_lived
 from tests.helpers import counting_double, events_table, read_calls
 from tests.standalone_spark import EXECUTOR_CLASS, StandaloneSpark
 
 ROWS = 20_000
 FRAGMENTS = 4
+
+
+@pytest.fixture(autouse=True)
+def _short_lived_drivers(monkeypatch):
+    """Each stage's spark-submit driver is a short-lived JVM (the cluster's daemons and executors are not)."""
+    short_lived(monkeypatch)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pyspark
 from geneva_provider.core.contracts.models import StageReport
 from geneva_provider.spark_apps import app_path
 from geneva_provider.stages import plan_backfill, verify
+from tests.class_archive import SHORT_LIVED_JVM_OPTIONS
 from tests.helpers import counting_double, counting_split, events_table, read_calls
 
 BIN = Path(sys.executable).parent
@@ -21,6 +22,7 @@ BIN = Path(sys.executable).parent
 
 def spark_submit(app: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "SPARK_HOME": os.path.dirname(pyspark.__file__), "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_SUBMIT_OPTS": " ".join([os.environ.get("SPARK_SUBMIT_OPTS", ""), *SHORT_LIVED_JVM_OPTIONS]),
            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     cmd = [str(BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
