@@ -105,14 +105,18 @@ def clear_calls(log_dir: str | Path) -> None:
 
 
 def counting_double(log_dir: str, fail_flag: str | None = None, fail_at: int | None = None,
-                    sleep: float = 0.0) -> gp.UDF:
-    """Scalar x*2 that logs each call; raises at x == fail_at while the file fail_flag exists."""
+                    sleep: float = 0.0, slow_while: str | None = None) -> gp.UDF:
+    """Scalar x*2 that logs each call; raises at x == fail_at while the file fail_flag exists.
+
+    It sleeps ``sleep`` seconds a row -- only while the file ``slow_while`` exists, if one is given: a test that
+    kills a slow job removes it after the kill, so the rerun is not slow too.
+    """
 
     @gp.udf(data_type=pa.int64(), name="double")
     def double(x: int) -> int:
         if fail_flag is not None and x == fail_at and os.path.exists(fail_flag):
             raise ZeroDivisionError(f"injected failure at x={x}")
-        if sleep:
+        if sleep and (slow_while is None or os.path.exists(slow_while)):
             time.sleep(sleep)
         _log_calls(log_dir, [x])
         return x * 2
@@ -218,10 +222,12 @@ class Chunk:
     start: int
 
 
-def counting_split(log_dir: str, sleep: float = 0.0) -> gp.UDTF:
+def counting_split(log_dir: str, sleep: float = 0.0, slow_while: str | None = None) -> gp.UDTF:
+    """A chunker that logs each parent; ``sleep`` and ``slow_while`` as :func:`counting_double`'s."""
+
     @gp.chunker
     def split(doc_id: int, text: str) -> Iterator[Chunk]:
-        if sleep:
+        if sleep and (slow_while is None or os.path.exists(slow_while)):
             time.sleep(sleep)
         _log_calls(log_dir, [doc_id])
         for i in range(0, len(text), WIDTH):

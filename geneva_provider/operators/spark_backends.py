@@ -196,6 +196,7 @@ class ConnectBackend(SparkBackend):
     def __init__(self, settings: SparkSettings, log: Any) -> None:
         super().__init__(settings, log)
         self._session: Any = None  # the Spark Connect client session while a stage runs
+        self._gave_up: str | None = None  # what the session said of its server when the stage failed for it
 
     @cached_property
     def hook(self) -> SparkConnectHook:
@@ -211,7 +212,7 @@ class ConnectBackend(SparkBackend):
                submission: StageSubmission) -> Callable[[], _Ended]:
         from geneva_provider.core.contracts.models import StageReport
         from geneva_provider.core.store.checkpoint import split_key_uri
-        from geneva_provider.pipeline.spark.connect import close_session, lost_server
+        from geneva_provider.pipeline.spark.connect import close_session, lost_server, unreachable
 
         url = self.url
         self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'): %s",
@@ -219,6 +220,7 @@ class ConnectBackend(SparkBackend):
 
         def drive() -> _Ended:
             keep, cause = False, None
+            self._gave_up = None
             try:
                 self._session = session = self._job_session(url, store, split_key_uri(plan.plan_uri)[1])
                 report = StageReport(status=EventStatus.SUCCESS,
@@ -226,6 +228,8 @@ class ConnectBackend(SparkBackend):
                 keep = stage.keeps_session
             except Exception as exc:  # noqa: BLE001 - the operator reports it with the package's reason first
                 lost = lost_server(self._session, url, exc) if self._session is not None else None
+                if lost is not None:  # the last progress line says so too, however soon the stage failed
+                    self._gave_up = unreachable(self._session, url)
                 report, cause = StageReport.failed(lost or exc), exc
             finally:
                 if self._session is not None:
@@ -248,7 +252,7 @@ class ConnectBackend(SparkBackend):
         from geneva_provider.pipeline.spark.connect import unreachable
 
         session = self._session
-        return unreachable(session, self.url) if session is not None else None
+        return unreachable(session, self.url) if session is not None else self._gave_up
 
     def _job_session(self, url: str, store: Any, plan_key: str) -> Any:
         """The job's Spark Connect session: the one an earlier stage (or a dead attempt) left, else a new one.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -19,16 +20,25 @@ import pytest
 from tests.helpers import clear_calls, counting_double, counting_split, events_table, kill_session, read_calls
 from tests.system.test_resume_kill import _checkpointed_rows
 
-# The stages' clients here retry a lost server for 8 s (GENEVA_CONNECT_OUTAGE_SECONDS), not the default ~35 s
+# The stages' clients here retry a lost server for 6 s (GENEVA_CONNECT_OUTAGE_SECONDS), not the default ~35 s
 # (tests/unit/test_connect_outage_bound.py checks the default policy): what is checked is that the bound, not
 # pyspark's ten minutes, decides when a stage fails -- within it and some seconds of progress polling.
-OUTAGE_SECONDS = 8
+OUTAGE_SECONDS = 6
 STAGE_FAILS_WITHIN_SECONDS = OUTAGE_SECONDS + 30
 
 
 @pytest.fixture(autouse=True)
 def _short_outage_bound(monkeypatch):
     monkeypatch.setenv("GENEVA_CONNECT_OUTAGE_SECONDS", str(OUTAGE_SECONDS))
+
+
+@pytest.fixture
+def slow_flag(tmp_path) -> Path:
+    """While this file exists, the tests' UDFs are slow (so a kill lands mid-stage); a test removes it after the
+    kill, so the rerun that resumes is not slow too."""
+    flag = tmp_path / "slow"
+    flag.touch()
+    return flag
 
 
 def _server(port: int, directory) -> object:
@@ -72,8 +82,10 @@ def _assert_failed_retryably_naming_the_server(outcome: dict, killed: float, ser
     assert isinstance(error, gp.SparkEnvironmentError), repr(error)
     assert error.retryable
     assert f"lost the Spark Connect server sc://127.0.0.1:{server.port}" in str(error), str(error)
-    # The progress lines said so while the client was retrying, instead of a healthy-looking RUNNING.
-    assert f"but the Spark Connect server sc://127.0.0.1:{server.port} is unreachable" in logs, logs[-3000:]
+    # The stage's last progress line says why, however soon it failed (and so do the lines while the client was
+    # retrying, instead of a healthy-looking RUNNING).
+    assert re.search(rf"FAILED, but the Spark Connect server sc://127\.0\.0\.1:{server.port} is unreachable "
+                     rf"\(.*\) for \d+s; giving up", logs), logs[-3000:]
 
 
 def _daemon_directories(server_pid: int) -> set[str]:
@@ -100,7 +112,7 @@ def _logs(capfd, caplog) -> str:
 
 @pytest.mark.slow
 def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retries_resume(
-        lance_db, monkeypatch, call_dir, capfd, caplog, killable_server):
+        lance_db, monkeypatch, call_dir, capfd, caplog, killable_server, slow_flag):
     from airflow.sdk.exceptions import AirflowFailException
 
     import geneva_provider as gp
@@ -110,7 +122,7 @@ def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retri
 
     rows, fragments = 8_000, 32
     tbl = lance_db.create_table("slow", events_table(rows), max_rows_per_file=rows // fragments)
-    tbl.add_columns({"y": counting_double(call_dir, sleep=0.001)})
+    tbl.add_columns({"y": counting_double(call_dir, sleep=0.001, slow_while=str(slow_flag))})
     store = tbl.checkpoint_store
     server = killable_server.up()
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
@@ -123,6 +135,7 @@ def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retri
     apply = _run_in_thread(GenevaSparkApplyOperator(task_id="apply", plan=plan))
     _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
     killed = killable_server.kill()
+    slow_flag.unlink()
     _assert_failed_retryably_naming_the_server(apply, killed, server, capfd, caplog)
     assert not isinstance(apply["error"], AirflowFailException)  # Airflow retries it
     checkpointed = _checkpointed_rows(store, rows // fragments)
@@ -293,15 +306,15 @@ def _assert_lost_server_soon(outcome: dict, killed: float, port: int, capfd, wha
     return error
 
 
-def _slow_table(lance_db, call_dir, name: str, rows: int, fragments: int):
+def _slow_table(lance_db, call_dir, name: str, rows: int, fragments: int, slow_flag: Path):
     tbl = lance_db.create_table(name, events_table(rows), max_rows_per_file=rows // fragments)
-    tbl.add_columns({"y": counting_double(call_dir, sleep=0.002)})
+    tbl.add_columns({"y": counting_double(call_dir, sleep=0.002, slow_while=str(slow_flag))})
     return tbl
 
 
 @pytest.mark.slow
 def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
-        lance_db, call_dir, killable_server, capfd):
+        lance_db, call_dir, killable_server, capfd, slow_flag):
     """``run_apply(plan_uri, spark)`` with the caller's own session: the retryable error within the bound (not
     pyspark's ten minutes), the job record FAILED with it, the caller's retry policies given back; once the
     server is back, a rerun of the same plan computes only the rows no checkpoint holds."""
@@ -311,7 +324,7 @@ def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_d
     from geneva_provider.pipeline.stages.job_records import read_record
 
     rows, fragments = 8_000, 32
-    tbl = _slow_table(lance_db, call_dir, "slow_api", rows, fragments)
+    tbl = _slow_table(lance_db, call_dir, "slow_api", rows, fragments, slow_flag)
     store = tbl.checkpoint_store
     # One fragment per commit: write+commit runs long enough to be killed after its first commits.
     summary = stages.plan_backfill(tbl.ref, "y", stages.BackfillOptions(checkpoint_size=125, concurrency=1,
@@ -323,6 +336,7 @@ def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_d
         apply = _in_thread(lambda: stages.run_apply(summary.plan_uri, spark, tbl.ref.storage_options))
         _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
         killed = killable_server.kill()
+        slow_flag.unlink()
         error = _assert_lost_server_soon(apply, killed, server.port, capfd, "run_apply")
         assert spark.client.get_retry_policies() == policies  # the caller's own, as they were
     finally:
@@ -380,19 +394,20 @@ def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_d
 
 @pytest.mark.slow
 def test_table_backfill_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
-        lance_db, call_dir, killable_server, capfd):
+        lance_db, call_dir, killable_server, capfd, slow_flag):
     """``tbl.backfill(spark=session)``: the same retryable error within the bound, the job FAILED with it, and
     the next backfill (a new plan, once the server is back) computes only the rows no checkpoint holds."""
     import geneva_provider as gp
 
     rows, fragments = 8_000, 32
-    tbl = _slow_table(lance_db, call_dir, "slow_facade", rows, fragments)
+    tbl = _slow_table(lance_db, call_dir, "slow_facade", rows, fragments, slow_flag)
     store = tbl.checkpoint_store
     spark = _callers_session(killable_server.up().url)
     try:
         run = _in_thread(lambda: tbl.backfill("y", spark=spark, checkpoint_size=125, concurrency=1))
         _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
         killed = killable_server.kill()
+        slow_flag.unlink()
         error = _assert_lost_server_soon(run, killed, killable_server.port, capfd, "tbl.backfill")
     finally:
         _drop_session(spark)
@@ -422,7 +437,7 @@ def test_table_backfill_on_a_callers_connect_session_fails_soon_when_its_server_
 
 @pytest.mark.slow
 def test_a_chunker_refresh_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
-        db, tmp_path, killable_server, capfd):
+        db, tmp_path, killable_server, capfd, slow_flag):
     """``view.refresh(spark=session)`` of a chunker view: the same retryable error within the bound, the job
     FAILED with it; the next refresh expands only the parents no checkpoint holds and lands the exact view."""
     from geneva_provider.core.store.layout import JobStore
@@ -433,13 +448,14 @@ def test_a_chunker_refresh_on_a_callers_connect_session_fails_soon_when_its_serv
     n = 1_200
     docs = db.create_table("docs", docs_table(range(n)), stable_row_ids=True, max_rows_per_file=300)
     view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
-                               udtf=counting_split(str(calls), sleep=0.01))
+                               udtf=counting_split(str(calls), sleep=0.01, slow_while=str(slow_flag)))
     store = view.checkpoint_store
     spark = _callers_session(killable_server.up().url)
     try:
         run = _in_thread(lambda: view.refresh(spark=spark, checkpoint_size=50, concurrency=1))
         _wait_for(lambda: len(JobStore(store).batches("")) >= 4, 120, "checkpoints")
         killed = killable_server.kill()
+        slow_flag.unlink()
         error = _assert_lost_server_soon(run, killed, killable_server.port, capfd, "a chunker view's refresh")
     finally:
         _drop_session(spark)
