@@ -291,6 +291,7 @@ print(sorted(tbl.dataset().to_table().column("y").to_pylist()))
 """
 
 
+@pytest.mark.usefixtures("short_lived_jvms")
 def test_local_session_with_gpus_schedules_gpu_udfs_on_a_classic_session(tmp_path):
     """``local_session(gpus=2)`` (its own process: one SparkContext per process) runs the classic path's profile."""
     import subprocess

@@ -30,6 +30,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -349,8 +350,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         port = deployment.port
         seen = sorted(deployment.sockets_seen)
         t0 = time.monotonic()
+        spark_stop = threading.Thread(target=spark_server.stop)  # the two stop side by side
+        spark_stop.start()
         procs, killed = deployment.stop()
-        spark_server.stop()
+        spark_stop.join()
         left = []
         for proc in procs:
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -365,6 +368,28 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         print(f"\nstopped {len(procs)} processes in {time.monotonic() - t0:.1f}s (SIGKILLed: {killed or 'none'}); "
               f"listening sockets seen while running: {seen}")
         assert all(ip in LOOPBACK for _, ip, _ in seen), f"a socket listening beyond loopback: {seen}"
+
+
+@pytest.fixture(scope="module")
+def parsed(stack: AirflowStack) -> None:
+    """The example DAGs are parsed, unpaused, and none failed to import."""
+    wanted = {"geneva_ingest_events", "geneva_backfill_after_ingest", "geneva_test_sensor", "geneva_rag_ingest"}
+
+    def ready() -> set[str] | None:
+        dags = {d["dag_id"]: d for d in stack.get("/dags", params={"limit": 100})["dags"]}
+        errors = stack.get("/importErrors")
+        assert errors["total_entries"] == 0, f"DAG import errors: {errors}"
+        found = {d for d in wanted if d in dags and not dags[d]["is_paused"]}
+        return found if found == wanted else None
+
+    stack.wait_for("the DAGs to be parsed, unpaused", ready, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def rag_run(stack: AirflowStack, parsed: None) -> tuple[str, float]:
+    """A run of the RAG DAG, triggered when a test first asks for it: (run id, when).  The ingest test asks
+    for it too, so the deployment runs both DAGs side by side, as it would any morning."""
+    return stack.trigger("geneva_rag_ingest", {"docs": 40}), time.monotonic()
 
 
 @with_logs
@@ -399,21 +424,13 @@ def test_api_masks_every_lance_storage_option(stack: AirflowStack) -> None:
 
 
 @with_logs
-def test_the_scheduler_runs_the_backfill_after_ingest_by_itself(stack: AirflowStack) -> None:
-    """Trigger the ingest DAG only; the Asset-scheduled backfill must start by itself and fill the column."""
+def test_the_scheduler_runs_the_backfill_after_ingest_by_itself(stack: AirflowStack,
+                                                              rag_run: tuple[str, float]) -> None:
+    """Trigger the ingest DAG only (while the RAG DAG runs); the Asset-scheduled backfill must start by itself and
+    fill the column."""
     import geneva_provider as gp
     from geneva_provider.examples import sample
 
-    wanted = {"geneva_ingest_events", "geneva_backfill_after_ingest", "geneva_test_sensor", "geneva_rag_ingest"}
-
-    def parsed() -> set[str] | None:
-        dags = {d["dag_id"]: d for d in stack.get("/dags", params={"limit": 100})["dags"]}
-        errors = stack.get("/importErrors")
-        assert errors["total_entries"] == 0, f"DAG import errors: {errors}"
-        ready = {d for d in wanted if d in dags and not dags[d]["is_paused"]}
-        return ready if ready == wanted else None
-
-    stack.wait_for("the DAGs to be parsed, unpaused", parsed, timeout=120)
     t0 = time.monotonic()
     ingest_run = stack.trigger("geneva_ingest_events", {"rows": 2_000})
     assert stack.wait_for_run("geneva_ingest_events", ingest_run, timeout=180) == {"ingest": "success"}
@@ -447,9 +464,33 @@ def test_the_scheduler_runs_the_backfill_after_ingest_by_itself(stack: AirflowSt
 
 
 @with_logs
-def test_a_deferrable_sensor_waits_in_the_triggerer(stack: AirflowStack) -> None:
+def test_the_scheduler_runs_the_rag_ingest(stack: AirflowStack, rag_run: tuple[str, float]) -> None:
+    """One run of the RAG DAG: documents appended, chunked by the chunker view's refresh, chunks embedded."""
+    import geneva_provider as gp
+    from geneva_provider.examples import hashed_embedding, split_text
+
+    run_id, t0 = rag_run
+    states = stack.wait_for_run("geneva_rag_ingest", run_id, timeout=400)
+    assert set(states.values()) == {"success"} and len(states) == 10, states
+    db = gp.connect(str(stack.lake))
+    docs = db.open_table("docs").to_arrow(["doc_id", "text"]).to_pydict()
+    wanted = sorted((d, c.start, c.chunk) for d, t in zip(docs["doc_id"], docs["text"], strict=True)
+                    for c in split_text(t))
+    view = db.open_table("doc_chunks")
+    got = view.to_arrow(["doc_id", "start", "chunk", "embedding"]).to_pylist()
+    assert sorted(docs["doc_id"]) == list(range(40))
+    assert sorted((r["doc_id"], r["start"], r["chunk"]) for r in got) == wanted
+    assert all(r["embedding"] == pytest.approx(hashed_embedding(r["chunk"])) for r in got)
+    view.dataset().validate()
+    assert_no_secret_in_logs(stack)
+    print(f"\nRAG ingest run {time.monotonic() - t0:.0f}s ({len(wanted)} chunks of 40 documents)")
+
+
+@with_logs
+def test_a_deferrable_sensor_waits_in_the_triggerer(stack: AirflowStack, parsed: None) -> None:
     """The sensor task is deferred (no worker slot), its trigger runs in the triggerer process, and the
-    task succeeds once rows are appended."""
+    task succeeds once rows are appended.  (Last in the module: the runs of the tests before it have ended, so
+    the pool's counts are the sensor's alone.)"""
     import geneva_provider as gp
     from geneva_provider.examples import sample
 
@@ -492,28 +533,3 @@ def test_a_deferrable_sensor_waits_in_the_triggerer(stack: AirflowStack) -> None
     assert value["table"] == "sensed" and value["rows"] == 150, value
     assert "Trigger fired event" in trigger_log.read_text(errors="replace"), trigger_log.read_text()
     assert_no_secret_in_logs(stack)
-
-
-
-@with_logs
-def test_the_scheduler_runs_the_rag_ingest(stack: AirflowStack) -> None:
-    """One run of the RAG DAG: documents appended, chunked by the chunker view's refresh, chunks embedded."""
-    import geneva_provider as gp
-    from geneva_provider.examples import hashed_embedding, split_text
-
-    t0 = time.monotonic()
-    run_id = stack.trigger("geneva_rag_ingest", {"docs": 40})
-    states = stack.wait_for_run("geneva_rag_ingest", run_id, timeout=400)
-    assert set(states.values()) == {"success"} and len(states) == 10, states
-    db = gp.connect(str(stack.lake))
-    docs = db.open_table("docs").to_arrow(["doc_id", "text"]).to_pydict()
-    wanted = sorted((d, c.start, c.chunk) for d, t in zip(docs["doc_id"], docs["text"], strict=True)
-                    for c in split_text(t))
-    view = db.open_table("doc_chunks")
-    got = view.to_arrow(["doc_id", "start", "chunk", "embedding"]).to_pylist()
-    assert sorted(docs["doc_id"]) == list(range(40))
-    assert sorted((r["doc_id"], r["start"], r["chunk"]) for r in got) == wanted
-    assert all(r["embedding"] == pytest.approx(hashed_embedding(r["chunk"])) for r in got)
-    view.dataset().validate()
-    assert_no_secret_in_logs(stack)
-    print(f"\nRAG ingest run {time.monotonic() - t0:.0f}s ({len(wanted)} chunks of 40 documents)")
