@@ -11,7 +11,8 @@ less CPU, and behaves the same otherwise (it is the JVM's own class-loading cach
 Connect server run with ``-XX:ArchiveClassesAtExit`` serves a backfill with a Python UDF, so the classes
 of a server, a job, its Python runner and its commit are all in it, then stops normally, which writes the
 archive.  ``tests/conftest.py`` hands ``jvm_options(suite_archive())`` to every JVM that ``spark-submit``
-starts (``SPARK_SUBMIT_OPTS``), ``tests/standalone_spark.py`` to its daemons and their executors.  An
+starts (``SPARK_SUBMIT_OPTS``); :func:`every_jvm` gives it to the JVMs spark-submit does not start (a standalone
+cluster's daemons and executors, a ``local-cluster`` master's executors).  An
 archive that does not fit a JVM (another JDK, other jars on its class path) is ignored by that JVM,
 silently: it only starts slower.
 """
@@ -35,6 +36,15 @@ def jvm_options(archive: Path) -> list[str]:
     if not archive.is_file():
         return []
     return [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", "-Xlog:cds=off,cds+dynamic=off"]
+
+
+def every_jvm(*extra: str) -> dict[str, str]:
+    """The environment that maps the suite's archive (and gives ``extra`` options) in every JVM a process starts,
+    through ``JAVA_TOOL_OPTIONS``: for JVMs that ``spark-submit`` does not start -- a cluster's daemons and the
+    executors they launch, a ``local-cluster`` master's executors -- which inherit it from the process that starts
+    them.  Empty when there is nothing to give."""
+    options = [*jvm_options(suite_archive()), *extra]
+    return {"JAVA_TOOL_OPTIONS": " ".join(options)} if options else {}
 
 
 # For a JVM that starts, runs one stage and exits (a spark-submit stage program and its launcher): the first,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.class_archive import jvm_options, short_lived, suite_archive
+from tests.class_archive import jvm_options, suite_archive
 from tests.file_order import expected_seconds, longest_first
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -187,10 +187,3 @@ def s3():
 
     with S3Server() as server:
         yield server
-
-
-@pytest.fixture
-def short_lived_jvms(monkeypatch) -> None:
-    """The JVMs this test starts through ``spark-submit`` -- a local session in a child process that runs a job or
-    two and exits -- start with the quick JIT tier only (tests/class_archive.py)."""
-    short_lived(monkeypatch)

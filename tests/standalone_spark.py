@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from tests.class_archive import jvm_options, suite_archive
+from tests.class_archive import every_jvm
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -328,7 +328,7 @@ class StandaloneSpark:
             **os.environ,
             "SPARK_HOME": spark_home(),
             "SPARK_CONF_DIR": str(self.conf_dir if default_conf.exists() else default_conf),
-            **({"JAVA_TOOL_OPTIONS": " ".join(options)} if (options := jvm_options(suite_archive())) else {}),
+            **every_jvm(),
             "SPARK_LOG_DIR": str(self.log_dir),
             "SPARK_LOCAL_DIRS": str(self.local_dir),
             "SPARK_LOCAL_IP": "127.0.0.1",

@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -89,8 +88,7 @@ def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Co
         return CompactionResult(job_id=summary.job_id, version=summary.read_version, fragments_removed=0,
                                 fragments_added=0, files_removed=0, files_added=0,
                                 excluded=summary.fragments_excluded, held_by=summary.fragments_held_by)
-    with _runner(spark) as runner:
-        return run_compaction(summary.plan_uri, runner, table.storage_options)
+    return run_compaction(summary.plan_uri, _runner(spark), table.storage_options)
 
 
 _CALLS_SESSION: list[SparkSession] = []  # the local session that jobs given no session share (the first starts it)
@@ -110,14 +108,13 @@ def calls_session() -> SparkSession:
         return _CALLS_SESSION[0]
 
 
-@contextmanager
-def _runner(spark: Compute | None) -> Iterator[TaskRunner]:
+def _runner(spark: Compute | None) -> TaskRunner:
     """The runner of ``spark``, else of the active session, else of :func:`calls_session`."""
     if spark is None:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.getActiveSession() or calls_session()  # never stopped here
-    yield task_runner(spark)
+    return task_runner(spark)
 
 
 def _parallelism(spark: Compute | None) -> int | None:
@@ -158,8 +155,8 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         control.check(Stage.APPLY)
         t = time.perf_counter()
         # Heartbeats from the plan to the end: the job is live while its Spark session starts, too.
-        with keep_alive(store, summary.job_id), _runner(spark) as runner:
-            control.runner = runner
+        with keep_alive(store, summary.job_id):
+            control.runner = runner = _runner(spark)
             seconds["session"] = time.perf_counter() - t
             t = time.perf_counter()
             applied = run_apply(summary.plan_uri, runner, so)

@@ -11,11 +11,14 @@ import json
 
 import pytest
 
+from tests.class_archive import short_lived
+
 
 @pytest.fixture
-def spark_submit(short_lived_jvms):
+def spark_submit(monkeypatch):
     """This test's Spark stages go through spark-submit (the ``spark_default`` of tests/conftest.py), each stage
     program a short-lived JVM (tests/class_archive.py)."""
+    short_lived(monkeypatch)
 
 
 @pytest.fixture(autouse=True)

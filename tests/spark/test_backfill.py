@@ -377,7 +377,6 @@ def test_an_import_error_in_the_commit_stage_surfaces_as_itself_not_as_a_commit_
     assert read_calls(call_dir) == []  # the failed run's checkpoints are reused: only the commit was missing
 
 
-@pytest.mark.usefixtures("short_lived_jvms")
 def test_jobs_given_no_session_share_one_local_session_started_by_the_first(tmp_path):
     """``tbl.backfill()`` / ``view.refresh()`` without a session and with none active: the first call starts a
     local session, the next ones run on it (no SparkContext start per call); one the caller stopped is started

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
+from tests.class_archive import every_jvm
 from tests.helpers import events_table
 
 ROWS = 8
@@ -32,20 +33,17 @@ def gpu_server(tmp_path_factory):
 
     directory = str(tmp_path_factory.mktemp("gpu-connect"))
     port = _free_port()
-    before = os.environ.get("GENEVA_FAKE_GPUS")
-    os.environ["GENEVA_FAKE_GPUS"] = "0,1"  # the server, its worker and executor inherit it
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        # The server, its worker and executor inherit both: the fake GPUs, and the suite's class archive (for the
+        # executor too, which spark-submit does not start).
+        for name, value in {"GENEVA_FAKE_GPUS": "0,1", **every_jvm()}.items():
+            env.setenv(name, value)
         assert main(["start", "--gpus", "2", "--master", "local[4]", "--port", str(port), "--dir", directory]) == 0
         try:
             yield {"dir": directory, "url": f"sc://127.0.0.1:{port}"}
         finally:
             assert main(["stop", "--dir", directory]) == 0
             assert main(["status", "--dir", directory]) == 3  # not running
-    finally:
-        if before is None:
-            os.environ.pop("GENEVA_FAKE_GPUS", None)
-        else:
-            os.environ["GENEVA_FAKE_GPUS"] = before
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +289,6 @@ print(sorted(tbl.dataset().to_table().column("y").to_pylist()))
 """
 
 
-@pytest.mark.usefixtures("short_lived_jvms")
 def test_local_session_with_gpus_schedules_gpu_udfs_on_a_classic_session(tmp_path):
     """``local_session(gpus=2)`` (its own process: one SparkContext per process) runs the classic path's profile."""
     import subprocess
@@ -299,7 +296,7 @@ def test_local_session_with_gpus_schedules_gpu_udfs_on_a_classic_session(tmp_pat
 
     log_dir = tmp_path / "calls"
     log_dir.mkdir()
-    env = {**os.environ, "GENEVA_FAKE_GPUS": "0,1"}
+    env = {**os.environ, "GENEVA_FAKE_GPUS": "0,1", **every_jvm()}  # the local-cluster's executor maps the archive too
     done = subprocess.run([sys.executable, "-c", _CLASSIC_GPU_SESSION, str(tmp_path / "db"), str(log_dir)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

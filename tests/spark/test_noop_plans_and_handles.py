@@ -168,7 +168,6 @@ _CANCELS = textwrap.dedent("""
 """)
 
 
-@pytest.mark.usefixtures("short_lived_jvms")
 def test_cancelling_jobs_prints_no_spark_stack_traces(tmp_path):
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"}
     proc = subprocess.run([sys.executable, "-c", _CANCELS, str(tmp_path / "db")], capture_output=True, text=True,

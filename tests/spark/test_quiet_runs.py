@@ -37,7 +37,7 @@ _BACKFILL = textwrap.dedent("""
 """)
 
 
-def test_a_backfill_prints_no_noise_and_still_commits(tmp_path, short_lived_jvms):
+def test_a_backfill_prints_no_noise_and_still_commits(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _BACKFILL, str(tmp_path / "db")], capture_output=True, text=True,
                           env=_child_env(), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -92,7 +92,6 @@ spark.stop()
 """
 
 
-@pytest.mark.usefixtures("short_lived_jvms")
 def test_a_udf_over_the_python_memory_limit_is_named_with_the_limit(db, tmp_path, spark):
     """spark.executor.pyspark.memory caps each Python worker (an address-space limit): a UDF allocating far more fails
     with a UDFExecutionError naming the UDF, column, table, fragment and the limit (its own session: the limit is set
@@ -131,7 +130,6 @@ def test_over_spark_connect_a_udf_calling_os_exit_is_named_too(db, tmp_path, con
     _assert_untouched_then_rerun(tbl, flag, connect_spark, before)
 
 
-@pytest.mark.usefixtures("short_lived_jvms")
 def test_a_worker_that_dies_on_every_retry_stops_after_two_deaths(db, tmp_path):
     """With task retries (local[2,4]), a UDF that kills its worker on the same rows every time is reported once it
     has died twice on them, not after every attempt Spark allows (own session: retries are set at start-up)."""

@@ -20,7 +20,7 @@ def _checkpointed_rows(store, rows_per_fragment: int = ROWS_PER_FRAGMENT) -> set
     return rows
 
 
-def test_killed_backfill_resumes_without_recomputing_checkpoints(db, spark, call_dir, short_lived_jvms):
+def test_killed_backfill_resumes_without_recomputing_checkpoints(db, spark, call_dir):
     tbl = db.create_table("events", events_table(2 * ROWS_PER_FRAGMENT), max_rows_per_file=ROWS_PER_FRAGMENT)
     tbl.add_columns({"y": counting_double(call_dir, sleep=0.0005)})
     v = tbl.version

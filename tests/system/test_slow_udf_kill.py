@@ -27,7 +27,6 @@ KILL_AFTER = 6_000   # rows computed when the job is killed
 REDO_BOUND = int(1.5 * TARGET_CHECKPOINT_SECONDS / PER_ROW)
 
 
-@pytest.mark.usefixtures("short_lived_jvms")
 @pytest.mark.parametrize("kind", ["backfill", "view_refresh"])
 def test_a_slow_udf_killed_mid_task_redoes_at_most_a_few_seconds_of_work(tmp_path, spark, call_dir, kind):
     db = gp.connect(str(tmp_path / "db"))
