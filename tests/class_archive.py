@@ -38,12 +38,12 @@ def jvm_options(archive: Path) -> list[str]:
     return [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", "-Xlog:cds=off,cds+dynamic=off"]
 
 
-def every_jvm(*extra: str) -> dict[str, str]:
-    """The environment that maps the suite's archive (and gives ``extra`` options) in every JVM a process starts,
-    through ``JAVA_TOOL_OPTIONS``: for JVMs that ``spark-submit`` does not start -- a cluster's daemons and the
-    executors they launch, a ``local-cluster`` master's executors -- which inherit it from the process that starts
-    them.  Empty when there is nothing to give."""
-    options = [*jvm_options(suite_archive()), *extra]
+def every_jvm() -> dict[str, str]:
+    """The environment that maps the suite's archive in every JVM a process starts, through ``JAVA_TOOL_OPTIONS``:
+    for JVMs that ``spark-submit`` does not start -- a cluster's daemons and the executors they launch, a
+    ``local-cluster`` master's executors -- which inherit it from the process that starts them.  Empty without
+    an archive."""
+    options = jvm_options(suite_archive())
     return {"JAVA_TOOL_OPTIONS": " ".join(options)} if options else {}
 
 
