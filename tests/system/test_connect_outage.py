@@ -2,8 +2,9 @@
 
 The stage fails within its outage bound (not pyspark's ten minutes of back-off), with the
 retryable error naming the server, its progress lines say the server is unreachable, and after
-the server comes back the task's retry resumes from the checkpoints.  A long-lived server does not
-keep a Python daemon per finished job.
+the server comes back the task's retry resumes from the checkpoints -- checked with one kill under running
+jobs of every entry point at once (each server restart costs seconds).  A long-lived server does not keep a
+Python daemon per finished job.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _server(port: int, directory) -> object:
 
     conf = {"spark.connect.execute.manager.detachedTimeout": "2s",
             "spark.connect.execute.manager.maintenanceInterval": "1s"}
-    return LocalConnectServer(port, master="local[2]", directory=directory, conf=conf)
+    return LocalConnectServer(port, master="local[4]", directory=directory, conf=conf)
 
 
 def _run_in_thread(operator) -> dict:
@@ -108,75 +109,6 @@ def _logs(capfd, caplog) -> str:
     text = out + err + caplog.text
     caplog.clear()
     return text
-
-
-@pytest.mark.slow
-def test_a_killed_connect_server_fails_apply_and_write_commit_soon_and_the_retries_resume(
-        lance_db, monkeypatch, call_dir, capfd, caplog, killable_server, slow_flag):
-    from airflow.sdk.exceptions import AirflowFailException
-
-    import geneva_provider as gp
-    from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
-    from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
-    from geneva_provider.pipeline.stages.job_records import read_record
-
-    rows, fragments = 8_000, 32
-    tbl = lance_db.create_table("slow", events_table(rows), max_rows_per_file=rows // fragments)
-    tbl.add_columns({"y": counting_double(call_dir, sleep=0.001, slow_while=str(slow_flag))})
-    store = tbl.checkpoint_store
-    server = killable_server.up()
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
-        {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
-    # One fragment per Spark job and commit, one at a time: write+commit runs long enough to be killed.
-    plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y", checkpoint_size=125,
-                                      commit_granularity=1, concurrency=1).execute({})
-
-    # 1. The server dies under apply.
-    apply = _run_in_thread(GenevaSparkApplyOperator(task_id="apply", plan=plan))
-    _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
-    killed = killable_server.kill()
-    slow_flag.unlink()
-    _assert_failed_retryably_naming_the_server(apply, killed, server, capfd, caplog)
-    assert not isinstance(apply["error"], AirflowFailException)  # Airflow retries it
-    checkpointed = _checkpointed_rows(store, rows // fragments)
-    assert 1_000 <= len(checkpointed) < rows
-    assert tbl.count_rows("y IS NOT NULL") == 0
-
-    # A retry while the server is still down fails once its first contact gives up: it does not
-    # fall back to opening a second session and wait through the same back-off again.
-    with pytest.raises(gp.SparkEnvironmentError, match=f"on sc://127.0.0.1:{server.port}") as down:
-        GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
-    assert down.value.retryable
-    assert "cannot be reused" not in _logs(capfd, caplog)
-
-    # 2. The server comes back on the same port: the retry computes only what no checkpoint holds.
-    server = killable_server.up()  # on the same port
-    clear_calls(call_dir)
-    applied = GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
-    rerun = read_calls(call_dir)
-    assert not set(rerun) & checkpointed  # no checkpointed row was computed again
-    assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)
-    assert applied["rows_computed"] == rows - len(checkpointed)
-
-    # 3. The server dies under write+commit, after its first commits.
-    clear_calls(call_dir)
-    write = _run_in_thread(GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan))
-    _wait_for(lambda: getattr(read_record(store, plan["job_id"]), "rows_committed", 0) > 0, 120, "a first commit")
-    killed = killable_server.kill()
-    _assert_failed_retryably_naming_the_server(write, killed, server, capfd, caplog)
-    committed = tbl.count_rows("y IS NOT NULL")
-    assert 0 < committed < rows, committed
-    tbl.dataset().validate()  # what was committed before the kill is whole
-
-    # 4. Back again: the retry commits the rest, computing nothing (every row is checkpointed).
-    server = killable_server.up()  # on the same port
-    GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan).execute({})
-    assert read_calls(call_dir) == []
-    verified = GenevaVerifyOperator(task_id="verify", plan=plan).execute({})
-    assert verified["rows_verified"] == rows
-    got = tbl.to_arrow(["x", "y"]).to_pydict()
-    assert got["y"] == [2 * x for x in got["x"]] and len(got["x"]) == rows
-    tbl.dataset().validate()
 
 
 @pytest.mark.slow
@@ -307,181 +239,188 @@ def _assert_lost_server_soon(outcome: dict, killed: float, port: int, capfd, wha
 
 
 def _slow_table(lance_db, call_dir, name: str, rows: int, fragments: int, slow_flag: Path):
+    """A table whose UDF column takes 4 ms a row while ``slow_flag`` exists: over 30 s for its rows, so a job started
+    beside others is still running when the slowest of them has its first checkpoints."""
     tbl = lance_db.create_table(name, events_table(rows), max_rows_per_file=rows // fragments)
-    tbl.add_columns({"y": counting_double(call_dir, sleep=0.002, slow_while=str(slow_flag))})
+    tbl.add_columns({"y": counting_double(call_dir, sleep=0.004, slow_while=str(slow_flag))})
     return tbl
 
 
+def _checkpointed_parents(store) -> set[int]:
+    """The parents (row ids = doc_id of one fresh table) a chunker view's checkpoints hold."""
+    from geneva_provider.core.store.layout import JobStore
+
+    held: set[int] = set()
+    for bk in JobStore(store).batches(""):
+        held.update(range(bk.start, bk.end))
+    return held
+
+
 @pytest.mark.slow
-def test_the_stage_api_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
-        lance_db, call_dir, killable_server, capfd, slow_flag):
-    """``run_apply(plan_uri, spark)`` with the caller's own session: the retryable error within the bound (not
-    pyspark's ten minutes), the job record FAILED with it, the caller's retry policies given back; once the
-    server is back, a rerun of the same plan computes only the rows no checkpoint holds."""
+def test_a_server_killed_under_running_jobs_fails_each_soon_and_their_reruns_resume(
+        lance_db, db, monkeypatch, tmp_path, capfd, caplog, killable_server, slow_flag):
+    """One server, killed under running jobs of every entry point at once: the Airflow operators (a Connect
+    session of their own), ``run_apply`` / ``run_write_commit`` with the caller's session, ``tbl.backfill`` and a
+    chunker view's ``refresh`` with the caller's session.  Each fails within the outage bound (not pyspark's ten
+    minutes) with the retryable error naming the server, its job FAILED with it, a caller's retry policies given
+    back; a retry while the server is down fails too.  Once the server is back, each rerun computes only the rows
+    no checkpoint holds; killed again under write+commit after its first commits, what was committed is whole,
+    and the reruns commit the rest, computing nothing.  (One kill for all: each server restart costs seconds.)"""
+    from airflow.sdk.exceptions import AirflowFailException
+
     import geneva_provider as gp
     from geneva_provider import stages
     from geneva_provider.core.contracts.models import JobStatus
+    from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
+    from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
     from geneva_provider.pipeline.stages.job_records import read_record
+    from tests.spark.test_udtf_views import docs_table, expected_rows, view_rows
 
-    rows, fragments = 8_000, 32
-    tbl = _slow_table(lance_db, call_dir, "slow_api", rows, fragments, slow_flag)
-    store = tbl.checkpoint_store
-    # One fragment per commit: write+commit runs long enough to be killed after its first commits.
-    summary = stages.plan_backfill(tbl.ref, "y", stages.BackfillOptions(checkpoint_size=125, concurrency=1,
-                                                                        commit_granularity=1))
+    rows, fragments, docs_n = 8_000, 32, 1_200
+    calls = {name: tmp_path / f"calls-{name}" for name in ("operators", "api", "facade", "chunker")}
+    for d in calls.values():
+        d.mkdir()
+    # The operators' table: one fragment per Spark job and commit, one at a time (write+commit runs long enough
+    # to be killed after its first commits); the stage API's likewise; the facade's; a chunker view's source.
+    op_tbl = _slow_table(lance_db, str(calls["operators"]), "slow", rows, fragments, slow_flag)
+    api_tbl = _slow_table(lance_db, str(calls["api"]), "slow_api", rows, fragments, slow_flag)
+    facade_tbl = _slow_table(lance_db, str(calls["facade"]), "slow_facade", rows, fragments, slow_flag)
+    docs = db.create_table("docs", docs_table(range(docs_n)), stable_row_ids=True, max_rows_per_file=300)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(calls["chunker"]), sleep=0.025, slow_while=str(slow_flag)))
     server = killable_server.up()
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
+    op_plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y", checkpoint_size=125,
+                                         commit_granularity=1, concurrency=1).execute({})
+    api_plan = stages.plan_backfill(api_tbl.ref, "y", stages.BackfillOptions(checkpoint_size=125, concurrency=1,
+                                                                            commit_granularity=1))
+
+    # 1. The server dies under four applies.
+    sessions = {name: _callers_session(server.url) for name in ("api", "facade", "chunker")}
+    policies = sessions["api"].client.get_retry_policies()
+    try:
+        running = {
+            "operators": _run_in_thread(GenevaSparkApplyOperator(task_id="apply", plan=op_plan)),
+            "api": _in_thread(lambda: stages.run_apply(api_plan.plan_uri, sessions["api"],
+                                                       api_tbl.ref.storage_options)),
+            "facade": _in_thread(lambda: facade_tbl.backfill("y", spark=sessions["facade"], checkpoint_size=125,
+                                                             concurrency=1)),
+            "chunker": _in_thread(lambda: view.refresh(spark=sessions["chunker"], checkpoint_size=50, concurrency=1)),
+        }
+        for tbl in (op_tbl, api_tbl, facade_tbl):
+            _wait_for(lambda t=tbl: len(_checkpointed_rows(t.checkpoint_store, rows // fragments)) >= 1_000, 120,
+                      f"checkpoints of {tbl.name}")
+        _wait_for(lambda: len(_checkpointed_parents(view.checkpoint_store)) >= 200, 120, "the chunker's checkpoints")
+        assert not [name for name, outcome in running.items() if "ended" in outcome]  # the kill lands under all
+        killed = killable_server.kill()
+        slow_flag.unlink()
+        _assert_failed_retryably_naming_the_server(running["operators"], killed, server, capfd, caplog)
+        errors = {name: _assert_lost_server_soon(running[name], killed, server.port, capfd, what)
+                  for name, what in (("api", "run_apply"), ("facade", "tbl.backfill"),
+                                     ("chunker", "a chunker view's refresh"))}
+        assert sessions["api"].client.get_retry_policies() == policies  # the caller's own, as they were
+    finally:
+        for spark in sessions.values():
+            _drop_session(spark)
+    assert not isinstance(running["operators"]["error"], AirflowFailException)  # Airflow retries it
+    record = read_record(api_tbl.checkpoint_store, api_plan.job_id)
+    assert record.status is JobStatus.FAILED and record.stage == "apply", record
+    assert record.error.startswith(f"apply: SparkServerUnreachableError: {errors['api']}"[:200]), record.error
+    for name, table in (("facade", "slow_facade"), ("chunker", "chunks")):
+        [failed] = (lance_db if name == "facade" else db).list_jobs(table)
+        assert failed.status == "FAILED" and failed.stage == "apply", failed
+        assert "SparkServerUnreachableError" in failed.error and str(errors[name])[:100] in failed.error, failed.error
+    checkpointed = {t.name: _checkpointed_rows(t.checkpoint_store, rows // fragments)
+                    for t in (op_tbl, api_tbl, facade_tbl)}
+    for name, held in checkpointed.items():
+        assert 1_000 <= len(held) < rows, (name, len(held))
+    assert op_tbl.count_rows("y IS NOT NULL") == api_tbl.count_rows("y IS NOT NULL") == 0
+    assert view.count_rows() == 0
+    parents_held = _checkpointed_parents(view.checkpoint_store)
+    assert 0 < len(parents_held) < docs_n
+
+    # A retry while the server is still down fails once its first contact gives up: it does not
+    # fall back to opening a second session and wait through the same back-off again.
+    with pytest.raises(gp.SparkEnvironmentError, match=f"on sc://127.0.0.1:{server.port}") as down:
+        GenevaSparkApplyOperator(task_id="apply", plan=op_plan).execute({})
+    assert down.value.retryable
+    assert "cannot be reused" not in _logs(capfd, caplog)
+
+    # 2. The server comes back on the same port: each rerun computes only what no checkpoint holds.
+    server = killable_server.up()
+    for d in calls.values():
+        clear_calls(d)
+    applied = GenevaSparkApplyOperator(task_id="apply", plan=op_plan).execute({})
+    assert applied["rows_computed"] == rows - len(checkpointed["slow"])
     spark = _callers_session(server.url)
     policies = spark.client.get_retry_policies()
     try:
-        apply = _in_thread(lambda: stages.run_apply(summary.plan_uri, spark, tbl.ref.storage_options))
-        _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
-        killed = killable_server.kill()
-        slow_flag.unlink()
-        error = _assert_lost_server_soon(apply, killed, server.port, capfd, "run_apply")
-        assert spark.client.get_retry_policies() == policies  # the caller's own, as they were
-    finally:
-        _drop_session(spark)
-    record = read_record(store, summary.job_id)
-    assert record.status is JobStatus.FAILED and record.stage == "apply", record
-    assert record.error.startswith(f"apply: SparkServerUnreachableError: {error}"[:200]), record.error
-    checkpointed = _checkpointed_rows(store, rows // fragments)
-    assert 1_000 <= len(checkpointed) < rows
-    assert tbl.count_rows("y IS NOT NULL") == 0
+        api_applied = stages.run_apply(api_plan.plan_uri, spark, api_tbl.ref.storage_options)
+        assert api_applied.rows_computed == rows - len(checkpointed["slow_api"])
+        facade_result = facade_tbl.backfill("y", spark=spark, checkpoint_size=125)
+        assert facade_result.rows_computed == rows - len(checkpointed["slow_facade"])
+        chunked = view.refresh(spark=spark, checkpoint_size=50)
+        assert chunked.rows_computed == docs_n - len(parents_held)
+        for name, table in (("operators", "slow"), ("api", "slow_api"), ("facade", "slow_facade")):
+            rerun = read_calls(calls[name])  # none twice, none checkpointed
+            with capfd.disabled():
+                print(f"{name}: the rerun computed {len(rerun)} rows; {len(checkpointed[table])} of {rows} were "
+                      "checkpointed before the kill")
+            assert sorted(rerun) == sorted(set(range(rows)) - checkpointed[table]), name
+        rerun = read_calls(calls["chunker"])
+        assert len(rerun) == len(set(rerun)), "a parent was expanded twice in the rerun"
+        assert set(rerun) == set(range(docs_n)) - parents_held
+        assert lance_db.get_job(facade_result.job_id).status == "DONE"
+        facade_got = facade_tbl.to_arrow(["x", "y"]).to_pydict()
+        assert facade_got["y"] == [2 * x for x in facade_got["x"]] and sorted(facade_got["x"]) == list(range(rows))
+        facade_tbl.dataset().validate()
+        assert view_rows(view) == expected_rows(docs)
+        view.dataset().validate()
 
-    # The server is back: the same plan, run again on a new session, computes only what no checkpoint holds.
-    spark = _callers_session(killable_server.up().url)
-    policies = spark.client.get_retry_policies()
-    try:
-        clear_calls(call_dir)
-        applied = stages.run_apply(summary.plan_uri, spark, tbl.ref.storage_options)
-        rerun = read_calls(call_dir)
-        with capfd.disabled():
-            print(f"rerun computed {len(rerun)} rows; {len(checkpointed)} of {rows} were checkpointed before the kill")
-        assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)  # none twice, none checkpointed
-        assert applied.rows_computed == rows - len(checkpointed)
-
-        # The server dies under write+commit, after its first commits: the same error, soon.
-        write = _in_thread(lambda: stages.run_write_commit(summary.plan_uri, spark, tbl.ref.storage_options))
-        _wait_for(lambda: getattr(read_record(store, summary.job_id), "rows_committed", 0) > 0, 120,
-                  "a first commit")
+        # 3. The server dies under two write+commits (the operators', the stage API's), after their first commits.
+        for d in calls.values():
+            clear_calls(d)
+        writing = {
+            "operators": _run_in_thread(GenevaSparkWriteCommitOperator(task_id="write_commit", plan=op_plan)),
+            "api": _in_thread(lambda: stages.run_write_commit(api_plan.plan_uri, spark, api_tbl.ref.storage_options)),
+        }
+        for tbl, job_id in ((op_tbl, op_plan["job_id"]), (api_tbl, api_plan.job_id)):
+            _wait_for(lambda t=tbl, j=job_id: getattr(read_record(t.checkpoint_store, j), "rows_committed", 0) > 0,
+                      120, f"a first commit to {tbl.name}")
+        assert not [name for name, outcome in writing.items() if "ended" in outcome]
         killed = killable_server.kill()
-        _assert_lost_server_soon(write, killed, killable_server.port, capfd, "run_write_commit")
+        _assert_failed_retryably_naming_the_server(writing["operators"], killed, server, capfd, caplog)
+        _assert_lost_server_soon(writing["api"], killed, server.port, capfd, "run_write_commit")
         assert spark.client.get_retry_policies() == policies
     finally:
         _drop_session(spark)
-    record = read_record(store, summary.job_id)
+    record = read_record(api_tbl.checkpoint_store, api_plan.job_id)
     assert record.status is JobStatus.FAILED and record.stage == "write_commit", record
     assert "SparkServerUnreachableError" in record.error, record.error
-    committed = tbl.count_rows("y IS NOT NULL")
-    assert 0 < committed < rows, committed
-    tbl.dataset().validate()  # what was committed before the kill is whole
+    for tbl in (op_tbl, api_tbl):
+        committed = tbl.count_rows("y IS NOT NULL")
+        assert 0 < committed < rows, (tbl.name, committed)
+        tbl.dataset().validate()  # what was committed before the kill is whole
 
-    # Back again: write+commit, run again, commits the rest and computes nothing.
-    spark = _callers_session(killable_server.up().url)
+    # 4. Back again: each write+commit, run again, commits the rest and computes nothing.
+    server = killable_server.up()
+    GenevaSparkWriteCommitOperator(task_id="write_commit", plan=op_plan).execute({})
+    assert GenevaVerifyOperator(task_id="verify", plan=op_plan).execute({})["rows_verified"] == rows
+    spark = _callers_session(server.url)
     try:
-        clear_calls(call_dir)
-        stages.run_write_commit(summary.plan_uri, spark, tbl.ref.storage_options)
-        assert read_calls(call_dir) == []
+        stages.run_write_commit(api_plan.plan_uri, spark, api_tbl.ref.storage_options)
     finally:
         spark.stop()
-    assert stages.verify(summary, tbl.ref.storage_options).rows_verified == rows
-    assert read_record(store, summary.job_id).status is JobStatus.DONE
-    got = tbl.to_arrow(["x", "y"]).to_pydict()
-    assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(rows))
-    tbl.dataset().validate()
-    assert isinstance(error, gp.SparkEnvironmentError)  # what callers catching the broader class still get
-
-
-@pytest.mark.slow
-def test_table_backfill_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
-        lance_db, call_dir, killable_server, capfd, slow_flag):
-    """``tbl.backfill(spark=session)``: the same retryable error within the bound, the job FAILED with it, and
-    the next backfill (a new plan, once the server is back) computes only the rows no checkpoint holds."""
-    import geneva_provider as gp
-
-    rows, fragments = 8_000, 32
-    tbl = _slow_table(lance_db, call_dir, "slow_facade", rows, fragments, slow_flag)
-    store = tbl.checkpoint_store
-    spark = _callers_session(killable_server.up().url)
-    try:
-        run = _in_thread(lambda: tbl.backfill("y", spark=spark, checkpoint_size=125, concurrency=1))
-        _wait_for(lambda: len(_checkpointed_rows(store, rows // fragments)) >= 1_000, 120, "checkpoints")
-        killed = killable_server.kill()
-        slow_flag.unlink()
-        error = _assert_lost_server_soon(run, killed, killable_server.port, capfd, "tbl.backfill")
-    finally:
-        _drop_session(spark)
-    [failed] = lance_db.list_jobs("slow_facade")
-    assert failed.status == "FAILED" and failed.stage == "apply", failed
-    assert "SparkServerUnreachableError" in failed.error and str(error)[:100] in failed.error, failed.error
-    checkpointed = _checkpointed_rows(store, rows // fragments)
-    assert 1_000 <= len(checkpointed) < rows
-
-    spark = _callers_session(killable_server.up().url)
-    try:
-        clear_calls(call_dir)
-        result = tbl.backfill("y", spark=spark, checkpoint_size=125)
-    finally:
-        spark.stop()
-    rerun = read_calls(call_dir)
-    with capfd.disabled():
-        print(f"rerun computed {len(rerun)} rows; {len(checkpointed)} of {rows} were checkpointed before the kill")
-    assert sorted(rerun) == sorted(set(range(rows)) - checkpointed)
-    assert result.rows_computed == rows - len(checkpointed)
-    assert lance_db.get_job(result.job_id).status == "DONE"
-    got = tbl.to_arrow(["x", "y"]).to_pydict()
-    assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(rows))
-    tbl.dataset().validate()
-    assert not isinstance(error, gp.TableVersionGoneError)
-
-
-@pytest.mark.slow
-def test_a_chunker_refresh_on_a_callers_connect_session_fails_soon_when_its_server_dies_and_a_rerun_resumes(
-        db, tmp_path, killable_server, capfd, slow_flag):
-    """``view.refresh(spark=session)`` of a chunker view: the same retryable error within the bound, the job
-    FAILED with it; the next refresh expands only the parents no checkpoint holds and lands the exact view."""
-    from geneva_provider.core.store.layout import JobStore
-    from tests.spark.test_udtf_views import docs_table, expected_rows, view_rows
-
-    calls = tmp_path / "split"
-    calls.mkdir()
-    n = 1_200
-    docs = db.create_table("docs", docs_table(range(n)), stable_row_ids=True, max_rows_per_file=300)
-    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
-                               udtf=counting_split(str(calls), sleep=0.01, slow_while=str(slow_flag)))
-    store = view.checkpoint_store
-    spark = _callers_session(killable_server.up().url)
-    try:
-        run = _in_thread(lambda: view.refresh(spark=spark, checkpoint_size=50, concurrency=1))
-        _wait_for(lambda: len(JobStore(store).batches("")) >= 4, 120, "checkpoints")
-        killed = killable_server.kill()
-        slow_flag.unlink()
-        error = _assert_lost_server_soon(run, killed, killable_server.port, capfd, "a chunker view's refresh")
-    finally:
-        _drop_session(spark)
-    [failed] = db.list_jobs("chunks")
-    assert failed.status == "FAILED" and failed.stage == "apply", failed
-    assert "SparkServerUnreachableError" in failed.error and str(error)[:100] in failed.error, failed.error
-    assert view.count_rows() == 0
-    held = set()
-    for bk in JobStore(store).batches(""):
-        held.update(range(bk.start, bk.end))  # the parents' row ids (= doc_id: one fresh table)
-    assert 0 < len(held) < n
-
-    spark = _callers_session(killable_server.up().url)
-    try:
-        clear_calls(calls)
-        result = view.refresh(spark=spark, checkpoint_size=50)
-    finally:
-        spark.stop()
-    rerun = read_calls(calls)
-    with capfd.disabled():
-        print(f"rerun expanded {len(rerun)} parents; {len(held)} of {n} were checkpointed before the kill")
-    assert len(rerun) == len(set(rerun)), "a parent was expanded twice in the rerun"
-    assert set(rerun) == set(range(n)) - held
-    assert result.rows_computed == n - len(held)
-    assert view_rows(view) == expected_rows(docs)
-    view.dataset().validate()
+    assert stages.verify(api_plan, api_tbl.ref.storage_options).rows_verified == rows
+    assert read_record(api_tbl.checkpoint_store, api_plan.job_id).status is JobStatus.DONE
+    assert read_calls(calls["operators"]) == read_calls(calls["api"]) == []
+    for tbl in (op_tbl, api_tbl):
+        got = tbl.to_arrow(["x", "y"]).to_pydict()
+        assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(rows)), tbl.name
+        tbl.dataset().validate()
+    assert isinstance(errors["api"], gp.SparkEnvironmentError)  # what callers catching the broader class still get
+    assert not isinstance(errors["facade"], gp.TableVersionGoneError)
 
 
 # ---------------------------------------------------------------- versions cleaned up under a job
