@@ -25,10 +25,11 @@ import os
 import shutil
 import sys
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from geneva_provider.pipeline.stages.registry import SparkStage
 
 T = TypeVar("T")
+
+KILL_SECONDS = 10.0  # how long a killed task's on_kill waits for its Connect stage to stop
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,7 @@ class ConnectBackend(SparkBackend):
         super().__init__(settings, log)
         self._session: Any = None  # the Spark Connect client session while a stage runs
         self._gave_up: str | None = None  # what the session said of its server when the stage failed for it
+        self._killed = threading.Event()  # the task was killed: run nothing more on the server
 
     @cached_property
     def hook(self) -> SparkConnectHook:
@@ -211,10 +215,12 @@ class ConnectBackend(SparkBackend):
     def _start(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any,
                submission: StageSubmission) -> Callable[[], _Ended]:
         from geneva_provider.core.contracts.models import StageReport
+        from geneva_provider.core.errors import JobCancelledError
         from geneva_provider.core.store.checkpoint import split_key_uri
         from geneva_provider.pipeline.spark.connect import close_session, lost_server, unreachable
 
         url = self.url
+        self._killed.clear()  # an earlier attempt's kill
         self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'): %s",
                       stage.name, plan.job_id, self.settings.conn_id, plan.describe())
 
@@ -223,6 +229,9 @@ class ConnectBackend(SparkBackend):
             self._gave_up = None
             try:
                 self._session = session = self._job_session(url, store, split_key_uri(plan.plan_uri)[1])
+                if self._killed.is_set():  # while the session opened (on_kill had no session to interrupt)
+                    raise JobCancelledError(f"the {stage.name} stage of plan {plan.job_id} was stopped before it "
+                                            "started: its task was killed")
                 report = StageReport(status=EventStatus.SUCCESS,
                                      result=stage.function(plan.plan_uri, session, storage_options))
                 keep = stage.keeps_session
@@ -280,10 +289,24 @@ class ConnectBackend(SparkBackend):
         return connect_session(url, pyfiles=pyfiles, session_id=session_id)
 
     def on_kill(self) -> None:
-        if self._session is not None:  # stop the server's work for this session, then release it
-            from geneva_provider.pipeline.spark.connect import close_session
+        """Stops the server's work for the stage: its session's operations are interrupted until the stage has ended
+        (an operation may start just after an interrupt; a stage whose session is still opening runs nothing), for
+        at most ``KILL_SECONDS``; a session still open then is interrupted once more and released."""
+        from geneva_provider.pipeline.spark.connect import close_session, interrupt_session
 
-            close_session(self._session, interrupt=True)
+        self._killed.set()
+        running, deadline = self._running, time.monotonic() + KILL_SECONDS
+        while running is not None and not running.done() and time.monotonic() < deadline:
+            session = self._session
+            if session is not None:
+                interrupt_session(session)
+            wait([running], timeout=0.5)
+        session = self._session
+        if session is not None:
+            close_session(session, interrupt=True)
+        if running is not None and not running.done():
+            self.log.warning("The %s stage was still running %.0f s after its task was killed; its Spark work was "
+                             "interrupted, and its session released", self.stage, KILL_SECONDS)
 
 
 class SparkSubmitBackend(SparkBackend):

@@ -231,6 +231,45 @@ def test_a_stage_past_its_execution_timeout_stops_its_spark_work(dagbag, lance_d
     assert tbl.count_rows("y IS NOT NULL") == 0
 
 
+
+def test_a_task_killed_while_its_connect_session_opens_runs_nothing_on_the_server(lance_db, over_connect, call_dir,
+                                                                                   capfd, caplog):
+    """``on_kill`` (a timeout, a task marked failed) while the stage's session is still opening: the stage never
+    starts -- it used to run to its end in the background after its task had failed, as nothing was there yet to
+    interrupt -- and the task fails saying so."""
+    import threading
+
+    from geneva_provider.operators.backfill import GenevaPlanBackfillOperator
+    from geneva_provider.operators.spark import GenevaSparkApplyOperator
+
+    tbl = lance_db.create_table("slow", events_table(2_000))
+    tbl.add_columns({"y": counting_double(call_dir)})
+    plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y").execute({})
+    apply = GenevaSparkApplyOperator(task_id="apply", plan=plan)
+    outcome: dict = {}
+
+    def run_task() -> None:
+        try:
+            apply.execute({})
+        except Exception as exc:  # noqa: BLE001 - inspected below
+            outcome["error"] = exc
+
+    task = threading.Thread(target=run_task, daemon=True)
+    task.start()
+    deadline, logs = time.monotonic() + 60, ""
+    while "Running the apply stage" not in logs:  # submitted: its session is opening (a Spark job's worth)
+        assert time.monotonic() < deadline and task.is_alive(), logs[-2000:]
+        time.sleep(0.01)
+        logs += _task_logs(capfd, caplog)
+    apply.on_kill()
+    task.join(30)
+    assert not task.is_alive()
+    assert "its task was killed" in str(outcome.get("error")), repr(outcome.get("error"))
+    time.sleep(2)
+    assert read_calls(call_dir) == []  # no task of the stage ran, then or since
+    assert tbl.count_rows("y IS NOT NULL") == 0
+
+
 @pytest.mark.slow
 def test_maintenance_dag_compacts_over_spark_connect(dagbag, lance_db, over_connect, call_dir, spark, capfd, caplog):
     """The compaction operator runs its rewrite tasks over Connect too; nothing is recomputed after it."""

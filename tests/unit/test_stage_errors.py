@@ -98,3 +98,22 @@ def test_a_refused_object_store_connection_is_reported_as_such_not_as_throttling
         with pytest.raises(gp.StorageUnreachableError, match=r"table 'events'.*could not connect"):
             TableRef("events", db.open_table("events").uri, wrong).dataset()
         assert db.open_table("events").count_rows() == 10  # nothing was changed
+
+
+def test_a_task_meeting_a_cleaned_up_version_names_the_version_in_either_manifest_naming_scheme(db):
+    """Lance names a manifest by its version (``_versions/2.manifest``) or, in a table with V2 manifest names, by
+    ``2**64 - 1 - version`` in 20 digits: the package's error names the table's version either way."""
+    from geneva_provider.pipeline.spark.pinned_versions import translate_gone
+    from geneva_provider.stages import load_plan
+
+    tbl = db.create_table("events", events_table(100))
+    tbl.add_columns({"y": times(2)})
+    summary = plan_backfill(tbl.ref, "y")
+    job = load_plan(summary.plan_uri)[0].job()
+    path = f"{tbl.ref.uri}/_versions"
+    for name in (str(summary.read_version), f"{2**64 - 1 - summary.read_version:020d}"):
+        lance_error = ValueError(f"Dataset at path {path}/{name}.manifest was not found: Not found: ...")
+        gone = translate_gone(job, summary.job_id, lance_error)
+        assert isinstance(gone, gp.TableVersionGoneError)
+        assert f"version {summary.read_version} of table 'events' is gone" in str(gone), str(gone)
+    assert translate_gone(job, summary.job_id, ValueError("some other failure")) is None

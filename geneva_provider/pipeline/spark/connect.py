@@ -343,20 +343,38 @@ def close_session(spark: ConnectSession, *, keep: bool = False, interrupt: bool 
     could not release is released by the server after its idle timeout
     (``spark.connect.session.manager.defaultSessionTimeout``).
     """
-    from pyspark.sql.connect.client.retries import DefaultPolicy
-
-    spark.client.set_retry_policies([DefaultPolicy(max_retries=RELEASE_RETRIES)])
     if interrupt:
-        try:
-            spark.interruptAll()
-        except Exception:  # noqa: BLE001 - a server that is gone runs nothing any more
-            pass
+        interrupt_session(spark)
+    else:
+        _brief_retries(spark)
     if keep:
         spark.release_session_on_close = False
     try:
         spark.stop()
     except Exception:  # noqa: BLE001 - releasing a closed session may fail; nothing is left to release
         pass
+
+
+def interrupt_session(spark: ConnectSession) -> bool:
+    """Stops the session's running operations on the server (a killed task's); False when the server could not be
+    asked (it is gone, and runs nothing any more, or it did not answer within a brief retry: logged).
+
+    The session's retries become brief first, for every caller of it: its stage, which is being stopped, too.
+    """
+    _brief_retries(spark)
+    try:
+        spark.interruptAll()
+    except Exception as exc:  # noqa: BLE001 - a server that is gone runs nothing any more
+        log.warning("Could not interrupt the operations of Spark Connect session %s: %s: %s",
+                    spark.session_id, type(exc).__name__, _reason(exc))
+        return False
+    return True
+
+
+def _brief_retries(spark: ConnectSession) -> None:
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=RELEASE_RETRIES)])
 
 
 def _unreachable_error(url: str, exc: BaseException) -> SparkServerUnreachableError:

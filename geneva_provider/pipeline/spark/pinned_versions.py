@@ -18,8 +18,10 @@ if TYPE_CHECKING:
     from geneva_provider.core.contracts.models import JobSpec
     from geneva_provider.core.lib_types import Dataset
 
-# Lance's message for a version whose manifest is gone: "Dataset at path <uri>/_versions/<N>.manifest was not found"
+# Lance's message for a version whose manifest is gone: "Dataset at path <uri>/_versions/<N>.manifest was not found".
+# <N> is the version, or -- in a table with Lance's V2 manifest names (20 digits, newest first) -- 2**64 - 1 - version.
 _GONE = re.compile(r"(?P<uri>\S+?)/_versions/(?P<version>\d+)\.manifest was not found")
+_V2_NAME_DIGITS = 20
 
 
 def pinned_versions(job: JobSpec) -> list[tuple[str, str, int]]:
@@ -72,11 +74,17 @@ def translate_gone(job: JobSpec, job_id: str | None, exc: BaseException) -> Tabl
     found = _GONE.search(str(exc))
     if found is None:
         return None
-    version = int(found["version"])
+    version = manifest_version(found["version"])
     for name, uri, pinned in pinned_versions(job):
         if pinned == version and found["uri"].rstrip("/").endswith(uri.rstrip("/").split("://")[-1].lstrip("/")):
             return gone_error(job, job_id, name, version)
     return gone_error(job, job_id, table_name(found["uri"]), version)
+
+
+def manifest_version(name: str) -> int:
+    """The table version a manifest's file name (without ``.manifest``) stands for, in either of Lance's schemes."""
+    number = int(name)
+    return 2**64 - 1 - number if len(name) == _V2_NAME_DIGITS else number
 
 
 def table_name(uri: str) -> str:
