@@ -3,8 +3,8 @@
 Why: ``make test`` runs the Spark, Airflow and system tiers with ``--dist loadfile`` (a file's tests and
 its module-scoped servers stay on one worker).  xdist's own order is "most tests first", which puts the
 files of two long tests (a standalone cluster, killed jobs) last: one worker then ran them alone for the
-last minutes while the other had finished.  Handing out the longest files first (the classic
-longest-processing-time rule) leaves only short files for the end, so both workers stay busy to it.
+last minutes while the others had finished.  Handing out the longest files first (the classic
+longest-processing-time rule) leaves only short files for the end, so every worker stays busy to it.
 
 The expected seconds per file are in ``tests/file_durations.json`` (from a ``--junitxml`` report of a
 ``make test`` run); a file it does not know counts as :data:`UNKNOWN_SECONDS`.  To refresh it::
