@@ -44,6 +44,11 @@ _DAGS.mkdir()
 for _src in [*(_ROOT / "dags_examples").glob("*.py"), *(_ROOT / "tests" / "dags").glob("*.py")]:
     shutil.copy(_src, _DAGS / _src.name)
 LANCE_DB = _AIRFLOW_TMP / "lake"
+# Where tests.helpers:flaky_double logs its calls, and the flag whose presence makes it die once: set before any
+# server starts, so the Python workers of every Spark Connect server of the run see them too.
+os.environ["GENEVA_TEST_CALL_DIR"] = str(_SESSION_TMP / "flaky-calls")
+os.environ["GENEVA_TEST_FAIL_FLAG"] = str(_SESSION_TMP / "flaky-dies-once")
+(_SESSION_TMP / "flaky-calls").mkdir()
 FAKE_SECRET = "FAKE-SECRET-9f3b2c7e"  # must never show up in XCom or task logs
 os.environ.update({
     "AIRFLOW_HOME": str(_AIRFLOW_TMP / "home"),

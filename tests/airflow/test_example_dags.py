@@ -119,14 +119,13 @@ def test_hourly_backfill(dagbag, lance_db, capfd):
 
 
 @pytest.mark.slow
-def test_apply_retry_recomputes_nothing_already_checkpointed(dagbag, lance_db, tmp_path, monkeypatch, spark_submit):
-    from tests.helpers import events_table, read_calls
+def test_apply_retry_recomputes_nothing_already_checkpointed(dagbag, lance_db):
+    from tests.helpers import clear_calls, events_table, read_calls
 
-    calls, flag = tmp_path / "calls", tmp_path / "fail-once"
-    calls.mkdir()
+    # flaky_double's call log and die-once flag, which the Connect server's workers know (tests/conftest.py).
+    calls, flag = Path(os.environ["GENEVA_TEST_CALL_DIR"]), Path(os.environ["GENEVA_TEST_FAIL_FLAG"])
+    clear_calls(calls)
     flag.touch()
-    monkeypatch.setenv("GENEVA_TEST_CALL_DIR", str(calls))
-    monkeypatch.setenv("GENEVA_TEST_FAIL_FLAG", str(flag))
     # One Spark task of 8,000 rows (a concurrent second task would be killed with the job, whatever batch
     # it had in flight: which rows that recomputes depends on timing).
     tbl = lance_db.create_table("retry", events_table(8_000), max_rows_per_file=8_000)
@@ -154,7 +153,7 @@ def test_a_udf_bug_fails_its_task_once_with_the_udfs_message_first(dagbag, lance
     assert dr.state == "failed"
     assert states["backfill_y.plan"] == "success" and states["backfill_y.apply"] == "failed"
     assert tis["backfill_y.apply"].try_number == 1  # retries=2, yet not retried: a retry cannot fix a bug
-    # The stage ran through spark-submit (as does the apply-retry test; the others here run over Spark Connect):
+    # The stage ran through spark-submit (the others here run over Spark Connect):
     # the connection's storage options reached it, yet no secret is in its logged command, XCom or any log.
     logs = assert_no_secret_leaked(capfd)
     message = next(line for line in logs.splitlines() if "UDFExecutionError: the apply stage" in line)
