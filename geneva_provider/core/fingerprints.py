@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from geneva_provider.core.contracts.kinds import DigestScheme
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -170,26 +172,33 @@ def is_fingerprint_column(name: str) -> bool:
     return name == FINGERPRINT_PREFIX or name.startswith(FINGERPRINT_PREFIX + "__")
 
 
-def digest_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray], seed: str, num_rows: int) -> pa.Array:
-    """A uint64 fingerprint per row of ``columns``: an 8-byte BLAKE2b of the row's values, seeded with ``seed``.
+def digest_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray], seed: str, num_rows: int, *,
+                        scheme: DigestScheme) -> pa.Array:
+    """A uint64 fingerprint per row of ``columns``: a 64-bit hash (``scheme``) of the row's values, seeded
+    with ``seed``.
 
     For fingerprints compared only with others of this function (a UDTF view's parents): long strings --
     documents -- cost one C call per value here, where :func:`row_fingerprints` (whose values are stored in
     every table and so can never change) spends several numpy passes over each byte.  Fixed-width values
     enter by their :func:`hash_array` hash, variable-width ones by their bytes and length.
     """
-    import hashlib
-
     # Each row's message -- per column, b"\x00" for a NULL, else its length (8 bytes, little-endian) and its
-    # bytes -- is built by Arrow for all rows at once; Python then makes one digest per row, from a copy of
-    # the keyed state (keying is a whole block of BLAKE2b's work).
+    # bytes -- is built by Arrow for all rows at once; Python then makes one hash per row.
     pieces = [piece for col in columns for piece in _framed(col)]
     message = pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(*pieces, _NO_SEPARATOR)
     if not num_rows:
         return pa.array(np.zeros(0, np.uint64), pa.uint64())
     offsets = np.frombuffer(message.buffers()[1], np.int64)[message.offset:message.offset + num_rows + 1].tolist()
     data = memoryview(message.buffers()[2] or b"")
-    keyed = hashlib.blake2b(digest_size=8, key=seed.encode()[:64])
+    if scheme is DigestScheme.XXH3:
+        import xxhash
+
+        hash64, key = xxhash.xxh3_64_intdigest, xxhash.xxh3_64_intdigest(seed.encode())
+        return pa.array(np.fromiter((hash64(data[start:end], key) for start, end in pairwise(offsets)), np.uint64,
+                                    count=num_rows), pa.uint64())
+    import hashlib
+
+    keyed = hashlib.blake2b(digest_size=8, key=seed.encode()[:64])  # copied per row: keying is a whole block's work
     digests = []
     for start, end in pairwise(offsets):
         h = keyed.copy()

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
-
 import geneva_provider as gp
 from geneva_provider import stages
-from geneva_provider.core.fingerprints import digest_fingerprints
 from geneva_provider.core.store.layout import JobStore
 from tests.helpers import clear_calls, counting_split, read_calls
 from tests.spark.test_udtf_views import _spark_jobs, docs_table, expected_rows, view_rows
@@ -75,14 +72,3 @@ def test_a_plan_cut_otherwise_takes_the_checkpoints_rows_once_and_calls_nothing_
     assert view.check(fingerprints=True).exact
     view.dataset().validate()
 
-
-def test_parent_fingerprints_keep_the_values_views_store():
-    columns = [pa.array(["a", None, "", "long text " * 300]), pa.array([1, 2, None, 4], pa.int64()),
-               pa.array([b"x", b"y", None, b""], pa.binary())]
-    assert digest_fingerprints(columns, "seed", 4).to_pylist() == [
-        811748178298031929, 13352229164891907890, 2218770991562882830, 8790777879540735782]
-    chunked = [pa.chunked_array([c[:2], c[2:]]) for c in columns]
-    assert digest_fingerprints(chunked, "seed", 4).equals(digest_fingerprints(columns, "seed", 4))
-    assert digest_fingerprints([pa.array(["q", "r", "s"]).slice(1)], "seed", 2).equals(
-        digest_fingerprints([pa.array(["r", "s"])], "seed", 2))
-    assert digest_fingerprints([pa.array([], pa.string())], "seed", 0).to_pylist() == []

@@ -287,3 +287,48 @@ def test_a_bad_parallelism_is_refused(bad):
     with pytest.raises(InvalidArgumentError, match=f"InProcessRunner: parallelism must be a positive whole number, "
                                                    f"got {bad!r}"):
         InProcessRunner(parallelism=bad)
+
+
+def test_a_view_made_before_fingerprint_schemes_were_recorded_keeps_its_blake2b_fingerprints(db, tmp_path):
+    """A chunker view whose metadata names no fingerprint scheme (an earlier release made it) stores and compares
+    BLAKE2b fingerprints, so a refresh that compares it with its whole source (after a refresh killed between its
+    commit and its metadata) expands only the parents whose inputs changed; a view made now records XXH3."""
+    from geneva_provider.core.contracts.kinds import DigestScheme
+    from geneva_provider.core.fingerprints import digest_fingerprints
+    from geneva_provider.core.views.meta import SOURCE_ROW_ID
+    from geneva_provider.core.views.udtf_meta import (
+        META_UDTF_FINGERPRINTS,
+        META_UDTF_VIEW_VERSION,
+        SOURCE_FP,
+        udtf_view_state,
+    )
+
+    runner = InProcessRunner()
+    calls = tmp_path / "split"
+    calls.mkdir()
+    docs = db.create_table("docs", docs_table(range(60)), stable_row_ids=True, max_rows_per_file=20)
+    source = docs.search(None).select(["doc_id", "text"])
+    new = db.create_udtf_view("new_chunks", source=source, udtf=counting_split(str(calls)))
+    old = db.create_udtf_view("old_chunks", source=source, udtf=counting_split(str(calls)))
+    old.dataset().update_schema_metadata({META_UDTF_FINGERPRINTS: None})  # as an earlier release made it
+    for view, scheme in ((new, DigestScheme.XXH3), (old, DigestScheme.BLAKE2B)):
+        state = udtf_view_state(view.dataset().schema.metadata, view.name)
+        assert state.fingerprints is scheme
+        view.refresh(spark=runner)
+        held = view.dataset().to_table(columns=[SOURCE_ROW_ID, SOURCE_FP])
+        ids = held.column(SOURCE_ROW_ID)
+        parents = docs.dataset()._take_rows(ids.cast(pa.uint64()), columns=state.spec.read_columns())
+        assert held.column(SOURCE_FP).to_pylist() == digest_fingerprints(
+            [parents.column(c) for c in state.spec.read_columns()], state.seed(), len(ids), scheme=scheme).to_pylist()
+        assert view.check(fingerprints=True).exact
+
+    # What a kill between a refresh's commit and its metadata leaves: the next refresh compares the view with its
+    # whole source, keeping each parent whose stored fingerprint is its inputs' now.
+    old.dataset().update_schema_metadata({META_UDTF_VIEW_VERSION: "-1"})
+    docs.dataset().update({"text": "concat(text, 'x')"}, where="doc_id < 5")
+    clear_calls(calls)
+    old.refresh(spark=runner)
+    without_rows = {i for i in range(60) if not doc_text(i)}  # a parent without rows has no fingerprint to keep
+    assert set(read_calls(calls)) == set(range(5)) | without_rows
+    assert old.check(fingerprints=True).exact
+    assert udtf_view_state(old.dataset().schema.metadata, old.name).fingerprints is DigestScheme.BLAKE2B

@@ -6,12 +6,15 @@ The part that needs neither a JVM nor the Airflow DB; the rest is in tests/spark
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
+from geneva_provider.core.contracts.kinds import DigestScheme
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
+from geneva_provider.core.fingerprints import digest_fingerprints
 from tests.helpers import (
     Chunk,
     counting_split,
@@ -100,15 +103,34 @@ def test_a_udtf_version_follows_what_it_computes_like_a_udf():
     assert gp.chunker(version="v2")(made(10).func).version == "v2"
 
 
-def test_parent_fingerprints_tell_values_apart_and_are_stable():
-    from geneva_provider.core.fingerprints import digest_fingerprints
-
+@pytest.mark.parametrize("scheme", list(DigestScheme))
+def test_parent_fingerprints_tell_values_apart_and_are_stable(scheme):
     text = pa.array(["a", "", None, "a" * 5000, "ab"])
     ids = pa.array([1, 1, 1, 1, 2], pa.int64())
-    fp = digest_fingerprints([text, ids], "seed", 5).to_pylist()
+    fp = digest_fingerprints([text, ids], "seed", 5, scheme=scheme).to_pylist()
     assert len(set(fp)) == 5  # "" and NULL differ; so does a long text
-    assert digest_fingerprints([text, ids], "seed", 5).to_pylist() == fp
-    assert digest_fingerprints([text, ids], "other", 5).to_pylist() != fp
+    assert digest_fingerprints([text, ids], "seed", 5, scheme=scheme).to_pylist() == fp
+    assert digest_fingerprints([text, ids], "other", 5, scheme=scheme).to_pylist() != fp
     # Column boundaries count: ("a", "b") is not ("ab", "").
-    assert digest_fingerprints([pa.array(["a"]), pa.array(["b"])], "s", 1) != digest_fingerprints(
-        [pa.array(["ab"]), pa.array([""])], "s", 1)
+    assert digest_fingerprints([pa.array(["a"]), pa.array(["b"])], "s", 1, scheme=scheme) != digest_fingerprints(
+        [pa.array(["ab"]), pa.array([""])], "s", 1, scheme=scheme)
+    # The schemes are two hashes: a view's fingerprints are compared only with its own scheme's.
+    other = next(s for s in DigestScheme if s is not scheme)
+    assert digest_fingerprints([text, ids], "seed", 5, scheme=other).to_pylist() != fp
+
+
+# The values views store: a view's fingerprints must keep matching its parents across releases.
+STORED = {DigestScheme.BLAKE2B: [811748178298031929, 13352229164891907890, 2218770991562882830, 8790777879540735782],
+          DigestScheme.XXH3: [17149180794702456833, 9703169212677449560, 1734905455435788999, 3959878929900149198]}
+
+
+@pytest.mark.parametrize("scheme", list(DigestScheme))
+def test_parent_fingerprints_keep_the_values_views_store(scheme):
+    columns = [pa.array(["a", None, "", "long text " * 300]), pa.array([1, 2, None, 4], pa.int64()),
+               pa.array([b"x", b"y", None, b""], pa.binary())]
+    fps = partial(digest_fingerprints, scheme=scheme)
+    assert fps(columns, "seed", 4).to_pylist() == STORED[scheme]
+    chunked = [pa.chunked_array([c[:2], c[2:]]) for c in columns]
+    assert fps(chunked, "seed", 4).equals(fps(columns, "seed", 4))
+    assert fps([pa.array(["q", "r", "s"]).slice(1)], "seed", 2).equals(fps([pa.array(["r", "s"])], "seed", 2))
+    assert fps([pa.array([], pa.string())], "seed", 0).to_pylist() == []

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from geneva_provider.core.contracts.error_payload import ErrorPayload
-from geneva_provider.core.contracts.kinds import EventStatus, JobKind, RowOutcome, Stage
+from geneva_provider.core.contracts.kinds import DigestScheme, EventStatus, JobKind, RowOutcome, Stage
 from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
 from geneva_provider.core.resources import ResourceAsk
 
@@ -163,6 +163,7 @@ class UdtfWork(_Model):
     max_rows_per_fragment: int | None = None
     generation: int = 0                 # the view's refresh generation when planned (this refresh: +1)
     source_transaction: str | None = None  # the uuid of the source version's commit (the source's identity)
+    fingerprints: DigestScheme = DigestScheme.BLAKE2B  # the view's fingerprint scheme (a plan without it: BLAKE2b)
 
     @property
     def deletes(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
+from geneva_provider.core.contracts.kinds import DigestScheme
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.functions.udtf import UDTFKind
 from geneva_provider.core.store.layout import md5_hex
@@ -34,6 +35,7 @@ META_UDTF_PARTITIONS = "geneva::udtf::partitions"  # a batch UDTF: partition has
 META_UDTF_GENERATION = "geneva::udtf::generation"  # completed refreshes: names a refresh's checkpoints
 META_UDTF_SOURCE_TXN = "geneva::udtf::source_transaction"  # the uuid of the held source version's commit
 META_UDTF_VIEW_VERSION = "geneva::udtf::view_version"  # the view's version when the metadata was written
+META_UDTF_FINGERPRINTS = "geneva::udtf::fingerprints"  # the DigestScheme of the parents' fingerprints
 NOT_REFRESHED = -1
 
 
@@ -77,6 +79,7 @@ class UdtfViewState(BaseModel):
     generation: int = 0                   # how many refreshes completed (a rerun of one keeps its checkpoints)
     source_transaction: str | None = None  # which table the held version belongs to (a re-created one differs)
     view_version: int | None = None       # rows created in the view after this came from an unfinished refresh
+    fingerprints: DigestScheme = DigestScheme.BLAKE2B  # how its parents are fingerprinted (unrecorded: BLAKE2b)
 
     @property
     def refreshed(self) -> bool:
@@ -108,13 +111,15 @@ def udtf_view_state(schema_metadata: dict[Any, Any] | None, name: str) -> UdtfVi
                          partitions=json.loads(md.get(META_UDTF_PARTITIONS, "{}")),
                          generation=int(md.get(META_UDTF_GENERATION, 0)),
                          source_transaction=md.get(META_UDTF_SOURCE_TXN) or None,
-                         view_version=int(md[META_UDTF_VIEW_VERSION]) if META_UDTF_VIEW_VERSION in md else None)
+                         view_version=int(md[META_UDTF_VIEW_VERSION]) if META_UDTF_VIEW_VERSION in md else None,
+                         fingerprints=DigestScheme(md.get(META_UDTF_FINGERPRINTS, DigestScheme.BLAKE2B.value)))
 
 
 def udtf_view_metadata(spec: UdtfViewSpec, pickle_b64: str) -> dict[str, str]:
-    """The schema metadata that makes a new table a UDTF view of ``spec`` (not refreshed yet)."""
+    """The schema metadata that makes a new table a UDTF view of ``spec`` (not refreshed yet), its parents
+    fingerprinted with XXH3."""
     return {META_UDTF_VIEW: spec.model_dump_json(), META_UDTF_PICKLE: pickle_b64,
-            META_UDTF_BASE_VERSION: str(NOT_REFRESHED)}
+            META_UDTF_BASE_VERSION: str(NOT_REFRESHED), META_UDTF_FINGERPRINTS: DigestScheme.XXH3.value}
 
 
 def refreshed_metadata(base_version: int, pending: list[int], partitions: dict[str, int] | None, *,

@@ -97,7 +97,7 @@ def check_udtf_view(view: Dataset, name: str, state: UdtfViewState, source: Data
         orphans = np.sort(parents[~np.isin(parents, ids)])
         check.orphan_count, check.orphans = len(orphans), orphans[:SHOWN].tolist()
         if fingerprints:
-            stale = _stale(source, held, parents[np.isin(parents, ids)], spec.read_columns(), state.seed())
+            stale = _stale(source, held, parents[np.isin(parents, ids)], spec.read_columns(), state)
             check.stale_count, check.stale = len(stale), stale[:SHOWN].tolist()
         return check
     held = view.to_table(columns=[PARTITION, PARTITION_FP]).group_by([PARTITION, PARTITION_FP]).aggregate([])
@@ -140,12 +140,14 @@ def doubled_pairs(parents: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.unique(np.stack([p[1:][same], i[1:][same]], axis=1), axis=0)
 
 
-def _stale(source: Dataset, held: pa.Table, parents: np.ndarray, columns: list[str], seed: str) -> np.ndarray:
+def _stale(source: Dataset, held: pa.Table, parents: np.ndarray, columns: list[str], state: UdtfViewState
+           ) -> np.ndarray:
     """Parents whose rows carry a fingerprint other than their inputs' at the source version."""
     if not len(parents):
         return parents
     rows = source._take_rows(pa.array(parents, pa.uint64()), columns=columns)
-    now = digest_fingerprints([rows.column(c) for c in columns], seed, rows.num_rows).to_numpy()
+    now = digest_fingerprints([rows.column(c) for c in columns], state.seed(), rows.num_rows,
+                              scheme=state.fingerprints).to_numpy()
     expected = dict(zip(parents.tolist(), now.tolist(), strict=True))
     ids = held.column(SOURCE_ROW_ID).to_numpy()
     fps = held.column(SOURCE_FP).to_numpy(zero_copy_only=False)

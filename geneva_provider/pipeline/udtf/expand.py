@@ -273,7 +273,7 @@ class Expander:
         if len(order) and np.any(np.diff(parents) < 0):
             out, parents = out.take(pa.array(order)), parents[order]
         fps = digest_fingerprints([rows.column(c) for c in self.work.read_columns], self.job.column_uid,
-                                  rows.num_rows)
+                                  rows.num_rows, scheme=self.work.fingerprints)
         take = pa.array(parents, pa.int64())
         columns: dict[str, Any] = {name: rows.column(src).take(take) for name, src in self.spec.columns.items()}
         columns.update({name: out.column(name) for name in out.column_names})

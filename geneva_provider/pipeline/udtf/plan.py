@@ -76,7 +76,8 @@ def plan_udtf_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) -
     work = UdtfWork(source_uri=source.uri, source_version=src.version, base_version=state.base_version,
                     read_columns=spec.read_columns(),
                     max_rows_per_fragment=options.max_rows_per_fragment or spec.max_rows_per_fragment,
-                    generation=state.generation, source_transaction=transaction_of(src))
+                    generation=state.generation, source_transaction=transaction_of(src),
+                    fingerprints=state.fingerprints)
     recreated = recreated_since(source, state, view.name)
     if recreated:
         log.warning("%s; rebuilding the view from the new table (rows whose parent's inputs are the same are kept)",
@@ -87,7 +88,7 @@ def plan_udtf_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) -
     unchanged = state.refreshed and src.version == state.base_version and not state.pending and not rebuild
     if spec.kind is UDTFKind.CHUNKER:
         expand, delete = (np.zeros(0, np.int64),) * 2 if unchanged else _chunker_changes(
-            ds, src, source, state, seed, rebuild)
+            ds, src, source, state, rebuild)
         work.delete_parents = id_runs(delete)
         size = options.initial_checkpoint_size()
         # Checkpoints are named by what the refresh expands from -- the spec, the view's refresh generation and
@@ -100,7 +101,7 @@ def plan_udtf_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) -
     else:
         tasks, rows = [], 0
         if not unchanged:
-            tasks, work = _partition_changes(ds, src, state, seed, work)
+            tasks, work = _partition_changes(ds, src, state, work)
             rows = sum(t.rows for t in tasks)
         label = f"{len(tasks):,} partitions to run, {len(work.delete_partitions):,} whose rows go"
     prefix = job_prefix(f"udtf:{spec.udtf}", spec.version, view.name, spec.where, view.uri)
@@ -151,11 +152,12 @@ def _ids(ds: Dataset, where: str | None, extra: str | None = None) -> np.ndarray
     return ds.to_table(columns=[], filter=cond, with_row_id=True).column("_rowid").to_numpy().astype(np.int64)
 
 
-def _fingerprints(ds: Dataset, ids: np.ndarray, columns: list[str], seed: str) -> np.ndarray:
+def _fingerprints(ds: Dataset, ids: np.ndarray, columns: list[str], state: UdtfViewState) -> np.ndarray:
     if not len(ids):
         return np.zeros(0, np.uint64)
     rows = ds._take_rows(pa.array(ids, pa.uint64()), columns=columns)
-    fp: np.ndarray = digest_fingerprints([rows.column(c) for c in columns], seed, rows.num_rows).to_numpy()
+    fp: np.ndarray = digest_fingerprints([rows.column(c) for c in columns], state.seed(), rows.num_rows,
+                                         scheme=state.fingerprints).to_numpy()
     return fp
 
 
@@ -165,7 +167,7 @@ def _children(view: Dataset, at_least: int | None = None) -> pa.Table:
                          filter=None if at_least is None else f"{SOURCE_ROW_ID} >= {int(at_least)}")
 
 
-def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfViewState, seed: str,
+def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfViewState,
                      rebuild: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(parents to expand, parents whose rows are deleted), both sorted.
 
@@ -188,7 +190,7 @@ def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfV
         updated = touched.column("_rowid").to_numpy().astype(np.int64)
         if len(updated):
             frags = (touched.column("_rowaddr").to_numpy() >> np.uint64(32)).astype(np.int64)
-            changed, selected = _changed(src, source, view, state, updated, frags, cols, seed)
+            changed, selected = _changed(src, source, view, state, updated, frags, cols)
             delete = np.union1d(delete, changed)
             expand = np.union1d(expand, changed[np.isin(changed, selected)])
         if not only_appends(src, base):  # deletes (or a changed filter match): parents no longer selected
@@ -205,7 +207,7 @@ def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfV
         if mine.any():
             ids, fps = ids[mine], held.column(SOURCE_FP).to_numpy(zero_copy_only=False)[mine]
             candidates = np.unique(ids)
-            now = dict(zip(candidates.tolist(), _fingerprints(src, candidates, cols, seed).tolist(), strict=True))
+            now = dict(zip(candidates.tolist(), _fingerprints(src, candidates, cols, state).tolist(), strict=True))
             stale = {int(i) for i, f in zip(ids.tolist(), fps.tolist(), strict=True) if now[int(i)] != f}
             # a parent holding some (parent, chunk index) pair twice is rebuilt, whatever its fingerprint
             stale |= set(doubled_pairs(ids, held.column(CHUNK_INDEX).fill_null(-1).to_numpy()[mine])[:, 0].tolist())
@@ -216,7 +218,7 @@ def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfV
 
 
 def _changed(src: Dataset, source: TableRef, view: Dataset, state: UdtfViewState, updated: np.ndarray,
-             frags: np.ndarray, cols: list[str], seed: str) -> tuple[np.ndarray, np.ndarray]:
+             frags: np.ndarray, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Of the rows updated since the view's base version (``frags``: the fragment each lives in now): those
     whose inputs or filter match changed, and which of them the filter selects now.
 
@@ -235,7 +237,7 @@ def _changed(src: Dataset, source: TableRef, view: Dataset, state: UdtfViewState
     if old is None:
         log.warning("view '%s': source version %d is gone; comparing updated rows with the fingerprints the view "
                     "keeps (updated parents without rows are expanded again)", view.uri, state.base_version)
-        fp_now = _fingerprints(src, updated, cols, seed)
+        fp_now = _fingerprints(src, updated, cols, state)
         held = _children(view)
         stored = dict(zip(held.column(SOURCE_ROW_ID).to_numpy().tolist(),
                           held.column(SOURCE_FP).to_numpy(zero_copy_only=False).tolist(), strict=True))
@@ -244,7 +246,7 @@ def _changed(src: Dataset, source: TableRef, view: Dataset, state: UdtfViewState
     same = np.isin(frags, _fragments_with_same_inputs(src, old, cols))
     differs = np.zeros(len(updated), bool)
     check = updated[~same]
-    differs[~same] = _fingerprints(src, check, cols, seed) != _fingerprints(old, check, cols, seed)
+    differs[~same] = _fingerprints(src, check, cols, state) != _fingerprints(old, check, cols, state)
     if where:
         differs |= np.isin(updated, selected) != np.isin(updated, _ids(old, where))
     return updated[differs], selected
@@ -260,7 +262,7 @@ def _fragments_with_same_inputs(src: Dataset, old: Dataset, cols: list[str]) -> 
     return [fid for fid, files in inputs(src).items() if then.get(fid) == files]
 
 
-def _partition_changes(view: Dataset, src: Dataset, state: UdtfViewState, seed: str, work: UdtfWork
+def _partition_changes(view: Dataset, src: Dataset, state: UdtfViewState, work: UdtfWork
                        ) -> tuple[list[ExpandTask], UdtfWork]:
     """A batch UDTF's partitions whose rows changed (each one task part), and the partitions that went."""
     spec = state.spec
@@ -269,7 +271,8 @@ def _partition_changes(view: Dataset, src: Dataset, state: UdtfViewState, seed: 
     ids = rows.column("_rowid").to_numpy().astype(np.int64)
     keys = (row_fingerprints([rows.column(spec.partition_by)], "partition", rows.num_rows).to_numpy()
             >> np.uint64(1) if spec.partition_by else np.zeros(rows.num_rows, np.uint64))  # < 2**63: JSON and SQL
-    fps = digest_fingerprints([rows.column(c) for c in cols], seed, rows.num_rows).to_numpy()
+    fps = digest_fingerprints([rows.column(c) for c in cols], state.seed(), rows.num_rows,
+                              scheme=state.fingerprints).to_numpy()
     order = np.lexsort((ids, keys))
     ids, keys, fps = ids[order], keys[order], fps[order]
     bounds = np.flatnonzero(np.diff(keys)) + 1
