@@ -443,7 +443,7 @@ def _probe(batches: Iterator[Any]) -> Iterator[Any]:
         pass
     missing = []
     versions = {}
-    for module in ("pyspark", "lance", "cloudpickle", "geneva_provider.core.version"):
+    for module in ("pyspark", "lance", "cloudpickle", "xxhash", "geneva_provider.core.version"):
         try:
             versions[module] = getattr(importlib.import_module(module), "__version__", "?")
         except Exception as exc:  # noqa: BLE001 - reported to the client
