@@ -136,7 +136,9 @@ class Table:
         """Declares UDF columns: metadata-only, every value NULL until backfilled. Returns the version.
 
         ``{"y": double}`` reads the UDF's own input columns; ``{"y": (double, ["a"])}`` maps its
-        parameters onto other columns.
+        parameters onto other columns.  A column that already holds the identical UDF (same version,
+        type, inputs and recorded settings: a notebook cell run again) is left as it is, values
+        included; a different UDF or a plain column of that name is ColumnError, and nothing changes.
         """
         from geneva_provider.pipeline.schema_changes import UpdateColumns
 

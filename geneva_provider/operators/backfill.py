@@ -47,33 +47,20 @@ class GenevaAddColumnsOperator(BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.core.errors import ColumnError
-
         job = f"add_columns on table '{self.table}'"
         columns = check_dict(self.columns, "columns", job, COLUMNS_EXPECTED)  # {} is an error, as for Table.add_columns
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
         declared = tbl.udf_column_listings()
-        names = set(tbl.schema.names)
-        to_add: dict[str, Any] = {}
-        kept = []
+        specs: dict[str, Any] = {}
         for column, spec in columns.items():
             ref, inputs = _udf_spec(spec, column, job)
             fn = import_udf(ref, column)
-            if column in declared:
-                if declared[column].version != fn.version:
-                    raise ColumnError(
-                        f"column '{column}' of table '{self.table}' is computed by UDF '{declared[column].name}' "
-                        f"version {declared[column].version}, not {ref} version {fn.version}; "
-                        "drop the column to redefine it")
-                kept.append(column)
-            elif column in names:
-                raise ColumnError(f"column '{column}' of table '{self.table}' exists and is not a UDF column")
-            else:
-                to_add[column] = (fn, inputs) if inputs is not None else fn
-        if to_add:
-            tbl.add_columns(to_add)
-            self.log.info("Declared UDF columns %s on table '%s'", sorted(to_add), self.table)
-        return {"table": self.table, "added": sorted(to_add), "existing": sorted(kept), "version": tbl.version}
+            specs[column] = (fn, inputs) if inputs is not None else fn
+        version = tbl.add_columns(specs)  # a column already holding its UDF stays; one holding another: ColumnError
+        added, kept = sorted(c for c in specs if c not in declared), sorted(c for c in specs if c in declared)
+        if added:
+            self.log.info("Declared UDF columns %s on table '%s'", added, self.table)
+        return {"table": self.table, "added": added, "existing": kept, "version": version}
 
 
 def _udf_spec(spec: Any, column: str, job: str) -> tuple[Any, list[str] | None]:

@@ -13,6 +13,7 @@ place), so a retried change is never made twice.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
     from geneva_provider.core.refs import TableRef
 
+log = logging.getLogger(__name__)
 _UID = META_COLUMN_UID.encode()
 _Landed: TypeAlias = "Callable[[Dataset], int | None]"
 _Apply: TypeAlias = "Callable[[Dataset], int]"
@@ -80,15 +82,17 @@ class UpdateColumns:
         (its fingerprints are of old values); one the package did not make is refused.
         """
         name, names = self.table.name, self._schema.names
-        if column in names:
-            raise ColumnError(f"column '{column}' already exists in table '{name}'")
-        check_column_name(column, self.subject)
-        if inputs is None:
-            inputs = fn.input_columns if fn.input_columns is not None else sorted(self._existing)
-        inputs = list(inputs)
-        if fn.input_columns is not None and len(inputs) != len(fn.input_columns):
+        named = list(inputs) if inputs is not None else fn.input_columns
+        if named is not None and fn.input_columns is not None and len(named) != len(fn.input_columns):
             raise InvalidArgumentError(
-                f"column '{column}': UDF '{fn.name}' takes {len(fn.input_columns)} inputs, got {inputs}")
+                f"column '{column}': UDF '{fn.name}' takes {len(fn.input_columns)} inputs, got {named}")
+        if column in names:
+            self._check_redeclared(column, fn, named)
+            log.info("%s: column '%s' of table '%s' already holds UDF '%s' version %s; left as it is", self.subject,
+                     column, name, fn.name, fn.version)
+            return self
+        check_column_name(column, self.subject)
+        inputs = named if named is not None else sorted(self._existing)
         missing = [c for c in inputs if c not in self._existing]
         if missing:
             raise ColumnError(f"column '{column}': UDF '{fn.name}' reads {missing}, not found in table '{name}' "
@@ -107,6 +111,34 @@ class UpdateColumns:
         self._add([udf_field, fingerprint_field(column)], f"column '{column}' ({udf_field.type})")
         self._existing.add(column)  # later columns of the same change may read it
         return self
+
+    def _check_redeclared(self, column: str, fn: UDF, inputs: list[str] | None) -> None:
+        """Passes when ``column`` already holds ``fn``: a re-declaration (a notebook cell run again) changes nothing.
+
+        Held means what decides whether the column's values are valid -- the UDF's version (a hash of
+        what it computes), its type and its inputs (``inputs`` None: the table's columns, as recorded) --
+        and the settings the column records for its backfills (the error policy's skip limits, the
+        resources).  Anything else is ColumnError naming the column and what differs: redefining a
+        column is dropping it (and its values) first.
+        """
+        where = f"column '{column}' already exists in table '{self.table.name}'"
+        current = self._schema.field(column)
+        held = udf_column_info(current.metadata)
+        if held is None:
+            raise ColumnError(f"{self.subject}: {where} and is not a UDF column")
+        limits = fn.on_error.skip_limits if fn.on_error.can_skip else (None, None)
+        differs = [what for what, same in (
+            (f"version {fn.version} (UDF '{fn.name}'), not {held.version} (UDF '{held.name}')",
+             fn.version == held.version),
+            (f"type {fn.data_type}, not {current.type}", fn.data_type == current.type),
+            (f"input columns {inputs}, not {held.input_columns}", inputs is None or inputs == held.input_columns),
+            (f"skip limits (max_rows, max_fraction) {limits}, not {(held.max_failed_rows, held.max_failed_fraction)}",
+             limits == (held.max_failed_rows, held.max_failed_fraction)),
+            (f"resources {fn.resources}, not {held.resources}", fn.resources == held.resources),
+        ) if not same]
+        if differs:
+            raise ColumnError(f"{self.subject}: {where}, computed by another UDF: {'; '.join(differs)}. Drop the "
+                              "column to redefine it (its values go with it)")
 
     def add_fields(self, fields: Sequence[pa.Field]) -> Self:
         """Adds plain nullable fields as they are (a view's columns, a fingerprint column an older table lacks)."""

@@ -7,6 +7,7 @@ the way to a Spark Python worker -- so what could not cross to a worker fails he
 
 from __future__ import annotations
 
+import logging
 import pickle
 import threading
 import time
@@ -157,6 +158,79 @@ def test_a_compaction_keeps_every_computed_value_valid(db, call_dir):
     clear_calls(call_dir)  # the values follow the rows: nothing to compute after the rewrite
     assert tbl.backfill("y", spark=runner).rows_computed == 0 and read_calls(call_dir) == []
     assert no_spark_context()
+
+
+def test_declaring_an_identical_udf_again_changes_nothing_and_keeps_its_values(db, call_dir, caplog):
+    runner = InProcessRunner()
+    tbl = db.create_table("events", events_table(2_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    assert tbl.backfill("y", spark=runner).rows_computed == 2_000
+    clear_calls(call_dir)
+    version, declared = tbl.version, tbl.udf_columns()["y"]
+
+    # A notebook cell run again: the UDF is made anew, but it computes the same thing.
+    with caplog.at_level(logging.INFO, logger="geneva_provider.pipeline.schema_changes"):
+        assert tbl.add_columns({"y": counting_double(call_dir)}) == version
+    assert tbl.version == version and tbl.udf_columns()["y"] == declared  # same incarnation: no new table version
+    assert "column 'y' of table 'events' already holds UDF 'double'" in caplog.text
+    assert tbl.backfill("y", spark=runner).rows_computed == 0 and read_calls(call_dir) == []
+    assert values(tbl, "y") == {x: 2 * x for x in range(2_000)}
+
+    # With a new column in the same call, only the new one is added, in one commit.
+    assert tbl.add_columns({"y": counting_double(call_dir), "z": (counting_double(call_dir), ["y"])}) == version + 1
+    assert tbl.udf_columns()["y"] == declared and tbl.udf_columns()["z"]["input_columns"] == ["y"]
+    assert tbl.backfill("y", spark=runner).rows_computed == 0 and read_calls(call_dir) == []
+
+
+def test_a_different_udf_or_a_plain_column_under_the_name_is_refused_saying_what_differs(db, call_dir):
+    tbl = db.create_table("events", events_table(100))
+    tbl.add_columns({"y": counting_double(call_dir)})
+    version, declared = tbl.version, tbl.udf_columns()["y"]
+
+    @gp.udf(data_type=pa.int64(), name="double")
+    def other_double(x: int) -> int:
+        return x + x
+
+    @gp.udf(data_type=pa.float64(), name="double", version=declared["version"])
+    def float_double(x: int) -> float:
+        return 2.0 * x
+
+    refused = [
+        ({"y": other_double}, ["column 'y'", "table 'events'", f"version {other_double.version}",
+                               declared["version"]]),
+        ({"y": float_double}, ["column 'y'", "table 'events'", "double", "int64"]),
+        ({"y": (counting_double(call_dir), ["id"])}, ["column 'y'", "table 'events'", "['id']", "['x']"]),
+        ({"x": counting_double(call_dir)}, ["column 'x'", "table 'events'", "not a UDF column"]),
+        # atomic: the new column of the same call is not added either
+        ({"w": (counting_double(call_dir), ["id"]), "y": other_double}, ["column 'y'"]),
+    ]
+    for columns, needles in refused:
+        with pytest.raises(gp.ColumnError) as exc:
+            tbl.add_columns(columns)
+        assert all(n in str(exc.value) for n in needles), (needles, str(exc.value))
+        assert tbl.version == version and tbl.udf_columns() == {"y": declared}
+
+
+def test_dropping_a_udf_column_drops_its_values_so_adding_it_again_rewrites_every_row(db, call_dir):
+    runner = InProcessRunner()
+    tbl = db.create_table("events", events_table(500))
+    tbl.add_columns({"y": counting_double(call_dir)})
+    tbl.backfill("y", spark=runner)
+    clear_calls(call_dir)
+
+    # While the store still holds the batch checkpoints, every row is written again from them.
+    tbl.drop_columns(["y"])
+    tbl.add_columns({"y": counting_double(call_dir)})  # the identical UDF: the values and fingerprints are gone
+    again = tbl.backfill("y", spark=runner)
+    assert (again.rows_computed, again.rows_reused, read_calls(call_dir)) == (0, 500, [])
+    assert values(tbl, "y") == {x: 2 * x for x in range(500)}
+
+    # Once the clean-up has removed them (the column they were for is gone), every row is computed again.
+    tbl.drop_columns(["y"])
+    tbl.cleanup_checkpoints()
+    tbl.add_columns({"y": counting_double(call_dir)})
+    assert tbl.backfill("y", spark=runner).rows_computed == 500
+    assert sorted(read_calls(call_dir)) == list(range(500))
 
 
 def test_a_udf_asking_for_gpus_is_refused_naming_it(db, call_dir):

@@ -118,7 +118,8 @@ def test_bad_add_columns_fail_and_leave_table_unchanged(tbl):
     def needs_z(z: int) -> int:
         return z
 
-    _unchanged(tbl, v, lambda: tbl.add_columns({"y": double}), gp.ColumnError, "'y'", "already exists", "'events'")
+    _unchanged(tbl, v, lambda: tbl.add_columns({"y": (double, ["id"])}), gp.ColumnError, "'y'", "already exists",
+               "'events'", "input columns ['id'], not ['x']")
     _unchanged(tbl, v, lambda: tbl.add_columns({"w": needs_z}), gp.ColumnError, "'w'", "['z']", "'events'")
     _unchanged(tbl, v, lambda: tbl.add_columns({"w": (double, ["x", "id"])}), gp.InvalidArgumentError, "'w'")
     _unchanged(tbl, v, lambda: tbl.add_columns({"w": lambda x: x}), gp.InvalidArgumentError, "'w'", "@udf")
