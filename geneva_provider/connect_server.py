@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.pipeline.spark.runner import LOCAL_JVM_OPTIONS, discovered_gpus, gpu_cluster
+from geneva_provider.core.errors import InvalidArgumentError, ResourceUnavailableError
+from geneva_provider.pipeline.spark.runner import LOCAL_JVM_OPTIONS, gpu_cluster, gpus_found
 
 DEFAULT_PORT = 15002  # Spark Connect's own default port
 DEFAULT_DIR = Path.home() / ".geneva" / "connect"
@@ -149,12 +149,10 @@ class LocalConnectServer:
         fewer than N are found."""
         if self.gpus is None:
             return None
-        addresses = discovered_gpus()
-        if len(addresses) < self.gpus:
-            raise ConnectServerError(f"--gpus {self.gpus}: the GPU discovery script found {len(addresses)} GPUs "
-                                     f"({', '.join(addresses) or 'none'}; it asks nvidia-smi, or lists the addresses "
-                                     "in GENEVA_FAKE_GPUS such as '0,1'): ask for at most that many")
-        return addresses[:self.gpus]  # Spark gives the executor the first N the script lists
+        try:
+            return gpus_found(self.gpus, f"--gpus {self.gpus}")
+        except ResourceUnavailableError as exc:
+            raise ConnectServerError(str(exc)) from None
 
     def status(self) -> dict[str, Any] | None:
         """The running server's state plus its open ``sessions`` and ``python_daemons`` / ``python_workers``.

@@ -6,6 +6,8 @@ The part that needs neither a JVM nor the Airflow DB; the rest is in tests/spark
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 
 import pyarrow as pa
@@ -25,6 +27,32 @@ def test_the_connect_server_refuses_more_gpus_than_it_finds_before_starting(tmp_
     assert time.perf_counter() - t0 < 10  # no JVM was started
     assert "--gpus 2: the GPU discovery script found 1 GPUs (0;" in capsys.readouterr().err
     assert main(["status", "--dir", str(tmp_path)]) == 3
+
+
+@pytest.mark.parametrize(("fake", "gpus", "found"), [
+    (None, 1, "found 0 GPUs (none;"), ("", 1, "found 0 GPUs (none;"), ("0", 2, "found 1 GPUs (0;"),
+])
+def test_a_local_session_refuses_more_gpus_than_it_finds_before_starting(monkeypatch, fake, gpus, found):
+    """Spark would start a local-cluster whose executor then finds too few GPUs, and die with a Java stack trace."""
+    from pyspark import SparkContext
+
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if not os.access(os.path.join(d, "nvidia-smi"), os.X_OK)]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))  # the java tripwire stays first: no JVM may start
+    assert shutil.which("nvidia-smi") is None
+    if fake is None:
+        monkeypatch.delenv("GENEVA_FAKE_GPUS", raising=False)
+    else:
+        monkeypatch.setenv("GENEVA_FAKE_GPUS", fake)
+    t0 = time.perf_counter()
+    with pytest.raises(gp.ResourceUnavailableError) as caught:
+        gp.local_session("local[2]", gpus=gpus)
+    assert time.perf_counter() - t0 < 10  # no JVM was started
+    message = str(caught.value)
+    assert f"local_session('local[2]', gpus={gpus}): the GPU discovery script found" in message
+    assert found in message and "nvidia-smi" in message and "GENEVA_FAKE_GPUS" in message
+    assert ("ask for at most 1" if fake == "0" else "leave gpus out") in message
+    assert isinstance(caught.value, gp.SparkEnvironmentError)
+    assert SparkContext._active_spark_context is None
 
 
 def test_resources_travel_in_the_column_metadata_and_a_udf_without_them_has_none(db):

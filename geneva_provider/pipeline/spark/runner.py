@@ -26,7 +26,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from geneva_provider.core.errors import GenevaError, InvalidArgumentError
+from geneva_provider.core.errors import (
+    GenevaError,
+    InvalidArgumentError,
+    ResourceUnavailableError,
+)
 from geneva_provider.core.lance_logging import ignore_fork_warning
 
 if TYPE_CHECKING:
@@ -51,8 +55,10 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
     ``gpus=N`` gives its executor N GPUs for UDFs that ask for them (``@udf(num_gpus=1)``): Spark runs
     task resource profiles only on a cluster master, so ``local[C]`` becomes ``local-cluster[1,C,...]``
     (one worker of C cores) with the GPUs found by the script the package ships (nvidia-smi, or the
-    addresses in ``GENEVA_FAKE_GPUS`` such as ``"0,1"``).  Starting it takes some 10 s more.
+    addresses in ``GENEVA_FAKE_GPUS`` such as ``"0,1"``).  Starting it takes some 10 s more; when the
+    script finds fewer than N GPUs, ResourceUnavailableError says so before any JVM starts.
     """
+    asked = master
     if gpus is not None:
         master, conf = gpu_cluster(master, gpus, conf)
     for name, value in (("master", master), ("app_name", app_name)):
@@ -61,6 +67,8 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
                                        f"got {value!r}")
     if conf is not None and not isinstance(conf, dict):
         raise InvalidArgumentError(f"local_session: conf must be a dict of Spark settings, got {conf!r}")
+    if gpus is not None:
+        gpus_found(gpus, f"local_session({asked!r}, gpus={gpus})")
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -133,6 +141,22 @@ def discovered_gpus() -> list[str]:
         return [str(a) for a in json.loads(done.stdout)["addresses"]]
     except (ValueError, KeyError, TypeError):
         return []
+
+
+def gpus_found(gpus: int, asked: str) -> list[str]:
+    """The first ``gpus`` addresses the discovery script finds (those Spark gives the executor).
+
+    ResourceUnavailableError, naming ``asked``, when it finds fewer: Spark would start and then die with
+    a Java stack trace (a local session) or exit (a Connect server), so this is checked before either starts.
+    """
+    addresses = discovered_gpus()
+    if len(addresses) < gpus:
+        change = f"ask for at most {len(addresses)}" if addresses else "leave gpus out"
+        raise ResourceUnavailableError(
+            f"{asked}: the GPU discovery script found {len(addresses)} GPUs ({', '.join(addresses) or 'none'}; "
+            f"it asks nvidia-smi, or lists the addresses in GENEVA_FAKE_GPUS such as '0,1'): {change}, or set "
+            "GENEVA_FAKE_GPUS to test without GPUs. Spark was not started.")
+    return addresses[:gpus]  # Spark gives the executor the first N the script lists
 
 
 def quiet_conf() -> dict[str, str]:
