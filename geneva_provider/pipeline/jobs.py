@@ -23,7 +23,7 @@ from geneva_provider.core.store.checkpoint import CheckpointStore, open_store, s
 from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
 from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run_compaction
-from geneva_provider.pipeline.spark.runner import local_session
+from geneva_provider.pipeline.spark.runner import local_session, running_context
 from geneva_provider.pipeline.spark.task_runner import is_compute, task_runner
 from geneva_provider.pipeline.stages.apply import run_apply
 from geneva_provider.pipeline.stages.job_records import keep_alive, read_record, update_record
@@ -100,11 +100,14 @@ def calls_session() -> SparkSession:
 
     Started by the first such job and kept for the next ones, as a notebook keeps its session: a job
     then costs its work, not a SparkContext's start and stop (~4 s on 2 cores).  One the caller stopped
-    is started again; it ends with the process.
+    is started again; it ends with the process.  A SparkContext running already (not active in this
+    thread) is shared as it is, whatever its master: local_session would warn that it is not ``local[*]``.
     """
     with _CALLS_SESSION_LOCK:
         if not _CALLS_SESSION or _CALLS_SESSION[0].sparkContext._jsc is None:
-            _CALLS_SESSION[:] = [local_session(app_name="geneva")]
+            running = running_context()
+            master = running.master if running is not None else None
+            _CALLS_SESSION[:] = [local_session(master or "local[*]", app_name="geneva")]
         return _CALLS_SESSION[0]
 
 

@@ -213,6 +213,32 @@ def test_a_gpu_udf_on_a_plain_local_master_fails_before_any_work(db, spark):
     _fails_fast(db, "on_local", spark, r"num_gpus=1 .*master is 'local\[2\]'.*local_session\(gpus=N\)", num_gpus=1)
 
 
+def test_local_session_refuses_gpus_a_running_session_lacks_and_warns_of_another_master(spark, caplog):
+    """A process runs one SparkContext: ``local_session(gpus=1)`` while the suite's ``local[2]`` session runs
+    would return that session, on which ``@udf(num_gpus=1)`` columns then fail; another master is warned about."""
+    import warnings
+
+    with pytest.raises(gp.SparkEnvironmentError, match=r"master 'local\[2\]'.*master 'local\[2\]' with gpus=1"
+                       r".*spark\.stop\(\)"):
+        gp.local_session("local[2]", gpus=1)
+    conf = spark.sparkContext.getConf()
+    assert spark.sparkContext.master == "local[2]" and conf.get("spark.executor.resource.gpu.amount") is None
+    assert spark.range(10).count() == 10  # the running session was left as it was
+
+    with pytest.warns(UserWarning, match=r"that one \(master 'local\[2\]'\) is returned, not a new one with "
+                      r"master 'local\[1\]'.*spark\.stop\(\)"):
+        assert gp.local_session("local[1]", app_name="geneva-tests") is spark
+    assert any("not a new one with master 'local[1]'" in r.getMessage() for r in caplog.records
+               if r.levelname == "WARNING")
+
+    caplog.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same master again: the running session, silently
+        assert gp.local_session("local[2]", app_name="geneva-tests") is spark
+    assert not [r for r in caplog.records if r.levelname == "WARNING" and "local_session" in r.getMessage()]
+    assert spark.range(10).count() == 10
+
+
 def test_more_gpus_than_an_executor_has_fails_before_any_work(db, gpu_spark):
     _fails_fast(db, "too_many", gpu_spark, r"num_gpus=4 .*executors have 2 GPUs", num_gpus=4)
 

@@ -30,6 +30,7 @@ from geneva_provider.core.errors import (
     GenevaError,
     InvalidArgumentError,
     ResourceUnavailableError,
+    SparkEnvironmentError,
 )
 from geneva_provider.core.lance_logging import ignore_fork_warning
 
@@ -57,6 +58,8 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
     (one worker of C cores) with the GPUs found by the script the package ships (nvidia-smi, or the
     addresses in ``GENEVA_FAKE_GPUS`` such as ``"0,1"``).  Starting it takes some 10 s more; when the
     script finds fewer than N GPUs, ResourceUnavailableError says so before any JVM starts.
+
+    A process runs one SparkContext: while a session runs, it is returned (see :func:`_check_running`).
     """
     asked = master
     if gpus is not None:
@@ -67,7 +70,10 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
                                        f"got {value!r}")
     if conf is not None and not isinstance(conf, dict):
         raise InvalidArgumentError(f"local_session: conf must be a dict of Spark settings, got {conf!r}")
-    if gpus is not None:
+    running = running_context()
+    if running is not None:
+        _check_running(running, asked, master, gpus)
+    elif gpus is not None:
         gpus_found(gpus, f"local_session({asked!r}, gpus={gpus})")
     from pyspark.sql import SparkSession
 
@@ -157,6 +163,38 @@ def gpus_found(gpus: int, asked: str) -> list[str]:
             f"it asks nvidia-smi, or lists the addresses in GENEVA_FAKE_GPUS such as '0,1'): {change}, or set "
             "GENEVA_FAKE_GPUS to test without GPUs. Spark was not started.")
     return addresses[:gpus]  # Spark gives the executor the first N the script lists
+
+
+def running_context() -> SparkContext | None:
+    """The SparkContext running in this process, which ``SparkSession.builder.getOrCreate()`` reuses; None if none."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    return sc if sc is not None and sc._jsc is not None else None
+
+
+def _check_running(sc: SparkContext, asked: str, master: str, gpus: int | None) -> None:
+    """Before :func:`local_session` returns the running session (Spark's getOrCreate), instead of a new one.
+
+    A process has one SparkContext, so asking ``gpus=N`` of a session without N GPUs would silently
+    give one where ``@udf(num_gpus=...)`` columns then fail: SparkEnvironmentError instead, the session
+    untouched.  Another master is only warned about: the running session still works.
+    """
+    running = sc.master
+    amount = sc.getConf().get("spark.executor.resource.gpu.amount")
+    have = float(amount) if amount else 0.0
+    wanted = f"master '{asked}'" + (f" with gpus={gpus}" if gpus is not None else "")
+    offer = f"master '{running}'" + (f" with {amount} GPUs" if amount else "")
+    if gpus is not None and have < gpus:
+        raise SparkEnvironmentError(
+            f"local_session: a SparkSession already runs in this process ({offer}), and a process runs one: "
+            f"{wanted} cannot be given. Stop it first (spark.stop()), then call local_session again; the running "
+            "session was left as it was.")
+    if running != master or (gpus is not None and have != gpus):
+        message = (f"local_session: a SparkSession already runs in this process, so that one ({offer}) is "
+                   f"returned, not a new one with {wanted}; stop it first (spark.stop()) for a new one")
+        log.warning(message)
+        warnings.warn(message, stacklevel=3)
 
 
 def quiet_conf() -> dict[str, str]:
