@@ -9,10 +9,14 @@ Lance parses a filter as ``SELECT 1 FROM t WHERE <filter>`` and silently ignores
 the first complete expression (``x > 1; DROP TABLE t``, ``x > 100 garbage``, ``x > 1) OR (true``),
 so a filter is checked as ``(<filter>)`` too -- the closing parenthesis makes Lance read all of it
 -- with its parentheses balanced and no ``;`` outside string literals and quoted names.
+
+For an unknown column Lance lists every field it knows ("Valid fields are ..."), its own ``_rowid``
+and the package's fingerprint and view columns among them; the error lists the user's columns instead.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import InvalidArgumentError
@@ -23,12 +27,16 @@ if TYPE_CHECKING:
 _USER_INPUT = "Invalid user input"
 _MAX_REASON = 300  # Lance prints whole logical plans in some messages (kilobytes)
 _QUOTES = "'\"`"
+_VALID_FIELDS = re.compile(r"Valid fields are .*?\.(?=\s|$)", re.DOTALL)  # to the full stop ending the sentence
 
 
 def lance_reason(exc: BaseException, limit: int | None = None) -> str:
     """Lance's message without the Rust source path it appends (cut at ``limit`` characters)."""
-    reason = str(exc).split(", /")[0]
-    return reason if limit is None or len(reason) <= limit else reason[:limit] + "..."
+    return _cut(str(exc).split(", /")[0], limit)
+
+
+def _cut(text: str, limit: int | None) -> str:
+    return text if limit is None or len(text) <= limit else text[:limit] + "..."
 
 
 def is_filter_error(exc: BaseException) -> bool:
@@ -71,11 +79,19 @@ def check_where(ds: Dataset, where: Any, subject: str) -> None:
     if problem is None and (error := _lance_error(ds, f"(\n{where}\n)")) is not None:
         # The newlines end a trailing "-- comment" before the ")"; the bare filter gives Lance's own message.
         bare = _lance_error(ds, where)
-        whole = " ".join(lance_reason(error, _MAX_REASON).split())
-        problem = (lance_reason(bare, _MAX_REASON) if bare is not None else
+        whole = " ".join(_reason(ds, error).split())
+        problem = (_reason(ds, bare) if bare is not None else
                    f"Lance reads only the start of it and would ignore the rest (read whole: {whole})")
     if problem is not None:
         raise InvalidArgumentError(f"invalid where filter {where!r} for {subject}: {problem}")
+
+
+def _reason(ds: Dataset, exc: BaseException) -> str:
+    """Lance's reason for rejecting a filter, its list of fields replaced by the user's columns of ``ds``."""
+    from geneva_provider.core.column_names import user_columns  # loads pyarrow: not when Airflow loads the assets
+
+    listed = f"The table's columns are {user_columns(ds.schema.names)}."
+    return _cut(_VALID_FIELDS.sub(lambda _: listed, lance_reason(exc)), _MAX_REASON)
 
 
 def _lance_error(ds: Dataset, where: str) -> BaseException | None:

@@ -172,6 +172,28 @@ def test_only_filter_errors_read_as_invalid_filters(tbl):
     assert "invalid where filter" not in str(exc.value) and "Not found" in str(exc.value)
 
 
+# What no error may list as a table's column: the package's fingerprints and view bookkeeping, Lance's own.
+INTERNAL = ("__geneva_fp", "_rowid", "_rowaddr", "_rowoffset", "_row_created_at_version", "__source_row_id",
+            "__is_set", "__chunk_index", "__source_fp", "__partition")
+
+
+def test_a_where_naming_a_missing_column_lists_only_the_users_columns(tbl):
+    assert "__geneva_fp__y" in tbl.schema.names  # the UDF column's fingerprints are in the table
+    attempts = {"backfill": lambda: tbl.backfill("y", where="nosuch > 1"),
+                "count_rows": lambda: tbl.count_rows("nosuch > 1"),
+                "to_arrow": lambda: tbl.to_arrow(["x"], filter="x > 1 AND nosuch > 1"),
+                "delete": lambda: tbl.delete("nosuch > 1"),
+                "view": lambda: tbl.connection.create_materialized_view(
+                    "v", tbl.search(None).where("nosuch > 1").select(["x"]))}
+    for what, attempt in attempts.items():
+        with pytest.raises(gp.InvalidArgumentError) as exc:
+            attempt()
+        msg = str(exc.value)
+        assert "nosuch" in msg and "'events'" in msg and "['id', 'x', 'y']" in msg, (what, msg)
+        assert not [name for name in INTERNAL if name in msg], (what, msg)
+    assert tbl.count_rows() == 10_000 and sorted(tbl.connection.table_names()) == ["events"]
+
+
 def test_column_backlog_of_an_unknown_column_names_table_and_column(tbl):
     from geneva_provider.core.table_status import column_backlog
 

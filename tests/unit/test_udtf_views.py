@@ -87,6 +87,38 @@ def test_bad_views_are_refused_before_anything_is_written(db, tmp_path):
     assert sorted(db.table_names()) == ["docs", "plain"]
 
 
+def test_a_where_naming_a_missing_column_of_a_chunker_view_lists_only_its_users_columns(db, tmp_path):
+    from tests.unit.test_plan import INTERNAL
+
+    docs = db.create_table("docs", docs_table(range(10)), stable_row_ids=True)
+    chunks = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                                 udtf=counting_split(str(tmp_path)))
+    assert {"__source_row_id", "__chunk_index", "__source_fp"} <= set(chunks.schema.names)
+    attempts = {"count_rows": lambda: chunks.count_rows("nosuch > 1"),
+                "to_arrow": lambda: chunks.to_arrow(["chunk"], filter="nosuch > 1"),
+                "delete": lambda: chunks.delete("nosuch > 1"),
+                "chunker view of it": lambda: db.create_udtf_view(
+                    "again", source=chunks.search(None).where("nosuch > 1"), udtf=counting_split(str(tmp_path))),
+                "view of it": lambda: db.create_materialized_view(
+                    "v", chunks.search(None).where("nosuch > 1").select(["chunk"]))}
+    for what, attempt in attempts.items():
+        with pytest.raises(InvalidArgumentError) as exc:
+            attempt()
+        msg = str(exc.value)
+        assert "nosuch" in msg and "'chunks'" in msg and "['doc_id', 'text', 'chunk', 'start']" in msg, (what, msg)
+        assert not [name for name in INTERNAL if name in msg], (what, msg)
+
+    @gp.chunker
+    def reads_missing(title: str) -> Iterator[Chunk]:
+        yield Chunk(title, 0)
+
+    with pytest.raises(ColumnError, match=r"input column 'title'") as missing:  # not a where: the same list
+        db.create_udtf_view("c", source=chunks, udtf=reads_missing)
+    assert "['doc_id', 'text', 'chunk', 'start']" in str(missing.value)
+    assert not [name for name in INTERNAL if name in str(missing.value)]
+    assert sorted(db.table_names()) == ["chunks", "docs"]
+
+
 def test_a_udtf_version_follows_what_it_computes_like_a_udf():
     def made(width: int) -> gp.UDTF:
         @gp.chunker

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from geneva_provider.core.catalog import Catalog
+from geneva_provider.core.column_names import user_columns
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.functions.udtf import UDTF, UDTFKind
@@ -50,7 +51,8 @@ def create_udtf_view(catalog: Catalog, name: str, source: TableRef, query: ViewQ
                                    "stable_row_ids=True")
     check_where(src, query.where, f"{subject} on table '{source.name}'")
     names = src.schema.names
-    listed = [n for n in names if not n.startswith("__")]
+    listed = user_columns(names)  # what an error names
+    default = [c for c in listed if not c.startswith("__")]  # what no select means: no view column starts "__"
 
     def need(column: str, role: str) -> None:
         if column not in names:
@@ -58,12 +60,12 @@ def create_udtf_view(catalog: Catalog, name: str, source: TableRef, query: ViewQ
                               f"(columns: {listed})")
 
     if fn.kind is UDTFKind.CHUNKER:
-        carried = dict(query.columns) if query.columns else {c: c for c in listed}
+        carried = dict(query.columns) if query.columns else {c: c for c in default}
         inputs = list(fn.input_columns or [])
     else:  # N:M rows have no single parent: nothing is carried, the selection is the UDTF's input
         carried = {}
         inputs = list(fn.input_columns) if fn.input_columns is not None else (
-            list(query.columns.values()) if query.columns else listed)
+            list(query.columns.values()) if query.columns else default)
     for column in inputs:
         need(column, "input column")
     if fn.partition_by is not None:
