@@ -9,17 +9,24 @@ a class declared below that is both.  The twins are written out (not made at run
 names of the classes they stand for, and are left out of the error registry (``register=False``):
 a payload of a twin names the package class.  A test checks that every registered class a retry
 cannot fix has its twin.
+
+A connection id Airflow does not know is such an error too (:func:`airflow_connection`): a retry
+cannot define it.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
 from geneva_provider.core import errors
+
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
 
 
 def fails_without_retry(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -123,6 +130,23 @@ class CorruptCheckpointError(errors.CorruptCheckpointError, AirflowFailException
 
 class TableVersionGoneError(errors.TableVersionGoneError, AirflowFailException, register=False):
     """A TableVersionGoneError that fails its task once."""
+
+
+def airflow_connection(conn_id: str, argument: str, define: str) -> Connection:
+    """The Airflow connection ``conn_id``; a missing one is the package's ``InvalidArgumentError``.
+
+    Airflow's own ``AirflowNotFoundException`` is retried like any failure (the task fails minutes
+    later, after its retries); bad input fails the task once (:func:`fails_without_retry`), with a
+    message naming ``argument`` (the operator argument that names the connection), the id and how to
+    define it (``define``: its type and host).
+    """
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise errors.InvalidArgumentError(
+            f"{argument} '{conn_id}': no such Airflow connection; define it ({define}) in the UI, with "
+            f"`airflow connections add {conn_id} --conn-type <type> --conn-host <host>`, or as "
+            f"AIRFLOW_CONN_{conn_id.upper()}") from None
 
 
 # package class -> its fail-once twin

@@ -11,9 +11,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
 
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.hooks.errors import airflow_connection
 
 if TYPE_CHECKING:
     from geneva_provider.core.table_events import TableSeen
@@ -58,13 +58,7 @@ class LanceHook(BaseHook):
         """The core database connection (opened once per hook)."""
         import geneva_provider as gp
 
-        try:
-            conn = self.get_connection(self.lance_conn_id)
-        except AirflowNotFoundException:
-            raise InvalidArgumentError(
-                f"lance_conn_id '{self.lance_conn_id}': no such Airflow connection; define it (type 'lance', "
-                "host = the database URI) in the UI, with `airflow connections add`, or as "
-                f"AIRFLOW_CONN_{self.lance_conn_id.upper()}") from None
+        conn = airflow_connection(self.lance_conn_id, "lance_conn_id", "type 'lance', host = the database URI")
         extra = conn.extra_dejson or {}
         uri = extra.get("uri") or conn.host
         if not uri:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow.sdk.exceptions import AirflowException
 
 from geneva_provider.core.contracts.kinds import EventStatus, Stage
+from geneva_provider.hooks.errors import airflow_connection
 from geneva_provider.operators.progress import ProgressLogger
 from geneva_provider.spark_apps import app_path
 
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 KILL_SECONDS = 10.0  # how long a killed task's on_kill waits for its Connect stage to stop
+SPARK_CONNECTION_TYPES = ("type 'spark_connect', host = sc://<server> and its port, to run the stages over Spark "
+                          "Connect; or type 'spark', host = the master (local[*], spark://..., yarn, k8s://...), to "
+                          "submit them with spark-submit")
 
 
 @dataclass(frozen=True)
@@ -178,11 +182,14 @@ def _in_thread(work: Callable[[], T], name: str) -> Future[T]:
 
 
 def spark_backend(settings: SparkSettings, log: Any) -> SparkBackend:
-    """The backend of the Spark connection ``settings.conn_id``: Spark Connect for a ``spark_connect`` one."""
-    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-    from airflow.sdk import BaseHook
+    """The backend of the Spark connection ``settings.conn_id``: Spark Connect for a ``spark_connect`` one.
 
-    if BaseHook.get_connection(settings.conn_id).conn_type == SparkConnectHook.conn_type:
+    No such connection is an InvalidArgumentError (the task fails once, saying how to define it).
+    """
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    conn = airflow_connection(settings.conn_id, "spark_conn_id", SPARK_CONNECTION_TYPES)
+    if conn.conn_type == SparkConnectHook.conn_type:
         return ConnectBackend(settings, log)
     return SparkSubmitBackend(settings, log)
 

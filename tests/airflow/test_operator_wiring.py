@@ -12,7 +12,7 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.stages import plan_backfill, run_apply, run_write_commit
-from tests.helpers import counting_double, events_table
+from tests.helpers import counting_double, events_table, plain_double
 
 TEMPLATED_DAGS = """
 from datetime import datetime
@@ -33,6 +33,13 @@ with DAG(dag_id="geneva_test_templated_plan", schedule=None, start_date=datetime
     write = GenevaSparkWriteCommitOperator(task_id="write_commit", plan=PULLED, retries=0)
     verify = GenevaVerifyOperator(task_id="verify", plan=PULLED, table="man3", column="s", retries=0)
     add >> plan >> apply >> write >> verify
+
+# No connection 'spark_nowhere': the apply task fails once, though it may retry twice.
+with DAG(dag_id="geneva_test_missing_spark", schedule=None, start_date=datetime(2026, 1, 1)):
+    plan = GenevaPlanBackfillOperator(task_id="plan", table="man3", column="s")
+    apply = GenevaSparkApplyOperator(task_id="apply", plan=PULLED, spark_conn_id="spark_nowhere", retries=2,
+                                     retry_delay=1)
+    plan >> apply
 
 # Rendering templates as native objects hands the operators the dict itself.
 with DAG(dag_id="geneva_test_native_plan", schedule=None, start_date=datetime(2026, 1, 1),
@@ -56,6 +63,18 @@ def templated_dags(airflow_db):
         yield bag
     finally:
         path.unlink()
+
+
+def test_a_missing_spark_connection_fails_its_task_once(templated_dags, lance_db, spark_submit, capfd):
+    tbl = lance_db.create_table("man3", events_table(100))
+    tbl.add_columns({"s": plain_double})
+    dr, states = _run(templated_dags.get_dag("geneva_test_missing_spark"))
+    assert dr.state == "failed" and states == {"plan": "success", "apply": "failed"}, states
+    apply = next(ti for ti in dr.get_task_instances() if ti.task_id == "apply")
+    assert apply.try_number == 1  # not retried
+    logs = "".join(capfd.readouterr())  # the task log
+    assert "spark_conn_id 'spark_nowhere': no such Airflow connection" in logs and "AIRFLOW_CONN_SPARK_NOWHERE" in logs
+    assert "No tasks to run" not in logs  # dag.test() waited for no retry
 
 
 def _run(dag):

@@ -28,7 +28,7 @@ from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSpar
 from geneva_provider.sensors.table import GenevaTableChangedSensor
 from geneva_provider.triggers.table import GenevaTableChangedTrigger
 from tests.conftest import FAKE_SECRET
-from tests.helpers import context, events_table, first_event
+from tests.helpers import context, double, events_table, first_event
 
 
 @pytest.fixture
@@ -106,6 +106,31 @@ def test_spark_operators_skip_without_starting_spark_when_nothing_to_do():
     reuse_only = {**plan, "nothing_to_do": False}
     with pytest.raises(AirflowSkipException):
         GenevaSparkApplyOperator(task_id="s", plan=json.dumps(reuse_only)).execute(context())
+
+
+@pytest.mark.parametrize("conn_id", ["spark_default", "spark_elsewhere"])
+def test_a_spark_stage_without_its_spark_connection_fails_once_saying_how_to_define_it(events, monkeypatch, conn_id):
+    from geneva_provider.operators.backfill import GenevaPlanBackfillOperator
+
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT")
+    events.add_columns({"y": double})
+    plan = GenevaPlanBackfillOperator(task_id="plan", table="events", column="y").execute(context())
+    version = events.version
+    for cls in (GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator):
+        # Not Airflow's AirflowNotFoundException, which is retried: the package's error, failing the task once.
+        with pytest.raises(gp.InvalidArgumentError) as failed:
+            cls(task_id="s", plan=plan, spark_conn_id=conn_id, retries=2).execute(context())
+        assert isinstance(failed.value, AirflowFailException)
+        message = str(failed.value)
+        for needle in (f"spark_conn_id '{conn_id}': no such Airflow connection", "type 'spark_connect'",
+                       "type 'spark'", f"airflow connections add {conn_id}", f"AIRFLOW_CONN_{conn_id.upper()}"):
+            assert needle in message, (needle, message)
+    assert events.version == version and events.to_arrow(["y"]).column("y").null_count == 6_000  # nothing ran
+    # A missing Lance connection fails the same way.
+    with pytest.raises(gp.InvalidArgumentError, match=r"lance_conn_id 'no_lake': no such Airflow connection.*"
+                       "type 'lance'.*AIRFLOW_CONN_NO_LAKE") as failed:
+        GenevaSparkApplyOperator(task_id="s", plan=plan, lance_conn_id="no_lake").execute(context())
+    assert isinstance(failed.value, AirflowFailException)
 
 
 def test_table_changed_sensor_poke_defer_and_complete(events):
