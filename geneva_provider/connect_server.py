@@ -1,9 +1,12 @@
 """A long-lived local Spark Connect server for the embedded default, from the pyspark wheel alone.
 
 ``python -m geneva_provider.connect_server start`` starts it (bound to 127.0.0.1) and returns once
-it accepts sessions; ``stop`` stops it; ``status`` says whether it runs, with its open sessions and
-its Python worker processes.  Its pid, port and log
-live in ``--dir`` (default ``~/.geneva/connect``), so any shell can stop what another started.
+its process listens on the port; ``stop`` stops it; ``status`` says whether it runs, with its open
+sessions and its Python worker processes.  Its pid, port and log live in ``--dir`` (default
+``~/.geneva/connect``), so any shell can stop what another started.  ``start`` refuses a port that
+another process holds (before starting a JVM), and fails -- with the log's last lines, leaving no
+state behind -- when its server exits or never listens; ``status`` and ``stop`` act only on the
+process ``start`` started (its pid and start time), never on whatever else listens on the port.
 Airflow then reaches it through a ``spark_connect`` connection, e.g.
 ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": 15002}'``,
 and every Spark stage runs in the Airflow worker as a Connect client: no JVM starts per task.
@@ -76,21 +79,37 @@ class LocalConnectServer:
     def _state_path(self) -> Path:
         return self.directory / "server.json"
 
-    def running(self) -> dict[str, Any] | None:
-        """The running server's state (pid, port, url), or None when none runs from this directory."""
+    def _tracked(self) -> dict[str, Any] | None:
+        """The state file's server if its pid is still the process ``start`` launched (same start time): a pid the
+        system has since given to another process, or a state file without that identity, is not taken for it."""
         try:
             state = json.loads(self._state_path.read_text())
-            os.kill(state["pid"], 0)
-        except (OSError, ValueError, KeyError):
+            started = _process_start(state["pid"])
+            if started is None or started != state["started"]:
+                return None
+        except (OSError, ValueError, KeyError, TypeError):
             return None
-        return state if _accepts(state["port"]) else None
+        return dict(state)
+
+    def running(self) -> dict[str, Any] | None:
+        """The running server's state (pid, port, url), or None when none runs from this directory: the process
+        ``start`` launched is alive and itself listens on the port (whatever else may listen there)."""
+        state = self._tracked()
+        return state if state is not None and _listens(state["pid"], state["port"]) else None
 
     def start(self) -> str:
-        """Starts the server (or finds it running) and returns its ``sc://`` URL once it accepts sessions."""
+        """Starts the server (or finds it running) and returns its ``sc://`` URL once it accepts sessions.
+
+        ConnectServerError, before any JVM starts, when another process holds the port; and, with the log's last
+        lines, when the server exits (e.g. someone took the port meanwhile) or does not listen in time.
+        """
         state = self.running()
         if state is not None:
             self.port = state["port"]
             return self.url
+        if not _bindable(self.port):
+            raise ConnectServerError(f"port {self.port} on 127.0.0.1 is held by another process (not a Spark Connect "
+                                     f"server started from {self.directory}): stop it, or start on another --port")
         import pyspark
 
         addresses = self._check_gpus()
@@ -130,14 +149,21 @@ class LocalConnectServer:
         with open(self.log_path, "w") as out:
             proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self.directory)
+        self._state_path.unlink(missing_ok=True)  # a dead server's: none claims this one before it listens
+        started = _process_start(proc.pid)
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while not _accepts(self.port):
-            if proc.poll() is not None or time.monotonic() > deadline:
+        # Ready when OUR process listens on the port: another process that took the port meanwhile accepts
+        # connections there too, while our JVM fails to bind it (BindException) and exits.
+        while not _listens(proc.pid, self.port):
+            code = proc.poll()
+            if code is not None or time.monotonic() > deadline:
                 _stop_group(proc.pid)
-                raise ConnectServerError(f"the Spark Connect server did not start on port {self.port} "
+                why = (f"exited (code {code})" if code is not None
+                       else f"did not listen within {START_TIMEOUT_SECONDS:.0f}s; stopped it")
+                raise ConnectServerError(f"the Spark Connect server did not start on port {self.port}: it {why} "
                                          f"(log {self.log_path}):\n{self._log_tail()}")
             time.sleep(0.25)
-        state = {"pid": proc.pid, "port": self.port, "url": self.url, "master": self.master}
+        state = {"pid": proc.pid, "started": started, "port": self.port, "url": self.url, "master": self.master}
         if addresses is not None:
             state["gpus"] = addresses
         self._state_path.write_text(json.dumps(state))
@@ -177,19 +203,22 @@ class LocalConnectServer:
         return set(_SESSION_SEEN.findall(text)) - set(_SESSION_CLOSED.findall(text))
 
     def stop(self) -> bool:
-        """Stops this directory's server; False when none was running."""
-        try:
-            state = json.loads(self._state_path.read_text())
-        except (OSError, ValueError):
-            return False
+        """Stops this directory's server (the process ``start`` launched, listening or not); False when none was
+        running.  A state file whose pid is no longer that process is removed, and nothing is signalled."""
+        state = self._tracked()
         self._state_path.unlink(missing_ok=True)
-        return _stop_group(state["pid"])
+        return state is not None and _stop_group(state["pid"])
 
     def _log_tail(self, lines: int = 30) -> str:
+        """The log's last lines, after its first ERROR line and the one below it (the exception that stopped the
+        server, e.g. ``java.net.BindException``, which its shutdown lines would push out of the tail)."""
         try:
-            return "\n".join(self.log_path.read_text().splitlines()[-lines:])
+            text = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
+        first = next((i for i, line in enumerate(text) if " ERROR " in line), len(text))
+        cause = text[first:min(first + 2, len(text) - lines)]
+        return "\n".join([*cause, *(["..."] if cause else []), *text[-lines:]])
 
     def __enter__(self) -> LocalConnectServer:
         self.start()
@@ -226,12 +255,55 @@ def python_processes(server_pid: int) -> tuple[int, int]:
     return len(daemons), len(workers)
 
 
-def _accepts(port: int) -> bool:
+def _process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, /proc/<pid>/stat): with the pid, it names one
+    process, so a recorded pid that the system has given to another process is not taken for the server."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` itself holds a socket listening on TCP ``port``: one of the port's listening
+    sockets (/proc/net/tcp, tcp6) is among its open files.  (The server's pid is its JVM: spark-submit execs it.)"""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()  # sl local_address rem_address st ... inode
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                sockets.add(f"socket:[{fields[9]}]")
+    if not sockets:
+        return False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in sockets:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _bindable(port: int) -> bool:
+    """Whether 127.0.0.1:``port`` is free for the server, tried as its JVM binds it (SO_REUSEADDR, so a closed
+    connection's TIME_WAIT does not count): False while any other socket listens on it or holds it."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _free_port() -> int:
