@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 
 # The demo runs the example DAGs with `airflow dags test` on the embedded default:
 # Airflow on SQLite in .demo/airflow, tables in .demo/lake, and the Spark stages over a local
-# Spark Connect server (local[*] on 127.0.0.1:15002) that the demo starts and stops.
+# Spark Connect server (local[*] on 127.0.0.1:15002) that the demo starts and stops; it stops before any
+# DAG when another process holds the port (another port: "port": N in SPARK_CONN).
 # For the spark-submit path instead: make demo SPARK_CONN='{"conn_type": "spark", "host": "local[*]"}'.
 SPARK_CONN ?= {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": 15002}
 DEMO_ENV = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \

@@ -5,7 +5,8 @@
 connection): ingest, backfill, a no-op backfill, more ingest, an incremental backfill -- then prints
 the table, with the seconds of every step and of every task.  When ``spark_default`` is a
 ``spark_connect`` connection to 127.0.0.1 (as ``make demo`` sets it), the demo starts the local
-Spark Connect server first and stops it at the end; a ``spark`` connection runs the stages with
+Spark Connect server first and stops it at the end (it stops with the server's error, before any
+DAG runs, when another process holds the port); a ``spark`` connection runs the stages with
 spark-submit instead.
 
 ``python -m geneva_provider.demo notebook`` does the same work from Python, without Airflow.
@@ -75,10 +76,15 @@ def run_dags(args: argparse.Namespace) -> None:
         print(f"Spark stages run with spark-submit on {spark_conn.get('host', 'the spark_default connection')}")
         _run_dag_steps(args)
         return
-    from geneva_provider.connect_server import LocalConnectServer
+    from geneva_provider.connect_server import ConnectServerError, LocalConnectServer
 
     server = LocalConnectServer(int(spark_conn.get("port") or 15002), directory=".demo/connect")
     t0 = time.perf_counter()
+    try:
+        # The demo's own server, or none: start() refuses a port another process (another Connect server) holds.
+        server.start()
+    except ConnectServerError as exc:
+        raise SystemExit(f"demo: {exc}") from None
     with server:  # stops the server at the end only if it started it here
         print(f"Spark stages run over Spark Connect: local server {server.url} ready in "
               f"{time.perf_counter() - t0:.1f}s (log {server.log_path})")

@@ -98,3 +98,24 @@ def test_status_and_stop_leave_alone_a_process_that_is_not_the_server_they_start
     assert start.returncode == 1 and f"port {port} on 127.0.0.1 is held by another process" in start.stderr
     assert proc.poll() is None and _answers(port)
 
+
+def test_the_demo_stops_before_any_dag_when_another_process_holds_its_connect_port(tmp_path):
+    """``make demo`` over Spark Connect on a port another process holds: it stops with the server's error, runs
+    no DAG (so never runs on, nor stops, someone else's server), and the port's holder is untouched."""
+    wire = JavaTripwire(tmp_path / "wire")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        env = {**wire.env(os.environ), "AIRFLOW_HOME": str(tmp_path / "airflow"),
+               "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": "sc://127.0.0.1",
+                                                          "port": port})}
+        demo = subprocess.run([sys.executable, "-m", "geneva_provider.demo", "dags", "--rows", "10"], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert demo.returncode == 1, demo.stdout[-2000:] + demo.stderr[-2000:]
+        assert f"demo: port {port} on 127.0.0.1 is held by another process" in demo.stderr, demo.stderr[-2000:]
+        assert "Spark stages run over Spark Connect" not in demo.stdout and not (tmp_path / ".demo" / "logs").exists()
+        assert wire.calls() == [] and java_descendants() == []
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            conn, _ = held.accept()
+            conn.close()
