@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from geneva_provider.core.contracts.models import BackfillResult, CompactionResult, ViewCheck
     from geneva_provider.core.store.checkpoint import CheckpointStore
+    from geneva_provider.core.table_status import TableReport
     from geneva_provider.facade.connection import Connection
     from geneva_provider.facade.job_handle import JobHandle
     from geneva_provider.facade.query import Query
@@ -184,6 +185,20 @@ class Table:
         """UDF columns of the table as typed listings: name -> UDF name, version, kind and input columns."""
         infos = ((f.name, udf_column_info(f.metadata)) for f in self.schema)
         return {name: info.listing() for name, info in infos if info is not None}
+
+    def status(self) -> TableReport:
+        """Each UDF column's rows valid, stale and missing; for a view, the source version it is at and the source
+        rows created, updated or deleted since.
+
+        A value is valid while its stored fingerprint equals that of its row's current inputs; a row whose inputs
+        were updated since its backfill keeps its old value, counted stale, until the next backfill.  Judged
+        here as that backfill's plan judges it -- the inputs are read and fingerprinted in this process, with no
+        Spark job and no change to the table.  ``print(tbl.status())`` shows a table.
+        """
+        from geneva_provider.pipeline.table_report import table_report
+
+        self.dataset()  # TableNotFoundError if the table was dropped
+        return table_report(self.ref, self._conn.catalog.resolve)
 
     # ------------------------------------------------------------------ views
     def search(self, query: Any = None) -> Query:

@@ -9,6 +9,7 @@ from geneva_provider.core.catalog import Catalog, TableResolver
 from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.refs import TableRef
+from geneva_provider.core.table_status import ViewLag
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -60,3 +61,26 @@ def only_appends(src: Dataset, since: int) -> bool:
     except (ValueError, OSError):  # an old version cleaned up: synchronise everything
         return False
     return all(type(t.operation).__name__ == "Append" for t in transactions if t is not None)
+
+
+def view_lag(source: TableRef, since: int | None) -> ViewLag:
+    """How far a view refreshed from ``source`` at version ``since`` (None: never) is behind the source's latest:
+    rows created, updated and deleted since, from Lance's row version columns (stable row ids) -- no data is read."""
+    src = source.dataset()
+    latest_rows = src.count_rows()
+    if since is None:
+        return ViewLag(source=source.name, source_version=None, source_latest=src.version, rows_created=latest_rows,
+                       rows_updated=0, rows_deleted=0)
+    try:
+        kept = src.count_rows(filter=f"_row_created_at_version <= {since}")
+        updated = src.count_rows(
+            filter=f"_row_created_at_version <= {since} AND _row_last_updated_at_version > {since}")
+    except (ValueError, OSError):  # no row version columns (a table without stable row ids)
+        return ViewLag(source=source.name, source_version=since, source_latest=src.version, rows_created=None,
+                       rows_updated=None, rows_deleted=None)
+    try:
+        deleted: int | None = source.dataset(since).count_rows() - kept if since <= src.version else None
+    except (ValueError, OSError):  # that version was cleaned up
+        deleted = None
+    return ViewLag(source=source.name, source_version=since, source_latest=src.version,
+                   rows_created=latest_rows - kept, rows_updated=updated, rows_deleted=deleted)

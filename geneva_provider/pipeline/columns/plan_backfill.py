@@ -30,6 +30,7 @@ from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.core.store.layout import job_prefix
+from geneva_provider.core.table_status import ColumnState
 from geneva_provider.pipeline.columns.layout import complete_output_layout
 from geneva_provider.pipeline.schema_changes import UpdateColumns
 from geneva_provider.pipeline.stages.planning import Exam, PlanCall, plan_fragments, store_plan
@@ -94,23 +95,43 @@ class BackfillExaminer:
         return files_holding(frag.metadata, self.read_ids)
 
     def examine(self, frag: Fragment) -> Exam:
+        invalid = ~self.row_states(frag)[1]
+        needed = invalid & self.selected(frag) if self.where else invalid
+        return Exam(needed=needed, invalid=int(invalid.sum()))
+
+    def row_states(self, frag: Fragment) -> tuple[np.ndarray, np.ndarray]:
+        """Per live row (in scan order): whether it holds a fingerprint (was computed), and whether that equals
+        the fingerprint of its current inputs (its value is valid).  Computed but not valid is stale."""
         if not files_holding(frag.metadata, self.fp_ids):  # never computed here: every row lacks its value
-            live = frag.count_rows()
-            needed = self.selected(frag) if self.where else np.ones(live, bool)
-            return Exam(needed=needed, invalid=live)
+            none = np.zeros(frag.count_rows(), bool)
+            return none, none
         t = frag.to_table(columns=[*self.inputs, self.fp])
         current = row_fingerprints([t.column(c) for c in self.inputs], self.seed, t.num_rows)
         stored = t.column(self.fp).combine_chunks()
-        valid = stored.is_valid().to_numpy(zero_copy_only=False) & np.equal(
-            stored.fill_null(0).to_numpy(zero_copy_only=False), current.to_numpy())
-        invalid = ~valid
-        needed = invalid & self.selected(frag) if self.where else invalid
-        return Exam(needed=needed, invalid=int(invalid.sum()))
+        computed = stored.is_valid().to_numpy(zero_copy_only=False)
+        return computed, computed & np.equal(stored.fill_null(0).to_numpy(zero_copy_only=False), current.to_numpy())
 
     def selected(self, frag: Fragment) -> np.ndarray:
         """The ``where`` as a mask over the fragment's live rows."""
         chosen = frag.to_table(columns=[], filter=self.where, with_row_address=True).column("_rowaddr").to_numpy()
         return np.isin(live_row_addresses(frag), chosen)
+
+
+def column_state(ds: Dataset, table: str, column: str) -> ColumnState:
+    """``column``'s rows valid, stale and missing, judged as the next backfill's plan judges them (no Spark, no
+    change: a table without the fingerprint column has every row missing, as its next backfill computes all)."""
+    info = udf_with_inputs(ds, table, column)
+    fp = fingerprint_column(column)
+    live = ds.count_rows()
+    if fp not in ds.schema.names or not holds_fingerprints_of(ds.schema.field(fp), column):
+        return ColumnState(column=column, rows_valid=0, rows_stale=0, rows_missing=live)
+    examiner = BackfillExaminer(ds, info.input_columns or [], None, info.version, fp)
+    computed = valid = 0
+    for frag in ds.get_fragments():
+        has_fp, ok = examiner.row_states(frag)
+        computed += int(has_fp.sum())
+        valid += int(ok.sum())
+    return ColumnState(column=column, rows_valid=valid, rows_stale=computed - valid, rows_missing=live - computed)
 
 
 def backfill_prefix(info: UdfColumnInfo, column: str, table_uri: str) -> str:
