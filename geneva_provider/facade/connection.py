@@ -164,6 +164,20 @@ class Connection:
                 return record
         raise JobNotFoundError(f"no job {job_id!r} in database {self.uri} (jobs with nothing to do leave no record)")
 
+    def cancel_job(self, job_id: str) -> JobRecord:
+        """Asks the running job ``job_id`` to stop, from any process; returns its record as it was.
+
+        A backfill or refresh run by ``Table.backfill`` / ``refresh`` (or ``*_async``) in another process sees
+        the request within a second, cancels its tasks and records itself FAILED with the error "cancelled";
+        nothing it had not committed lands.  A job whose stages run as Airflow tasks does not watch for the
+        request: stop it from Airflow.  JobNotFoundError for an unknown job, InvalidArgumentError for one that
+        is no longer running.
+        """
+        from geneva_provider.pipeline.stages.job_records import request_cancel
+
+        record = self.get_job(job_id)
+        return request_cancel(self.catalog.ref(record.table).checkpoint_store(), job_id)
+
     def drop_table(self, name: str) -> None:
         """Deletes the table and its checkpoints."""
         self.catalog.drop(name)

@@ -26,7 +26,7 @@ from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run
 from geneva_provider.pipeline.spark.runner import local_session, running_context
 from geneva_provider.pipeline.spark.task_runner import is_compute, task_runner
 from geneva_provider.pipeline.stages.apply import run_apply
-from geneva_provider.pipeline.stages.job_records import keep_alive, read_record, update_record
+from geneva_provider.pipeline.stages.job_records import keep_alive, read_record, update_record, watch_cancel
 from geneva_provider.pipeline.stages.verify import verify
 from geneva_provider.pipeline.stages.write import run_write_commit
 
@@ -158,7 +158,8 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         control.check(Stage.APPLY)
         t = time.perf_counter()
         # Heartbeats from the plan to the end: the job is live while its Spark session starts, too.
-        with keep_alive(store, summary.job_id):
+        # A cancel request from another process (``geneva-provider jobs cancel``) stops it as a handle's cancel does.
+        with keep_alive(store, summary.job_id), watch_cancel(store, summary.job_id, control.cancel):
             control.runner = runner = _runner(spark)
             seconds["session"] = time.perf_counter() - t
             t = time.perf_counter()

@@ -24,6 +24,7 @@ from geneva_provider.core.store.checkpoint import InMemoryCheckpointStore
 from geneva_provider.core.store.layout import (
     JOB_ID,
     BatchKey,
+    CancelKey,
     CommittedKey,
     ConnectSessionKey,
     JobRecordKey,
@@ -85,9 +86,10 @@ def test_user_strings_are_hashed_and_keys_round_trip(name):
     assert re.fullmatch(r"udf-[0-9a-f]{16}_ver-\w+_col-[0-9a-f]{16}_where-[0-9a-f]{32}_uri-[0-9a-f]{32}", job)
     prefix = batch_prefix(job, [name, "b.lance"])
     job_id = new_job_id()
-    records = [PlanKey(job_id), CommittedKey(job_id), ConnectSessionKey(job_id), JobRecordKey(job_id),
-               LedgerKey.of(job), BatchKey(prefix, 3, 0, 10), BatchKey(prefix, 3, 10, 20, partial=True),
-               StagedKey(job), RunningKey(job_id, 7), *(StageResultKey(job_id, s) for s in Stage)]
+    records = [PlanKey(job_id), CommittedKey(job_id), ConnectSessionKey(job_id), CancelKey(job_id),
+               JobRecordKey(job_id), LedgerKey.of(job), BatchKey(prefix, 3, 0, 10),
+               BatchKey(prefix, 3, 10, 20, partial=True), StagedKey(job), RunningKey(job_id, 7),
+               *(StageResultKey(job_id, s) for s in Stage)]
     for record in records:
         key = record.key()
         assert "/" not in key and len(key) + len(".lance") <= 255  # a file name

@@ -48,7 +48,7 @@ _LEDGER = "ledger-"
 _RUNNING = "running-"
 _SRCFILES = "_srcfiles-"
 _PLAN_RE = re.compile(rf"^{_PLAN}(?P<id>{JOB_ID})(?:(?P<committed>-committed)|-(?P<stage>[a-z_]+)-result"
-                      r"|(?P<session>-connect-session)|(?P<appended>-appended))?$")
+                      r"|(?P<session>-connect-session)|(?P<appended>-appended)|(?P<cancel>-cancel))?$")
 _BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)(?P<partial>_partial)?$")
 _STAGED_RE = re.compile(r"^(?P<prefix>.+)_staged-(?P<token>[0-9a-f]{32})$")
 _RUNNING_RE = re.compile(rf"^{_RUNNING}(?P<id>.+)-p(?P<partition>\d+)$")
@@ -148,6 +148,14 @@ class ConnectSessionKey(_JobKey):
     tail: ClassVar[str] = "-connect-session"
 
 
+class CancelKey(_JobKey):
+    """A request to cancel the job, left by another process (``geneva-provider jobs cancel``); the job watches
+    for it while it runs.  A key of its own, not a field of the record, which the job rewrites as it runs."""
+
+    kind: ClassVar[Literal["cancel"]] = "cancel"
+    tail: ClassVar[str] = "-cancel"
+
+
 class JobRecordKey(_JobKey):
     """A job's record (:class:`~geneva_provider.core.contracts.models.JobRecord`)."""
 
@@ -236,9 +244,9 @@ class RunningKey:
 
 
 # A plan and what is kept beside it.
-PlanFamilyKey = PlanKey | CommittedKey | StageResultKey | ConnectSessionKey | AppendedKey
-StoreKey = (PlanKey | CommittedKey | StageResultKey | ConnectSessionKey | AppendedKey | JobRecordKey | LedgerKey
-            | BatchKey | StagedKey | RunningKey)
+PlanFamilyKey = PlanKey | CommittedKey | StageResultKey | ConnectSessionKey | AppendedKey | CancelKey
+StoreKey = (PlanKey | CommittedKey | StageResultKey | ConnectSessionKey | AppendedKey | CancelKey | JobRecordKey
+            | LedgerKey | BatchKey | StagedKey | RunningKey)
 
 
 def parse_key(key: str) -> StoreKey | None:
@@ -258,6 +266,8 @@ def parse_key(key: str) -> StoreKey | None:
             return ConnectSessionKey(m["id"])
         if m["appended"]:
             return AppendedKey(m["id"])
+        if m["cancel"]:
+            return CancelKey(m["id"])
         if m["stage"] is not None:
             try:
                 return StageResultKey(m["id"], Stage(m["stage"]))
@@ -332,6 +342,12 @@ class JobStore:
 
         key = CommittedKey(job_id).key()
         return self.store.get_model(key, CommitRecord) if key in self.store else None
+
+    def request_cancel(self, job_id: str, requested_at: str) -> None:
+        self.store.put_text(CancelKey(job_id).key(), requested_at)
+
+    def cancel_requested(self, job_id: str) -> bool:
+        return CancelKey(job_id).key() in self.store
 
     # job records
     def has_record(self, job_id: str) -> bool:

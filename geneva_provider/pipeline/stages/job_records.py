@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,6 +37,7 @@ GAP_LEASE_SECONDS = 1800.0  # after the plan and between stages: the next stage'
 LIVE_JOB_HOURS = 24.0       # records without a heartbeat (written by older versions) and plans without a record
 LEASE_ENV = "GENEVA_JOB_LEASE_SECONDS"          # overrides LEASE_SECONDS (tests, very slow clusters)
 GAP_LEASE_ENV = "GENEVA_JOB_GAP_LEASE_SECONDS"  # overrides GAP_LEASE_SECONDS
+CANCEL_POLL_SECONDS = 1.0   # how often a running in-process job looks for a cancel request from another process
 
 _ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING)  # a job that may still commit
 _beating: dict[str, int] = {}  # job id -> heartbeats running in this process (a whole in-process job, its stage)
@@ -257,3 +258,50 @@ def _write(store: CheckpointStore, record: JobRecord) -> None:
         JobStore(store).put_record(record)
     except (OSError, ValueError) as exc:  # a record must never fail the job it describes
         log.warning("job %s: could not write its record: %s", record.job_id, exc)
+
+
+def request_cancel(store: CheckpointStore, job_id: str) -> JobRecord:
+    """Asks job ``job_id`` to stop, from any process: the job, watching its store while it runs
+    (:func:`watch_cancel`), cancels its tasks and records itself FAILED with the error "cancelled".
+
+    JobNotFoundError when the store holds no record of it; InvalidArgumentError when it is no longer live
+    (done, failed or abandoned: nothing is running to cancel).
+    """
+    from geneva_provider.core.errors import JobNotFoundError
+
+    record = read_record(store, job_id)
+    if record is None:
+        raise JobNotFoundError(f"no job {job_id!r} in this table's store")
+    if not is_live(record):
+        raise InvalidArgumentError(f"job {job_id} is {record.status}, not running: nothing to cancel")
+    JobStore(store).request_cancel(job_id, _now())
+    return record
+
+
+@contextmanager
+def watch_cancel(store: CheckpointStore, job_id: str, cancel: Callable[[], None],
+                 poll: float = CANCEL_POLL_SECONDS) -> Iterator[None]:
+    """Calls ``cancel`` once, from a daemon thread, when a cancel request for the job appears (:func:`request_cancel`)
+    while the block runs."""
+    jobs = JobStore(store)
+    stop = threading.Event()
+
+    def run() -> None:
+        while True:
+            try:
+                if jobs.cancel_requested(job_id):
+                    log.info("job %s: cancel requested", job_id)
+                    cancel()
+                    return
+            except Exception as exc:  # noqa: BLE001 - a watcher must never stop the job
+                log.warning("job %s: could not look for a cancel request: %s", job_id, exc)
+            if stop.wait(poll):
+                return
+
+    thread = threading.Thread(target=run, name=f"geneva-cancel-watch-{job_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
