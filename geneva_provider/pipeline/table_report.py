@@ -12,28 +12,25 @@ from geneva_provider.core.catalog import TableResolver
 from geneva_provider.core.functions.udf import udf_column_info
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.table_status import TableReport, ViewLag
-from geneva_provider.core.views.meta import META_QUERY, view_info
-from geneva_provider.core.views.udtf_meta import is_udtf_view, udtf_view_state
 from geneva_provider.pipeline.columns.plan_backfill import column_state
 from geneva_provider.pipeline.source_versions import view_lag, view_source
+from geneva_provider.pipeline.stages.kinds import table_kind
 
 
 def table_report(table: TableRef, resolve: TableResolver | None = None) -> TableReport:
     """The table's version and rows, each UDF column's rows valid / stale / missing, and a view's lag.
 
-    A query view's UDF columns read source columns, so they are judged by the view's lag, not by fingerprints.
+    What the table is, the job kind that makes its rows says (:func:`table_kind`): a view's kind names the source
+    and version its rows hold; a kind that computes its UDF columns from that source (a query view's refresh) has
+    them judged by the view's lag, not by fingerprints.
     """
     ds = table.dataset()
-    metadata = ds.schema.metadata or {}
+    kind = table_kind(ds.schema.metadata)
+    held = kind.held_source(ds, table)
     lag: ViewLag | None = None
-    if META_QUERY.encode() in metadata:
-        info = view_info(metadata, table.name)
-        source = view_source(table, info.base_table_db_uri, info.base_table, resolve, doing="status")
-        lag = view_lag(source, info.base_table_version)
-    elif is_udtf_view(metadata):
-        state = udtf_view_state(metadata, table.name)
-        source = view_source(table, state.spec.base_table_db_uri, state.spec.base_table, resolve, doing="status")
-        lag = view_lag(source, state.base_version if state.refreshed else None)
-    columns = [] if META_QUERY.encode() in metadata else [
+    if held is not None:
+        source = view_source(table, held.db_uri, held.table, resolve, doing="status")
+        lag = view_lag(source, held.version)
+    columns = [] if kind.computes_udf_columns else [
         column_state(ds, table.name, f.name) for f in ds.schema if udf_column_info(f.metadata) is not None]
     return TableReport(table=table.name, version=ds.version, rows=ds.count_rows(), columns=columns, view=lag)

@@ -16,7 +16,7 @@ from geneva_provider.core.fragments import column_field_ids, column_leaf_ids
 from geneva_provider.core.listing import shortened
 from geneva_provider.pipeline.columns import compute, verify, write
 from geneva_provider.pipeline.columns.inputs import CopyInput, InputFactory, ScanInput
-from geneva_provider.pipeline.stages.kinds import CheckpointFamily, JobKindSpec, StageProgress
+from geneva_provider.pipeline.stages.kinds import CheckpointFamily, HeldSource, JobKindSpec, StageProgress
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -105,6 +105,7 @@ class RefreshKind(_ColumnKind):
     """A query view's refresh: the source rows the view names copied, its UDF columns computed."""
 
     kinds = (JobKind.REFRESH,)
+    computes_udf_columns = True
 
     @property
     def planner(self) -> Callable[..., PlanSummary]:
@@ -122,6 +123,12 @@ class RefreshKind(_ColumnKind):
             return {}
         prefix, _ = refresh_identity(ds, info, table)
         return {prefix: CheckpointFamily(None, [i for c in outputs for i in column_leaf_ids(ds, c)])}
+
+    def held_source(self, ds: Dataset, table: TableRef) -> HeldSource:
+        from geneva_provider.core.views.meta import view_info
+
+        info = view_info(ds.schema.metadata or {}, table.name)
+        return HeldSource(info.base_table_db_uri, info.base_table, info.base_table_version)
 
 
 BACKFILL = BackfillKind(ScanInput)

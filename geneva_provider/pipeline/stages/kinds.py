@@ -75,6 +75,16 @@ class CheckpointFamily:
     out_leaves: list[int]
 
 
+@dataclass(frozen=True)
+class HeldSource:
+    """Where a view's rows come from: its source table (by catalog URI and name) and the source version its rows
+    hold (None: never refreshed)."""
+
+    db_uri: str
+    table: str
+    version: int | None
+
+
 class JobKindSpec(ABC, Generic[P, T]):
     """One kind of job: everything the generic stage drivers ask of it.
 
@@ -85,6 +95,9 @@ class JobKindSpec(ABC, Generic[P, T]):
     kinds: ClassVar[tuple[JobKind, ...]]
     computed_noun: ClassVar[str] = "rows checkpointed"  # what apply's count of computed work is, in its log line
     counts_calls: ClassVar[bool] = False  # apply reports the function's calls (a UDTF's: parents, partitions)
+    # Its job computes the table's UDF columns from another table's rows (a query view's refresh): how stale their
+    # values are is the view's lag, not their fingerprints.
+    computes_udf_columns: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ plan
     @property
@@ -141,6 +154,12 @@ class JobKindSpec(ABC, Generic[P, T]):
     @abstractmethod
     def checkpoint_families(self, ds: Dataset, table: TableRef) -> dict[str, CheckpointFamily]:
         """By job prefix, the checkpoints the table's current jobs of this kind would plan with."""
+
+    # ------------------------------------------------------------------ status
+    def held_source(self, ds: Dataset, table: TableRef) -> HeldSource | None:
+        """A view's source and the version its rows hold (what ``Table.status()`` measures its lag from); None
+        for a kind whose table is no view (a backfill's)."""
+        return None
 
 
 # The registry: each kind's spec, as "module:attribute" (imported on first use).

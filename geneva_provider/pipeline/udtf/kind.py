@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.contracts.models import ExpandPlan, ExpandTask, PlanSummary, VerifyResult, WriteResult
 from geneva_provider.core.ranges import positions_of
-from geneva_provider.pipeline.stages.kinds import CheckpointFamily, JobKindSpec, StageProgress
+from geneva_provider.pipeline.stages.kinds import CheckpointFamily, HeldSource, JobKindSpec, StageProgress
 from geneva_provider.pipeline.udtf import expand, verify, write
 
 if TYPE_CHECKING:
@@ -66,6 +66,13 @@ class UdtfKind(JobKindSpec[ExpandPlan, ExpandTask]):
 
     def checkpoint_families(self, ds: Dataset, table: TableRef) -> dict[str, CheckpointFamily]:
         return {}  # a checkpoint outlives only the live refresh that names it
+
+    def held_source(self, ds: Dataset, table: TableRef) -> HeldSource:
+        from geneva_provider.core.views.udtf_meta import udtf_view_state
+
+        state = udtf_view_state(ds.schema.metadata, table.name)
+        return HeldSource(state.spec.base_table_db_uri, state.spec.base_table,
+                          state.base_version if state.refreshed else None)
 
 
 UDTF = UdtfKind()
