@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit unit-tier check lint imports typecheck setup clean check-deps check-core
+.PHONY: demo test test-unit unit-tier check lint imports typecheck setup clean check-deps check-core py-files
 
 # The demo runs the example DAGs with `airflow dags test` on the embedded default:
 # Airflow on SQLite in .demo/airflow, tables in .demo/lake, and the Spark stages over a local
@@ -77,7 +77,7 @@ typecheck: $(STAMP)
 
 # Every import the package makes is declared (deptry; configured in pyproject.toml). Twice: the whole
 # package against the base dependencies + the `airflow` extra, then the core alone (all but the
-# Airflow surface) against the base dependencies only -- what `pip install airflow-provider-geneva` brings.
+# Airflow surface) against the base dependencies only -- what installing the package without extras brings.
 AIRFLOW_SURFACE := geneva_provider/(hooks|operators|sensors|triggers)/|geneva_provider/(task_groups|assets)\.py
 check-deps: $(STAMP)
 	@echo "check-deps: deptry, the whole package (base dependencies + the airflow extra)"
@@ -87,7 +87,7 @@ check-deps: $(STAMP)
 	  --optional-dependencies-dev-groups airflow,dev
 	@echo "check-deps: OK, every import is declared"
 
-# `pip install airflow-provider-geneva` without extras, in a fresh venv in a temp dir (from a copy of the
+# The package installed without extras, in a fresh venv in a temp dir (from a copy of the
 # sources, so no build/ is left here), then a backfill, a view refresh and a compaction on local Spark.
 check-core: $(STAMP)
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
@@ -97,6 +97,15 @@ check-core: $(STAMP)
 	  "$$tmp/venv/bin/python" -m pip install -q -c constraints.txt "$$tmp/src"; \
 	  "$$tmp/venv/bin/python" -m pip list --format=freeze | sed 's/^/check-core:   installed /'; \
 	  cd "$$tmp" && "$$tmp/venv/bin/python" "$(CURDIR)/.ci/check_core.py"
+
+# dist/geneva_provider.zip: this package, pure Python, for the `py_files` of executors whose Python lacks it
+# (docs/deploying.md) -- the very zip the Spark stages ship themselves (package_zip), kept where a cluster can
+# be given it. The wheel is `python -m build`.
+py-files: $(STAMP)
+	mkdir -p dist
+	$(PY) -c 'import shutil, sys; from geneva_provider.operators.spark_backends import package_zip; \
+	  shutil.copyfile(package_zip(), sys.argv[1])' dist/geneva_provider.zip
+	@echo "py-files: dist/geneva_provider.zip"
 
 setup: $(STAMP)
 
