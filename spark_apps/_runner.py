@@ -108,8 +108,9 @@ def _check_plan(plan_uri: str, options: dict[str, str] | None, name: str, kinds:
 def _session() -> Any:
     from pyspark.sql import SparkSession
 
-    from geneva_provider.pipeline.spark.runner import check_versions, quiet_conf
+    from geneva_provider.pipeline.spark.runner import check_versions, quiet_conf, quiet_py4j
 
+    quiet_py4j()  # its INFO lines would reach the task log through spark-submit's output
     builder = SparkSession.builder  # spark-submit --name (or the file name) names the app
     for key, value in quiet_conf().items():  # an Airflow task's log is no terminal: no progress bars
         builder = builder.config(key, value)

@@ -7,6 +7,7 @@ to a per-process file in a directory captured by the UDF's closure.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,10 @@ import geneva_provider as gp
 from geneva_provider.core.store.layout import JobStore
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A Spark INFO line in a task log, as a spark-submit stage printed it: the JVM's, in Spark's log4j layout
+# ("26/11/28 00:11:20 INFO SparkContext: ..."), or py4j's, through the stage program's Python logging.
+SPARK_INFO_LINE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO \S+:|INFO py4j\.")
 
 
 def _log_calls(log_dir: str, xs: list[int]) -> None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 import geneva_provider as gp
 from tests.conftest import FAKE_SECRET
-from tests.helpers import events_table
+from tests.helpers import SPARK_INFO_LINE, events_table
 
 
 def context():
@@ -45,8 +45,11 @@ def _planned(lance_db, rows: int) -> dict:
     return GenevaPlanBackfillOperator(task_id="plan", table="events", column="t").execute(context())
 
 
-def _submit_poll_result(summary: dict, capfd) -> None:
-    """The apply stage of ``summary`` through its backend's three steps; its report read back by ids alone."""
+def _submit_poll_result(summary: dict, capfd, **spark: object) -> str:
+    """The apply stage of ``summary`` through its backend's three steps; its report read back by ids alone.
+
+    ``spark``: more arguments of the apply operator.  Returns the task's log.
+    """
     from geneva_provider.core.contracts.kinds import Stage
     from geneva_provider.core.contracts.models import PlanSummary
     from geneva_provider.core.store.checkpoint import open_store, split_key_uri
@@ -55,7 +58,7 @@ def _submit_poll_result(summary: dict, capfd) -> None:
     from geneva_provider.pipeline.stage_reports import StageSubmission
 
     plan = PlanSummary.from_xcom(summary)
-    operator = GenevaSparkApplyOperator(task_id="apply", plan=summary)
+    operator = GenevaSparkApplyOperator(task_id="apply", plan=summary, **spark)
     backend, options = operator.backend, LanceHook().storage_options
     store = open_store(split_key_uri(plan.plan_uri)[0], options)
     store.put_text(StageSubmission.of(Stage.APPLY, plan.plan_uri).result_key, "an earlier attempt's report")
@@ -75,11 +78,18 @@ def _submit_poll_result(summary: dict, capfd) -> None:
     logs = "".join(capfd.readouterr())
     assert "apply " + plan.job_id in logs and "rows checkpointed" in logs  # poll logged the job's progress
     assert FAKE_SECRET not in logs
+    return logs
 
 
 def test_a_spark_submit_stage_is_submitted_polled_and_read_back_from_the_store(lance_db, spark_submit, capfd):
-    _submit_poll_result(_planned(lance_db, 3_000), capfd)
+    summary = _planned(lance_db, 3_000)
+    # A configuration key Spark warns about: its warning must reach the task log.
+    logs = _submit_poll_result(summary, capfd, conf={"spark.cache.class": "unused"})
     assert lance_db.open_table("events").to_arrow(["t"]).column("t").null_count == 3_000  # apply commits nothing
+    # The task log holds the stage program's own lines and Spark's warnings, not Spark's INFO chatter.
+    assert not [line for line in logs.splitlines() if SPARK_INFO_LINE.search(line)]
+    assert f"geneva_provider.pipeline.stages.apply: apply {summary['job_id']}: 3000 rows checkpointed" in logs
+    assert "WARN SparkConf: The configuration key 'spark.cache.class' has been deprecated" in logs
 
 
 def test_a_spark_connect_stage_is_submitted_polled_and_read_back_from_the_store(lance_db, capfd):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAKE_SECRET
+from tests.helpers import SPARK_INFO_LINE
 
 
 def run(dag, **kwargs):
@@ -156,6 +157,9 @@ def test_a_udf_bug_fails_its_task_once_with_the_udfs_message_first(dagbag, lance
     # The stage ran through spark-submit (the others here run over Spark Connect):
     # the connection's storage options reached it, yet no secret is in its logged command, XCom or any log.
     logs = assert_no_secret_leaked(capfd)
+    # The stage program's error, as spark-submit printed it, is in the task log; Spark's INFO chatter is not.
+    assert "geneva apply failed: UDFExecutionError: UDF 'broken_double'" in logs
+    assert not [line for line in logs.splitlines() if SPARK_INFO_LINE.search(line)]
     message = next(line for line in logs.splitlines() if "UDFExecutionError: the apply stage" in line)
     # The package's reason first: the UDF, the column, the table, the row, the original error.
     assert re.search(r"the apply stage of plan \S+ failed: UDFExecutionError: UDF 'broken_double' failed computing "
