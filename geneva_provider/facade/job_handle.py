@@ -1,22 +1,18 @@
-"""Jobs for notebook users: run in the background with a handle, or in the foreground with a progress bar."""
+"""Jobs for notebook users: run in the background with a handle, or in the foreground showing their progress."""
 
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Literal, TextIO
+from typing import Any, Literal
 
 from geneva_provider.core.contracts.kinds import JobKind, Stage
-from geneva_provider.core.contracts.models import BackfillResult, JobRecord, JobStatus, PlanSummary
+from geneva_provider.core.contracts.models import BackfillResult, JobRecord, JobStatus
 from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.pipeline.jobs import JobControl
 from geneva_provider.pipeline.stages.job_records import read_record
-
-BAR_WIDTH = 30
-POLL_SECONDS = 0.5
 
 
 def _now() -> str:
@@ -103,53 +99,19 @@ class JobHandle:
         return f"JobHandle({self.label}, job_id={self.job_id!r}, done={self.done()})"
 
 
-class ProgressBar:
-    """Draws a job's progress from its record on a terminal: rows checkpointed, ready and committed."""
-
-    def __init__(self, store: CheckpointStore, label: str, stream: TextIO | None = None) -> None:
-        self.store, self.label = store, label
-        self.stream = stream or sys.stderr
-        self.job_id: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="geneva-progress")
-
-    def attach(self, summary: PlanSummary) -> None:
-        if summary.nothing_to_do:
-            return
-        self.job_id = summary.job_id
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-            self._draw(final=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(POLL_SECONDS):
-            self._draw()
-
-    def _draw(self, final: bool = False) -> None:
-        record = read_record(self.store, self.job_id) if self.job_id else None
-        if record is None:
-            return
-        total = max(record.rows_planned, 1)
-        done = record.rows_checkpointed
-        filled = int(BAR_WIDTH * min(done / total, 1.0))
-        line = (f"\r{self.label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done:,}/{record.rows_planned:,} rows "
-                f"checkpointed, {record.rows_ready:,} ready, {record.rows_committed:,} committed ({record.stage})")
-        self.stream.write(line + ("\n" if final else ""))
-        self.stream.flush()
-
-
 def with_progress(store: CheckpointStore, label: str, run: Callable[[JobControl], BackfillResult],
                   progress: bool | None) -> BackfillResult:
-    """Runs a job in the foreground, with a progress bar when asked (default: when stderr is a terminal)."""
-    show = progress if progress is not None else sys.stderr.isatty()
-    if not show:
+    """Runs a job in the foreground, showing its progress where it runs unless ``progress=False``: a notebook
+    widget, a terminal bar, or else log lines (:mod:`geneva_provider.facade.progress`)."""
+    if progress is False:
         return run(JobControl())
-    bar = ProgressBar(store, label)
+    from geneva_provider.facade.progress import JobProgress
+
+    shown = JobProgress(store, label)
     try:
-        return run(JobControl(on_plan=bar.attach))
-    finally:
-        bar.close()
+        result = run(JobControl(on_plan=shown.attach))
+    except BaseException as exc:
+        shown.close(error=exc)
+        raise
+    shown.close(result)
+    return result

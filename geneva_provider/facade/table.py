@@ -226,7 +226,8 @@ class Table:
         the source rows it gave the UDTF.
 
         ``options`` are the tuning options of :class:`~geneva_provider.core.contracts.options.RefreshOptions`.
-        ``progress`` draws a progress bar (default: when stderr is a terminal).
+        ``progress=False`` shows no progress; by default it shows where the job runs: a notebook widget, a
+        terminal bar (Spark's console bar paused meanwhile) or else a log line every few seconds.
         """
         from geneva_provider.facade.job_handle import with_progress
 
@@ -344,7 +345,8 @@ class Table:
         (``read_version``, checkpoint and task sizes, ``commit_granularity``, ``concurrency``).
         Runs on ``spark`` (a session, or a task runner such as ``InProcessRunner()``), the active session, or a
         local ``local[*]`` session that the first such call starts and the next ones reuse.
-        ``progress`` draws a progress bar (default: when stderr is a terminal).
+        ``progress=False`` shows no progress; by default it shows where the job runs: a notebook widget, a
+        terminal bar (Spark's console bar paused meanwhile) or else a log line every few seconds.
         """
         from geneva_provider.facade.job_handle import with_progress
 

@@ -72,7 +72,7 @@ class UDF(UserFunction):
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str],
-                 failures: list[RowFailure] | None = None) -> pa.Array:
+                 failures: list[RowFailure] | None = None, done: Callable[[int], None] | None = None) -> pa.Array:
         """Computes the column for every row of ``batch``; returns an array of ``data_type``.
 
         With ``concurrency`` above 1, that many calls run at once in threads (rows for a scalar UDF,
@@ -80,6 +80,9 @@ class UDF(UserFunction):
         UDF's ``on_error`` policy: a skipped row is NULL; every row that failed an attempt is appended
         to ``failures``.  A batch or array UDF whose batch fails under a policy that can skip is
         called again row by row, so only the rows that fail are skipped.
+
+        ``done`` is told how many rows each finished call computed (a scalar UDF's every row, a slice of
+        a concurrent batch UDF), so a long call's progress shows before it returns.
         """
         fn = self._instance()
         n = batch.num_rows
@@ -89,7 +92,10 @@ class UDF(UserFunction):
             rows = list(zip(*columns, strict=True)) if columns else [()] * n
 
             def call(i: int) -> Any:
-                return self._settle(call_with_policy(policy, lambda: fn(*rows[i])), i, failures)
+                value = self._settle(call_with_policy(policy, lambda: fn(*rows[i])), i, failures)
+                if done is not None:
+                    done(1)
+                return value
 
             out: Any = self._map(call, range(n))
         elif self.concurrency > 1 and n > 1:
@@ -103,6 +109,8 @@ class UDF(UserFunction):
                         f.index += start
                 if failures is not None:
                     failures.extend(found)
+                if done is not None:
+                    done(len(values))
                 return values
 
             out = pa.concat_arrays(self._map(part, range(0, n, step)))

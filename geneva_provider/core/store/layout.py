@@ -16,7 +16,7 @@ The families (``<id>`` is a job id, :func:`new_job_id`)::
     ledger-<md5(job prefix)>            LedgerKey         fragments known valid
     <batch prefix>_frag-N_range-a-b[_partial]  BatchKey   one batch checkpoint
     <job prefix>_staged-<hex32>         StagedKey         one writer's staged-files record
-    running-<id>-p<partition>           RunningKey        the UDF call a Spark partition is running
+    running-<id>-p<partition>           RunningKey        the UDF call a Spark partition is running, its rows so far
 
 A job prefix is ``udf-{name}_ver-{version}_col-{column}_where-{md5}_uri-{md5}`` and a batch prefix adds
 ``_srcfiles-{md5(input files)}``.  User strings are hashed, never used raw, and keys are parsed from

@@ -92,8 +92,9 @@ class ComputeError(Exception):
 
 
 Failures = list[tuple[str, RowFailure]]  # (column, failure) of the rows a UDF failed on in a chunk
-# Marks a UDF call (column, UDF name) while it runs, so a call that kills its worker can be named.
-Watch = Callable[[str, str], AbstractContextManager[Any]]
+# Marks a UDF call (column, UDF name) while it runs, so a call that kills its worker can be named; gives
+# what counts the rows the call has computed (its progress within a checkpoint).
+Watch = Callable[[str, str], AbstractContextManager[Callable[[int], None] | None]]
 
 
 def evaluate(column: str, fn: UDF, rows: pa.Table, inputs: list[str], failures: Failures,
@@ -101,8 +102,8 @@ def evaluate(column: str, fn: UDF, rows: pa.Table, inputs: list[str], failures: 
     """``fn`` over ``rows`` under its error policy; its failed rows go to ``failures`` tagged with ``column``."""
     found: list[RowFailure] = []
     try:
-        with watch(column, fn.name) if watch is not None else nullcontext():
-            return fn.evaluate(rows, inputs, found)
+        with watch(column, fn.name) if watch is not None else nullcontext() as tick:
+            return fn.evaluate(rows, inputs, found, done=tick)
     except UDFCallError as exc:
         raise ComputeError(column, fn.name, exc) from exc
     finally:

@@ -47,6 +47,7 @@ from geneva_provider.pipeline.spark.runner import (
     reporting,
     returning_errors,
 )
+from geneva_provider.pipeline.spark.worker_deaths import IN_PROCESS_PARTITION
 
 if TYPE_CHECKING:
     from geneva_provider.core.resources import ResourceAsk
@@ -95,8 +96,12 @@ class InProcessRunner:
             with explained(per_slice, explain), reporting(description, progress):
                 for index, data in enumerate(shipped):
                     start = time.time()
-                    results += _run_partition(pickle.loads(command), pickle.loads(data), stop, tag,
-                                              f"{description}: partition {index}")
+                    token = IN_PROCESS_PARTITION.set(index)  # the partition its UDF calls' markers name
+                    try:
+                        results += _run_partition(pickle.loads(command), pickle.loads(data), stop, tag,
+                                                  f"{description}: partition {index}")
+                    finally:
+                        IN_PROCESS_PARTITION.reset(token)
                     if spans is not None:
                         spans.append((start, time.time()))
         finally:

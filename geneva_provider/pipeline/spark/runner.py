@@ -210,6 +210,46 @@ def quiet_conf() -> dict[str, str]:
     return {} if terminal else {"spark.ui.showConsoleProgress": "false"}
 
 
+def hide_console_bar(sc: SparkContext) -> bool:
+    """Stops the ``[Stage 0:>   (0 + 2) / 5]`` bar a running SparkContext draws on the console; True if it drew one.
+
+    Spark reads ``spark.ui.showConsoleProgress`` only as its context starts, so a running one's bar is
+    the JVM's ``ConsoleProgressBar``: it is stopped and taken off the context (whose jobs then finish
+    no bar), until :func:`restore_console_bar` gives the context a new one.  Another bar (the package's
+    own, on a terminal) can then draw on that line alone.
+    """
+    try:
+        jsc: Any = sc._jsc.sc()  # None only once stopped: the except below
+        bar = jsc.progressBar()
+        if bar.isEmpty():
+            return False
+        bar.get().stop()
+        _set_console_bar(sc, sc._jvm.scala.Option.empty())  # type: ignore[union-attr]
+        return True
+    except Exception as exc:  # noqa: BLE001 - two bars on one line are untidy, never a failure
+        log.debug("could not stop Spark's console progress bar: %s", exc)
+        return False
+
+
+def restore_console_bar(sc: SparkContext) -> None:
+    """Gives a context whose bar :func:`hide_console_bar` stopped a new one (nothing once it is stopped)."""
+    if sc._jsc is None:
+        return
+    try:
+        jvm: Any = sc._jvm
+        _set_console_bar(sc, jvm.scala.Some(jvm.org.apache.spark.ui.ConsoleProgressBar(sc._jsc.sc())))
+    except Exception as exc:  # noqa: BLE001 - a missing Spark bar is untidy, never a failure
+        log.debug("could not restore Spark's console progress bar: %s", exc)
+
+
+def _set_console_bar(sc: SparkContext, bar: Any) -> None:
+    """Sets the SparkContext's ``_progressBar`` (a Scala ``Option``; private, so through Java reflection)."""
+    jsc: Any = sc._jsc.sc()
+    field = jsc.getClass().getDeclaredField("_progressBar")
+    field.setAccessible(True)
+    field.set(jsc, bar)
+
+
 def quiet_py4j() -> None:
     """py4j logs "Closing down clientserver connection" at INFO after every Spark call from a thread.
 

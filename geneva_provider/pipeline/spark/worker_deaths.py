@@ -14,6 +14,10 @@ A retried task (``local[N,F]``, cluster task retries) that finds its own marker 
 attempt knows that attempt died on these very rows: after ``MAX_DEATHS`` deaths on the same rows
 it reports the error instead of calling the UDF again, so a UDF that dies on a row every time
 fails at once, not after every retry Spark allows.
+
+While a long call runs, its marker also counts the rows it has computed so far (``rows_done``,
+written at most once per ``HEARTBEAT_SECONDS``): a job's progress moves within a checkpoint, not
+only when one is written (:func:`rows_in_flight`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
@@ -41,6 +48,10 @@ log = logging.getLogger(__name__)
 
 MAX_DEATHS = 2  # deaths of a task's workers on the same rows before the task stops calling the UDF
 MEMORY_CONF = "spark.executor.pyspark.memory"
+HEARTBEAT_SECONDS = 1.0  # how often a running call's marker is rewritten with the rows it has computed
+
+# The partition the in-process task runner is running in this thread (Spark's TaskContext says it on Spark).
+IN_PROCESS_PARTITION: ContextVar[int | None] = ContextVar("geneva_in_process_partition", default=None)
 
 
 class RunningCall(BaseModel):
@@ -61,6 +72,7 @@ class RunningCall(BaseModel):
     exit: str | None = None  # how the call ended the process, when Python saw it (os._exit(3), sys.exit(2))
     deaths: int = 0          # earlier attempts whose worker died on these same rows
     label: str | None = None  # who was running, when not a UDF computing a column (a UDTF expanding rows)
+    rows_done: int = 0        # rows of this call computed so far (rewritten at most once per HEARTBEAT_SECONDS)
 
     def same_rows(self, other: RunningCall) -> bool:
         return (self.column, self.fragments, self.first_address, self.last_address) == (
@@ -117,9 +129,12 @@ class CallWatch:
 
     @classmethod
     def here(cls, store: CheckpointStore, job: JobSpec, job_id: str | None) -> CallWatch | None:
-        """The watch of the Spark task running this code (None outside a Spark task, or without a job id)."""
+        """The watch of the Spark task (or in-process partition) running this code (None elsewhere, or
+        without a job id)."""
         if not job_id:
             return None
+        if (partition := IN_PROCESS_PARTITION.get()) is not None:
+            return cls(store, job, job_id, partition, 0)
         try:
             from pyspark import TaskContext
         except ImportError:
@@ -131,9 +146,10 @@ class CallWatch:
 
     @contextmanager
     def calling(self, column: str, udf: str, addrs: Sequence[int] | np.ndarray, label: str | None = None
-                ) -> Iterator[None]:
+                ) -> Iterator[Callable[[int], None]]:
         """Marks the call of ``udf`` for ``column`` over the rows at ``addrs`` while it runs (``label``: who
-        runs, in words, when not a UDF computing ``column``)."""
+        runs, in words, when not a UDF computing ``column``).  Gives a function to tell the rows the call
+        has computed (:meth:`heartbeat`)."""
         first, last = int(addrs[0]), int(addrs[len(addrs) - 1])
         call = RunningCall(table=self.job.table, column=column, udf=udf, fragments=fragments_of(addrs),
                            first_address=first, last_address=last, rows=len(addrs), partition=self.partition,
@@ -151,7 +167,7 @@ class CallWatch:
 
         os._exit = recorded_exit
         try:
-            yield
+            yield self.heartbeat(call)
         except SystemExit as exc:  # sys.exit in a UDF ends the worker with this code
             self._put(call.model_copy(update={"exit": f"sys.exit({exc.code!r})"}))
             raise
@@ -161,6 +177,24 @@ class CallWatch:
         finally:
             os._exit = real_exit
         self._delete()
+
+    def heartbeat(self, call: RunningCall) -> Callable[[int], None]:
+        """A counter of the call's computed rows (thread-safe: a concurrent UDF's threads call it) that
+        rewrites the marker with them at most once per ``HEARTBEAT_SECONDS``: one small write a second,
+        never one per row.  Only while the call runs: its caller calls it before the call returns."""
+        lock = threading.Lock()
+        counted = [0, time.monotonic()]  # rows done, when the marker was last written
+
+        def tick(rows: int) -> None:
+            with lock:
+                counted[0] += rows
+                now = time.monotonic()
+                if now - counted[1] < HEARTBEAT_SECONDS:
+                    return
+                counted[1] = now
+                self._put(call.model_copy(update={"rows_done": int(counted[0])}))
+
+        return tick
 
     def _put(self, call: RunningCall) -> None:
         try:
@@ -220,6 +254,21 @@ def read_call(store: CheckpointStore, job_id: str, partition: int | None) -> Run
         return store.get_model(key, RunningCall) if key in store else None
     except Exception:  # noqa: BLE001 - without a marker the plan still names the rows
         return None
+
+
+def rows_in_flight(store: CheckpointStore, job_id: str) -> int:
+    """Rows the job's running UDF calls have computed and no checkpoint holds yet (from their markers'
+    heartbeats; 0 when none can be read): what a progress display adds to the rows checkpointed."""
+    total = 0
+    try:
+        for key in store.list_keys(RunningKey.prefix(job_id)):
+            try:
+                total += store.get_model(key, RunningCall).rows_done
+            except Exception:  # noqa: BLE001 - a marker removed as the call returned counts nothing
+                continue
+    except Exception as exc:  # noqa: BLE001 - progress only shows; it never fails a job
+        log.debug("could not read the running calls of job %s: %s", job_id, exc)
+    return total
 
 
 def clear_markers(store: CheckpointStore, job_id: str) -> None:

@@ -1,0 +1,106 @@
+"""The progress a job run from Python shows where it runs (no JVM: the in-process task runner).
+
+* A script that configured no logging, whose stderr is a pipe, prints progress lines (rows, rows/s)
+  while the backfill runs and its outcome at the end, with no bar escape codes.
+* Rows move within a checkpoint: the running UDF call's heartbeat counts the rows it has computed.
+* The package's log handler goes on only where no logging is configured, and only once.
+
+The terminal path (a real Spark session's console bar switched off meanwhile) is in
+tests/spark/test_progress_terminal.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
+import pyarrow as pa
+
+import geneva_provider as gp
+from geneva_provider.facade import progress as shown
+from geneva_provider.stages import InProcessRunner
+from tests.unit.test_quiet_runs import _child_env
+
+ROWS = 60
+_LINE = re.compile(r"geneva_provider\.progress: t\.y: (\d+) of 60 rows computed \(([\d,]+) rows/s")
+
+_SCRIPT = textwrap.dedent("""
+    import sys, time
+    import pyarrow as pa
+    import geneva_provider as gp
+    import geneva_provider.facade.progress as shown
+    from geneva_provider.stages import InProcessRunner
+
+    shown.LOG_SECONDS = 0.5  # the cadence only: the script configures no logging at all
+    db = gp.connect(sys.argv[1])
+    tbl = db.create_table("t", pa.table({"x": list(range(60))}))
+
+    @gp.udf(data_type=pa.int64())
+    def slow(x):
+        time.sleep(0.05)
+        return x * 3
+
+    tbl.add_columns({"y": slow})
+    result = tbl.backfill("y", spark=InProcessRunner())
+    print(result.rows_computed)
+""")
+
+
+def test_a_script_logging_nowhere_prints_progress_lines_and_the_outcome(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp_path / "db")], capture_output=True, text=True,
+                          env=_child_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == str(ROWS)
+    lines = _LINE.findall(proc.stderr)
+    assert len(lines) >= 3, proc.stderr[-3000:]
+    rows = [int(r) for r, _ in lines]
+    assert rows == sorted(rows) and rows[-1] > rows[0]
+    assert any(float(rate.replace(",", "")) > 0 for _, rate in lines)
+    assert re.search(rf"t\.y: done: {ROWS} rows computed, 0 reused, 1 fragments committed", proc.stderr)
+    assert "\r" not in proc.stderr and "\x1b" not in proc.stderr  # no bar, no cursor moves
+    tbl = gp.connect(str(tmp_path / "db")).open_table("t")
+    assert tbl.count_rows("y IS NULL OR y != x * 3") == 0
+
+
+def test_progress_moves_within_one_checkpoint(db, caplog, monkeypatch):
+    monkeypatch.setattr(shown, "LOG_SECONDS", 0.3)
+    tbl = db.create_table("t", pa.table({"x": list(range(ROWS))}))
+
+    @gp.udf(data_type=pa.int64())
+    def slow(x):
+        time.sleep(0.05)
+        return x + 1
+
+    tbl.add_columns({"y": slow})
+    caplog.set_level(logging.INFO, logger="geneva_provider.progress")
+    result = tbl.backfill("y", spark=InProcessRunner(), checkpoint_size=1_000)  # the 60 rows: one checkpoint
+    assert result.rows_computed == ROWS
+    batches = [k for k in tbl.checkpoint_store.list_keys("") if "_frag-" in k]
+    assert len(batches) == 1, batches
+    rows = [int(m[1]) for r in caplog.records if r.name == "geneva_provider.progress"
+            if (m := _LINE.search(f"geneva_provider.progress: {r.getMessage()}"))]
+    assert any(0 < r < ROWS for r in rows), rows  # a checkpoint holds all 60 or none: these are the call's own
+    assert tbl.count_rows("y != x + 1") == 0
+
+
+def test_the_log_handler_goes_on_only_where_no_logging_is_configured_and_once(monkeypatch):
+    root, package = logging.getLogger(), logging.getLogger(shown.PACKAGE_LOGGER)
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(package, "handlers", [])
+    monkeypatch.setattr(shown.log, "level", logging.NOTSET)
+    shown.ensure_log_handler()
+    shown.ensure_log_handler()
+    assert [type(h) for h in package.handlers] == [shown._PackageHandler]
+    assert shown.log.getEffectiveLevel() == logging.INFO
+    record = shown.log.makeRecord(shown.log.name, logging.INFO, __file__, 1, "12 of 60 rows", (), None)
+    assert package.handlers[0].filter(record)
+    root.handlers = [logging.NullHandler()]  # logging configured later: the root's handler prints, ours stands down
+    assert not package.handlers[0].filter(record)
+    package.handlers = []
+    shown.log.setLevel(logging.NOTSET)
+    shown.ensure_log_handler()  # a configured root logger: nothing is added
+    assert package.handlers == [] and shown.log.level == logging.NOTSET
