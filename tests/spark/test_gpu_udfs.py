@@ -164,6 +164,24 @@ def test_half_a_gpu_per_task_shares_each_gpu_between_two_tasks(db, gpu_spark, tm
         assert _most_at_once([c for c in calls if c["gpus"] == [address]]) <= 2
 
 
+def test_executor_cores_that_run_fewer_tasks_than_shared_gpus_hold_are_warned_about(db, gpu_spark, tmp_path, caplog):
+    """``num_gpus=0.5`` on 2 GPUs would run 4 tasks at once, but with ``num_cpus=2`` the 4-core executor holds 2:
+    Spark runs 2 (it says so only in the server's JVM log), and the package warns, naming the UDF and the fix."""
+    log_dir = tmp_path / "calls"
+    log_dir.mkdir()
+    with pytest.warns(UserWarning, match=r"UDF 'gpu_double' \(column 'y'\) asks for num_cpus=2, num_gpus=0.5 per "
+                      r"task: each executor's 2 GPUs could run 4 tasks at once, but its 4 cores "
+                      r"\(spark.executor.cores\) run only 2 .*give executors at least 8 cores for 4 tasks at once"):
+        tbl, _ = _backfill(db, "half_gpu_two_cores", _recording_udf(str(log_dir), num_gpus=0.5, num_cpus=2),
+                           gpu_spark)
+
+    calls = _calls(str(log_dir))
+    assert _values(tbl) == [(x, 2 * x) for x in range(ROWS)]
+    assert all(len(c["gpus"]) == 1 for c in calls)
+    assert _most_at_once(calls) <= 2  # what the warning said
+    assert any("could run 4 tasks at once" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
 def test_a_stateful_gpu_udf_is_built_per_device_and_never_called_on_another(db, gpu_spark, tmp_path):
     log_dir = str(tmp_path)
 
@@ -330,3 +348,55 @@ def test_local_session_with_gpus_schedules_gpu_udfs_on_a_classic_session(tmp_pat
     calls = _calls(str(log_dir))
     assert len(calls) == 8 and all(len(c["gpus"]) == 1 for c in calls)
     assert _most_at_once(calls) <= 2
+
+
+_CLASSIC_HALF_GPU_SESSION = """
+import json, os, sys, time, uuid
+import pyarrow as pa
+import pyarrow.compute as pc
+import geneva_provider as gp
+
+LOG_DIR = sys.argv[2]
+
+
+@gp.udf(data_type=pa.int64(), input_columns=["x"], num_gpus=0.5)
+def half_gpu(x: pa.Array) -> pa.Array:
+    start = time.time()
+    time.sleep(1.0)  # per batch of 500 rows: 2 s per task, so that 4 tasks overlap despite staggered worker starts
+    record = {"pid": os.getpid(), "gpus": gp.task_gpus(), "start": start, "end": time.time(), "rows": len(x)}
+    with open(os.path.join(LOG_DIR, uuid.uuid4().hex), "w") as out:
+        json.dump(record, out)
+    return pc.multiply(x, 2)
+
+spark = gp.local_session("local[4]", gpus=2)  # local-cluster[1,4,...]: one 4-core executor with 2 GPUs
+db = gp.connect(sys.argv[1])
+tbl = db.create_table("t", pa.table({"x": pa.array(range(8000), pa.int64())}))
+tbl.add_columns({"y": half_gpu})
+tbl.backfill("y", spark=spark, task_size=1000, checkpoint_size=500, concurrency=8, progress=False)
+spark.stop()
+y = tbl.dataset().to_table(columns=["x", "y"])
+print(y.column("y").to_pylist() == [2 * x for x in y.column("x").to_pylist()])
+"""
+
+
+def test_half_a_gpu_per_task_runs_four_tasks_on_two_gpus_two_per_device_on_a_classic_session(tmp_path):
+    """``@udf(num_gpus=0.5)`` with 2 GPUs and a 4-core executor: 8 tasks of 1,000 rows (2 batches each), up to 4
+    running at once and never more, each told its GPU, no GPU serving more than 2 at once (its own process: one
+    SparkContext per process)."""
+    import subprocess
+    import sys
+
+    log_dir = tmp_path / "calls"
+    log_dir.mkdir()
+    env = {**os.environ, "GENEVA_FAKE_GPUS": "0,1", **every_jvm()}
+    done = subprocess.run([sys.executable, "-c", _CLASSIC_HALF_GPU_SESSION, str(tmp_path / "db"), str(log_dir)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"
+    assert "could run 4 tasks at once" not in done.stderr  # the cores hold the 4 tasks: no warning
+    calls = _calls(str(log_dir))
+    assert len(calls) == 16 and all(c["rows"] == 500 for c in calls)
+    assert all(len(c["gpus"]) == 1 and c["gpus"][0] in ("0", "1") for c in calls), calls
+    assert _most_at_once(calls) == 4, sorted((c["start"], c["end"], c["gpus"]) for c in calls)
+    for address in ("0", "1"):
+        assert _most_at_once([c for c in calls if c["gpus"] == [address]]) == 2

@@ -95,3 +95,57 @@ def test_task_device_outside_a_spark_task_is_the_cpu():
     assert gp.task_gpus() == [] and gp.task_device() == "cpu"
 
 
+
+
+def _session_offer(master: str, gpus: int):
+    """What a ``local_session(master, gpus=gpus)`` session's settings offer a task profile (no JVM)."""
+    from geneva_provider.pipeline.spark.runner import gpu_cluster
+    from geneva_provider.pipeline.spark.task_resources import SessionOffer
+
+    cluster, conf = gpu_cluster(master, gpus, None)
+    settings = {"spark.master": cluster, **conf}
+    return SessionOffer({k: settings.get(k) for k in SessionOffer.KEYS})
+
+
+@pytest.mark.parametrize(("master", "kwargs", "warned"), [
+    # Spark runs min(cores // task cpus, GPUs * floor(1 / num_gpus)) tasks at once on an executor.
+    ("local[2]", {"num_gpus": 0.5}, "could run 4 tasks at once, but its 2 cores (spark.executor.cores) run only 2 "
+     "(each task takes 1 core); give executors at least 4 cores for 4 tasks at once"),
+    ("local[4]", {"num_gpus": 0.5, "num_cpus": 2}, "could run 4 tasks at once, but its 4 cores "
+     "(spark.executor.cores) run only 2 (each task takes 2 cores); give executors at least 8 cores"),
+    ("local[4]", {"num_gpus": 0.5, "memory": "1g"}, "could run 4 tasks at once, but its 4 cores "
+     "(spark.executor.cores) run only 1 (each task takes 4 cores so that the executor's memory holds its tasks); "
+     "give executors at least 4g of memory (spark.executor.memory) for 4 tasks at once, or ask for less"),
+    ("local[4]", {"num_gpus": 0.5}, None), ("local[2]", {"num_gpus": 1}, None), ("local[8]", {"num_gpus": 0.25}, None),
+])
+def test_executor_cores_that_hold_fewer_tasks_than_the_gpus_are_warned_about(master, kwargs, warned, caplog):
+    """``num_gpus=0.5`` on 2 GPUs promises 4 tasks at once, but Spark also needs a free core per task: an executor
+    with 2 cores runs 2, silently -- so the package says so, naming the UDF, the numbers and the fix."""
+    import warnings
+
+    from geneva_provider.core.resources import ResourceAsk, udf_resources
+
+    offer = _session_offer(master, gpus=2)
+    resources = udf_resources("embed", **kwargs)
+    asks = [ResourceAsk(udf="embed", column="y", resources=resources)]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        offer.warn_if_cores_limit(resources, offer.cpus_for(resources), asks, "backfill of column 'y'")
+    messages = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
+    if warned is None:
+        assert messages == [] and not [r for r in caplog.records if r.levelname == "WARNING"]
+        return
+    assert len(messages) == 1 and warned in messages[0], messages
+    assert messages[0].startswith("backfill of column 'y': UDF 'embed' (column 'y') asks for ")
+    assert "num_gpus=0.5" in messages[0] and "each executor's 2 GPUs" in messages[0]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == messages
+
+
+@pytest.mark.parametrize(("executor_gpus", "num_gpus", "tasks"), [
+    (2, 0.5, 4), (2, 0.4, 4), (1, 0.25, 4), (1, 0.3, 3), (3, 1 / 3, 9), (2, 1, 2), (4, 2, 2), (3, 2, 1),
+])
+def test_gpu_slots_follow_sparks_rule_for_fractions_and_whole_numbers(executor_gpus, num_gpus, tasks):
+    """A fraction shares an address between floor(1 / num_gpus) tasks, never one task over two addresses."""
+    from geneva_provider.pipeline.spark.task_resources import gpu_slots
+
+    assert gpu_slots(executor_gpus, num_gpus) == tasks

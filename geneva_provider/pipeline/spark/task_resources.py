@@ -2,7 +2,8 @@
 
 A UDF that asks for GPUs, cores or memory (``@udf(num_gpus=1)``) has its apply tasks run under a
 task-only ``ResourceProfile``: Spark then starts a task only where its resources are free, so
-with 2 GPUs and ``num_gpus=1`` at most 2 tasks run at once whatever the cores.  Spark honours
+with 2 GPUs and ``num_gpus=1`` at most 2 tasks run at once, with ``num_gpus=0.5`` at most 4 (two
+per GPU) -- if the executor's cores hold that many tasks too: fewer cores are warned about.  Spark honours
 such profiles only on a standalone, YARN or Kubernetes master (``local-cluster[...]`` too) with
 dynamic allocation off, and only for resources its executors declare; asked otherwise it refuses
 at job submission with a Java error, or -- for memory, which a task-only profile cannot ask for --
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import ResourceUnavailableError
@@ -44,6 +46,7 @@ def resource_profile(spark: SparkSession, asks: list[ResourceAsk], label: str) -
     for ask in asks:
         offer.check(ask, label)
     cpus = offer.cpus_for(resources)
+    offer.warn_if_cores_limit(resources, cpus, asks, label)
     from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
 
     requests = TaskResourceRequests().cpus(cpus)
@@ -72,21 +75,33 @@ def _register_over_connect(spark: Any, profile: Any) -> None:
     profile._id = spark.client._create_profile(pb2.ResourceProfile(task_resources=tasks))
 
 
+def gpu_slots(executor_gpus: float, num_gpus: float) -> int:
+    """How many tasks asking ``num_gpus`` each an executor's GPUs hold at once, by Spark's rule.
+
+    A fraction shares an address between ``floor(1 / num_gpus)`` tasks (0.5: 2, 0.4: 2, 0.25: 4),
+    never splitting a task over two addresses; a whole number takes that many addresses.
+    """
+    if num_gpus <= 1:
+        return int(executor_gpus) * math.floor(1 / num_gpus + 1e-9)
+    return int(executor_gpus // num_gpus)
+
+
 class SessionOffer:
     """What a Spark session's settings say its executors offer to a task profile."""
+
+    KEYS = ("spark.master", "spark.dynamicAllocation.enabled", "spark.executor.cores", "spark.executor.memory",
+            "spark.executor.resource.gpu.amount", "spark.executor.resource.gpu.discoveryScript",
+            "spark.executor.resource.gpu.vendor", "spark.resources.discoveryPlugin")
 
     def __init__(self, conf: dict[str, str | None]) -> None:
         self.conf = conf
 
     @classmethod
     def of(cls, spark: SparkSession) -> SessionOffer:
-        keys = ["spark.master", "spark.dynamicAllocation.enabled", "spark.executor.cores", "spark.executor.memory",
-                "spark.executor.resource.gpu.amount", "spark.executor.resource.gpu.discoveryScript",
-                "spark.executor.resource.gpu.vendor", "spark.resources.discoveryPlugin"]
         if is_connect(spark):
-            return cls({k: spark.conf.get(k, None) for k in keys})
+            return cls({k: spark.conf.get(k, None) for k in cls.KEYS})
         conf = spark.sparkContext.getConf()
-        return cls({k: conf.get(k, None) for k in keys})
+        return cls({k: conf.get(k, None) for k in cls.KEYS})
 
     def check(self, ask: ResourceAsk, label: str) -> None:
         """ResourceUnavailableError naming the UDF when this session cannot give ``ask``."""
@@ -141,6 +156,36 @@ class SessionOffer:
             fit = max(self.executor_memory // resources.memory, 1)  # tasks whose memory an executor holds
             cpus = max(cpus, math.ceil(int(cores) / fit))
         return cpus
+
+    def warn_if_cores_limit(self, resources: UDFResources, cpus: int, asks: list[ResourceAsk], label: str) -> None:
+        """Warns (log and UserWarning) when an executor's cores let fewer tasks run at once than its GPUs would.
+
+        Spark starts a task on an executor only when both its cores and its GPUs are free: at most
+        ``cores // cpus`` tasks, and ``gpus * floor(1 / num_gpus)`` for a fraction (``gpus // num_gpus``
+        otherwise).  With 2 GPUs and ``num_gpus=0.5`` the GPUs hold 4 tasks, but a 2-core executor runs 2;
+        Spark says so only in the JVM's log ("... will result in wasted resources due to resource cpus
+        limiting the number of runnable tasks per executor to: 2"), on a Connect server's, not the job's.
+        Unknown cores (unset ``spark.executor.cores``: a standalone executor then takes all its worker's
+        cores) are not judged.
+        """
+        cores, amount = self.conf["spark.executor.cores"], self.conf["spark.executor.resource.gpu.amount"]
+        if resources.num_gpus is None or cores is None or amount is None:
+            return
+        by_cores, by_gpus = int(cores) // cpus, gpu_slots(float(amount), resources.num_gpus)
+        if by_cores >= by_gpus:
+            return
+        if cpus != (resources.num_cpus or 1) and resources.memory is not None:  # raised by cpus_for
+            why = f"each task takes {cpus} cores so that the executor's memory holds its tasks"
+            fix = (f"give executors at least {format_size(by_gpus * resources.memory)} of memory "
+                   f"(spark.executor.memory) for {by_gpus} tasks at once, or ask for less")
+        else:
+            why = f"each task takes {cpus} core{'s' if cpus > 1 else ''}"
+            fix = f"give executors at least {by_gpus * cpus} cores for {by_gpus} tasks at once"
+        message = (f"{label}: {'; '.join(a.describe() for a in asks)}: each executor's {amount} GPUs could run "
+                   f"{by_gpus} tasks at once, but its {cores} cores (spark.executor.cores) run only {by_cores} "
+                   f"({why}); {fix}")
+        log.warning(message)
+        warnings.warn(message, UserWarning, stacklevel=2)
 
     @staticmethod
     def _refuse(ask: ResourceAsk, label: str, offer: str, change: str) -> None:
