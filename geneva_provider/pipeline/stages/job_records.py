@@ -177,23 +177,12 @@ def keep_alive(store: CheckpointStore, job_id: str) -> Iterator[None]:
     with _LOCK:
         _beating[job_id] = _beating.get(job_id, 0) + 1
     lease = lease_seconds()
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.wait(lease / 10):
-            try:
-                _beat(store, job_id, lease)
-            except Exception as exc:  # noqa: BLE001 - a heartbeat must never stop the job
-                log.warning("job %s: could not write its heartbeat: %s", job_id, exc)
-
     _beat(store, job_id, lease)
-    thread = threading.Thread(target=run, name=f"geneva-heartbeat-{job_id}", daemon=True)
-    thread.start()
     try:
-        yield
+        with _every(lease / 10, f"geneva-heartbeat-{job_id}", lambda: _beat(store, job_id, lease),
+                    f"job {job_id}: could not write its heartbeat"):
+            yield
     finally:
-        stop.set()
-        thread.join()
         with _LOCK:
             _beating[job_id] -= 1
             last = not _beating[job_id]
@@ -284,21 +273,33 @@ def watch_cancel(store: CheckpointStore, job_id: str, cancel: Callable[[], None]
     """Calls ``cancel`` once, from a daemon thread, when a cancel request for the job appears (:func:`request_cancel`)
     while the block runs."""
     jobs = JobStore(store)
+
+    def look() -> bool:
+        if not jobs.cancel_requested(job_id):
+            return False
+        log.info("job %s: cancel requested", job_id)
+        cancel()
+        return True
+
+    with _every(poll, f"geneva-cancel-watch-{job_id}", look, f"job {job_id}: could not look for a cancel request"):
+        yield
+
+
+@contextmanager
+def _every(seconds: float, name: str, step: Callable[[], bool | None], failed: str) -> Iterator[None]:
+    """Runs ``step`` every ``seconds`` in a daemon thread while the block runs, until it returns True.  What it
+    raises is logged (``failed``: what could not be done), never raised: a job's helper never stops the job."""
     stop = threading.Event()
 
     def run() -> None:
-        while True:
+        while not stop.wait(seconds):
             try:
-                if jobs.cancel_requested(job_id):
-                    log.info("job %s: cancel requested", job_id)
-                    cancel()
+                if step():
                     return
-            except Exception as exc:  # noqa: BLE001 - a watcher must never stop the job
-                log.warning("job %s: could not look for a cancel request: %s", job_id, exc)
-            if stop.wait(poll):
-                return
+            except Exception as exc:  # noqa: BLE001 - logged; the job goes on
+                log.warning("%s: %s", failed, exc)
 
-    thread = threading.Thread(target=run, name=f"geneva-cancel-watch-{job_id}", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     try:
         yield
