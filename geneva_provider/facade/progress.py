@@ -117,10 +117,14 @@ class JobProgress:
 
             make = auto_tqdm if self.display == "notebook" else text_tqdm
             sized = self.display != "terminal" or _terminal_width() > 0  # a new pseudo-terminal has 0 columns
+            # Rows arrive in steps (a checkpoint, a heartbeat), so tqdm's defaults mislead: its smoothed rate
+            # is one step over the last redraw's interval (10x the real rate, an ETA of a second), and its
+            # dynamic miniters stop redrawing until a step as big as the last one.  The bar redraws at every
+            # read instead and shows the average rate since the job started here, as the log lines do.
             self.bar = make(total=summary.rows_to_compute, desc=self.label, unit="rows",
                             unit_scale=summary.rows_to_compute >= 10_000, dynamic_ncols=sized,
                             ncols=None if sized else 100, file=sys.stderr if self.display == "terminal" else None,
-                            mininterval=BAR_SECONDS)
+                            mininterval=BAR_SECONDS, miniters=0, smoothing=0)
         self._t0 = time.monotonic()
         self._thread.start()
 
@@ -176,6 +180,8 @@ class JobProgress:
         self.rows = max(self.rows, min(rows, total))
         if self._first is None:
             self._first = self.rows
+            if self.bar is not None:  # a resumed job's earlier rows count in the bar, not in its rate
+                self.bar.initial = self.rows
         state = (f"{record.stage}: {record.rows_ready:,} ready, {record.rows_committed:,} committed"
                  if record.stage in (Stage.WRITE_COMMIT, Stage.VERIFY, "done") else str(record.stage))
         if self.bar is not None:

@@ -104,3 +104,29 @@ def test_the_log_handler_goes_on_only_where_no_logging_is_configured_and_once(mo
     shown.log.setLevel(logging.NOTSET)
     shown.ensure_log_handler()  # a configured root logger: nothing is added
     assert package.handlers == [] and shown.log.level == logging.NOTSET
+
+
+# A bar's text: "t.z:  40%|████      | 200/500 [00:02<00:03, 98.5rows/s, apply]"
+_BAR = re.compile(r"(\d+)/500 \[(\d\d):(\d\d)<[^,\]]*, ([\d.]+)rows/s")
+
+
+def test_a_bar_shows_the_rate_the_rows_and_time_it_shows_imply(db, capsys, monkeypatch):
+    # Rows arrive in steps of 100 (a batch UDF's call counts when it returns), about one a second: the rate
+    # beside the bar is the rows it shows over the time it shows, not one step over the last half second.
+    monkeypatch.setattr(shown, "display_here", lambda: "terminal")
+    tbl = db.create_table("t", pa.table({"x": list(range(500))}))
+
+    @gp.udf(data_type=pa.int64(), input_columns=["x"])
+    def stepwise(x: pa.Array) -> pa.Array:
+        time.sleep(0.9)
+        return x
+
+    tbl.add_columns({"z": stepwise})
+    result = tbl.backfill("z", spark=InProcessRunner(), checkpoint_size=100)
+    assert result.rows_computed == 500
+    bar = capsys.readouterr().err
+    shown_lines = [(int(n), 60 * int(m) + int(s), float(rate)) for n, m, s, rate in _BAR.findall(bar)]
+    mid_run = [(n, seconds, rate) for n, seconds, rate in shown_lines if 0 < n < 500 and seconds >= 1]
+    assert len(mid_run) >= 3, shown_lines
+    for rows, seconds, rate in mid_run:  # the shown elapsed time is whole seconds, rounded down
+        assert rows / (seconds + 1) * 0.9 <= rate <= rows / seconds * 1.1, (rows, seconds, rate, shown_lines)
