@@ -83,8 +83,8 @@ check-deps: $(STAMP)
 	@echo "check-deps: deptry, the whole package (base dependencies + the airflow extra)"
 	$(VENV)/bin/deptry --no-ansi .
 	@echo "check-deps: deptry, the core without the Airflow surface (base dependencies only)"
-	$(VENV)/bin/deptry --no-ansi . --extend-exclude 'benchmarks|dags_examples|build|$(AIRFLOW_SURFACE)' \
-	  --optional-dependencies-dev-groups airflow,dev
+	$(VENV)/bin/deptry --no-ansi . --extend-exclude 'benchmarks|dags_examples|build|docs|$(AIRFLOW_SURFACE)' \
+	  --optional-dependencies-dev-groups airflow,dev,screenshots
 	@echo "check-deps: OK, every import is declared"
 
 # The package installed without extras, in a fresh venv in a temp dir (from a copy of the
