@@ -96,6 +96,18 @@ def wait_for_server(server: subprocess.Popen[bytes], base: str, token: str) -> N
     raise TimeoutError(f"jupyter lab did not answer on {base} within {SERVER_SECONDS:.0f}s")
 
 
+def start_kernel(base: str, token: str, notebook: str) -> None:
+    """Starts the notebook's session and kernel through the REST API, before the page opens.
+
+    JupyterLab then joins this kernel (the page waits until it is idle); left to start one itself on opening
+    the page, it sometimes replaced it with a second one just after, and the cells queued on the first were lost.
+    """
+    headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
+    body = json.dumps({"path": notebook, "type": "notebook", "name": notebook, "kernel": {"name": "python3"}})
+    request = urllib.request.Request(f"{base}/api/sessions", data=body.encode(), headers=headers, method="POST")
+    urllib.request.urlopen(request, timeout=30).close()
+
+
 def stop_server(server: subprocess.Popen[bytes], base: str, token: str) -> None:
     """Asks the server to shut down (it stops its kernels), then ends its process group if it is still there."""
     with suppress(OSError):
@@ -166,17 +178,18 @@ def _start_kernel(page: Any) -> None:
 
 
 def _run_all_cells(page: Any) -> None:
-    """Run > Run All Cells; asked again if no cell was queued (a click just after the kernel started can be lost)."""
+    """Run > Run All Cells; asked again unless every code cell was queued (a click can be lost while the page
+    settles)."""
     prompts = page.locator(".jp-CodeCell .jp-InputPrompt")
     for _ in range(3):
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if any(text.strip() != "[ ]:" for text in prompts.all_inner_texts()):
+            if all(text.strip() != "[ ]:" for text in prompts.all_inner_texts()):
                 return
             page.wait_for_timeout(250)
-    raise TimeoutError("Run All Cells queued no cell")
+    raise TimeoutError(f"Run All Cells did not queue every code cell: {prompts.all_inner_texts()}")
 
 
 def _text(cell: Any) -> str:
@@ -207,6 +220,7 @@ def main() -> None:
         shutil.copy(NOTEBOOK, workdir / "notebooks" / NOTEBOOK.name)
         server = start_server(workdir, port, token)
         wait_for_server(server, base, token)
+        start_kernel(base, token, NOTEBOOK.name)
         shots = take_screenshots(f"{base}/lab/tree/{NOTEBOOK.name}?token={token}", args.chromium, args.out,
                                  workdir / "chromium-profile")
         print(json.dumps([str(path) for path in shots]))
