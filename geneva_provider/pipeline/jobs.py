@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 class JobControl:
     """How a caller follows and stops an in-process job: told its plan, asked to cancel between stages."""
 
+    # Told the plan of a job with work to do once its Spark session is up (a progress bar drawn from then on
+    # does not have the session's start-up output printed into it).
     on_plan: Callable[[PlanSummary], None] | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
     runner: TaskRunner | None = None
@@ -143,8 +145,6 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
     parallelism = _parallelism(spark)
     summary = plan(parallelism)
     control.summary = summary
-    if control.on_plan is not None:
-        control.on_plan(summary)
     seconds[Stage.PLAN] = time.perf_counter() - t0
     so = table.storage_options
     if summary.nothing_to_do:
@@ -162,6 +162,8 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         with keep_alive(store, summary.job_id), watch_cancel(store, summary.job_id, control.cancel):
             control.runner = runner = _runner(spark)
             seconds["session"] = time.perf_counter() - t
+            if control.on_plan is not None:  # once the session is up: what it prints starting comes before a bar
+                control.on_plan(summary)
             t = time.perf_counter()
             applied = run_apply(summary.plan_uri, runner, so)
             seconds[Stage.APPLY] = time.perf_counter() - t

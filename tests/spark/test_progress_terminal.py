@@ -78,3 +78,34 @@ def test_the_bar_draws_alone_and_sparks_bar_comes_back(tmp_path):
     assert "[Stage" in after.split("SPARK JOB DONE", 1)[0], after[:2000]  # and it is back for Spark's own jobs
     tbl = gp.connect(str(tmp_path / "db")).open_table("t")
     assert tbl.count_rows("y IS NULL OR y != x * 3") == 0
+
+
+_STARTS_ITS_SESSION = textwrap.dedent("""
+    import sys, time
+    import pyarrow as pa
+    import geneva_provider as gp
+
+    db = gp.connect(sys.argv[1])
+    tbl = db.create_table("t", pa.table({"x": list(range(20))}), max_rows_per_file=10)
+
+    @gp.udf(data_type=pa.int64())
+    def slow(x):
+        time.sleep(0.05)
+        return x * 3
+
+    tbl.add_columns({"y": slow})
+    print("JOB STARTS", file=sys.stderr, flush=True)
+    print("JOB DONE", tbl.backfill("y").rows_computed, file=sys.stderr, flush=True)
+""")
+
+
+def test_a_job_that_starts_its_session_draws_its_bar_after_sparks_start_up_output(tmp_path):
+    """Spark's start-up lines (its log4j profile, the default log level) print before the bar, not into it."""
+    code, out = _run_in_terminal([sys.executable, "-c", _STARTS_ITS_SESSION, str(tmp_path / "db")], _child_env())
+    assert code == 0, out[-3000:]
+    during = out.split("JOB STARTS", 1)[1].split("JOB DONE", 1)[0]
+    start_up = [during.rfind(text) for text in ("log4j", "Setting default log level")]
+    assert max(start_up) >= 0, during[-2000:]  # the session did start here, and said so
+    first_frame = during.find("t.y:")
+    assert first_frame > max(start_up), during[-2000:]
+    assert out.split("JOB DONE", 1)[1].startswith(" 20"), out[-500:]
