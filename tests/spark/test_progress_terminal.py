@@ -18,21 +18,28 @@ import textwrap
 import geneva_provider as gp
 from tests.unit.test_quiet_runs import _child_env
 
-_SCRIPT = textwrap.dedent("""
-    import sys, time
-    import pyarrow as pa
-    import geneva_provider as gp
-    from geneva_provider.stages import local_session
 
-    db = gp.connect(sys.argv[1])
-    tbl = db.create_table("t", pa.table({"x": list(range(40))}), max_rows_per_file=20)
+def _script(rows: int, sleep: float, then: str) -> str:
+    """A child script: a table of ``rows`` rows (two fragments) with a slow UDF column ``y``, then ``then``."""
+    return textwrap.dedent(f"""
+        import sys, time
+        import pyarrow as pa
+        import geneva_provider as gp
+        from geneva_provider.stages import local_session
 
-    @gp.udf(data_type=pa.int64())
-    def slow(x):
-        time.sleep(0.1)
-        return x * 3
+        db = gp.connect(sys.argv[1])
+        tbl = db.create_table("t", pa.table({{"x": list(range({rows}))}}), max_rows_per_file={rows // 2})
 
-    tbl.add_columns({"y": slow})
+        @gp.udf(data_type=pa.int64())
+        def slow(x):
+            time.sleep({sleep})
+            return x * 3
+
+        tbl.add_columns({{"y": slow}})
+    """) + textwrap.dedent(then)
+
+
+_SCRIPT = _script(40, 0.1, """
     spark = local_session("local[2]", app_name="tty-test", conf={"spark.ui.showConsoleProgress": "true"})
     bar = spark.sparkContext._jsc.sc().progressBar()
     print("SPARK BAR BEFORE", bar.isDefined(), file=sys.stderr, flush=True)
@@ -80,20 +87,7 @@ def test_the_bar_draws_alone_and_sparks_bar_comes_back(tmp_path):
     assert tbl.count_rows("y IS NULL OR y != x * 3") == 0
 
 
-_STARTS_ITS_SESSION = textwrap.dedent("""
-    import sys, time
-    import pyarrow as pa
-    import geneva_provider as gp
-
-    db = gp.connect(sys.argv[1])
-    tbl = db.create_table("t", pa.table({"x": list(range(20))}), max_rows_per_file=10)
-
-    @gp.udf(data_type=pa.int64())
-    def slow(x):
-        time.sleep(0.05)
-        return x * 3
-
-    tbl.add_columns({"y": slow})
+_STARTS_ITS_SESSION = _script(20, 0.05, """
     print("JOB STARTS", file=sys.stderr, flush=True)
     print("JOB DONE", tbl.backfill("y").rows_computed, file=sys.stderr, flush=True)
 """)
