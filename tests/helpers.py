@@ -94,7 +94,7 @@ def run_and_kill_when(script: str, ready: Callable[[], bool], env: dict[str, str
         kill_session(proc.pid)
         proc.wait(timeout=30)
     out = proc.stdout.read().splitlines()
-    assert "FINISHED" not in out
+    assert "FINISHED" not in out, "the process finished before it was killed"
     return out
 
 
