@@ -181,7 +181,7 @@ def test_dropped_and_readded_column_does_not_reuse_old_fragment_files(db, spark,
     tbl = db.create_table("events", events_table(20_000), max_rows_per_file=10_000)
     double = counting_double(call_dir)
     tbl.add_columns({"y": double})
-    tbl.backfill("y", spark=spark)
+    tbl.backfill("y", spark=spark, task_size=5_000)  # tasks of half a fragment: its rows go to batch checkpoints
     old_id = tbl.dataset().lance_schema.field("y").id()
     tbl.drop_columns(["y"])
     tbl.add_columns({"y": double})
@@ -414,3 +414,59 @@ def test_jobs_given_no_session_share_one_local_session_started_by_the_first(tmp_
     assert out.returncode == 0, out.stderr[-3000:]
     apps = next(line for line in out.stdout.splitlines() if line.startswith("APPS")).split()[1:]
     assert len(set(apps[:3])) == 1 and apps[3] != apps[0], apps
+
+
+def test_a_fragment_computed_whole_is_written_by_its_task_and_only_committed_after(db, spark, call_dir, caplog):
+    """A task holding every row of a fragment writes the fragment's column file itself: no batch checkpoint
+    is written and read back, no writer task runs; a job killed after its apply commits those files unchanged."""
+    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=5_000)
+    tbl.delete("x >= 6000 AND x < 6100")  # fragment 1 has deleted rows: their values are NULL in its file
+    tbl.add_columns({"y": counting_double(call_dir)})
+    summary = plan_backfill(tbl.ref, "y", parallelism=1)  # one task, every fragment whole
+    plan, store = load_plan(summary.plan_uri)
+    assert all(p.target is not None for t in plan.tasks for p in t.parts)
+    applied = run_apply(summary.plan_uri, spark)
+    assert applied.rows_computed == 19_900 and applied.checkpoints_written == 4  # a file per fragment
+    assert JobStore(store).batches("") == []
+    # Killed here: the rerun plans the staged files for reuse and computes nothing.
+    clear_calls(call_dir)
+    caplog.set_level("INFO", logger="geneva_provider")
+    res = tbl.backfill("y", spark=spark)
+    assert read_calls(call_dir) == [] and res.rows_computed == 0 and res.fragments_reused == 4
+    assert column(tbl, "y") == {x: 2 * x for x in range(20_000) if not 6_000 <= x < 6_100}
+    tbl.dataset().validate()
+    # Run through its own write stage, a plan's apply-staged files are committed without a writer task.
+    tbl.add_columns({"z": counting_array_triple(call_dir)})
+    plan_uri = plan_backfill(tbl.ref, "z", parallelism=1).plan_uri
+    run_apply(plan_uri, spark)
+    caplog.clear()
+    written = run_write_commit(plan_uri, spark)
+    assert written.fragments_committed == 4
+    assert any("0 fragments to write in 0 groups, 4 staged fragments to commit" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    verify(plan_uri)
+    assert column(tbl, "z") == {x: 3 * x for x in range(20_000) if not 6_000 <= x < 6_100}
+    assert tbl.backfill("z", spark=spark).rows_computed == 0
+    tbl.dataset().validate()
+
+
+def test_a_udf_failure_keeps_the_fragments_other_tasks_computed_whole(db, spark, call_dir, tmp_path):
+    flag = tmp_path / "fail"
+    flag.touch()
+    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=5_000)
+    tbl.add_columns({"y": counting_double(call_dir, fail_flag=str(flag), fail_at=12_345)})
+    with pytest.raises(gp.UDFExecutionError, match="fragment 2"):
+        tbl.backfill("y", spark=spark, task_size=5_000)
+    assert tbl.to_arrow(["y"]).column("y").null_count == 20_000  # nothing committed
+    first = read_calls(call_dir)
+    clear_calls(call_dir)
+    flag.unlink()
+    res = tbl.backfill("y", spark=spark)
+    rerun = read_calls(call_dir)
+    # Fragments 0, 1 and 3 were written by their tasks and are reused; of fragment 2, only the rows the
+    # failed call did not hand back are computed again (those before its failed chunk were checkpointed).
+    assert set(rerun) <= set(range(10_000, 15_000)) and 12_345 in rerun
+    assert res.rows_computed == len(rerun) and res.rows_reused == 20_000 - len(rerun)
+    assert set(range(20_000)) - set(range(10_000, 15_000)) <= set(first)
+    assert column(tbl, "y") == {x: 2 * x for x in range(20_000)}
+    tbl.dataset().validate()

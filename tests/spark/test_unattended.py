@@ -15,6 +15,7 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.contracts.models import JobStatus, StagedFiles
+from geneva_provider.core.contracts.options import BackfillOptions
 from geneva_provider.core.store.layout import (
     JobRecordKey,
     PlanFamilyKey,
@@ -258,8 +259,9 @@ def test_backfill_async_reports_progress_and_can_be_cancelled(db, spark, call_di
 
 
 def _kill_after_apply(tbl: gp.Table, spark) -> None:
-    """Plans and applies a backfill, but never writes it (a job killed after its apply stage)."""
-    summary = plan_backfill(tbl.ref, "y")
+    """Plans and applies a backfill, but never writes it (a job killed after its apply stage); its tasks are
+    smaller than a fragment, so its rows are in batch checkpoints."""
+    summary = plan_backfill(tbl.ref, "y", BackfillOptions(task_size=300))
     run_apply(summary.plan_uri, spark)
 
 
@@ -284,7 +286,8 @@ def test_a_truncated_batch_checkpoint_is_recomputed(db, spark, call_dir):
 def test_a_truncated_staged_files_record_is_written_again(db, spark, call_dir):
     tbl = _table(db)
     tbl.add_columns({"y": _flaky_scalar(str(call_dir), set(), set())})
-    summary = plan_backfill(tbl.ref, "y")
+    # Tasks smaller than a fragment: the apply checkpoints every fragment, and only the writers stage files.
+    summary = plan_backfill(tbl.ref, "y", BackfillOptions(task_size=300))
     run_apply(summary.plan_uri, spark)
     # Killed between write and commit: every fragment staged by two writers, nothing committed.
     plan, store = load_plan(summary.plan_uri)
@@ -293,7 +296,7 @@ def test_a_truncated_staged_files_record_is_written_again(db, spark, call_dir):
         writer = _Writer(ctx)
         for entry in half:
             write_fragment(ctx, entry, writer)
-        writer.flush()
+        writer.stager.flush()
     records = sorted(k for k in store.list_keys() if parse_staged_key(k) is not None)
     assert len(records) == 2
     broken = next(k for k in records if len(store.get_model(k, StagedFiles).files) == 1)

@@ -16,7 +16,8 @@ import pytest
 from lance.file import LanceFileReader, LanceFileWriter
 
 from geneva_provider.core.store.checkpoint import FILE_VERSION, KEY_SUFFIX, ROWADDR, LanceCheckpointStore
-from geneva_provider.pipeline.columns.write import _missing_rows, physical_index
+from geneva_provider.pipeline.columns.files import physical_index
+from geneva_provider.pipeline.columns.write import _missing_rows
 from geneva_provider.pipeline.spark.worker_deaths import fragments_of
 
 

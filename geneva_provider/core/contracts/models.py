@@ -90,10 +90,30 @@ class _Runs(_Model):
         return self.ranges[-1][1]
 
 
+class FileTarget(_Model):
+    """What a task that computes every planned row of a fragment needs to write the fragment's column file itself.
+
+    Set on a task part that holds all of its fragment's rows to compute (none checkpointed before): the apply
+    then stages the fragment's final file straight from the rows it computed, and write+commit only commits
+    it -- no batch checkpoint is written and read back, and no writer task runs for the fragment.
+    """
+
+    physical_rows: int
+    src_files: list[str]
+    base_file: str | None = None
+    complete: bool = False
+
+    @classmethod
+    def of(cls, entry: FragmentPlan) -> FileTarget:
+        return cls(physical_rows=entry.physical_rows, src_files=entry.src_files, base_file=entry.base_file,
+                   complete=entry.complete)
+
+
 class TaskPart(_Runs):
     """The share of one fragment in a task: runs of its live-row positions."""
 
     frag: int
+    target: FileTarget | None = None  # this part is every row of the fragment to compute: apply writes its file
 
 
 class ExpandPart(_Runs):

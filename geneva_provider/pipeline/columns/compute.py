@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -20,15 +20,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from geneva_provider.core.contracts.kinds import RowOutcome
-from geneva_provider.core.contracts.models import ApplyTaskResult, ColumnPlan, RowError, Task, TaskError, TaskPart
+from geneva_provider.core.contracts.models import (
+    Action,
+    ApplyTaskResult,
+    ColumnPlan,
+    FileTarget,
+    FragmentCheckpoint,
+    RowError,
+    StagedFiles,
+    Task,
+    TaskError,
+    TaskPart,
+)
+from geneva_provider.core.errors import CorruptCheckpointError
 from geneva_provider.core.fragments import fragment_of, live_row_addresses
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore
 from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix
+from geneva_provider.pipeline.columns.files import Stager, write_column_file
 from geneva_provider.pipeline.columns.inputs import ComputeError, Failures, InputFactory, JobInput
 from geneva_provider.pipeline.spark.worker_deaths import (
     CallWatch,
     RunningCall,
+    Span,
     WorkerDeath,
     clear_markers,
     memory_limit_mb,
@@ -40,12 +54,17 @@ from geneva_provider.pipeline.stages.checkpoint_sizing import CheckpointSizer, j
 from geneva_provider.pipeline.stages.context import StageContext
 from geneva_provider.pipeline.stages.job_records import update_record
 from geneva_provider.pipeline.stages.kinds import StageProgress
-from geneva_provider.pipeline.stages.planning import checkpointed_addresses
+from geneva_provider.pipeline.stages.planning import checkpointed_addresses, staged_files
 
 if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
     from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
 log = logging.getLogger(__name__)
+
+# Bytes of computed rows a task holds in memory for the column files it writes itself; past it they are
+# checkpointed like any other rows (a fragment of large embeddings is not held whole).
+MAX_HELD_BYTES = 256 << 20
 
 
 # ---------------------------------------------------------------------- executor side
@@ -58,23 +77,66 @@ class _Piece:
     positions: np.ndarray  # live-row positions, ascending
     addrs: np.ndarray      # their row addresses
     whole: bool            # every live row of the fragment: read with the other whole ones in one scan
+    target: FileTarget | None = None  # every row of the fragment to compute: its column file is written here
 
     def __len__(self) -> int:
         return len(self.positions)
 
     def slice(self, start: int, end: int) -> _Piece:
         whole = self.whole and start == 0 and end == len(self)
-        return _Piece(self.frag, self.prefix, self.positions[start:end], self.addrs[start:end], whole)
+        return _Piece(self.frag, self.prefix, self.positions[start:end], self.addrs[start:end], whole, self.target)
+
+    def key(self, partial: bool = False) -> str:
+        """The batch checkpoint key of these rows."""
+        return BatchKey(self.prefix, self.frag, int(self.positions[0]), int(self.positions[-1]) + 1,
+                        partial=partial).key()
+
+
+@dataclass
+class _Held:
+    """The computed rows of a fragment the task computes whole, kept in memory until its last row is computed:
+    then they become the fragment's column file, and no batch checkpoint is written or read back."""
+
+    piece: _Piece
+    parts: list[tuple[_Piece, pa.Table]] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(len(p) for p, _ in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for _, t in self.parts)
 
 
 class _Checkpointer:
     """Computes chunks of a task's rows -- one UDF call over the parts of many fragments -- and stores one
-    batch checkpoint per fragment part (the chunks are cut by the worker's :class:`CheckpointSizer`)."""
+    batch checkpoint per fragment part (the chunks are cut by the worker's :class:`CheckpointSizer`).
 
-    def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, watch: CallWatch | None = None
-                 ) -> None:
+    A fragment the task computes whole (its part has a :class:`FileTarget`) is held in memory instead and
+    written as its column file at its last row, staged in a record written later.  What is held and what is
+    staged but not recorded is lost by a kill: once it is ``hold_seconds`` of work (a checkpoint's worth,
+    as the sizer aims for) or ``MAX_HELD_BYTES``, the record is written and what is held is stored as batch
+    checkpoints (the rest of those fragments follows as usual).  A fragment of which a row was skipped is
+    stored as batch checkpoints too.
+    """
+
+    def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, watch: CallWatch | None = None,
+                 *, ds: Dataset | None = None, stager: Stager | None = None, hold_seconds: float = 0.0) -> None:
         self.ctx, self.store, self.work, self.watch = ctx, store, work, watch
+        self.ds, self.stager, self.hold_seconds = ds, stager, hold_seconds
         self.failures: list[RowError] = []
+        self.held: dict[int, _Held] = {}
+        self.pending_since: float | None = None  # when the oldest work neither checkpointed nor recorded began
+        self.stored = 0  # batch checkpoints and column files written
+
+    def hold(self, pieces: list[_Piece]) -> None:
+        """Holds the rows of the pieces that are whole fragments with a file target, until their last row.
+
+        Not when the user fixed the checkpoint size (``hold_seconds`` 0): then every checkpoint is stored.
+        """
+        if self.stager is not None and self.hold_seconds > 0:
+            self.held = {p.frag: _Held(p) for p in pieces if p.target is not None}
 
     def save(self, pieces: list[_Piece]) -> tuple[TaskError | None, float]:
         """Computes the pieces' rows and stores each piece under its range; returns (error, seconds).
@@ -92,10 +154,12 @@ class _Checkpointer:
         address = pa.array(addrs, pa.uint64())
         failures: Failures = []
         watch = self.watch
+        span = self.span(pieces)
         try:
             outputs = self.work.compute(rows, failures, None if watch is None else (
-                lambda column, udf: watch.calling(column, udf, addrs)))
+                lambda column, udf: watch.calling(column, udf, addrs, span=span)))
         except ComputeError as exc:
+            self.spill(list(self.held))  # what was computed before the error is kept
             return _task_error(self.ctx, exc, address), 0.0
         finally:
             self.failures += [RowError(
@@ -114,11 +178,67 @@ class _Checkpointer:
         offset = 0
         for p in pieces:
             k = len(p)
-            key = BatchKey(p.prefix, p.frag, int(p.positions[0]), int(p.positions[-1]) + 1,
-                           partial=not keep[offset:offset + k].all()).key()
-            self.store[key] = computed.slice(offset, k)
+            rows_of_p, all_kept = computed.slice(offset, k), bool(keep[offset:offset + k].all())
             offset += k
+            held = self.held.get(p.frag)
+            if held is not None and not all_kept:
+                self.spill([p.frag])
+                held = None
+            if held is None:
+                self.store[p.key(partial=not all_kept)] = rows_of_p
+                self.stored += 1
+                continue
+            held.parts.append((p, rows_of_p))
+            if held.rows == len(held.piece):
+                if watch is not None:
+                    watch.release()  # what follows is no UDF call on the span
+                self.write(self.held.pop(p.frag))
+        self.keep_within_a_checkpoint(time.perf_counter() - t0)
         return None, seconds
+
+    def keep_within_a_checkpoint(self, chunk: float) -> None:
+        """Records the staged files and checkpoints what is held once, with the next chunk's work (as long as
+        this one's), a kill would lose more than a checkpoint's worth of work -- as checkpointed work stays."""
+        held = [f for f, h in self.held.items() if h.parts]
+        if not held and (self.stager is None or not self.stager.staged):
+            self.pending_since = None
+            return
+        now = time.monotonic()
+        if self.pending_since is None:
+            self.pending_since = now - chunk
+        if now - self.pending_since + chunk >= self.hold_seconds or sum(
+                self.held[f].nbytes for f in held) >= MAX_HELD_BYTES:
+            self.spill(held)
+            if self.stager is not None:
+                self.stager.flush()
+            self.pending_since = None
+
+    def span(self, pieces: list[_Piece]) -> Span | None:
+        """What the markers of a chunk of held fragments name: those fragments' rows (one marker for all their
+        chunks); None for a chunk with other rows (a marker per call)."""
+        whole = list({p.frag: self.held[p.frag].piece for p in pieces if p.frag in self.held}.values())
+        if not whole or len(whole) != len({p.frag for p in pieces}):
+            return None
+        return Span(sorted(p.frag for p in whole), int(whole[0].addrs[0]), int(whole[-1].addrs[-1]),
+                    sum(len(p) for p in whole))
+
+    def write(self, held: _Held) -> None:
+        """The fragment's column file from its held rows, staged (recorded by the stager)."""
+        assert self.ds is not None and self.stager is not None and held.piece.target is not None
+        new = pa.concat_tables([t for _, t in held.parts])
+        fields = [self.ds.schema.field(c) for c in self.ctx.job.output_columns]
+        ckpt = write_column_file(self.ctx, fragment_of(self.ds, held.piece.frag), new, held.piece.target,
+                                 len(held.piece), fields)
+        self.stager.stage(held.piece.frag, ckpt)
+        self.stored += 1
+
+    def spill(self, frags: list[int]) -> None:
+        """Stores what is held of these fragments as batch checkpoints; their next rows are checkpointed too."""
+        for fid in frags:
+            held = self.held.pop(fid)
+            for p, table in held.parts:
+                self.store[p.key()] = table
+                self.stored += 1
 
 
 class ColumnExecutor:
@@ -134,6 +254,10 @@ class ColumnExecutor:
         self.keys: dict[tuple[str, int], list[BatchKey]] = {}
         for bk in JobStore(self.store).batches(ctx.job.job_prefix):
             self.keys.setdefault((bk.prefix, bk.frag_id), []).append(bk)
+        # Fragments whose column file this job's apply staged already (a retried task need not compute them).
+        self.staged = {fid for fid, files in staged_files(self.store, ctx.job.job_prefix).items()
+                       if any(c.job_id == ctx.job_id for c in files)}
+        self.stager = Stager(ctx, self.store)
 
     def run(self, task: Task) -> ApplyTaskResult:
         return apply_task(task, self)
@@ -147,6 +271,9 @@ class ColumnExecutor:
         """The task's rows still to compute, part by part; and how many rows checkpoints already hold."""
         pieces, held_rows = [], 0
         for part in task.parts:
+            if part.target is not None and part.frag in self.staged:
+                held_rows += part.rows
+                continue
             prefix = batch_prefix(self.ctx.job.job_prefix, src_key=part.src_key)
             live = live_row_addresses(fragment_of(self.ds, part.frag))
             positions = positions_of(part.ranges)
@@ -157,7 +284,8 @@ class ColumnExecutor:
                 positions, addrs = positions[keep], addrs[keep]
             held_rows += part.rows - len(positions)
             if len(positions):
-                pieces.append(_Piece(part.frag, prefix, positions, addrs, whole=len(positions) == len(live)))
+                target = part.target if len(positions) == part.rows else None  # all of it, none checkpointed
+                pieces.append(_Piece(part.frag, prefix, positions, addrs, len(positions) == len(live), target))
         return pieces, held_rows
 
 
@@ -170,19 +298,27 @@ def apply_task(task: Task, worker: ColumnExecutor) -> ApplyTaskResult:
     ctx = worker.ctx
     result = ApplyTaskResult(frag=task.parts[0].frag)
     pieces, result.rows_skipped = worker.pieces(task)
-    ckpt = _Checkpointer(ctx, worker.store, worker.work, worker.watch)
-    for chunk in _chunks(pieces, worker.sizer):
-        t0 = time.perf_counter()
-        error, seconds = ckpt.save(chunk)
-        result.failures += ckpt.failures
-        ckpt.failures = []
-        if error:
-            return result.model_copy(update={"error": error, "frag": error.frag})
-        result.rows_computed += sum(len(p) for p in chunk)
-        result.checkpoints += len(chunk)
-        result.udf_seconds += seconds
-        # The whole checkpoint's time, its read and stores included: what a kill during the next one loses.
-        worker.sizer.observe(sum(len(p) for p in chunk), time.perf_counter() - t0)
+    sizer = worker.sizer
+    ckpt = _Checkpointer(ctx, worker.store, worker.work, worker.watch, ds=worker.ds, stager=worker.stager,
+                         hold_seconds=0.0 if sizer.fixed else sizer.target_seconds)
+    ckpt.hold(pieces)
+    try:
+        for chunk in _chunks(pieces, worker.sizer):
+            t0 = time.perf_counter()
+            error, seconds = ckpt.save(chunk)
+            result.failures += ckpt.failures
+            ckpt.failures = []
+            if error:
+                return result.model_copy(update={"error": error, "frag": error.frag, "checkpoints": ckpt.stored})
+            result.rows_computed += sum(len(p) for p in chunk)
+            result.udf_seconds += seconds
+            # The whole checkpoint's time, its read and stores included: what a kill during the next one loses.
+            worker.sizer.observe(sum(len(p) for p in chunk), time.perf_counter() - t0)
+    finally:
+        if worker.watch is not None:
+            worker.watch.release()
+        worker.stager.flush()  # the files staged are recorded before the task reports
+    result.checkpoints = ckpt.stored
     return result
 
 
@@ -269,13 +405,36 @@ def locate(runner: TaskRunner, ctx: StageContext, job_input: InputFactory, store
 
 
 # ---------------------------------------------------------------------- driver side
+def applied_files(plan: ColumnPlan, store: CheckpointStore) -> dict[int, FragmentCheckpoint]:
+    """The column files this plan's apply staged, by fragment: fragments it computed whole in one task.
+
+    Only a file of this plan, over the inputs and the output file it planned the fragment with, counts:
+    write+commit commits it as it is.
+    """
+    entries = {f.id: f for f in plan.fragments if f.action is Action.COMPUTE}
+    found: dict[int, FragmentCheckpoint] = {}
+    for fid, files in staged_files(store, plan.job_prefix).items():
+        entry = entries.get(fid)
+        if entry is None:
+            continue
+        mine = [c for c in files if c.job_id == plan.job_id and c.src_data_files == entry.src_files
+                and c.base_file == entry.base_file]
+        if mine:
+            found[fid] = mine[-1]
+    return found
+
+
 def _covered(plan: ColumnPlan, store: CheckpointStore, *, skipped_done: bool
              ) -> dict[tuple[str, int], list[tuple[int, int]]]:
-    """The ranges batch checkpoints hold, by (prefix, fragment); ``skipped_done``: partial checkpoints too."""
+    """The ranges batch checkpoints and staged files hold, by (prefix, fragment); ``skipped_done``: partial
+    checkpoints too."""
     covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for bk in JobStore(store).batches(plan.job_prefix):
         if skipped_done or not bk.partial:
             covered.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end))
+    src_keys = {f.id: f.src_key for f in plan.fragments}
+    for fid in applied_files(plan, store):
+        covered[(batch_prefix(plan.job_prefix, src_key=src_keys[fid]), fid)] = [(0, 2**63 - 1)]
     return covered
 
 
@@ -288,8 +447,8 @@ def remaining_tasks(plan: ColumnPlan, store: CheckpointStore) -> list[Task]:
 
 
 def unapplied_rows(plan: ColumnPlan, store: CheckpointStore) -> dict[int, int]:
-    """Rows of each fragment that the plan's tasks compute and no checkpoint holds (rows the error policy
-    skipped count as held): while any is left, the plan's apply stage has not ended."""
+    """Rows of each fragment that the plan's tasks compute and no checkpoint or staged file holds (rows the
+    error policy skipped count as held): while any is left, the plan's apply stage has not ended."""
     covered = _covered(plan, store, skipped_done=True)
     missing: dict[int, int] = {}
     for task in plan.tasks:
@@ -302,17 +461,28 @@ def unapplied_rows(plan: ColumnPlan, store: CheckpointStore) -> dict[int, int]:
 
 
 class ApplyProgress(StageProgress):
-    """Rows checkpointed so far, from the names of the checkpoints written since the stage began."""
+    """Rows computed so far, from the names of the checkpoints written since the stage began and the rows of
+    the column files staged since (records read once each)."""
 
     def __init__(self, plan: ColumnPlan, store: CheckpointStore, tasks: list[Task]) -> None:
         self.plan, self.store = plan, store
-        self.before = set(JobStore(store).batches(plan.job_prefix))
+        jobs = JobStore(store)
+        self.before = set(jobs.batches(plan.job_prefix))
+        self.staged: dict[str, int] = {k.key(): 0 for k in jobs.staged_keys(plan.job_prefix)}
         self.already = plan.rows_to_compute - sum(t.rows for t in tasks)
         self.t0 = time.perf_counter()
 
     def __call__(self) -> str:
-        new = sum(bk.end - bk.start for bk in JobStore(self.store).batches(self.plan.job_prefix)
-                  if bk not in self.before)
+        jobs = JobStore(self.store)
+        new = sum(bk.end - bk.start for bk in jobs.batches(self.plan.job_prefix) if bk not in self.before)
+        for key in (k.key() for k in jobs.staged_keys(self.plan.job_prefix)):
+            if key not in self.staged:
+                try:
+                    record = self.store.get_model(key, StagedFiles)
+                except (KeyError, CorruptCheckpointError):  # being written, or removed: counted next time
+                    continue
+                self.staged[key] = sum(c.rows for c in record.files.values() if c.job_id == self.plan.job_id)
+        new += sum(self.staged.values())
         done = min(self.already + new, self.plan.rows_to_compute)
         update_record(self.store, self.plan.job_id, rows_checkpointed=done)
         elapsed = time.perf_counter() - self.t0

@@ -10,9 +10,7 @@ commits them again instead of writing them again.
 from __future__ import annotations
 
 import logging
-import os
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from functools import partial
@@ -20,16 +18,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from geneva_provider.core.contracts.models import (
     Action,
     ColumnPlan,
     CommitRecord,
     DataFileRef,
-    FragmentCheckpoint,
+    FileTarget,
     FragmentPlan,
-    StagedFiles,
     WriteResult,
     WrittenFragment,
 )
@@ -40,7 +36,8 @@ from geneva_provider.core.ranges import count_of, positions_of
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open_store
 from geneva_provider.core.store.layout import JobStore, batch_prefix
 from geneva_provider.pipeline.columns.commit import commit_column_files
-from geneva_provider.pipeline.columns.compute import unapplied_rows
+from geneva_provider.pipeline.columns.compute import applied_files, unapplied_rows
+from geneva_provider.pipeline.columns.files import Stager, write_column_file
 from geneva_provider.pipeline.committer import CommitPolicy
 from geneva_provider.pipeline.spark.runner import job_tag
 from geneva_provider.pipeline.stages.context import StageContext
@@ -57,9 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STAGED_PER_RECORD = 256  # staged files per record: one small document for many fragments
-
-
 # ---------------------------------------------------------------------- executor side
 class _Writer:
     """What one Spark partition opens once for all its fragments: the table, the store, and its checkpoint keys."""
@@ -69,32 +63,14 @@ class _Writer:
         self.store = ctx.store()
         self.ds = ctx.dataset()
         self.fields = [self.ds.schema.field(c) for c in ctx.job.output_columns]
-        self.staged: dict[int, FragmentCheckpoint] = {}
+        self.stager = Stager(ctx, self.store)
         self.keys: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
         for bk in JobStore(self.store).batches(ctx.job.job_prefix):
             self.keys.setdefault((bk.prefix, bk.frag_id), []).append((bk.start, bk.end, bk.key()))
 
-    def stage(self, fid: int, ckpt: FragmentCheckpoint) -> None:
-        """Records a staged file; every ``STAGED_PER_RECORD`` files become one record in the store."""
-        self.staged[fid] = ckpt
-        if len(self.staged) >= STAGED_PER_RECORD:
-            self.flush()
-
-    def flush(self) -> None:
-        """Writes the staged files not yet recorded (before the driver commits any of them)."""
-        if self.staged:
-            JobStore(self.store).put_staged(self.ctx.job.job_prefix, StagedFiles(files=self.staged))
-            self.staged = {}
-
 
 def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | None = None) -> WrittenFragment:
-    """Writes one fragment's output file from its checkpoints over its current values; stages it with the writer.
-
-    Every live row keeps its current value and fingerprint unless a checkpoint holds a newer one, so
-    rows a filter left out, and rows whose value was still valid, are carried over unchanged.
-    """
-    from lance.file import LanceFileWriter
-
+    """Writes one fragment's output file from its checkpoints over its current values; stages it with the writer."""
     job = ctx.job
     writer = writer or _Writer(ctx)
     store, ds = writer.store, writer.ds
@@ -120,35 +96,9 @@ def write_fragment(ctx: StageContext, entry: FragmentPlan, writer: _Writer | Non
             f"columns {job.value_columns} of table '{job.table}': fragment {fid} has no checkpoint for "
             f"{len(missing)} of its {count_of(entry.needed)} planned rows (first row address {int(missing[0])}); "
             "run the apply stage first")
-    # A row the UDF's error policy skipped has no fingerprint: the fragment is then not all valid,
-    # and a value computed for the row by a later run wins over the skipped one (later wins below).
-    valid = new.column(job.row_fingerprint_column).is_valid()
-    complete = entry.complete and pc.all(valid).as_py() is not False
-    if not complete:
-        new = pa.concat_tables([new.filter(pc.invert(valid)), new.filter(valid)])
-    if entry.base_file:
-        # Rows not recomputed keep their current values: merge them in under the new ones.
-        current = frag.to_table(columns=job.output_columns, with_row_address=True)
-        new = pa.concat_tables([current.select(new.column_names).cast(new.schema), new])
-    index = physical_index(entry.physical_rows, new.column(ROWADDR).combine_chunks())
-    arrays = [new.column(f.name).combine_chunks() for f in fields]
-    if index is not None:
-        arrays = [a.take(index) for a in arrays]
-
-    rel = f"{uuid.uuid4().hex}.lance"
-    schema = pa.schema([f.remove_metadata() for f in fields])
-    with LanceFileWriter(os.path.join(job.table_uri, "data", rel), schema,
-                         version=job.data_storage_version, storage_options=ctx.storage_options) as w:
-        w.write_batch(pa.record_batch(arrays, schema=schema))
-    major, minor = (int(p) for p in job.data_storage_version.split("."))
-    leaves = job.output_field_ids
-    datafile = DataFileRef(path=rel, fields=leaves, column_indices=list(range(len(leaves))),
-                           file_major_version=major, file_minor_version=minor, file_size_bytes=w.size_bytes)
-    writer.stage(fid, FragmentCheckpoint(
-        file=datafile, src_data_files=entry.src_files, output_field_ids=leaves, column_uid=job.column_uid,
-        base_file=entry.base_file, rows=entry.rows, where=job.where, complete=complete,
-        job_id=ctx.job_id))
-    return WrittenFragment(frag=fid, file=datafile, rows=entry.rows, complete=complete)
+    ckpt = write_column_file(ctx, frag, new, FileTarget.of(entry), entry.rows, fields)
+    writer.stager.stage(fid, ckpt)
+    return WrittenFragment(frag=fid, file=ckpt.file, rows=entry.rows, complete=ckpt.complete)
 
 
 def _missing_rows(needed: np.ndarray, held: pa.ChunkedArray, physical_rows: int) -> np.ndarray:
@@ -163,33 +113,10 @@ def _missing_rows(needed: np.ndarray, held: pa.ChunkedArray, physical_rows: int)
     return needed[~have[needed & 0xFFFFFFFF]]
 
 
-def physical_index(physical_rows: int, addrs: pa.Array) -> pa.Array | None:
-    """For each physical row, which element of ``addrs`` holds its value (NULL: none).  Later wins on repeats.
-
-    ``values.take(index)`` then places values at their rows' physical offsets, NULL elsewhere.  None when
-    ``addrs`` already are every physical row in order (a whole fragment without deletions): the values
-    are in place as they are, and a take would only copy them.
-    """
-    offsets = (addrs.to_numpy(zero_copy_only=False) & np.uint64(0xFFFFFFFF)).view(np.int64)  # below 2**32: exact
-    if len(offsets) and offsets.max() >= physical_rows:
-        raise ValueError(f"row offset {offsets.max()} beyond the fragment's {physical_rows} physical rows")
-    ascending = bool(len(offsets)) and bool(np.all(offsets[1:] > offsets[:-1]))  # sorted, no repeats: the usual
-    if ascending and len(offsets) == physical_rows:  # n ascending offsets below n: exactly 0, 1, ..., n - 1
-        return None
-    idx = np.full(physical_rows, -1, dtype=np.int64)
-    if ascending:
-        idx[offsets] = np.arange(len(offsets))
-    else:
-        # The last occurrence of an offset wins (explicitly: numpy does not order repeated assignments).
-        uniq, first_in_reversed = np.unique(offsets[::-1], return_index=True)
-        idx[uniq] = len(offsets) - 1 - first_in_reversed
-    return pa.array(idx, mask=idx < 0)
-
-
 def _write_partition(ctx: StageContext, entries: Iterable[FragmentPlan]) -> Iterator[WrittenFragment]:
     writer = _Writer(ctx)
     written = [write_fragment(ctx, entry, writer) for entry in entries]
-    writer.flush()  # recorded before the driver sees (and commits) any of them
+    writer.stager.flush()  # recorded before the driver sees (and commits) any of them
     yield from written
 
 
@@ -227,13 +154,23 @@ def write_commit(plan: ColumnPlan, runner: TaskRunner, storage_options: dict[str
         committer.ready += sum(committer.rows[f] for f in earlier)
         log.info("write %s: %d fragments were committed by an earlier attempt of this plan", plan.job_id,
                  len(earlier))
+    # Fragments the apply computed whole and staged its file for: committed as they are, no writer task.
+    applied = {fid: ckpt for fid, ckpt in applied_files(plan, committer.store).items()
+               if fid in {f.id for f in to_write}}
+    if applied:
+        to_write = [f for f in to_write if f.id not in applied]
+        to_commit_now.update({fid: ckpt.file for fid, ckpt in applied.items()})
+        committer.ready += sum(committer.rows[fid] for fid in applied)
+        committer.complete.update(fid for fid, ckpt in applied.items() if ckpt.complete)
     ctx = StageContext.of(plan, runner.options_for_tasks(storage_options) if to_write else storage_options)
     groups = [to_write[i:i + granularity] for i in range(0, len(to_write), granularity)]
-    log.info("write %s: %d fragments to write in %d groups, %d reused fragments to commit",
+    log.info("write %s: %d fragments to write in %d groups, %d staged fragments to commit",
              plan.job_id, len(to_write), len(groups), len(to_commit_now))
     if to_commit_now:
         committer.complete.update(f.id for f in plan.fragments if f.action is Action.REUSE and f.complete)
-        committer.commit(to_commit_now)
+        ready = sorted(to_commit_now)
+        for i in range(0, len(ready), granularity):  # the versions commit_granularity advertises
+            committer.commit({fid: to_commit_now[fid] for fid in ready[i:i + granularity]})
     if groups:
         description = f"geneva write {plan.table}.{','.join(plan.output_columns)}"
         slots = plan.settings.concurrency or plan.settings.parallelism

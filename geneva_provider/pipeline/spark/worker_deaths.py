@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
@@ -112,6 +112,15 @@ def fragments_of(addrs: Sequence[int] | np.ndarray) -> list[int]:
     return sorted({int(frags[0]), *(int(f) for f in heads)})
 
 
+class Span(NamedTuple):
+    """Rows a marker names instead of one call's: the larger unit the call is part of."""
+
+    fragments: list[int]
+    first_address: int
+    last_address: int
+    rows: int
+
+
 class CallWatch:
     """One Spark task's markers: ``with watch.calling(column, udf, addrs):`` around each UDF call."""
 
@@ -120,6 +129,7 @@ class CallWatch:
         self.partition, self.attempt = partition, attempt
         self.key = RunningKey(job_id, partition).key()
         self.limit = memory_limit_mb()
+        self.marked: RunningCall | None = None  # the span marker kept between calls
         self.earlier: RunningCall | None = None
         if attempt > 0:  # an earlier attempt of this task left its marker: its worker died in that call
             try:
@@ -145,20 +155,33 @@ class CallWatch:
         return cls(store, job, job_id, task.partitionId(), task.attemptNumber())
 
     @contextmanager
-    def calling(self, column: str, udf: str, addrs: Sequence[int] | np.ndarray, label: str | None = None
-                ) -> Iterator[Callable[[int], None]]:
+    def calling(self, column: str, udf: str, addrs: Sequence[int] | np.ndarray, label: str | None = None,
+                span: Span | None = None) -> Iterator[Callable[[int], None]]:
         """Marks the call of ``udf`` for ``column`` over the rows at ``addrs`` while it runs (``label``: who
         runs, in words, when not a UDF computing ``column``).  Gives a function to tell the rows the call
-        has computed (:meth:`heartbeat`)."""
-        first, last = int(addrs[0]), int(addrs[len(addrs) - 1])
-        call = RunningCall(table=self.job.table, column=column, udf=udf, fragments=fragments_of(addrs),
-                           first_address=first, last_address=last, rows=len(addrs), partition=self.partition,
-                           attempt=self.attempt, memory_limit_mb=self.limit, label=label)
+        has computed (:meth:`heartbeat`).
+
+        With a ``span`` (the rows of a unit the call is one part of: fragments a task computes whole), the
+        marker names the span and stays after the call, until :meth:`release`: its next calls write no
+        marker of their own.  A marker is a small file in the store (~1 ms, more on an object store): one per
+        fragment instead of one per call of ~100,000 rows was a seventh of a vectorised backfill's time.
+        """
+        if span is None:
+            span = Span(fragments_of(addrs), int(addrs[0]), int(addrs[len(addrs) - 1]), len(addrs))
+            kept = False
+        else:
+            kept = True
+        call = RunningCall(table=self.job.table, column=column, udf=udf, fragments=span.fragments,
+                           first_address=span.first_address, last_address=span.last_address, rows=span.rows,
+                           partition=self.partition, attempt=self.attempt, memory_limit_mb=self.limit, label=label)
         if self.earlier is not None and self.earlier.same_rows(call):
             call.deaths = self.earlier.deaths + 1
             if call.deaths >= MAX_DEATHS:
                 raise death_error(self.earlier, None, None, deaths=call.deaths)
-        self._put(call)
+        marked = self.marked
+        if not (kept and marked is not None and marked.same_rows(call) and marked.udf == udf):
+            self._put(call)
+        self.marked = call if kept else None
         real_exit = os._exit
 
         def recorded_exit(status: int) -> NoReturn:  # the UDF (or a library it calls) ends the process
@@ -172,11 +195,18 @@ class CallWatch:
             self._put(call.model_copy(update={"exit": f"sys.exit({exc.code!r})"}))
             raise
         except BaseException:  # the UDF raised (its error policy reports it), or the task was cancelled
-            self._delete()
+            self.release(force=True)
             raise
         finally:
             os._exit = real_exit
-        self._delete()
+        if not kept:
+            self._delete()
+
+    def release(self, force: bool = False) -> None:
+        """Removes the span marker kept between calls (``force``: the marker, kept or not)."""
+        if self.marked is not None or force:
+            self.marked = None
+            self._delete()
 
     def heartbeat(self, call: RunningCall) -> Callable[[int], None]:
         """A counter of the call's computed rows (thread-safe: a concurrent UDF's threads call it) that

@@ -27,6 +27,7 @@ from geneva_provider.core.contracts.models import (
     CompactionPlan,
     ExpandPlan,
     ExpandTask,
+    FileTarget,
     FragmentCheckpoint,
     FragmentPlan,
     JobPlan,
@@ -220,10 +221,18 @@ def store_plan(
     rows_to_compute = sum(n for _, n in counts)
     lo, _ = options.checkpoint_bounds()
     pieces = pack_tasks(counts, call.parallelism, lo, options.task_size)
+    # A part holding every row of its fragment to compute (none checkpointed before) writes the fragment's file.
+    entries = {f.id: f for f in fragments}
+    whole = {fid for fid, r in work if entries[fid].needed == r}
+    counted = dict(counts)
+
+    def part(fid: int, a: int, b: int) -> TaskPart:
+        target = FileTarget.of(entries[fid]) if fid in whole and a == 0 and b == counted[fid] else None
+        return TaskPart(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid], target=target)
+
     # Longest first: Spark launches tasks in partition order, so the big ones start early and
     # the small ones fill the gaps at the end.
-    tasks = sorted((Task(parts=[TaskPart(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid])
-                                for fid, a, b in piece]) for piece in pieces), key=lambda t: t.rows, reverse=True)
+    tasks = sorted((Task(parts=[part(*p) for p in piece]) for piece in pieces), key=lambda t: t.rows, reverse=True)
     # Reused: rows already valid, held by a staged file, or checkpointed by an earlier run.
     reused = sum(f.rows for f in fragments if f.action is not Action.EMPTY) - rows_to_compute
     return save_plan(job, fragments, tasks, rows_to_compute, reused, options, call, label)
