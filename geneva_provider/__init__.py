@@ -52,7 +52,8 @@ _EXPORTS = {
     **{name: "geneva_provider.core.error_policy" for name in (
         "ErrorPolicy", "Retry", "Skip", "Fail", "retry_transient", "retry_all", "skip_on_error", "fail_fast")},
     **{name: "geneva_provider.core.errors" for name in (
-        "GenevaError", "InvalidArgumentError", "TableNotFoundError", "ColumnError", "UDFDefinitionError",
+        "GenevaError", "InvalidArgumentError", "TableNotFoundError", "TableExistsError", "ColumnError",
+        "UDFDefinitionError",
         "UDFExecutionError", "UDFWorkerDiedError", "PlanFormatError", "CheckpointMissingError", "CommitError",
         "VerificationError",
         "SparkEnvironmentError", "SparkServerUnreachableError", "ResourceUnavailableError", "StorageUnreachableError",
@@ -64,7 +65,7 @@ __all__ = [
     "CommitError", "Connection", "GenevaError", "InMemoryCheckpointStore", "InvalidArgumentError",
     "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "ResourceUnavailableError",
     "SparkEnvironmentError", "SparkServerUnreachableError",
-    "StorageUnreachableError", "Table", "TableNotFoundError", "TableVersionGoneError",
+    "StorageUnreachableError", "Table", "TableExistsError", "TableNotFoundError", "TableVersionGoneError",
     "UDFDefinitionError", "UDFExecutionError", "UDFKind", "UDFWorkerDiedError", "VerificationError", "__version__",
     "connect", "local_session", "task_device", "task_gpus", "udf",
     "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
@@ -96,6 +97,7 @@ if TYPE_CHECKING:
         SparkEnvironmentError,
         SparkServerUnreachableError,
         StorageUnreachableError,
+        TableExistsError,
         TableNotFoundError,
         TableVersionGoneError,
         UDFDefinitionError,

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
+from geneva_provider.core.errors import InvalidArgumentError, TableExistsError, TableNotFoundError
 from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.storage_errors import reaching
@@ -129,7 +129,8 @@ class Catalog:
             raise InvalidArgumentError(f"mode must be 'create' or 'overwrite', got {mode!r}")
         exists = self.exists(name)
         if mode == "create" and exists:
-            raise InvalidArgumentError(f"table '{name}' already exists in {self.uri}; use mode='overwrite'")
+            raise TableExistsError(f"table '{name}' already exists in {self.uri}; use mode='overwrite' to replace it "
+                                   "or mode='exist_ok' to open it")
         mode = mode if exists else "create"  # the namespace overwrites only existing tables
         try:
             with reaching(f"table '{name}' in {self.uri}", self.storage_options):

@@ -64,6 +64,10 @@ class TableNotFoundError(GenevaError, LookupError):
     """The named table does not exist in the database."""
 
 
+class TableExistsError(InvalidArgumentError):
+    """``create_table(mode="create")`` named a table that exists already (an InvalidArgumentError, as it was)."""
+
+
 class ColumnError(GenevaError, ValueError):
     """A column is unknown, already exists, or is not a UDF column."""
 

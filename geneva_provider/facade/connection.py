@@ -11,6 +11,8 @@ from geneva_provider.core.errors import GenevaError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from geneva_provider.core.contracts.models import JobRecord
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table
@@ -19,8 +21,10 @@ if TYPE_CHECKING:
 class Connection:
     """Opens, creates and drops the tables of one database, through its Lance namespace."""
 
-    def __init__(self, uri: str, storage_options: dict[str, str] | None = None, *,
+    def __init__(self, uri: str | os.PathLike[str], storage_options: dict[str, str] | None = None, *,
                  namespace_impl: str = DIRECTORY, namespace_properties: dict[str, str] | None = None) -> None:
+        if isinstance(uri, os.PathLike):  # a pathlib.Path, as the reference takes
+            uri = os.fspath(uri)
         if not isinstance(uri, str) or not uri.strip():
             raise InvalidArgumentError(f"connect: uri must be a database path or URI, got {uri!r}")
         if storage_options is not None and not isinstance(storage_options, dict):
@@ -50,35 +54,52 @@ class Connection:
     def create_table(
         self,
         name: str,
-        data: Any,
+        data: Any = None,
         *,
+        schema: Any = None,
         mode: str = "create",
+        storage_options: dict[str, str] | None = None,
         stable_row_ids: bool = True,
         max_rows_per_file: int | None = None,
     ) -> Table:
-        """Writes ``data`` (Arrow table, record batches, a list of dicts or a dict of columns) as a new table."""
-        from geneva_provider.core.column_names import check_column_name
-        from geneva_provider.facade.table import Table, as_arrow
+        """Writes ``data`` (Arrow table, record batches, a list of dicts or a dict of columns) as table ``name``.
 
+        Without ``data``, ``schema`` (a ``pa.Schema``, a LanceModel or a pydantic model) makes an empty
+        table; with both, the data is cast to the schema.  ``mode`` is "create" (TableExistsError naming
+        the table if it exists), "overwrite" (replaces it) or "exist_ok" (opens the existing table, checking
+        that ``schema``'s columns are in it with their types; ``data`` is then not written).
+        ``storage_options`` are added to the connection's for this table.
+        """
+        from geneva_provider.facade.table import Table
+
+        what = f"create_table '{name}'"
+        if mode not in _MODES:
+            raise InvalidArgumentError(f"{what}: mode must be one of {list(_MODES)}, got {mode!r}")
         if max_rows_per_file is not None and (not isinstance(max_rows_per_file, int)
                                               or isinstance(max_rows_per_file, bool) or max_rows_per_file <= 0):
-            raise InvalidArgumentError(f"create_table '{name}': max_rows_per_file must be a positive integer, got "
+            raise InvalidArgumentError(f"{what}: max_rows_per_file must be a positive integer, got "
                                        f"{max_rows_per_file!r}")
         if not isinstance(stable_row_ids, bool):
-            raise InvalidArgumentError(f"create_table '{name}': stable_row_ids must be True or False, got "
-                                       f"{stable_row_ids!r}")
+            raise InvalidArgumentError(f"{what}: stable_row_ids must be True or False, got {stable_row_ids!r}")
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise InvalidArgumentError(f"{what}: storage_options must be a dict of strings")
+        target = arrow_schema(schema, what) if schema is not None else None
+        if data is None and target is None:
+            raise InvalidArgumentError(f"{what}: pass data, a schema, or both")
+        catalog = self.catalog if not storage_options else Catalog(
+            self.uri, {**(self.storage_options or {}), **storage_options}, impl=self.catalog.impl,
+            properties=self.catalog._properties)
+        if mode == "exist_ok" and catalog.exists(name):
+            table = Table(self, catalog.ref(name))
+            if target is not None:
+                check_schema_fits(target, table.schema, what)
+            return table
+        rows = _rows(data, target, what)
         options: dict[str, Any] = {"enable_stable_row_ids": stable_row_ids}
         if max_rows_per_file is not None:
             options["max_rows_per_file"] = max_rows_per_file
-        what = f"create_table '{name}'"
-        rows = as_arrow(data, what)
-        for column in rows.column_names:
-            check_column_name(column, what)
-        duplicates = sorted({c for c in rows.column_names if rows.column_names.count(c) > 1})
-        if duplicates:
-            raise InvalidArgumentError(f"{what}: duplicate column name(s) {duplicates}")
         try:
-            ref = self.catalog.create(name, rows, mode=mode, **options)
+            ref = catalog.create(name, rows, mode="overwrite" if mode == "overwrite" else "create", **options)
         except (OSError, ValueError, TypeError) as exc:  # the catalog removes what a failed create left
             if isinstance(exc, GenevaError):
                 raise
@@ -183,11 +204,67 @@ class Connection:
         self.catalog.drop(name)
 
 
-def connect(uri: str, storage_options: dict[str, str] | None = None, *, namespace_impl: str = DIRECTORY,
-            namespace_properties: dict[str, str] | None = None) -> Connection:
-    """Connects to a database of Lance tables at ``uri`` (local path or object-store URI).
+def connect(uri: str | os.PathLike[str], storage_options: dict[str, str] | None = None, *,
+            namespace_impl: str = DIRECTORY, namespace_properties: dict[str, str] | None = None) -> Connection:
+    """Connects to a database of Lance tables at ``uri`` (local path, ``pathlib.Path`` or object-store URI).
 
     ``namespace_impl`` names another Lance namespace implementation ("rest", or a class path)
     and ``namespace_properties`` its properties; the default is a directory of ``<name>.lance``.
     """
     return Connection(uri, storage_options, namespace_impl=namespace_impl, namespace_properties=namespace_properties)
+
+
+_MODES = ("create", "overwrite", "exist_ok")
+
+
+def arrow_schema(schema: Any, what: str) -> pa.Schema:
+    """``schema`` as Arrow: a ``pa.Schema``, a LanceModel (``to_arrow_schema()``) or a pydantic model's fields."""
+    import pyarrow as pa
+    from pydantic import BaseModel
+
+    from geneva_provider.core.errors import UDFDefinitionError
+    from geneva_provider.core.functions.arrow_types import annotated_field
+
+    if isinstance(schema, pa.Schema):
+        return schema
+    if isinstance(schema, type) and callable(getattr(schema, "to_arrow_schema", None)):
+        converted = schema.to_arrow_schema()
+        if isinstance(converted, pa.Schema):
+            return converted
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        try:
+            return pa.schema([annotated_field(n, f.annotation, f"{what}: schema field '{n}'", "use a pa.Schema")
+                              for n, f in schema.model_fields.items()])
+        except UDFDefinitionError as exc:
+            raise InvalidArgumentError(str(exc)) from None
+    raise InvalidArgumentError(f"{what}: schema must be a pyarrow Schema, a LanceModel or a pydantic model, "
+                               f"got {schema!r}")
+
+
+def check_schema_fits(wanted: pa.Schema, actual: pa.Schema, what: str) -> None:
+    """InvalidArgumentError naming the columns of ``wanted`` that ``actual`` lacks or holds with another type."""
+    misfits = [f"'{f.name}' ({f.type}: " + ("missing)" if f.name not in actual.names else
+                                            f"the table holds {actual.field(f.name).type})")
+               for f in wanted if f.name not in actual.names or actual.field(f.name).type != f.type]
+    if misfits:
+        raise InvalidArgumentError(f"{what}: the existing table does not fit the schema given: {', '.join(misfits)}")
+
+
+def _rows(data: Any, schema: pa.Schema | None, what: str) -> pa.Table:
+    """The rows to write: ``data`` as Arrow (cast to ``schema`` if given), or an empty table of ``schema``."""
+    from geneva_provider.core.column_names import check_column_name
+    from geneva_provider.facade.table import as_arrow, conform
+
+    if data is None:
+        assert schema is not None
+        rows = schema.empty_table()
+    else:
+        rows = as_arrow(data, what)
+        if schema is not None:
+            rows = conform(rows, schema, what)
+    for column in rows.column_names:
+        check_column_name(column, what)
+    duplicates = sorted({c for c in rows.column_names if rows.column_names.count(c) > 1})
+    if duplicates:
+        raise InvalidArgumentError(f"{what}: duplicate column name(s) {duplicates}")
+    return rows

@@ -117,7 +117,7 @@ class Table:
         if internal:
             raise InvalidArgumentError(f"add to table '{self.name}': column(s) {internal} are the package's own "
                                        "(fingerprints of computed values, view bookkeeping): leave them out")
-        rows = conform(rows, ds.schema, self.name)
+        rows = conform(rows, ds.schema, f"add to table '{self.name}'")
         try:
             ds = lance.write_dataset(rows, self.uri, mode="append", storage_options=self.storage_options)
         except (OSError, ValueError) as exc:
@@ -493,13 +493,14 @@ def as_arrow(data: Any, what: str) -> Any:
     return table
 
 
-def conform(rows: pa.Table, schema: pa.Schema, table: str) -> pa.Table:
-    """``rows`` in the table's schema (columns it lacks are NULL); InvalidArgumentError naming what does not fit."""
+def conform(rows: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
+    """``rows`` in ``schema`` (columns it lacks are NULL); InvalidArgumentError naming ``what`` ("add to table
+    'events'") and what does not fit."""
     import pyarrow as pa
 
     unknown = [c for c in rows.column_names if c not in schema.names]
     if unknown:
-        raise InvalidArgumentError(f"add to table '{table}': column(s) {unknown} are not in the table "
+        raise InvalidArgumentError(f"{what}: column(s) {unknown} are not in the table "
                                    f"(columns: {user_columns(schema.names)})")
     columns = []
     for field in schema:
@@ -509,7 +510,7 @@ def conform(rows: pa.Table, schema: pa.Schema, table: str) -> pa.Table:
         try:
             columns.append(rows.column(field.name).cast(field.type))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            raise InvalidArgumentError(f"add to table '{table}': column '{field.name}' holds "
+            raise InvalidArgumentError(f"{what}: column '{field.name}' holds "
                                        f"{rows.column(field.name).type}, which does not convert to the table's "
                                        f"{field.type}: {exc}") from None
     return pa.Table.from_arrays(columns, schema=schema)

@@ -72,6 +72,10 @@ class TableNotFoundError(errors.TableNotFoundError, AirflowFailException, regist
     """A TableNotFoundError that fails its task once."""
 
 
+class TableExistsError(errors.TableExistsError, AirflowFailException, register=False):
+    """A TableExistsError that fails its task once."""
+
+
 class ColumnError(errors.ColumnError, AirflowFailException, register=False):
     """A ColumnError that fails its task once."""
 
@@ -152,7 +156,8 @@ def airflow_connection(conn_id: str, argument: str, define: str) -> Connection:
 # package class -> its fail-once twin
 FAILS_ONCE: dict[type[errors.GenevaError], type[errors.GenevaError]] = {
     twin.__mro__[1]: twin for twin in (
-        GenevaError, InvalidArgumentError, TableNotFoundError, ColumnError, UDFDefinitionError, UDFImportError,
+        GenevaError, InvalidArgumentError, TableNotFoundError, TableExistsError, ColumnError, UDFDefinitionError,
+        UDFImportError,
         UDFExecutionError, SparkEnvironmentError, ResourceUnavailableError, PlanFormatError, CheckpointMissingError,
         ConcurrentOverwriteError, VerificationError, MalformedEventError, JobNotFoundError, JobCancelledError,
         CorruptCheckpointError, TableVersionGoneError)}
