@@ -1,8 +1,9 @@
 """What a UDF does when a row fails: fail the job, retry, or skip the row (core).
 
 A policy is an ordered list of matchers (``Retry``, ``Skip``, ``Fail``); the first one whose
-exception types (and optional message pattern) match an error decides.  A ``Retry`` whose
-attempts are spent hands the error on to the next matcher that matches it, so
+exception types (and optional message pattern) match an error decides.  A matcher names its
+exception classes first, as the reference does: ``Retry(TimeoutError, ConnectionError, max_attempts=3)``.
+A ``Retry`` whose attempts are spent hands the error on to the next matcher that matches it, so
 ``[Retry(TimeoutError), Skip()]`` retries timeouts and then skips what still fails.  An
 error no matcher takes fails the job, as without a policy.
 
@@ -13,6 +14,7 @@ costs one row's retry, not a task's.  Every failed attempt is reported (see
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import time
@@ -28,10 +30,35 @@ Backoff = Literal["exponential", "fixed", "linear"]
 TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OSError)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class _Matcher:
     exceptions: tuple[type[BaseException], ...] = (Exception,)
     match: str | None = None  # a regular expression searched in the error message
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """``Retry(TimeoutError, ConnectionError, max_attempts=3)``, as the reference writes a matcher: leading
+        exception classes are its ``exceptions``.  The earlier form -- a class or a tuple of them, then the
+        other fields in order (``Retry((TimeoutError,), "pattern", 3)``) -- still works."""
+        rest, classes = list(args), []
+        while rest and _is_exception_class(rest[0]):
+            classes.append(rest.pop(0))
+        names = [f.name for f in dataclasses.fields(self)]
+        given: dict[str, Any] = {"exceptions": tuple(classes)} if classes else {}
+        positional = names[1:] if classes else names
+        kind = type(self).__name__
+        if len(rest) > len(positional):
+            raise TypeError(f"{kind}() takes exception classes, then at most {len(positional)} more positional "
+                            f"arguments ({', '.join(positional)}); got {args!r}")
+        given.update(zip(positional, rest, strict=False))
+        for key, value in kwargs.items():
+            if key not in names:
+                raise TypeError(f"{kind}() got an unexpected keyword argument {key!r}")
+            if key in given:
+                raise TypeError(f"{kind}() got multiple values for argument {key!r}")
+            given[key] = value
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, given.get(f.name, f.default))
+        self.__post_init__()
 
     def matches(self, exc: BaseException) -> bool:
         return isinstance(exc, self.exceptions) and (self.match is None or re.search(self.match, str(exc)) is not None)
@@ -58,6 +85,10 @@ class _Matcher:
                 raise UDFDefinitionError(f"{where}: match={self.match!r} is not a regular expression: {exc}") from None
 
 
+def _is_exception_class(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
 def _check_number(where: str, arg: str, value: Any, *, integer: bool = False, low: int = 0,
                   high: int | None = None) -> None:
     """UDFDefinitionError naming ``arg`` unless ``value`` is a number (an int if ``integer``) in [low, high].
@@ -72,7 +103,7 @@ def _check_number(where: str, arg: str, value: Any, *, integer: bool = False, lo
         raise UDFDefinitionError(f"{where}: {arg} must be {what} {bounds}, got {value!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Retry(_Matcher):
     """Retries a failing row (or batch) up to ``max_attempts`` calls in all, with backoff between them."""
 
@@ -100,7 +131,7 @@ class Retry(_Matcher):
                    self.max_seconds)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Skip(_Matcher):
     """Writes NULL for a failing row, and records it; the job fails past ``max_rows`` or ``max_fraction``."""
 
@@ -115,7 +146,7 @@ class Skip(_Matcher):
             _check_number(where, "max_fraction", self.max_fraction, high=1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Fail(_Matcher):
     """Fails the job (what happens to any error no matcher takes)."""
 

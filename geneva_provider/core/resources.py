@@ -88,6 +88,8 @@ def udf_resources(udf_name: str, num_cpus: Any = None, num_gpus: Any = None, mem
     the argument otherwise: Spark schedules whole cores, GPU amounts that are a fraction up to 1 or a
     whole number, and memory is bytes or a size ("4g").
     """
+    if isinstance(num_gpus, int | float) and not isinstance(num_gpus, bool) and num_gpus == 0:
+        num_gpus = None  # the reference's "no GPU"
     if num_cpus is None and num_gpus is None and memory is None:
         return None
     where = label or f"UDF '{udf_name}'"

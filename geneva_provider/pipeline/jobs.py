@@ -167,10 +167,11 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
             t = time.perf_counter()
             applied = run_apply(summary.plan_uri, runner, so)
             seconds[Stage.APPLY] = time.perf_counter() - t
-            control.check("write+commit")
-            t = time.perf_counter()
-            written = run_write_commit(summary.plan_uri, runner, so)
-            seconds[Stage.WRITE_COMMIT] = time.perf_counter() - t
+            if not applied.timed_out:
+                control.check("write+commit")
+                t = time.perf_counter()
+                written = run_write_commit(summary.plan_uri, runner, so)
+                seconds[Stage.WRITE_COMMIT] = time.perf_counter() - t
             control.runner = None
     except Exception as exc:
         if not control.cancelled.is_set():
@@ -183,6 +184,15 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         if isinstance(exc, JobCancelledError):
             raise
         raise JobCancelledError(f"job {summary.job_id} was cancelled while running") from None
+    if applied.timed_out:  # nothing committed: the next job finds the checkpoints and computes only the rest
+        update_record(store, summary.job_id, status=JobStatus.FAILED,
+                      error=f"timed out after computing {applied.rows_computed} of {summary.rows_to_compute} rows; "
+                            "nothing was committed, and a later job resumes from its checkpoints")
+        seconds["total"] = time.perf_counter() - t0
+        return BackfillResult(job_id=summary.job_id, column=column, rows_computed=applied.rows_computed,
+                              rows_reused=applied.rows_reused, fragments_committed=0, fragments_reused=0,
+                              version=table.dataset().version, rows_failed=applied.rows_failed,
+                              rows_retried=applied.rows_retried, seconds=_rounded(seconds), timed_out=True)
     t = time.perf_counter()
     verify(summary, so)
     seconds[Stage.VERIFY] = time.perf_counter() - t

@@ -135,6 +135,8 @@ class UpdateColumns:
             (f"skip limits (max_rows, max_fraction) {limits}, not {(held.max_failed_rows, held.max_failed_fraction)}",
              limits == (held.max_failed_rows, held.max_failed_fraction)),
             (f"resources {fn.resources}, not {held.resources}", fn.resources == held.resources),
+            (f"backfill sizes {fn.job_defaults}, not {held.job_defaults}", fn.job_defaults == held.job_defaults),
+            (f"auto_backfill {fn.auto_backfill}, not {held.auto_backfill}", fn.auto_backfill == held.auto_backfill),
         ) if not same]
         if differs:
             raise ColumnError(f"{self.subject}: {where}, computed by another UDF: {'; '.join(differs)}. Drop the "

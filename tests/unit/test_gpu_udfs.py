@@ -77,7 +77,7 @@ def test_resources_travel_in_the_column_metadata_and_a_udf_without_them_has_none
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [
-    ({"num_gpus": 1.5}, "num_gpus"), ({"num_gpus": -1}, "num_gpus"), ({"num_gpus": 0}, "num_gpus"),
+    ({"num_gpus": 1.5}, "num_gpus"), ({"num_gpus": -1}, "num_gpus"), ({"num_gpus": True}, "num_gpus"),
     ({"num_cpus": 0.5}, "num_cpus"), ({"memory": "lots"}, "memory"), ({"memory": -5}, "memory"),
 ])
 def test_bad_resource_asks_are_refused_at_decoration(kwargs, named):

@@ -39,7 +39,8 @@ def test_bad_options_name_the_argument(values, message):
 def test_refresh_and_backfill_share_the_tuning_options():
     tuning = {f.name for f in dataclasses.fields(JobOptions)}
     assert tuning <= set(BackfillOptions.names()) and tuning <= set(RefreshOptions.names())
-    assert set(BackfillOptions.names()) - tuning == {"where", "read_version"}
+    assert set(BackfillOptions.names()) - tuning == {"where", "read_version", "intra_applier_concurrency",
+                                                     "num_frags", "timeout"}
     assert set(RefreshOptions.names()) - tuning == {"src_version", "max_rows_per_fragment"}
 
 

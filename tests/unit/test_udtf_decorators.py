@@ -93,12 +93,12 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
      r"UDTF 'per_group': partition_by must be a non-empty string, got ''"),
     ("partition-list", lambda: gp.udtf(output_schema=N, partition_by=["lang"])(per_group),
      r"UDTF 'per_group': partition_by must be a non-empty string, got \['lang'\]"),
-    # num_cpus / num_gpus / memory: positive numbers of the right kind (a zero: leave the argument out)
+    # num_cpus / num_gpus / memory: positive numbers of the right kind (num_gpus=0 is the reference's "no GPU")
     ("gpus-negative", lambda: gp.chunker(num_gpus=-1)(split),
      r"chunker 'split': num_gpus must be a positive number, got -1"),
     ("gpus-str", lambda: gp.chunker(num_gpus="1")(split), r"chunker 'split': num_gpus .* got '1'"),
     ("gpus-bool", lambda: gp.chunker(num_gpus=True)(split), r"chunker 'split': num_gpus must be a positive number"),
-    ("gpus-zero", lambda: gp.chunker(num_gpus=0)(split), r"chunker 'split': num_gpus .* got 0; leave it out"),
+    ("cpus-zero", lambda: gp.chunker(num_cpus=0)(split), r"chunker 'split': num_cpus .* got 0; leave it out"),
     ("gpus-nan", lambda: gp.udtf(output_schema=N, num_gpus=math.nan)(per_group), r"UDTF 'per_group': num_gpus"),
     ("gpus-fraction-above-one", lambda: gp.chunker(num_gpus=1.5)(split), r"chunker 'split': num_gpus .* fraction"),
     ("cpus-fraction", lambda: gp.chunker(num_cpus=1.5)(split), r"chunker 'split': num_cpus must be a whole number"),
@@ -134,6 +134,8 @@ def test_good_arguments_pass():
     made = gp.chunker(batch=False, input_columns=("text",), on_error=[gp.Retry(TimeoutError), gp.Skip()])(split)
     assert made.resources is None and made.input_columns == ["text"] and not made.batch
     assert gp.chunker(num_gpus=0.5, memory="1g")(split).resources.describe() == "num_gpus=0.5, memory=1g"
+    assert gp.chunker(num_gpus=0)(split).resources is None  # the reference's "no GPU"
+    assert gp.chunker(num_gpus=0.0, memory="1g")(split).resources.describe() == "memory=1g"
     batch = gp.scalar_udtf(batch=True, output_schema=TEXT)(split_arrays)
     assert batch.batch is True and batch.output_schema == TEXT
     # The view stores every output column nullable (a skipped parent leaves a marker row), whatever is declared.

@@ -202,6 +202,8 @@ class PlanSettings(_Model):
     parallelism: int
     commit_retries: int | None = None
     commit_timeout: int | None = None
+    intra_applier_concurrency: int | None = None  # a backfill's UDF calls in flight per task (None: the UDF's own)
+    deadline: float | None = None  # epoch seconds past which apply's tasks stop at their next checkpoint (timeout)
 
 
 class OutputGroup(_Model):
@@ -486,6 +488,7 @@ class ApplyTaskResult(_Model):
     udf_seconds: float = 0.0
     error: TaskError | None = None
     failures: list[RowError] = Field(default_factory=list)
+    timed_out: bool = False  # the job's deadline passed: the task stopped before its next checkpoint
 
 
 class WrittenFragment(_Model):
@@ -512,6 +515,7 @@ class ApplyResult(_Model):
     seconds: float
     max_tasks_at_once: int | None = None  # under a UDF's resource profile: most tasks that overlapped in time
     udtf_calls: int | None = None  # a UDTF view refresh: the UDTF's calls (parents expanded, partitions run)
+    timed_out: bool = False  # the job's timeout passed: tasks stopped at a checkpoint, rows are left to compute
 
 
 class WriteResult(_Model):
@@ -774,3 +778,6 @@ class BackfillResult(_Model):
     rows_failed: int = 0   # rows the UDF's error policy skipped (NULL; see the error store)
     rows_retried: int = 0  # rows that failed an attempt and were recovered by a retry
     seconds: dict[str, float] = Field(default_factory=dict)
+    # The job's timeout passed: its tasks stopped at a checkpoint and nothing was committed (rows_computed are
+    # checkpointed); the next backfill resumes from those checkpoints.
+    timed_out: bool = False

@@ -9,6 +9,7 @@ the declared types, naming the argument when one cannot be.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -22,12 +23,14 @@ DEFAULT_MAX_CHECKPOINT_SIZE = 100_000
 DEFAULT_CHECKPOINT_SIZE = 10_000  # a UDTF refresh's parents per part (apply sizes checkpoints by measured speed)
 _POSITIVE = "positive"
 _NON_NEGATIVE = "non-negative"
+_SECONDS = "seconds"  # a positive number of seconds, or a timedelta (stored as seconds)
 _UNSET = ("", "None", "none", "null")  # what an unset templated value renders as
 
 
-def _option(doc: str, *, positive: bool = True, zero: bool = False) -> Any:
-    """An option field: None by default (sized to the data), with its doc and whether it must be > 0 (or >= 0)."""
-    check = (_NON_NEGATIVE if zero else _POSITIVE) if positive else None
+def _option(doc: str, *, positive: bool = True, zero: bool = False, seconds: bool = False) -> Any:
+    """An option field: None by default (sized to the data), with its doc and whether it must be > 0 (or >= 0),
+    or be a duration (``seconds``)."""
+    check = _SECONDS if seconds else (_NON_NEGATIVE if zero else _POSITIVE) if positive else None
     return dataclasses.field(default=None, metadata={"doc": doc, "check": check})
 
 
@@ -85,6 +88,9 @@ class JobOptions:
     def __post_init__(self) -> None:
         """Every instance is valid, however it was built: a bad value fails where it is written, not in a stage."""
         self.validate(type(self).__name__)
+        for f in dataclasses.fields(self):  # a duration is kept as seconds, as a templated one arrives
+            if isinstance(value := getattr(self, f.name), timedelta):
+                object.__setattr__(self, f.name, value.total_seconds())
 
     def validate(self, job: str = "job") -> None:
         """Rejects values of the wrong type, non-positive sizes and inverted bounds, naming the argument."""
@@ -102,11 +108,18 @@ class JobOptions:
                 if not isinstance(value, str):
                     raise InvalidArgumentError(f"{job}: {f.name} must be a string, got {value!r}")
                 continue
+            if check == _SECONDS:
+                check_seconds(value, f.name, job)
+                continue
             check_count(value, f.name, job, zero=check == _NON_NEGATIVE)
         lo, hi = _bounds(values.get("checkpoint_size"), values.get("min_checkpoint_size"),
                          values.get("max_checkpoint_size"))
         if lo > hi:
             raise InvalidArgumentError(f"{job}: min_checkpoint_size {lo} > max_checkpoint_size {hi}")
+
+    def task_settings(self, now: float) -> dict[str, Any]:
+        """What the apply stage's tasks need of the options beyond the sizes (a backfill's adds some)."""
+        return {}
 
     # ------------------------------------------------------------------ derived sizes
     def checkpoint_bounds(self) -> tuple[int, int]:
@@ -130,6 +143,19 @@ class BackfillOptions(JobOptions):
 
     where: str | None = _option("SQL filter of the rows to compute", positive=False)
     read_version: int | None = _option("table version to read and commit against")
+    intra_applier_concurrency: int | None = _option(
+        "UDF calls in flight at once in each Spark task (default: the UDF's concurrency); values keep the rows' "
+        "order")
+    num_frags: int | None = _option(
+        "a sample run: only the first N fragments that need work are planned; the next backfill plans the rest")
+    timeout: float | None = _option(
+        "seconds (or a timedelta) the job may run: past it, tasks stop at their next checkpoint, nothing is "
+        "committed, and the result says timed_out; a later backfill resumes from the checkpoints", seconds=True)
+
+    def task_settings(self, now: float) -> dict[str, Any]:
+        """What the apply stage's tasks need of these options: calls in flight, and the deadline (epoch seconds)."""
+        return {"intra_applier_concurrency": self.intra_applier_concurrency,
+                "deadline": None if self.timeout is None else now + self.timeout}
 
 
 @dataclass(frozen=True)
@@ -159,6 +185,17 @@ def check_count(value: Any, name: str, job: str, *, zero: bool = False) -> int |
         kind = _NON_NEGATIVE if zero else _POSITIVE
         raise InvalidArgumentError(f"{job}: {name} must be a {kind} integer, got {value!r}")
     return value
+
+
+def check_seconds(value: Any, name: str, job: str) -> float | None:
+    """``value`` as positive seconds (a number or a timedelta); else InvalidArgumentError naming ``name``."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidArgumentError(f"{job}: {name} must be a positive number of seconds or a datetime.timedelta, "
+                                   f"got {value!r}")
+    return float(seconds)
 
 
 def parse_count(value: Any, name: str, job: str, *, zero: bool = False) -> int | None:
@@ -197,6 +234,13 @@ def _coerce(value: Any, hint: Any, name: str, job: str) -> Any:
             return int(value.strip())
         except ValueError:
             raise InvalidArgumentError(f"{job}: {name} must be an integer, got {value!r}") from None
+    if target is float and isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise InvalidArgumentError(f"{job}: {name} must be a number of seconds, got {value!r}") from None
+    if target is float and isinstance(value, timedelta):
+        return value.total_seconds()  # checked positive by check()
     if target is str and not isinstance(value, str):
         raise InvalidArgumentError(f"{job}: {name} must be a string, got {value!r}")
     return value

@@ -25,8 +25,9 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
+from geneva_provider.core.contracts.options import JobOptions
 from geneva_provider.core.error_policy import RowFailure, call_with_policy
-from geneva_provider.core.errors import UDFDefinitionError
+from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.functions.arrow_types import arrow_type, convert_exactly
 from geneva_provider.core.functions.base import UDFCallError, UserFunction, dumps_by_value, options
 from geneva_provider.core.functions.binding import bind, input_list
@@ -45,6 +46,9 @@ META_PICKLE = META_PREFIX + "pickle"
 META_PICKLER = META_PREFIX + "pickler"
 META_COLUMN_UID = META_PREFIX + "column_uid"
 META_SKIP_LIMITS = META_PREFIX + "skip_limits"  # what the driver checks without unpickling the UDF
+META_JOB_DEFAULTS = META_PREFIX + "job_defaults"  # the column's backfill sizes when a backfill gives none
+META_AUTO_BACKFILL = META_PREFIX + "auto_backfill"
+JOB_DEFAULTS = ("checkpoint_size", "task_size", "min_checkpoint_size", "max_checkpoint_size")
 
 
 class UDFKind(StrEnum):
@@ -65,6 +69,9 @@ class UDF(UserFunction):
     data_type: pa.DataType
     kind: UDFKind
     concurrency: int = 1  # calls in flight at once in each Spark task (for UDFs that wait on I/O)
+    job_defaults: dict[str, int] = field(default_factory=dict)  # sizes of JOB_DEFAULTS a backfill may override
+    field_metadata: dict[str, str] = field(default_factory=dict)  # the user's own keys on the column's Arrow field
+    auto_backfill: bool = False  # recorded for the reference's managed agent; nothing here acts on it
 
     def outputs(self) -> pa.Schema:
         """The one (nullable) field a call computes, named by the UDF; the column names it when it is added."""
@@ -153,7 +160,12 @@ class UDF(UserFunction):
 
     def _serial(self) -> UDF:
         """This UDF, one call at a time (sharing the stateful instance)."""
-        return dataclasses.replace(self, concurrency=1, _instances=self._instances)
+        return self.with_concurrency(1)
+
+    def with_concurrency(self, concurrency: int) -> UDF:
+        """This UDF with ``concurrency`` calls in flight (a backfill's ``intra_applier_concurrency``), sharing the
+        stateful instance."""
+        return dataclasses.replace(self, concurrency=concurrency, _instances=self._instances)
 
     def _to_output_array(self, out: Any, n: int) -> pa.Array:
         if isinstance(out, pa.ChunkedArray):
@@ -183,7 +195,10 @@ class UDF(UserFunction):
             max_rows, max_fraction = self.on_error.skip_limits
             limits[META_SKIP_LIMITS] = json.dumps({"max_rows": max_rows, "max_fraction": max_fraction})
         return {
+            **self.field_metadata,  # the user's keys first: none may take the package's prefix (refused by @udf)
             **limits,
+            **({META_JOB_DEFAULTS: json.dumps(self.job_defaults, sort_keys=True)} if self.job_defaults else {}),
+            **({META_AUTO_BACKFILL: "true"} if self.auto_backfill else {}),
             **(self.resources.to_metadata() if self.resources is not None else {}),
             META_COLUMN_UID: uuid.uuid4().hex,
             META_NAME: self.name,
@@ -225,12 +240,15 @@ class UdfColumnInfo:
     max_failed_rows: int | None = None       # the error policy's skip limits (None: no limit, or no skipping)
     max_failed_fraction: float | None = None
     resources: UDFResources | None = None  # what each task computing the column needs (None: nothing)
+    job_defaults: dict[str, int] = field(default_factory=dict)  # backfill sizes of @udf(checkpoint_size=...)
+    auto_backfill: bool = False
 
     def listing(self) -> UdfColumnListing:
         """The user-facing facts (no pickle)."""
         return UdfColumnListing(name=self.name, version=self.version, kind=self.kind,
                                 input_columns=self.input_columns, column_uid=self.column_uid,
-                                resources=self.resources)
+                                resources=self.resources, auto_backfill=self.auto_backfill,
+                                job_defaults=self.job_defaults)
 
     def describe(self) -> dict[str, Any]:
         """The user-facing facts as a dict (what ``Table.udf_columns()`` lists per column)."""
@@ -238,8 +256,9 @@ class UdfColumnInfo:
 
 
 class UdfColumnListing(BaseModel):
-    """One UDF column as ``Table.udf_columns()`` lists it: its UDF's name, version, kind, inputs and the
-    resources each Spark task computing it asks for (``@udf(num_gpus=1)``; None when it asks for none)."""
+    """One UDF column as ``Table.udf_columns()`` lists it: its UDF's name, version, kind, inputs, the
+    resources each Spark task computing it asks for (``@udf(num_gpus=1)``; None when it asks for none),
+    ``@udf(auto_backfill=...)`` and the backfill sizes it gives (``@udf(checkpoint_size=...)``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -249,6 +268,8 @@ class UdfColumnListing(BaseModel):
     input_columns: list[str] | None
     column_uid: str = ""
     resources: UDFResources | None = None
+    auto_backfill: bool = False
+    job_defaults: dict[str, int] = {}
 
 
 def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | None:
@@ -261,7 +282,9 @@ def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | No
     return UdfColumnInfo(name=md[META_NAME], version=md[META_VERSION], kind=md[META_KIND],
                          input_columns=json.loads(md[META_INPUTS]), pickle=md[META_PICKLE],
                          column_uid=md.get(META_COLUMN_UID, ""), max_failed_rows=limits.get("max_rows"),
-                         max_failed_fraction=limits.get("max_fraction"), resources=resources_from_metadata(md))
+                         max_failed_fraction=limits.get("max_fraction"), resources=resources_from_metadata(md),
+                         job_defaults=json.loads(md.get(META_JOB_DEFAULTS, "{}")),
+                         auto_backfill=md.get(META_AUTO_BACKFILL) == "true")
 
 
 
@@ -283,6 +306,12 @@ def udf(
     num_cpus: int | None = None,
     num_gpus: float | None = None,
     memory: int | str | None = None,
+    checkpoint_size: int | None = None,
+    task_size: int | None = None,
+    min_checkpoint_size: int | None = None,
+    max_checkpoint_size: int | None = None,
+    field_metadata: dict[str, str] | None = None,
+    auto_backfill: bool = False,
 ) -> Any:
     """Declares a UDF column function.
 
@@ -307,14 +336,27 @@ def udf(
     whole cores, GPUs (a fraction up to 1 shares a GPU between tasks, else a whole number) and
     bytes (or a size such as ``"4g"``).  The apply stage runs such a UDF's tasks under a Spark
     resource profile, so with ``num_gpus=1`` as many tasks run at once as there are GPUs; inside,
-    ``geneva_provider.task_device()`` names the task's GPU.  They do not change the UDF's version.
+    ``geneva_provider.task_device()`` names the task's GPU.  ``num_gpus=0`` asks for none.  They do not change
+    the UDF's version.
+
+    ``checkpoint_size``, ``task_size``, ``min_checkpoint_size`` and ``max_checkpoint_size`` are the column's
+    backfill sizes: a backfill that gives one of them uses its own, else the UDF's.  ``field_metadata``
+    (str -> str) is added to the column's Arrow field metadata (``table.schema``); ``auto_backfill`` is
+    recorded in it and listed by ``Table.udf_columns()`` (nothing here recomputes a column by itself: run
+    ``backfill``).  None of them changes the UDF's version.
     """
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise UDFDefinitionError(f"@udf: concurrency must be a positive integer, got {concurrency!r}")
+    sizes = dict(zip(JOB_DEFAULTS, (checkpoint_size, task_size, min_checkpoint_size, max_checkpoint_size),
+                     strict=True))
 
     def wrap(f: Callable[..., Any] | type) -> UDF:
         opts = options(f, UDF.noun, name=name, version=version, on_error=on_error, num_cpus=num_cpus,
                        num_gpus=num_gpus, memory=memory, default="udf")
+        defaults = _job_defaults(sizes, opts.label)
+        metadata = _user_metadata(field_metadata, opts.label)
+        if not isinstance(auto_backfill, bool):
+            raise UDFDefinitionError(f"{opts.label}: auto_backfill must be True or False, got {auto_backfill!r}")
         binding = bind(f, opts.label, "@udf")
         given = input_list(input_columns, opts.label)
         if binding.takes(pa.RecordBatch):
@@ -331,11 +373,35 @@ def udf(
             raise UDFDefinitionError(f"{opts.label}: data_type must be a pyarrow DataType, got {out_type!r}")
         return UDF(func=f, data_type=out_type, kind=kind, input_columns=inputs, name=opts.name,
                    version=opts.version or code_version(f, out_type, kind), stateful=binding.stateful,
-                   concurrency=concurrency, on_error=opts.on_error, resources=opts.resources)
+                   concurrency=concurrency, on_error=opts.on_error, resources=opts.resources,
+                   job_defaults=defaults, field_metadata=metadata, auto_backfill=auto_backfill)
 
     if func is not None:
         return wrap(func)
     return wrap
+
+
+def _job_defaults(sizes: dict[str, Any], label: str) -> dict[str, int]:
+    """The sizes given to ``@udf``, checked as a backfill checks them (positive, bounds in order)."""
+    given = {k: v for k, v in sizes.items() if v is not None}
+    try:
+        JobOptions.check({**{n: None for n in JobOptions.names()}, **given}, label)
+    except InvalidArgumentError as exc:
+        raise UDFDefinitionError(str(exc)) from None
+    return given
+
+
+def _user_metadata(metadata: Any, label: str) -> dict[str, str]:
+    """``field_metadata`` as str -> str, without the package's own keys (``geneva::udf::...``)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in metadata.items()):
+        raise UDFDefinitionError(f"{label}: field_metadata must be a dict of str -> str, got {metadata!r}")
+    taken = sorted(k for k in metadata if k.startswith(META_PREFIX))
+    if taken:
+        raise UDFDefinitionError(f"{label}: field_metadata keys {taken} are the package's own (prefix {META_PREFIX!r})")
+    return dict(metadata)
 
 
 def code_version(func: Any, data_type: pa.DataType, kind: UDFKind) -> str:

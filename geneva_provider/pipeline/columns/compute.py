@@ -302,8 +302,13 @@ def apply_task(task: Task, worker: ColumnExecutor) -> ApplyTaskResult:
     ckpt = _Checkpointer(ctx, worker.store, worker.work, worker.watch, ds=worker.ds, stager=worker.stager,
                          hold_seconds=0.0 if sizer.fixed else sizer.target_seconds)
     ckpt.hold(pieces)
+    deadline = ctx.settings.deadline
     try:
         for chunk in _chunks(pieces, worker.sizer):
+            if deadline is not None and time.time() >= deadline:  # the job's timeout: stop between checkpoints
+                result.timed_out = True
+                ckpt.spill([f for f, h in ckpt.held.items() if h.parts])  # what is held is kept
+                break
             t0 = time.perf_counter()
             error, seconds = ckpt.save(chunk)
             result.failures += ckpt.failures

@@ -131,6 +131,8 @@ class ScanInput:
         self.ds = ds
         (self.column,) = ctx.job.row_group.columns  # a backfill's one group: its UDF column
         self.fn = udf_for(ds, self.column)
+        if ctx.settings.intra_applier_concurrency is not None:  # the backfill's, over the UDF's own concurrency
+            self.fn = self.fn.with_concurrency(ctx.settings.intra_applier_concurrency)
         self.seed = self.job.udf.version if self.job.udf else ""
 
     def read(self, pieces: Pieces) -> pa.Table:

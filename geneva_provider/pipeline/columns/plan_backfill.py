@@ -8,7 +8,8 @@ input fails before any JVM starts and changes nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -60,6 +61,7 @@ def plan_backfill(
         raise InvalidArgumentError(f"backfill of table '{table.name}': read_version {options.read_version}: "
                                    f"{exc}") from None
     info = udf_with_inputs(ds, table.name, column)
+    options = with_udf_defaults(options, info, job)
     inputs = info.input_columns or []
     where = options.where or None
     check_where(ds, where, f"table '{table.name}'")
@@ -71,7 +73,8 @@ def plan_backfill(
     out_leaves = column_leaf_ids(ds, column) + column_leaf_ids(ds, fp)
     prefix = backfill_prefix(info, column, table.uri)
     examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
-    fragments, work = plan_fragments(ds, call.store, prefix, examiner, out_leaves, info.column_uid, where)
+    fragments, work = plan_fragments(ds, call.store, prefix, examiner, out_leaves, info.column_uid, where,
+                                     limit=options.num_frags)
     spec = JobSpec(
         kind=JobKind.BACKFILL, table=table.name, table_uri=table.uri, column=column,
         outputs=[OutputGroup(columns=[column], fingerprint=fp)], row_fingerprint=fp,
@@ -81,6 +84,16 @@ def plan_backfill(
         max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows(),
         resource_asks=[ResourceAsk(udf=info.name, column=column, resources=info.resources)] if info.resources else [])
     return store_plan(spec, fragments, work, options, call, f"table '{table.name}' column '{column}'")
+
+
+def with_udf_defaults(options: BackfillOptions, info: UdfColumnInfo, job: str) -> BackfillOptions:
+    """The options with the sizes the column's UDF gives (``@udf(checkpoint_size=...)``) where the backfill gives
+    none: the backfill's own win, as in the reference."""
+    unset: dict[str, Any] = {k: v for k, v in info.job_defaults.items() if getattr(options, k) is None}
+    if not unset:
+        return options
+    BackfillOptions.check({**dataclasses.asdict(options), **unset}, f"{job} (with UDF '{info.name}' sizes {unset})")
+    return dataclasses.replace(options, **unset)
 
 
 class BackfillExaminer:

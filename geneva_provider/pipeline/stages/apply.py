@@ -94,6 +94,7 @@ def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, r
             progress.final()
             clear_markers(store, plan.job_id)
     errors = [r.error for r in results if r.error]
+    timed_out = any(r.timed_out for r in results)
     computed = sum(r.rows_computed for r in results)
     failures = [f for r in results for f in r.failures]
     ErrorStore(plan.table_uri, storage_options).append(plan.job_id, plan.table, failures)
@@ -101,11 +102,11 @@ def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, r
     calls = sum(r.calls for r in results)
     counts = ApplyResult(
         job_id=plan.job_id, tasks_run=len(tasks), rows_computed=computed,
-        rows_reused=plan.rows_reused + (max(planned - computed, 0) if not errors else 0),
+        rows_reused=plan.rows_reused + (max(planned - computed, 0) if not errors and not timed_out else 0),
         checkpoints_written=sum(r.checkpoints for r in results), errors=len(errors), rows_failed=failed,
         rows_retried=sum(1 for f in failures if f.outcome == RowOutcome.RECOVERED),
         seconds=round(time.perf_counter() - t0, 3), udtf_calls=calls if kind.counts_calls else None,
-        max_tasks_at_once=most_at_once(spans) if profile is not None and spans else None)
+        max_tasks_at_once=most_at_once(spans) if profile is not None and spans else None, timed_out=timed_out)
     log.info("apply %s: %d %s in %d checkpoints (%d skipped by the error policy, %d recovered by retries), "
              "%.1fs%s", plan.job_id, calls if kind.counts_calls else computed, kind.computed_noun,
              counts.checkpoints_written, failed, counts.rows_retried, counts.seconds,
@@ -115,6 +116,11 @@ def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, r
     if errors:
         raise UDFExecutionError(errors[0].message + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else "")
                                 + (f"; the failed rows are in the error store (job {plan.job_id})" if failures else ""))
+    if timed_out:
+        log.warning("apply %s: the job's timeout passed: its tasks stopped at a checkpoint after %d rows; a later "
+                    "job resumes from the checkpoints", plan.job_id, computed)
+        update_record(store, plan.job_id, rows_failed=failed, rows_retried=counts.rows_retried)
+        return counts
     update_record(store, plan.job_id, rows_checkpointed=planned, rows_failed=failed, rows_retried=counts.rows_retried)
     check_skip_limits(plan, failed)
     return counts

@@ -128,11 +128,14 @@ def plan_fragments(
     out_leaves: list[int],
     column_uid: str,
     where: str | None,
+    limit: int | None = None,
 ) -> tuple[list[FragmentPlan], list[tuple[int, list[tuple[int, int]]]]]:
     """Decides each fragment, and the runs of live-row positions still to compute per fragment.
 
     Rows whose value a batch checkpoint of the same inputs already holds are not planned again,
-    whatever filter the job that computed them had.
+    whatever filter the job that computed them had.  With ``limit`` (a backfill's ``num_frags``) only
+    the first ``limit`` fragments to compute are planned; the fragments after them are left out of the
+    plan, untouched, for the next job.
     """
     ledger = load_ledger(store, job)
     keys_by_frag: dict[tuple[str, int], list[BatchKey]] = {}
@@ -143,7 +146,10 @@ def plan_fragments(
     fragments: list[FragmentPlan] = []
     work: list[tuple[int, list[tuple[int, int]]]] = []
     newly_valid: dict[int, list[str]] = {}
+    computing = 0  # fragments planned for computing
     for frag in ds.get_fragments():
+        if limit is not None and computing >= limit:
+            break
         fid = frag.fragment_id
         src_files = examiner.src_files(frag)
         signature = validity_signature(src_files, frag.metadata, out_leaves)
@@ -173,6 +179,7 @@ def plan_fragments(
         keys = keys_by_frag.get((batch_prefix(job, src_key=src_key), fid))
         if keys:
             todo = todo & ~np.isin(live_row_addresses(frag), checkpointed_addresses(store, keys))
+        computing += 1
         fragments.append(FragmentPlan(**common, rows=needed, action=Action.COMPUTE, src_key=src_key,
                                       needed=needed_runs, complete=needed == exam.invalid))
         todo_runs = needed_runs if todo is exam.needed else runs_of(todo)
@@ -260,7 +267,7 @@ def save_plan(
                             max_checkpoint_size=hi, task_size=options.task_size,
                             commit_granularity=options.commit_granularity, concurrency=options.concurrency,
                             parallelism=call.parallelism, commit_retries=options.commit_retries,
-                            commit_timeout=options.commit_timeout)
+                            commit_timeout=options.commit_timeout, **options.task_settings(now.timestamp()))
     planned = {"fragments": fragments} if fragments is not None else {}  # a column kind's fragment plans
     plan = plan_of({**job.model_dump(), "job_id": job_id, "created_at": now.isoformat(), "store_uri": store.uri,
                     "settings": settings, "tasks": tasks, "rows_to_compute": rows_to_compute, "rows_reused": reused,
