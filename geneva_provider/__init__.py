@@ -36,6 +36,8 @@ _EXPORTS = {
     "UDF": "geneva_provider.core.functions.udf",
     "UDFKind": "geneva_provider.core.functions.udf",
     "udf": "geneva_provider.core.functions.udf",
+    "Columns": "geneva_provider.core.functions.udf",
+    "UnpackedUDF": "geneva_provider.core.functions.udf",
     "UDTF": "geneva_provider.core.functions.udtf",
     "chunker": "geneva_provider.core.functions.udtf",
     "scalar_udtf": "geneva_provider.core.functions.udtf",
@@ -61,7 +63,8 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "UDF", "BackfillOptions", "BackfillResult", "CheckpointMissingError", "CheckpointStore", "ColumnError",
+    "UDF", "BackfillOptions", "BackfillResult", "CheckpointMissingError", "CheckpointStore", "ColumnError", "Columns",
+    "UnpackedUDF",
     "CommitError", "Connection", "GenevaError", "InMemoryCheckpointStore", "InvalidArgumentError",
     "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "ResourceUnavailableError",
     "SparkEnvironmentError", "SparkServerUnreachableError",
@@ -105,7 +108,7 @@ if TYPE_CHECKING:
         UDFWorkerDiedError,
         VerificationError,
     )
-    from geneva_provider.core.functions.udf import UDF, UDFKind, udf
+    from geneva_provider.core.functions.udf import UDF, Columns, UDFKind, UnpackedUDF, udf
     from geneva_provider.core.functions.udtf import UDTF, chunker, scalar_udtf, udtf
     from geneva_provider.core.store.checkpoint import CheckpointStore, InMemoryCheckpointStore, LanceCheckpointStore
     from geneva_provider.facade.connection import Connection, connect

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -138,6 +139,30 @@ def counting_array_triple(log_dir: str) -> gp.UDF:
         return pc.multiply(x, 3)
 
     return triple
+
+
+class Dims(NamedTuple):
+    """The columns :func:`counting_dims` computes: an int, a string and a float that is NULL for x % 7 == 0."""
+
+    height: int
+    label: str
+    ratio: Optional[float]  # noqa: UP045 - the annotation mapper reads Optional as a nullable field
+
+
+def counting_dims(log_dir: str) -> gp.UDF:
+    """A multi-output scalar UDF (``-> Columns[Dims]``) that logs each call: one line per row, all columns."""
+
+    @gp.udf
+    def dims(x: int) -> gp.Columns[Dims]:
+        _log_calls(log_dir, [x])
+        return Dims(x + 10, f"n{x}", None if x % 7 == 0 else x / 4)
+
+    return dims
+
+
+def dims_of(x: int) -> tuple[int, str, float | None]:
+    """What :func:`counting_dims` computes for ``x``: the expected values of its three columns."""
+    return x + 10, f"n{x}", None if x % 7 == 0 else x / 4
 
 
 def counting_batch_sum(log_dir: str) -> gp.UDF:

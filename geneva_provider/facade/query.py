@@ -56,6 +56,10 @@ class Query:
             check_column_name(out, subject)
             if out.startswith("__"):
                 raise InvalidArgumentError(f"view column '{out}': names starting with '__' are reserved")
+            if isinstance(spec, UDF) and spec.multi_output:
+                raise InvalidArgumentError(
+                    f"view column '{out}': UDF '{spec.name}' computes several columns (it returns Columns[...]); "
+                    f"create the view, then add them to it with view.add_columns({spec.name}) and view.backfill")
             if isinstance(spec, UDF):
                 inputs = spec.input_columns if spec.input_columns is not None else sorted(names)
                 missing = [c for c in inputs if c not in names]

@@ -18,7 +18,7 @@ from geneva_provider.core.filters import check_where, lance_reason
 from geneva_provider.core.fingerprints import (
     is_fingerprint_column,
 )
-from geneva_provider.core.functions.udf import UDF, UdfColumnListing, udf_column_info
+from geneva_provider.core.functions.udf import UDF, UdfColumnListing, UnpackedUDF, lead_column, udf_column_info
 from geneva_provider.core.refs import TableRef
 
 if TYPE_CHECKING:
@@ -133,16 +133,30 @@ class Table:
         ds.delete(where)
 
     # ------------------------------------------------------------------ UDF columns
-    def add_columns(self, columns: dict[str, UDF | tuple[UDF, Sequence[str]]]) -> int:
+    def add_columns(self, columns: dict[str, UDF | tuple[UDF, Sequence[str]]] | UDF | UnpackedUDF) -> int:
         """Declares UDF columns: metadata-only, every value NULL until backfilled. Returns the version.
 
         ``{"y": double}`` reads the UDF's own input columns; ``{"y": (double, ["a"])}`` maps its
         parameters onto other columns.  A column that already holds the identical UDF (same version,
         type, inputs and recorded settings: a notebook cell run again) is left as it is, values
         included; a different UDF or a plain column of that name is ColumnError, and nothing changes.
+
+        A multi-output UDF (``-> Columns[T]``) is passed alone, ``add_columns(dims)``: it adds one column
+        per field of ``T``, named by the field; ``add_columns(UnpackedUDF(dims, prefix="img_"))`` prefixes
+        the names (and unpacks any UDF returning a struct).  Its columns are one group: computed in one
+        call per row, backfilled together (``backfill`` of any of them), dropped together.
         """
         from geneva_provider.pipeline.schema_changes import UpdateColumns
 
+        if isinstance(columns, UDF | UnpackedUDF):
+            if isinstance(columns, UDF) and not columns.multi_output:
+                raise InvalidArgumentError(
+                    f"add_columns on table '{self.name}': UDF '{columns.name}' computes one column; pass "
+                    f"{{'<column name>': {columns.name}}} (only a UDF returning Columns[...] is passed alone)")
+            unpacked = columns if isinstance(columns, UnpackedUDF) else UnpackedUDF(columns)
+            self.dataset()  # TableNotFoundError if the table was dropped
+            return UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'").add_udf_group(
+                unpacked).commit()
         if not isinstance(columns, Mapping) or not columns:
             raise InvalidArgumentError(f"add_columns on table '{self.name}': no columns given; pass a dict of column "
                                        f"name -> @udf function (or (udf, [input columns])), got {columns!r}")
@@ -384,7 +398,7 @@ class Table:
         # column that is missing or not a UDF column, a UDF input that is gone, or a bad filter -- as
         # backfill does.
         ds = self.dataset()
-        udf_with_inputs(ds, self.name, column)
+        udf_with_inputs(ds, self.name, lead_column(ds.schema, column))
         if parsed.where:
             check_where(ds, parsed.where, f"table '{self.name}'")
         return lambda control: backfill(self.ref, column, parsed, spark=spark, store=store or self.checkpoint_store,

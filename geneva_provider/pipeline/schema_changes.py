@@ -28,7 +28,15 @@ from geneva_provider.core.fingerprints import (
     holds_fingerprints_of,
 )
 from geneva_provider.core.fragments import column_field
-from geneva_provider.core.functions.udf import META_COLUMN_UID, META_NAME, META_VERSION, UDF, udf_column_info
+from geneva_provider.core.functions.udf import (
+    META_COLUMN_UID,
+    META_NAME,
+    META_VERSION,
+    UDF,
+    UnpackedUDF,
+    lead_column,
+    udf_column_info,
+)
 from geneva_provider.core.views.meta import META_QUERY
 from geneva_provider.pipeline.committer import Attempt, CommitPolicy, commit, conflict_of
 
@@ -81,24 +89,47 @@ class UpdateColumns:
         A fingerprint column of that name left behind by a drop outside the package is dropped first
         (its fingerprints are of old values); one the package did not make is refused.
         """
+        if fn.multi_output:
+            raise InvalidArgumentError(
+                f"{self.subject}: UDF '{fn.name}' computes the columns {UnpackedUDF(fn).columns} (it returns "
+                f"Columns[...]); add it as add_columns({fn.name}), not under the one column name '{column}'")
+        return self._add_udf(column, [column], fn, inputs)
+
+    def add_udf_group(self, unpacked: UnpackedUDF, inputs: Sequence[str] | None = None) -> Self:
+        """Adds the columns of a multi-output UDF, one per field of its struct, with one fingerprint column.
+
+        The group's first column (its lead) records the UDF; the fingerprint column is the lead's.  A
+        group that already holds the identical UDF is left as it is; any other column of those names is
+        ColumnError.
+        """
+        columns = unpacked.columns
+        there = [c for c in columns if c in self._schema.names]
+        if there and there != columns:
+            raise ColumnError(f"{self.subject}: UDF '{unpacked.udf.name}' computes the columns {columns}, but table "
+                              f"'{self.table.name}' already has {there}; drop them (or choose another prefix) first")
+        return self._add_udf(columns[0], columns, unpacked.unpacked, inputs)
+
+    def _add_udf(self, column: str, columns: list[str], fn: UDF, inputs: Sequence[str] | None) -> Self:
+        """Adds the UDF columns ``columns`` (``column``, their lead, first) and the lead's fingerprint column."""
         name, names = self.table.name, self._schema.names
         named = list(inputs) if inputs is not None else fn.input_columns
         if named is not None and fn.input_columns is not None and len(named) != len(fn.input_columns):
             raise InvalidArgumentError(
                 f"column '{column}': UDF '{fn.name}' takes {len(fn.input_columns)} inputs, got {named}")
         if column in names:
-            self._check_redeclared(column, fn, named)
+            self._check_redeclared(column, fn, named, columns)
             log.info("%s: column '%s' of table '%s' already holds UDF '%s' version %s; left as it is", self.subject,
                      column, name, fn.name, fn.version)
             return self
-        check_column_name(column, self.subject)
+        for c in columns:
+            check_column_name(c, self.subject)
         inputs = named if named is not None else sorted(self._existing)
         missing = [c for c in inputs if c not in self._existing]
         if missing:
             raise ColumnError(f"column '{column}': UDF '{fn.name}' reads {missing}, not found in table '{name}' "
                               f"(columns: {user_columns(names)})")
         try:
-            udf_field = fn.field(column, inputs)
+            fields = fn.group_fields(columns, inputs) if fn.multi_output else [fn.field(column, inputs)]
         except UDFDefinitionError as exc:
             raise UDFDefinitionError(f"column '{column}' of table '{name}': {exc}") from None
         fp = fingerprint_column(column)
@@ -108,11 +139,11 @@ class UpdateColumns:
                 f"'{name}' already has a column '{fp}' that the package did not make: rename or drop that column first")
         if fp in names:  # left behind by a drop outside the package: its fingerprints are of old values
             self._drop([fp])
-        self._add([udf_field, fingerprint_field(column)], f"column '{column}' ({udf_field.type})")
-        self._existing.add(column)  # later columns of the same change may read it
+        self._add([*fields, fingerprint_field(column)], ", ".join(f"column '{f.name}' ({f.type})" for f in fields))
+        self._existing.update(columns)  # later columns of the same change may read them
         return self
 
-    def _check_redeclared(self, column: str, fn: UDF, inputs: list[str] | None) -> None:
+    def _check_redeclared(self, column: str, fn: UDF, inputs: list[str] | None, columns: list[str]) -> None:
         """Passes when ``column`` already holds ``fn``: a re-declaration (a notebook cell run again) changes nothing.
 
         Held means what decides whether the column's values are valid -- the UDF's version (a hash of
@@ -130,7 +161,8 @@ class UpdateColumns:
         differs = [what for what, same in (
             (f"version {fn.version} (UDF '{fn.name}'), not {held.version} (UDF '{held.name}')",
              fn.version == held.version),
-            (f"type {fn.data_type}, not {current.type}", fn.data_type == current.type),
+            (f"type {fn.data_type}, not {current.type}", fn.multi_output or fn.data_type == current.type),
+            (f"columns {columns}, not {held.columns(column)}", columns == held.columns(column)),
             (f"input columns {inputs}, not {held.input_columns}", inputs is None or inputs == held.input_columns),
             (f"skip limits (max_rows, max_fraction) {limits}, not {(held.max_failed_rows, held.max_failed_fraction)}",
              limits == (held.max_failed_rows, held.max_failed_fraction)),
@@ -165,6 +197,7 @@ class UpdateColumns:
         if internal:
             raise ColumnError(f"cannot drop {internal} from table '{name}': the package keeps them (a "
                               "fingerprint column goes when its UDF column is dropped)")
+        self._check_whole_groups(columns)
         dropped = {*columns, *(fingerprint_column(c) for c in columns if fingerprint_column(c) in names)}
         kept = [n for n in names if n not in dropped]
         if not [n for n in kept if not is_internal_column(n)]:
@@ -179,6 +212,23 @@ class UpdateColumns:
                                   f"them; drop '{f.name}' too (in the same call) or first")
         self._drop(sorted(dropped, key=names.index))
         return self
+
+    def _check_whole_groups(self, columns: Sequence[str]) -> None:
+        """ColumnError unless ``columns`` names every column of each multi-output group it names any of.
+
+        A group's columns are computed by one call and judged valid by one fingerprint, as the
+        reference's ``Columns[T]`` columns "must be dropped together": dropping a part would leave columns
+        that no UDF computes, or a UDF whose outputs have no column.
+        """
+        for c in columns:
+            lead = lead_column(self._schema, c)
+            info = udf_column_info(self._schema.field(lead).metadata)
+            group = info.columns(lead) if info is not None else [c]
+            kept = [g for g in group if g not in columns]
+            if kept:
+                raise ColumnError(f"cannot drop {[g for g in group if g in columns]} from table '{self.table.name}' "
+                                  f"alone: UDF '{info.name if info else '?'}' computes the columns {group} together "
+                                  f"in one call; drop all of them in one call (the rest: {kept})")
 
     def swap_udf(self, column: str, fixed: UDF) -> Self:
         """Stores ``fixed`` as ``column``'s code, keeping its name, version, inputs and incarnation.
@@ -207,6 +257,9 @@ class UpdateColumns:
             raise ColumnError(f"column '{column}' of table '{name}' is not a UDF column")
         if not isinstance(fixed, UDF):
             raise UDFDefinitionError(f"column '{column}' of table '{name}': udf must be a @udf function, got {fixed!r}")
+        if fixed.multi_output or info.outputs:
+            raise UDFDefinitionError(f"column '{column}' of table '{name}': retry_failed with a fixed UDF does not "
+                                     "take a multi-output UDF; rerun the backfill of the group instead")
         if fixed.data_type != f.type:
             raise UDFDefinitionError(f"column '{column}' of table '{name}' holds {f.type}; the fixed UDF "
                                      f"'{fixed.name}' returns {fixed.data_type}")

@@ -43,11 +43,12 @@ class TableLook:
 
     def backlog(self, column: str) -> ColumnBacklog:
         """Rows whose ``column`` was never computed; ColumnError unless a job computes ``column``."""
+        from geneva_provider.core.functions.udf import lead_column
         from geneva_provider.core.table_status import column_backlog
 
         if column not in self._backlogs:
             check_computed_column(self.ds, column, self.table)
-            self._backlogs[column] = column_backlog(self.ds, column, self.table)
+            self._backlogs[column] = column_backlog(self.ds, lead_column(self.ds.schema, column), self.table)
         return self._backlogs[column]
 
 
@@ -57,13 +58,14 @@ def check_computed_column(ds: Dataset, column: str, table: str) -> None:
     A plain column is never "pending", so waiting on it would succeed at once for the wrong reason;
     the error is the one a backfill of that column raises.
     """
+    from geneva_provider.core.functions.udf import lead_column
     from geneva_provider.core.views.meta import META_QUERY, view_info
     from geneva_provider.pipeline.columns.plan_backfill import udf_of
 
     metadata = ds.schema.metadata or {}
     if META_QUERY.encode() in metadata and column in view_info(metadata, table).query.columns:
         return
-    udf_of(ds, table, column)
+    udf_of(ds, table, lead_column(ds.schema, column))
 
 
 class _Probe(BaseModel):

@@ -28,14 +28,15 @@ from pydantic import BaseModel, ConfigDict
 from geneva_provider.core.contracts.options import JobOptions
 from geneva_provider.core.error_policy import RowFailure, call_with_policy
 from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
-from geneva_provider.core.functions.arrow_types import arrow_type, convert_exactly
+from geneva_provider.core.functions.arrow_types import arrow_type, convert_exactly, schema_of_row_type
 from geneva_provider.core.functions.base import UDFCallError, UserFunction, dumps_by_value, options
 from geneva_provider.core.functions.binding import bind, input_list
+from geneva_provider.core.functions.columns import Columns, columns_of, is_named_tuple
 from geneva_provider.core.functions.identity import udf_fingerprint
 from geneva_provider.core.resources import UDFResources, resources_from_metadata
 
-__all__ = ["UDF", "UDFCallError", "UDFKind", "UdfColumnInfo", "UdfColumnListing", "dumps_by_value", "load_udf",
-           "udf", "udf_column_info"]
+__all__ = ["UDF", "Columns", "UDFCallError", "UDFKind", "UdfColumnInfo", "UdfColumnListing", "UnpackedUDF",
+           "dumps_by_value", "lead_column", "load_udf", "udf", "udf_column_info"]
 
 META_PREFIX = "geneva::udf::"
 META_NAME = META_PREFIX + "name"
@@ -49,6 +50,10 @@ META_SKIP_LIMITS = META_PREFIX + "skip_limits"  # what the driver checks without
 META_JOB_DEFAULTS = META_PREFIX + "job_defaults"  # the column's backfill sizes when a backfill gives none
 META_AUTO_BACKFILL = META_PREFIX + "auto_backfill"
 JOB_DEFAULTS = ("checkpoint_size", "task_size", "min_checkpoint_size", "max_checkpoint_size")
+# A multi-output UDF's group: its first column records the UDF and every column of the group (JSON, in
+# the order of the UDF's fields); each other column names that first column, its *lead*.
+META_OUTPUTS = META_PREFIX + "outputs"
+META_OUTPUT_OF = META_PREFIX + "output_of"
 
 
 class UDFKind(StrEnum):
@@ -72,10 +77,26 @@ class UDF(UserFunction):
     job_defaults: dict[str, int] = field(default_factory=dict)  # sizes of JOB_DEFAULTS a backfill may override
     field_metadata: dict[str, str] = field(default_factory=dict)  # the user's own keys on the column's Arrow field
     auto_backfill: bool = False  # recorded for the reference's managed agent; nothing here acts on it
+    multi_output: bool = False  # ``-> Columns[T]``: each field of the struct ``data_type`` is a column of its own
+
+    @property
+    def is_multi_output(self) -> bool:
+        """Whether the UDF computes several columns (``-> Columns[T]``); the reference's name."""
+        return self.multi_output
 
     def outputs(self) -> pa.Schema:
-        """The one (nullable) field a call computes, named by the UDF; the column names it when it is added."""
+        """What a call computes: the one (nullable) field named by the UDF (the column names it when it is
+        added); for a multi-output UDF, one nullable field per field of its struct, named by the field."""
+        if self.multi_output:
+            return pa.schema([f.with_nullable(True) for f in self.data_type])
         return pa.schema([pa.field(self.name, self.data_type, nullable=True)])
+
+    def split(self, values: pa.Array) -> list[pa.Array]:
+        """A multi-output UDF's struct values as one array per output column (a NULL row: NULL in each)."""
+        if not isinstance(values, pa.StructArray):
+            raise UDFCallError(f"returned an array of type {values.type}, expected the declared struct "
+                               f"{self.data_type}")
+        return list(values.flatten())
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, batch: pa.RecordBatch | pa.Table, input_columns: Sequence[str],
@@ -213,6 +234,69 @@ class UDF(UserFunction):
         """The nullable Arrow field for ``column`` computed by this UDF."""
         return pa.field(column, self.data_type, nullable=True, metadata=self.to_field_metadata(input_columns))
 
+    def group_fields(self, columns: Sequence[str], input_columns: Sequence[str] | None) -> list[pa.Field]:
+        """A multi-output UDF's columns, one per output field: the first (the lead) records the UDF and the
+        group, the others name the lead.  They share one incarnation id, so an added group is recognised whole.
+        """
+        outputs = self.outputs()
+        lead = self.to_field_metadata(input_columns)
+        lead[META_OUTPUTS] = json.dumps(list(columns))
+        member = {META_OUTPUT_OF: columns[0], META_COLUMN_UID: lead[META_COLUMN_UID]}
+        return [pa.field(column, f.type, nullable=True,
+                         metadata={**_text(f.metadata), **(lead if i == 0 else member)})
+                for i, (column, f) in enumerate(zip(columns, outputs, strict=True))]
+
+
+def _text(metadata: dict[bytes, bytes] | None) -> dict[str, str]:
+    """Field metadata as text (an output field's own, such as Lance's blob encoding, kept on its column)."""
+    return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in (metadata or {}).items()}
+
+
+@dataclass(frozen=True)
+class UnpackedUDF:
+    """A UDF whose struct values are unpacked into top-level columns, each named ``prefix`` + the field's name.
+
+    ``table.add_columns(UnpackedUDF(f, prefix="img_"))`` (the reference's call-site wrapper);
+    ``table.add_columns(f)`` for a ``-> Columns[T]`` UDF is the same with no prefix.  Any UDF whose
+    ``data_type`` is a struct can be unpacked so.
+    """
+
+    udf: UDF
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.udf, UDF):
+            raise UDFDefinitionError(f"UnpackedUDF needs a @udf function, got {self.udf!r}")
+        label = self.udf.label
+        if not pa.types.is_struct(self.udf.data_type) or not self.udf.data_type.num_fields:
+            raise UDFDefinitionError(f"{label} returns {self.udf.data_type}: only a UDF returning a struct (of at "
+                                     "least one field) can be unpacked into columns; annotate it -> Columns[T]")
+        if not isinstance(self.prefix, str) or (self.prefix and not self.prefix.isidentifier()):
+            raise UDFDefinitionError(f"{label}: the prefix of its columns must be empty or a valid identifier "
+                                     f"prefix, got {self.prefix!r}")
+        names = self.columns
+        if len(set(names)) != len(names):
+            raise UDFDefinitionError(f"{label}: its fields would name a column twice: {names}")
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns the UDF computes, in the order of its struct's fields."""
+        return [f"{self.prefix}{f.name}" for f in self.udf.data_type]
+
+    @property
+    def unpacked(self) -> UDF:
+        """The UDF as it is stored on its columns: multi-output, whatever its annotation."""
+        return self.udf if self.udf.multi_output else dataclasses.replace(self.udf, multi_output=True)
+
+
+def lead_column(schema: pa.Schema, column: str) -> str:
+    """The column that records ``column``'s UDF: the first column of its multi-output group, else itself."""
+    if column not in schema.names:
+        return column
+    lead = (schema.field(column).metadata or {}).get(META_OUTPUT_OF.encode())
+    return lead.decode() if lead is not None else column
+
 
 class _Offset(list[RowFailure]):
     """A failure list that shifts the row index of what is appended to it into a parent list."""
@@ -242,6 +326,11 @@ class UdfColumnInfo:
     resources: UDFResources | None = None  # what each task computing the column needs (None: nothing)
     job_defaults: dict[str, int] = field(default_factory=dict)  # backfill sizes of @udf(checkpoint_size=...)
     auto_backfill: bool = False
+    outputs: list[str] | None = None  # a multi-output UDF's lead: every column of its group (None: one column)
+
+    def columns(self, column: str) -> list[str]:
+        """The columns computed with ``column`` (its lead's group, or itself), in the UDF's field order."""
+        return list(self.outputs) if self.outputs else [column]
 
     def listing(self) -> UdfColumnListing:
         """The user-facing facts (no pickle)."""
@@ -284,7 +373,8 @@ def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | No
                          column_uid=md.get(META_COLUMN_UID, ""), max_failed_rows=limits.get("max_rows"),
                          max_failed_fraction=limits.get("max_fraction"), resources=resources_from_metadata(md),
                          job_defaults=json.loads(md.get(META_JOB_DEFAULTS, "{}")),
-                         auto_backfill=md.get(META_AUTO_BACKFILL) == "true")
+                         auto_backfill=md.get(META_AUTO_BACKFILL) == "true",
+                         outputs=json.loads(md[META_OUTPUTS]) if META_OUTPUTS in md else None)
 
 
 
@@ -366,15 +456,19 @@ def udf(
         else:
             kind = UDFKind.ARRAY if binding.takes(pa.Array) else UDFKind.SCALAR
             inputs = binding.columns(given, opts.label)
+        fields = columns_of(binding.returns)
         out_type = data_type
-        if out_type is None:
+        if fields is not None:
+            out_type = _columns_type(fields, data_type, opts.label)
+        elif out_type is None:
             out_type = arrow_type(binding.returns, opts.label, "pass data_type=pa.<type>()")
         if not isinstance(out_type, pa.DataType):
             raise UDFDefinitionError(f"{opts.label}: data_type must be a pyarrow DataType, got {out_type!r}")
         return UDF(func=f, data_type=out_type, kind=kind, input_columns=inputs, name=opts.name,
                    version=opts.version or code_version(f, out_type, kind), stateful=binding.stateful,
                    concurrency=concurrency, on_error=opts.on_error, resources=opts.resources,
-                   job_defaults=defaults, field_metadata=metadata, auto_backfill=auto_backfill)
+                   job_defaults=defaults, field_metadata=metadata, auto_backfill=auto_backfill,
+                   multi_output=fields is not None)
 
     if func is not None:
         return wrap(func)
@@ -402,6 +496,19 @@ def _user_metadata(metadata: Any, label: str) -> dict[str, str]:
     if taken:
         raise UDFDefinitionError(f"{label}: field_metadata keys {taken} are the package's own (prefix {META_PREFIX!r})")
     return dict(metadata)
+def _columns_type(fields: Any, data_type: pa.DataType | None, label: str) -> pa.DataType:
+    """The struct a ``-> Columns[T]`` UDF returns: ``T``'s fields (all nullable, as columns are), or the
+    explicit ``data_type`` (a struct of as many fields, e.g. for Arrow field metadata)."""
+    if not is_named_tuple(fields):
+        raise UDFDefinitionError(f"{label}: Columns[...] takes a NamedTuple, got {fields!r}")
+    inferred = pa.struct([f.with_nullable(True) for f in schema_of_row_type(fields, label, "pass data_type=")])
+    if data_type is None:
+        return inferred
+    if not isinstance(data_type, pa.DataType) or not pa.types.is_struct(data_type) or \
+            [f.name for f in data_type] != [f.name for f in inferred]:
+        raise UDFDefinitionError(f"{label}: returns Columns[{fields.__name__}], so data_type must be a struct of "
+                                 f"its fields {[f.name for f in inferred]}, got {data_type!r}")
+    return data_type
 
 
 def code_version(func: Any, data_type: pa.DataType, kind: UDFKind) -> str:

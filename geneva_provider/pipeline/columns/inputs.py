@@ -124,12 +124,13 @@ InputFactory = Callable[[StageContext, Any], JobInput]  # (the job, the table at
 
 
 class ScanInput:
-    """Backfill input: the fragment's own rows, one UDF column out."""
+    """Backfill input: the fragment's own rows, the UDF's column out (its N columns for a multi-output UDF)."""
 
     def __init__(self, ctx: StageContext, ds: Dataset) -> None:
         self.job = ctx.job
         self.ds = ds
-        (self.column,) = ctx.job.row_group.columns  # a backfill's one group: its UDF column
+        self.columns = ctx.job.row_group.columns  # a backfill's one group: its UDF's columns, the lead first
+        self.column = self.columns[0]
         self.fn = udf_for(ds, self.column)
         if ctx.settings.intra_applier_concurrency is not None:  # the backfill's, over the UDF's own concurrency
             self.fn = self.fn.with_concurrency(ctx.settings.intra_applier_concurrency)
@@ -141,7 +142,13 @@ class ScanInput:
         return read_pieces(self.ds, pieces, self.job.input_columns)
 
     def compute(self, rows: pa.Table, failures: Failures, watch: Watch | None = None) -> dict[str, pa.Array]:
-        return {self.column: evaluate(self.column, self.fn, rows, self.job.input_columns, failures, watch)}
+        values = evaluate(self.column, self.fn, rows, self.job.input_columns, failures, watch)
+        if not self.fn.multi_output:
+            return {self.column: values}
+        try:  # one call per row computed every column of the group
+            return dict(zip(self.columns, self.fn.split(values), strict=True))
+        except UDFCallError as exc:
+            raise ComputeError(self.column, self.fn.name, exc) from exc
 
     def fingerprints(self, rows: pa.Table) -> pa.Array:
         return row_fingerprints([rows.column(c) for c in self.job.input_columns], self.seed, rows.num_rows)

@@ -96,7 +96,9 @@ class BackfillKind(_ColumnKind):
             if udf is None or fp not in names or any(c not in names for c in udf.input_columns or []):
                 continue
             read_ids = sorted({i for c in udf.input_columns or [] for i in column_field_ids(ds, c)})
-            out = column_leaf_ids(ds, column) + column_leaf_ids(ds, fp)
+            if any(c not in names for c in udf.columns(column)):
+                continue
+            out = [i for c in [*udf.columns(column), fp] for i in column_leaf_ids(ds, c)]
             families[backfill_prefix(udf, column, table.uri)] = CheckpointFamily(read_ids, out)
         return families
 

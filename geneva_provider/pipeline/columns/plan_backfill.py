@@ -26,7 +26,7 @@ from geneva_provider.core.fingerprints import (
     row_fingerprints,
 )
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, live_row_addresses
-from geneva_provider.core.functions.udf import UdfColumnInfo, udf_column_info
+from geneva_provider.core.functions.udf import UdfColumnInfo, lead_column, udf_column_info
 from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store.checkpoint import CheckpointStore
@@ -60,24 +60,26 @@ def plan_backfill(
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"backfill of table '{table.name}': read_version {options.read_version}: "
                                    f"{exc}") from None
+    column = lead_column(ds.schema, column)  # any column of a multi-output group backfills the group
     info = udf_with_inputs(ds, table.name, column)
     options = with_udf_defaults(options, info, job)
+    outputs = info.columns(column)
     inputs = info.input_columns or []
     where = options.where or None
     check_where(ds, where, f"table '{table.name}'")
     ds = _with_fingerprints(table, ds, column, options.read_version)  # the last check, and the first change
     fp = fingerprint_column(column)
     if options.read_version is None:  # values kept by a table changed outside the package: made committable
-        ds = complete_output_layout(table, ds, [column, fp])
+        ds = complete_output_layout(table, ds, [*outputs, fp])
 
-    out_leaves = column_leaf_ids(ds, column) + column_leaf_ids(ds, fp)
+    out_leaves = [i for c in [*outputs, fp] for i in column_leaf_ids(ds, c)]
     prefix = backfill_prefix(info, column, table.uri)
     examiner = BackfillExaminer(ds, inputs, where, info.version, fp)
     fragments, work = plan_fragments(ds, call.store, prefix, examiner, out_leaves, info.column_uid, where,
                                      limit=options.num_frags)
     spec = JobSpec(
         kind=JobKind.BACKFILL, table=table.name, table_uri=table.uri, column=column,
-        outputs=[OutputGroup(columns=[column], fingerprint=fp)], row_fingerprint=fp,
+        outputs=[OutputGroup(columns=outputs, fingerprint=fp)], row_fingerprint=fp,
         input_columns=inputs, where=where, read_version=ds.version, output_field_ids=out_leaves,
         column_uid=info.column_uid, data_storage_version=str(ds.data_storage_version), job_prefix=prefix,
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,
