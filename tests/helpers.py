@@ -225,6 +225,23 @@ def plain_double(x: int) -> int:
     return x * 2
 
 
+@gp.udf(data_type=pa.int64(), name="plain_triple")
+def plain_triple(x: int) -> int:
+    """x*3: the revised code of a ``plain_double`` column (``alter_columns``), importable by reference from a DAG."""
+    return x * 3
+
+
+def counting_times(log_dir: str, k: int) -> gp.UDF:
+    """Scalar x*k that logs each call (as :func:`counting_double`); ``k`` is part of its version."""
+
+    @gp.udf(data_type=pa.int64(), name=f"times_{k}")
+    def multiply(x: int) -> int:
+        _log_calls(log_dir, [x])
+        return x * k
+
+    return multiply
+
+
 @gp.udf(data_type=pa.int64(), name="broken_double")
 def broken_double(x: int) -> int:
     """A UDF with a bug: it fails on x == 7 every time (a deterministic failure, never worth a retry)."""

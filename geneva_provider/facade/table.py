@@ -191,9 +191,50 @@ class Table:
         self.dataset()  # TableNotFoundError if the table was dropped
         UpdateColumns(self.ref, subject=f"drop_columns on table '{self.name}'").drop_columns(columns).commit()
 
+    def alter_columns(self, *alterations: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> int:
+        """Alters columns, each named by an alteration dict's ``path`` (several dicts, or one list of them).
+
+        ``{"path": "y", "udf": new_udf}`` revises UDF column ``y``: the new UDF (``input_columns``: other
+        inputs, default those of the old one) must return the column's type.  Its values stay, and read, as
+        the old UDF computed them, but each is *stale* from now on (its fingerprint is seeded with the old
+        UDF's version) until a backfill computes it again: ``backfill("y")`` computes every stale row,
+        ``backfill("y", where=...)`` those it selects (the others keep their old values, still stale).
+        ``rename`` (or Lance's ``name``) renames a column -- a UDF column with its fingerprint column --,
+        ``nullable`` and ``data_type`` (of a plain column) change what Lance's ``alter_columns`` changes; the
+        values stay.  Every alteration is checked before anything changes (ColumnError / UDFDefinitionError /
+        InvalidArgumentError naming the table and column); returns the table's version.
+        """
+        from geneva_provider.pipeline.schema_changes import UpdateColumns
+
+        subject = f"alter_columns on table '{self.name}'"
+        items = list(alterations[0]) if len(alterations) == 1 and isinstance(alterations[0], list | tuple) \
+            else list(alterations)
+        if not items:
+            raise InvalidArgumentError(f"{subject}: no alterations given; pass dicts such as "
+                                       "{'path': 'y', 'udf': new_udf} or {'path': 'a', 'rename': 'b'}")
+        self.dataset()  # TableNotFoundError if the table was dropped
+        update = UpdateColumns(self.ref, subject=subject)
+        for alteration in items:
+            path, fn, inputs, change = _alteration(alteration, subject)
+            if fn is not None:
+                update.revise_udf(path, fn, inputs)
+            if change:
+                update.alter_column(path, **change)
+        return update.commit()
+
     def udf_columns(self) -> dict[str, dict[str, Any]]:
-        """UDF columns of the table: name -> UDF name, version, kind and input columns."""
-        return {name: listing.model_dump() for name, listing in self.udf_column_listings().items()}
+        """UDF columns of the table: name -> UDF name, version, kind, input columns, and the rows ``rows_valid``,
+        ``rows_stale`` (computed from other inputs or by an older version of the UDF: see ``alter_columns``) and
+        ``rows_missing`` as :meth:`status` counts them (None on a query view, whose refresh judges its rows)."""
+        from geneva_provider.pipeline.table_report import column_states
+
+        states = {c.column: c for c in column_states(self.ref, self.dataset())}
+        listed = {}
+        for name, listing in self.udf_column_listings().items():
+            state = states.get(name)
+            listed[name] = {**listing.model_dump(), **{k: getattr(state, k) if state else None
+                                                       for k in ("rows_valid", "rows_stale", "rows_missing")}}
+        return listed
 
     def udf_column_listings(self) -> dict[str, UdfColumnListing]:
         """UDF columns of the table as typed listings: name -> UDF name, version, kind and input columns."""
@@ -465,6 +506,42 @@ class Table:
         if swap is not None:
             swap.commit()
         return self.backfill(column, where, spark=spark, **options)
+
+
+_ALTERATION_KEYS = ("path", "udf", "virtual_column", "input_columns", "rename", "name", "nullable", "data_type")
+
+
+def _alteration(alteration: Any, subject: str) -> tuple[str, UDF | None, list[str] | None, dict[str, Any]]:
+    """One ``alter_columns`` dict as (path, new UDF, its inputs, Lance's changes: rename / nullable / data_type).
+
+    The reference's aliases are taken: ``virtual_column`` for ``udf`` (its older name), ``name`` for ``rename``
+    (Lance's).  InvalidArgumentError naming the alteration for an unknown key, a missing path or nothing to do.
+    """
+    if not isinstance(alteration, Mapping):
+        raise InvalidArgumentError(f"{subject}: each alteration is a dict with a 'path', got {alteration!r}")
+    unknown = sorted(set(alteration) - set(_ALTERATION_KEYS))
+    path = alteration.get("path")
+    if unknown or not isinstance(path, str) or not path:
+        raise InvalidArgumentError(f"{subject}: alteration {dict(alteration)!r}: " + (
+            f"unknown key(s) {unknown} (known: {list(_ALTERATION_KEYS)})" if unknown else
+            "'path' must name a column"))
+    for key, alias in (("udf", "virtual_column"), ("rename", "name")):
+        if key in alteration and alias in alteration:
+            raise InvalidArgumentError(f"{subject}: column '{path}': give '{key}' or '{alias}', not both")
+    fn = alteration.get("udf", alteration.get("virtual_column"))
+    inputs = alteration.get("input_columns")
+    if inputs is not None and fn is None:
+        raise InvalidArgumentError(f"{subject}: column '{path}': input_columns goes with a new 'udf'")
+    if inputs is not None and (isinstance(inputs, str) or not isinstance(inputs, Sequence)):
+        raise InvalidArgumentError(f"{subject}: column '{path}': input_columns must be a list of column names, "
+                                   f"got {inputs!r}")
+    change = {k: v for k, v in (("rename", alteration.get("rename", alteration.get("name"))),
+                                ("nullable", alteration.get("nullable")),
+                                ("data_type", alteration.get("data_type"))) if v is not None}
+    if fn is None and not change:
+        raise InvalidArgumentError(f"{subject}: column '{path}': nothing to alter (give udf, rename, nullable or "
+                                   "data_type)")
+    return path, fn, list(inputs) if inputs is not None else None, change
 
 
 def _check_store(store: Any, job: str) -> None:

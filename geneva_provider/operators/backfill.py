@@ -1,4 +1,4 @@
-"""Operators for the Airflow-side stages of a backfill: add columns, plan, verify.
+"""Operators for the Airflow-side stages of a backfill: add or alter columns, plan, verify.
 
 Each runs one stage in the Airflow worker (no Spark) and returns a small JSON dict.  The
 pipeline is imported inside ``execute``, so importing this module stays light.
@@ -71,6 +71,67 @@ def _udf_spec(spec: Any, column: str, job: str) -> tuple[Any, list[str] | None]:
         raise InvalidArgumentError(f"{job}: column '{column}' takes a UDF reference or a pair "
                                    f"(reference, [input columns]), got {spec!r}")
     return spec[0], list(spec[1])
+
+
+ALTERATIONS_EXPECTED = '[{"path": "y", "udf": "my_pkg.udfs:double_v2"}, {"path": "a", "rename": "b"}]'
+
+
+class GenevaAlterColumnsOperator(BaseOperator):
+    """Alters columns with ``Table.alter_columns``: revises a UDF column's code, renames, changes nullability.
+
+    A revised UDF column keeps its values, now stale, until a backfill computes them again: put this task
+    before the column's backfill task group, which then computes exactly the rows whose value an older
+    version of the UDF computed (or, with ``where``, those it selects).  Running it again changes nothing
+    more: the same UDF recorded again leaves the column's values as stale or valid as they are.
+
+    :param table: table name in the Lance database.
+    :param alterations: a list of dicts, each with a ``path`` (the column) and any of ``udf`` (a
+        ``"package.module:name"`` reference to the new UDF), ``input_columns``, ``rename`` (or ``name``),
+        ``nullable`` and ``data_type`` (a pyarrow type name such as ``"int64"``, for a plain column).
+    :param lance_conn_id: the ``lance`` connection naming the database.
+    """
+
+    template_fields: Sequence[str] = ("table", "alterations")
+    ui_color = "#e8f4f8"
+
+    def __init__(self, *, table: str, alterations: list[dict[str, Any]],
+                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.alterations = alterations
+        self.lance_conn_id = lance_conn_id
+
+    @fails_without_retry
+    def execute(self, context: Any) -> dict[str, Any]:
+        job = f"alter_columns on table '{self.table}'"
+        if not isinstance(self.alterations, list | tuple) or not self.alterations or not all(
+                isinstance(a, dict) for a in self.alterations):
+            raise InvalidArgumentError(f"{job}: alterations must be a non-empty list of dicts such as "
+                                       f"{ALTERATIONS_EXPECTED}, got {self.alterations!r}")
+        resolved = [_resolved_alteration(a, job) for a in self.alterations]
+        tbl = LanceHook(self.lance_conn_id).open_table(self.table)
+        version = tbl.alter_columns(resolved)
+        paths = [a.get("path") for a in resolved]
+        self.log.info("Altered column(s) %s of table '%s' (version %s)", paths, self.table, version)
+        return {"table": self.table, "altered": paths, "version": version}
+
+
+def _resolved_alteration(alteration: dict[str, Any], job: str) -> dict[str, Any]:
+    """An alteration with its UDF reference imported and its type name made a pyarrow type."""
+    resolved = dict(alteration)
+    column = str(alteration.get("path"))
+    for key in ("udf", "virtual_column"):
+        if key in resolved:
+            resolved[key] = import_udf(resolved[key], column)
+    if isinstance(resolved.get("data_type"), str):
+        import pyarrow as pa
+
+        try:
+            resolved["data_type"] = pa.type_for_alias(resolved["data_type"])
+        except ValueError:
+            raise InvalidArgumentError(f"{job}: column '{column}': data_type {resolved['data_type']!r} is not a "
+                                       "pyarrow type name (e.g. 'int64', 'float32', 'string')") from None
+    return resolved
 
 
 class GenevaPlanBackfillOperator(BaseOperator):

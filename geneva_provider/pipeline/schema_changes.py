@@ -1,14 +1,17 @@
 """Schema changes of a table, built then committed: pyiceberg's ``UpdateSchema`` for UDF columns.
 
 A UDF column never comes alone: its fingerprint column (:mod:`geneva_provider.core.fingerprints`)
-is added with it and dropped with it, and a swap of its UDF (``retry_failed`` with a fix) keeps the
-column's name, version, inputs and incarnation, so the values computed stay valid.
+is added with it, dropped with it and renamed with it.  A swap of its UDF (``retry_failed`` with a fix)
+keeps the column's name, version, inputs and incarnation, so the values computed stay valid; a revision
+(``alter_columns`` with a new UDF) records the new UDF's version, so every value computed by an older
+one is stale -- still stored and read -- until a backfill computes it again.
 :class:`UpdateColumns` gathers such changes and checks each against the schema as changed so far
 when it is added, so a bad one fails before anything is committed.  ``commit()`` lands them through
-the committer (:mod:`geneva_provider.pipeline.committer`): drops, then additions, then metadata --
-each rebuilt from the latest version on a conflict, and each recognised when it had already landed
-(the dropped columns gone, the added ones there with this change's incarnation ids, the metadata in
-place), so a retried change is never made twice.
+the committer (:mod:`geneva_provider.pipeline.committer`): drops, then additions, then
+alterations (renames, nullability, types), then metadata -- each rebuilt from the latest version on a
+conflict, and each recognised when it had already landed (the dropped columns gone, the added ones there
+with this change's incarnation ids, the renamed ones under their new names, the metadata in place), so a
+retried change is never made twice.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Self, TypeAlias
+from typing import TYPE_CHECKING, Any, Self, TypeAlias
 
 from geneva_provider.core.column_names import check_column_name, is_internal_column, user_columns
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.fingerprints import (
+    FINGERPRINT_OF,
     fingerprint_column,
     fingerprint_field,
     holds_fingerprints_of,
@@ -63,7 +67,8 @@ class _Addition:
 
 class UpdateColumns:
     """A change of one table's columns: add UDF columns (with their fingerprint columns) or plain fields,
-    drop columns (with theirs), swap a UDF column's code, set table metadata; then :meth:`commit`.
+    drop columns (with theirs), swap or revise a UDF column's code, rename columns or change their
+    nullability or type, set table metadata; then :meth:`commit`.
 
     ``subject`` names the change in errors ("add_columns on table 'events'"); ``policy`` bounds the
     commit's retries of conflicts (by default the package's).
@@ -80,6 +85,8 @@ class UpdateColumns:
         self._addition = _Addition()
         self._field_metadata: dict[str, tuple[str, dict[str, str]]] = {}  # column -> (its incarnation, metadata)
         self._table_metadata: dict[str, str | None] = {}
+        self._alterations: list[dict[str, Any]] = []  # Lance's alter_columns: path, name, nullable, data_type
+        self._fp_owners: dict[str, str] = {}  # a renamed fingerprint column -> the column it now belongs to
         self._done: set[str] = set()  # the steps of commit() that landed
 
     # ------------------------------------------------------------------ building
@@ -236,42 +243,154 @@ class UpdateColumns:
         The type and the number of inputs must match: the stored values and their fingerprints stay
         as they are, so only rows without a valid value (the failed ones) are computed by the fix.
         """
-        info, metadata = self._check_swap(column, fixed)
+        info, metadata = self._check_swap(column, fixed, "fixed", None)
         kept = {k: getattr(info, a) for k, a in ((META_NAME, "name"), (META_VERSION, "version"),
                                                  (META_COLUMN_UID, "column_uid"))}
         self._field_metadata[column] = (info.column_uid, {**metadata, **kept})
         return self
+
+    def revise_udf(self, column: str, fn: UDF, inputs: Sequence[str] | None = None) -> Self:
+        """Stores ``fn`` as ``column``'s UDF with its own name and version, reading ``inputs`` (default: the
+        columns the old UDF read); the column keeps its incarnation, its values and their fingerprints.
+
+        The fingerprints are seeded with the UDF's version, so every value an older version computed is
+        stale from now on -- still stored and read -- and the next backfill (or one whose ``where`` selects
+        it) computes it again; a UDF of the same version changes nothing the backfill sees.  The type must be
+        the column's and the inputs must exist.
+        """
+        info, metadata = self._check_swap(column, fn, "new", inputs)
+        self._field_metadata[column] = (info.column_uid, {**metadata, META_COLUMN_UID: info.column_uid})
+        return self
+
+    def alter_column(self, path: str, *, rename: str | None = None, nullable: bool | None = None,
+                     data_type: pa.DataType | None = None) -> Self:
+        """Renames a top-level column (a UDF column with its fingerprint column), or changes its nullability or
+        type, with Lance's ``alter_columns``: a schema change, the values stay.
+
+        Refused, changing nothing: the package's own columns, a name that exists, renaming a column a UDF
+        column reads, renaming a view's column, making a UDF column non-nullable (its rows are NULL until
+        computed) and changing a UDF column's type (the UDF's type decides it).
+        """
+        import pyarrow as pa
+
+        name, names = self.table.name, self._schema.names
+        where = f"{self.subject}: column '{path}' of table '{name}'"
+        if path not in names:
+            raise ColumnError(f"{self.subject}: column '{path}' not found in table '{name}' "
+                              f"(columns: {user_columns(names)})")
+        if is_internal_column(path):
+            raise ColumnError(f"{where} is the package's own (it follows its UDF column)")
+        info = udf_column_info(self._schema.field(path).metadata)
+        change: dict[str, Any] = {}
+        if data_type is not None:
+            if not isinstance(data_type, pa.DataType):
+                raise InvalidArgumentError(f"{where}: data_type must be a pyarrow DataType, got {data_type!r}")
+            if info is not None:
+                raise ColumnError(f"{where} is computed by UDF '{info.name}' and holds its type "
+                                  f"({self._schema.field(path).type}); drop it and add a UDF of the new type")
+            change["data_type"] = data_type
+        if nullable is not None:
+            if not isinstance(nullable, bool):
+                raise InvalidArgumentError(f"{where}: nullable must be True or False, got {nullable!r}")
+            if info is not None and not nullable:
+                raise ColumnError(f"{where} is a UDF column: it must stay nullable (its rows are NULL until computed)")
+            change["nullable"] = nullable
+        if rename is not None:
+            change["name"] = rename
+            self._check_rename(path, rename, info is not None)
+        if not change:
+            raise InvalidArgumentError(f"{where}: nothing to alter (give rename, nullable or data_type)")
+        self._alterations.append({"path": path, **change})
+        if rename is not None:
+            self._rename(path, rename)
+        field = self._schema.field(change.get("name", path))
+        field = field.with_nullable(change.get("nullable", field.nullable))
+        field = field.with_type(change.get("data_type", field.type))
+        self._schema = self._schema.set(self._schema.get_field_index(field.name), field)
+        return self
+
+    def _check_rename(self, path: str, rename: str, is_udf: bool) -> None:
+        name, names = self.table.name, self._schema.names
+        check_column_name(rename, self.subject)
+        taken = [c for c in (rename, fingerprint_column(rename) if is_udf else None) if c in names]
+        if taken:
+            raise ColumnError(f"{self.subject}: cannot rename column '{path}' of table '{name}' to '{rename}': "
+                              f"column '{taken[0]}' exists")
+        if META_QUERY.encode() in (self._schema.metadata or {}):
+            raise ColumnError(f"{self.subject}: cannot rename column '{path}' of view '{name}': a view's columns "
+                              "are named by its query")
+        readers = [f.name for f in self._schema if (i := udf_column_info(f.metadata)) is not None
+                   and path in (i.input_columns or [])]
+        if readers:
+            raise ColumnError(f"{self.subject}: cannot rename column '{path}' of table '{name}': UDF column(s) "
+                              f"{readers} read it")
+
+    def _rename(self, path: str, rename: str) -> None:
+        """Renames in the schema as changed so far; a UDF column's fingerprint column and pending swap follow it."""
+        fp = fingerprint_column(path)
+        if fp in self._schema.names and holds_fingerprints_of(self._schema.field(fp), path):
+            self._alterations.append({"path": fp, "name": fingerprint_column(rename)})
+            self._fp_owners[fingerprint_column(rename)] = rename
+            i = self._schema.get_field_index(fp)
+            self._schema = self._schema.set(i, self._schema.field(fp).with_name(fingerprint_column(rename)))
+        if path in self._field_metadata:
+            self._field_metadata[rename] = self._field_metadata.pop(path)
+        i = self._schema.get_field_index(path)
+        self._schema = self._schema.set(i, self._schema.field(path).with_name(rename))
+        self._existing = (self._existing - {path}) | {rename}
 
     def set_table_metadata(self, values: Mapping[str, str | None]) -> Self:
         """Sets the table's (schema) metadata ``values``; None removes a key."""
         self._table_metadata.update(values)
         return self
 
-    def _check_swap(self, column: str, fixed: UDF) -> tuple[UdfColumnInfo, dict[str, str]]:
+    def _check_swap(self, column: str, fn: UDF, word: str, inputs: Sequence[str] | None
+                    ) -> tuple[UdfColumnInfo, dict[str, str]]:
+        """The column's UDF, and the metadata that records ``fn`` (the ``word`` UDF) on it reading ``inputs``
+        (None: what it reads now); UDFDefinitionError / ColumnError naming the column when ``fn`` cannot be."""
         name = self.table.name
         if column not in self._schema.names:
-            raise ColumnError(f"column '{column}' not found in table '{name}'")
+            raise ColumnError(f"{self.subject}: column '{column}' not found in table '{name}' "
+                              f"(columns: {user_columns(self._schema.names)})")
         f = self._schema.field(column)
         info = udf_column_info(f.metadata)
         if info is None:
-            raise ColumnError(f"column '{column}' of table '{name}' is not a UDF column")
-        if not isinstance(fixed, UDF):
-            raise UDFDefinitionError(f"column '{column}' of table '{name}': udf must be a @udf function, got {fixed!r}")
-        if fixed.multi_output or info.outputs:
-            raise UDFDefinitionError(f"column '{column}' of table '{name}': retry_failed with a fixed UDF does not "
-                                     "take a multi-output UDF; rerun the backfill of the group instead")
-        if fixed.data_type != f.type:
-            raise UDFDefinitionError(f"column '{column}' of table '{name}' holds {f.type}; the fixed UDF "
-                                     f"'{fixed.name}' returns {fixed.data_type}")
-        inputs = info.input_columns
-        if fixed.input_columns is not None and inputs is not None and len(fixed.input_columns) != len(inputs):
-            raise UDFDefinitionError(f"column '{column}' of table '{name}' reads {inputs}; the fixed UDF "
-                                     f"'{fixed.name}' takes {len(fixed.input_columns)} inputs")
+            raise ColumnError(f"{self.subject}: column '{column}' of table '{name}' is not a UDF column")
+        if not isinstance(fn, UDF):
+            raise UDFDefinitionError(f"column '{column}' of table '{name}': udf must be a @udf function, got {fn!r}")
+        if fn.multi_output or info.outputs:
+            raise UDFDefinitionError(f"column '{column}' of table '{name}': a {word} UDF cannot be a multi-output "
+                                     "UDF or replace one of a multi-output group; rerun the backfill of the group, or "
+                                     "drop the group and add it again")
+        if fn.data_type != f.type:
+            raise UDFDefinitionError(f"column '{column}' of table '{name}' holds {f.type}; the {word} UDF "
+                                     f"'{fn.name}' returns {fn.data_type}")
+        if inputs is None:
+            inputs = info.input_columns
+        else:
+            self._check_inputs(column, fn, list(inputs))
+        if fn.input_columns is not None and inputs is not None and len(fn.input_columns) != len(inputs):
+            raise UDFDefinitionError(f"column '{column}' of table '{name}' reads {inputs}; the {word} UDF "
+                                     f"'{fn.name}' takes {len(fn.input_columns)} inputs")
         try:
-            metadata = fixed.to_field_metadata(inputs)
+            metadata = fn.to_field_metadata(inputs)
         except UDFDefinitionError as exc:
             raise UDFDefinitionError(f"column '{column}' of table '{name}': {exc}") from None
         return info, metadata
+
+    def _check_inputs(self, column: str, fn: UDF, inputs: list[str]) -> None:
+        name = self.table.name
+        if not inputs or not all(isinstance(c, str) for c in inputs):
+            raise InvalidArgumentError(f"{self.subject}: column '{column}': input_columns must be a non-empty list "
+                                       f"of column names, got {inputs!r}")
+        in_view = META_QUERY.encode() in (self._schema.metadata or {})  # a view's UDFs read its source's columns
+        missing = [] if in_view else [c for c in inputs if c not in self._schema.names or is_internal_column(c)]
+        if missing:
+            raise ColumnError(f"column '{column}': UDF '{fn.name}' reads {missing}, not found in table '{name}' "
+                              f"(columns: {user_columns(self._schema.names)})")
+        if column in inputs:
+            raise UDFDefinitionError(f"column '{column}' of table '{name}': UDF '{fn.name}' cannot read the column "
+                                     "it computes")
 
     def _drop(self, columns: list[str]) -> None:
         self._drops += [c for c in columns if c not in self._drops]
@@ -287,14 +406,18 @@ class UpdateColumns:
 
     # ------------------------------------------------------------------ committing
     def commit(self) -> int:
-        """Lands the changes -- drops, additions, metadata: one commit each -- and returns the table's version."""
+        """Lands the changes -- drops, additions, alterations, metadata: one commit each -- and returns the table's
+        version."""
         steps: list[tuple[str, _Landed, _Apply]] = []
         if self._drops:
             steps.append((f"drop of column(s) {self._drops}", self._landed_drops, self._apply_drops))
         if self._addition.fields:
             steps.append((f"addition of column(s) {[f.name for f in self._addition.fields]}", self._landed_addition,
                           self._apply_addition))
-        if self._field_metadata or self._table_metadata:
+        if self._alterations:
+            steps.append((f"alteration of column(s) {[a['path'] for a in self._alterations]}",
+                          self._landed_alterations, self._apply_alterations))
+        if self._field_metadata or self._table_metadata or self._fp_owners:
             steps.append((f"metadata change of column(s) {list(self._field_metadata)}", self._landed_metadata,
                           self._apply_metadata))
         version = None
@@ -341,7 +464,32 @@ class UpdateColumns:
                                      f"Lance: {lance_reason(exc)}") from None
         return ds.version
 
+    def _landed_alterations(self, ds: Dataset) -> int | None:
+        names = ds.schema.names
+        for alt in self._alterations:
+            target = alt.get("name", alt["path"])
+            if target not in names or ("name" in alt and alt["path"] in names):
+                return None
+            f = ds.schema.field(target)
+            if f.nullable != alt.get("nullable", f.nullable) or f.type != alt.get("data_type", f.type):
+                return None
+        return ds.version
+
+    def _apply_alterations(self, ds: Dataset) -> int:
+        try:
+            alterations: list[Any] = [dict(a) for a in self._alterations]  # Lance's AlterColumn dicts
+            ds.alter_columns(*alterations)
+        except (OSError, ValueError, TypeError) as exc:
+            if conflict_of(exc) is not None:
+                raise
+            raise InvalidArgumentError(f"{self.subject}: {lance_reason(exc)}") from None
+        return ds.version  # the method moves ``ds`` to the version it committed
+
     def _landed_metadata(self, ds: Dataset) -> int | None:
+        for fp, owner in self._fp_owners.items():
+            if fp not in ds.schema.names or (ds.schema.field(fp).metadata or {}).get(FINGERPRINT_OF.encode()) != \
+                    owner.encode():
+                return None
         table_md = ds.schema.metadata or {}
         if any(table_md.get(k.encode()) != (v.encode() if v is not None else None)
                for k, v in self._table_metadata.items()):
@@ -364,6 +512,8 @@ class UpdateColumns:
                                   "its UDF was being swapped; nothing was changed")
             values: dict[str, str | None] = dict(metadata)
             updates[column_field(ds, column).id()] = op.UpdateMap(values, replace=True)
+        for fp, owner in self._fp_owners.items():  # a renamed column's fingerprints: now of its new name
+            updates[column_field(ds, fp).id()] = op.UpdateMap({FINGERPRINT_OF: owner}, replace=False)
         config = op.UpdateConfig(field_metadata_updates=updates or None,
                                  schema_metadata_updates=op.UpdateMap(self._table_metadata)
                                  if self._table_metadata else None)

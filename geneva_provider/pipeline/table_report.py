@@ -8,13 +8,18 @@ no Spark job and no change to the table.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from geneva_provider.core.catalog import TableResolver
 from geneva_provider.core.functions.udf import udf_column_info
 from geneva_provider.core.refs import TableRef
-from geneva_provider.core.table_status import TableReport, ViewLag
+from geneva_provider.core.table_status import ColumnState, TableReport, ViewLag
 from geneva_provider.pipeline.columns.plan_backfill import column_state
 from geneva_provider.pipeline.source_versions import view_lag, view_source
 from geneva_provider.pipeline.stages.kinds import table_kind
+
+if TYPE_CHECKING:
+    from geneva_provider.core.lib_types import Dataset
 
 
 def table_report(table: TableRef, resolve: TableResolver | None = None) -> TableReport:
@@ -31,6 +36,14 @@ def table_report(table: TableRef, resolve: TableResolver | None = None) -> Table
     if held is not None:
         source = view_source(table, held.db_uri, held.table, resolve, doing="status")
         lag = view_lag(source, held.version)
-    columns = [] if kind.computes_udf_columns else [
-        column_state(ds, table.name, f.name) for f in ds.schema if udf_column_info(f.metadata) is not None]
-    return TableReport(table=table.name, version=ds.version, rows=ds.count_rows(), columns=columns, view=lag)
+    return TableReport(table=table.name, version=ds.version, rows=ds.count_rows(), columns=column_states(table, ds),
+                       view=lag)
+
+
+def column_states(table: TableRef, ds: Dataset | None = None) -> list[ColumnState]:
+    """Each UDF column's rows valid / stale / missing (none for a kind that computes its UDF columns from its
+    source, whose lag judges them); ``ds``: the table's dataset, when already open."""
+    ds = ds if ds is not None else table.dataset()
+    if table_kind(ds.schema.metadata).computes_udf_columns:
+        return []
+    return [column_state(ds, table.name, f.name) for f in ds.schema if udf_column_info(f.metadata) is not None]

@@ -757,6 +757,8 @@ class JobRecord(_Model):
     rows_committed: int = 0
     rows_failed: int = 0                # left NULL by the UDF's skip policy
     rows_retried: int = 0               # recovered by a retry
+    rows_stale: int | None = None       # a backfill's plan: rows of the column holding a stale value (computed from
+                                        # other inputs or by an older UDF version), selected by its where or not
     error: str | None = None
     airflow_run_id: str | None = None
     heartbeat_at: str | None = None     # the last sign of life of the process running the job

@@ -85,7 +85,8 @@ def plan_backfill(
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,
         max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows(),
         resource_asks=[ResourceAsk(udf=info.name, column=column, resources=info.resources)] if info.resources else [])
-    return store_plan(spec, fragments, work, options, call, f"table '{table.name}' column '{column}'")
+    return store_plan(spec, fragments, work, options, call, f"table '{table.name}' column '{column}'",
+                      rows_stale=examiner.rows_stale)
 
 
 def with_udf_defaults(options: BackfillOptions, info: UdfColumnInfo, job: str) -> BackfillOptions:
@@ -105,12 +106,15 @@ class BackfillExaminer:
         self.inputs, self.where, self.seed, self.fp = inputs, where, udf_version, fp
         self.read_ids = sorted({i for c in inputs for i in column_field_ids(ds, c)})
         self.fp_ids = column_leaf_ids(ds, fp)
+        self.rows_stale = 0  # over the fragments examined: computed, but not from these inputs by this version
 
     def src_files(self, frag: Fragment) -> list[str]:
         return files_holding(frag.metadata, self.read_ids)
 
     def examine(self, frag: Fragment) -> Exam:
-        invalid = ~self.row_states(frag)[1]
+        computed, valid = self.row_states(frag)
+        invalid = ~valid
+        self.rows_stale += int((computed & invalid).sum())
         needed = invalid & self.selected(frag) if self.where else invalid
         return Exam(needed=needed, invalid=int(invalid.sum()))
 

@@ -220,8 +220,12 @@ def store_plan(
     options: JobOptions,
     call: PlanCall,
     label: str,
+    *,
+    rows_stale: int | None = None,
 ) -> PlanSummary:
-    """Cuts the work into tasks, stores the plan document and the job's record, and returns its summary."""
+    """Cuts the work into tasks, stores the plan document and the job's record, and returns its summary.
+
+    ``rows_stale``: what the job's record says of the column's stale values when planned (a backfill's)."""
     src_keys = {f.id: f.src_key for f in fragments if f.src_key is not None}
     runs = dict(work)
     counts = [(fid, count_of(r)) for fid, r in work]
@@ -242,7 +246,7 @@ def store_plan(
     tasks = sorted((Task(parts=[part(*p) for p in piece]) for piece in pieces), key=lambda t: t.rows, reverse=True)
     # Reused: rows already valid, held by a staged file, or checkpointed by an earlier run.
     reused = sum(f.rows for f in fragments if f.action is not Action.EMPTY) - rows_to_compute
-    return save_plan(job, fragments, tasks, rows_to_compute, reused, options, call, label)
+    return save_plan(job, fragments, tasks, rows_to_compute, reused, options, call, label, rows_stale=rows_stale)
 
 
 def save_plan(
@@ -254,6 +258,8 @@ def save_plan(
     options: JobOptions,
     call: PlanCall,
     label: str,
+    *,
+    rows_stale: int | None = None,
 ) -> PlanSummary:
     """Stores a plan of ready-cut tasks and the job's record (a job that is not live gets none); its summary."""
     store = call.store
@@ -283,7 +289,7 @@ def save_plan(
             updated_at=plan.created_at, read_version=plan.read_version, rows_planned=rows_to_compute,
             rows_checkpointed=max(sum(f.rows for f in fragments or [] if f.action is Action.COMPUTE) - rows_to_compute,
                                   0),
-            airflow_run_id=call.airflow_run_id)
+            airflow_run_id=call.airflow_run_id, rows_stale=rows_stale)
         start_record(store, record)
         take_over(store, record)  # a killed run of the same column (or view): this job continues from its checkpoints
     log.info("plan %s: %s: %s", job_id, label, summary.describe())
