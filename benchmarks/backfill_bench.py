@@ -6,7 +6,7 @@ on one machine in one run:
 
 1. Overhead on cheap work: a vectorised x*2 over 10M rows (20 fragments) through ``tbl.backfill``
    on a warm ``local[2]`` session, against pylance's single-process ``add_columns`` with a
-   ``batch_udf``.  Target: backfill at most 5x slower.
+   ``batch_udf``, in rotated rounds.  Target: backfill at most 1.1x pylance's time (median ratio).
 2. Parallel gain on expensive work: a pure-Python scalar UDF costing ~200 us per row over 100k
    rows, against a plain Python loop in one process.  Target: speedup of at least 1.8x on 2 cores.
 3. Driver memory stays flat: the Python driver's peak RSS for a 10M-row backfill is within 20% of
@@ -56,7 +56,8 @@ SPARK_CONF = {"spark.ui.showConsoleProgress": "false"}
 TARGET_UDF_SECONDS = 200e-6
 SCALAR_ROUNDS = 3
 PARTS = ("memory", "vectorised", "scalar")
-VEC_RATIO_TARGET = 5.0
+VEC_RATIO_TARGET = 1.1
+VEC_ROUNDS = 3
 SCALAR_SPEEDUP_TARGET = 1.8
 MEMORY_GROWTH_TARGET = 0.20
 OTHER_LOAD_WARNING = 0.25  # cores used by other processes during a timed phase
@@ -213,48 +214,63 @@ def warm_up(db: gp.Connection, spark: Any, report: Report) -> None:
     report.add_timing("warm-up backfill (2k rows, 2 fragments)", t)
 
 
-def vectorised(db: gp.Connection, spark: Any, rows: int, frag_rows: int, report: Report) -> None:
-    """Part 1: cheap array UDF, tbl.backfill vs pylance add_columns(batch_udf) in one process."""
-    data = int_table(rows)
+def vectorised(db: gp.Connection, spark: Any, rows: int, frag_rows: int, rounds: int, report: Report) -> None:
+    """Part 1: cheap array UDF, tbl.backfill vs pylance add_columns(batch_udf) in one process.
+
+    ``rounds`` rounds, each on a new pair of tables, alternating which side runs first (the first pays for
+    the machine's warming up: page cache, CPU frequency); the target is judged on the median ratio.
+    """
     fragments = -(-rows // frag_rows)
-    print(f"\n[vectorised x*2] {rows:,} rows in {fragments} fragments", flush=True)
-    tbl = db.create_table("vec", data, max_rows_per_file=frag_rows)
-    copy = db.create_table("vec_lance", data, max_rows_per_file=frag_rows)
-    del data
-    tbl.add_columns({"y": double_vec})
+    print(f"\n[vectorised x*2] {rows:,} rows in {fragments} fragments, {rounds} rounds", flush=True)
 
     @lance.batch_udf(output_schema=pa.schema([pa.field("y2", pa.int64())]))
     def lance_double(batch: pa.RecordBatch) -> pa.RecordBatch:
         return pa.record_batch([pc.multiply(batch.column("x"), 2)], names=["y2"])
 
-    ds = lance.dataset(copy.uri)
-    _, lt = timed(lambda: ds.add_columns(lance_double, read_columns=["x"]))
-    res, bt = timed(lambda: tbl.backfill("y", spark=spark))
+    ratios = []
+    for r in range(rounds):
+        data = int_table(rows)
+        tbl = db.create_table(f"vec{r}", data, max_rows_per_file=frag_rows)
+        copy = db.create_table(f"vec{r}_lance", data, max_rows_per_file=frag_rows)
+        del data
+        tbl.add_columns({"y": double_vec})
+        ds = lance.dataset(copy.uri)
+        run_lance = lambda ds=ds: ds.add_columns(lance_double, read_columns=["x"])  # noqa: E731
+        run_geneva = lambda tbl=tbl: tbl.backfill("y", spark=spark)  # noqa: E731
+        if r % 2 == 0:
+            _, lt = timed(run_lance)
+            res, bt = timed(run_geneva)
+        else:
+            res, bt = timed(run_geneva)
+            _, lt = timed(run_lance)
 
-    got = tbl.to_arrow(columns=["x", "y"])
-    ok = (got.num_rows == rows and res.rows_computed == rows and got.column("y").null_count == 0
-          and pc.all(pc.equal(got.column("y"), pc.multiply(got.column("x"), 2))).as_py())
-    del got
-    ref = lance.dataset(copy.uri).to_table(columns=["x", "y2"])
-    lance_ok = ref.num_rows == rows and pc.all(pc.equal(ref.column("y2"), pc.multiply(ref.column("x"), 2))).as_py()
-    del ref
-    if not (ok and lance_ok):
-        raise SystemExit(f"vectorised backfill gave wrong results (geneva ok={ok}, lance ok={lance_ok})")
+        got = tbl.to_arrow(columns=["x", "y"])
+        ok = (got.num_rows == rows and res.rows_computed == rows and got.column("y").null_count == 0
+              and pc.all(pc.equal(got.column("y"), pc.multiply(got.column("x"), 2))).as_py())
+        del got
+        ref = lance.dataset(copy.uri).to_table(columns=["x", "y2"])
+        lance_ok = ref.num_rows == rows and pc.all(pc.equal(ref.column("y2"), pc.multiply(ref.column("x"), 2))).as_py()
+        del ref
+        if not (ok and lance_ok):
+            raise SystemExit(f"vectorised backfill gave wrong results (geneva ok={ok}, lance ok={lance_ok})")
 
-    ratio = bt.wall / lt.wall
-    label = f"vec {rows:,} rows"
-    report.add_timing(f"{label}: pylance add_columns", lt)
-    report.add(f"{label}: pylance add_columns CPU (its process, all threads)", lt.cpu, "s")
-    report.add_timing(f"{label}: tbl.backfill ({MASTER}, warm)", bt)
-    report.add(f"{label}: tbl.backfill stage seconds", res.seconds.get("total", 0.0), fmt_stages(res.seconds))
-    if bt.tree_cpu is not None:
-        report.add(f"{label}: tbl.backfill CPU (driver + JVM + workers)", bt.tree_cpu, "s")
-    report.add(f"{label}: pylance throughput", rows / lt.wall / 1e6, "M rows/s", ".2f")
-    report.add(f"{label}: backfill throughput", rows / bt.wall / 1e6, "M rows/s", ".2f")
-    report.add(f"{label}: result check (y == 2*x, all rows, no NULLs)", "OK")
-    report.add(f"{label}: ratio backfill / pylance", ratio, "x", ".2f")
-    report.check(f"vectorised {rows:,} rows: backfill / pylance add_columns <= {VEC_RATIO_TARGET:g}",
-                 ratio <= VEC_RATIO_TARGET, f"{ratio:.2f}x ({bt.wall:.2f} s vs {lt.wall:.2f} s)")
+        ratios.append(bt.wall / lt.wall)
+        first = "pylance" if r % 2 == 0 else "backfill"
+        label = f"vec {rows:,} rows, round {r + 1} ({first} first)"
+        report.add_timing(f"{label}: pylance add_columns", lt)
+        report.add(f"{label}: pylance add_columns CPU (its process, all threads)", lt.cpu, "s")
+        report.add_timing(f"{label}: tbl.backfill ({MASTER}, warm)", bt)
+        report.add(f"{label}: tbl.backfill stage seconds", res.seconds.get("total", 0.0), fmt_stages(res.seconds))
+        if bt.tree_cpu is not None:
+            report.add(f"{label}: tbl.backfill CPU (driver + JVM + workers)", bt.tree_cpu, "s")
+        speeds = f"{rows / lt.wall / 1e6:.2f} / {rows / bt.wall / 1e6:.2f}"
+        report.add(f"{label}: throughput pylance / backfill", speeds, "M rows/s")
+        report.add(f"{label}: ratio backfill / pylance", ratios[-1], "x", ".2f")
+    ratio = statistics.median(ratios)
+    report.add(f"vec {rows:,} rows: result check (y == 2*x, all rows, no NULLs, every round)", "OK")
+    report.add(f"vec {rows:,} rows: median ratio backfill / pylance", ratio, "x", ".2f")
+    report.check(f"vectorised {rows:,} rows: backfill / pylance add_columns <= {VEC_RATIO_TARGET:g} (median of "
+                 f"{rounds} rounds)", ratio <= VEC_RATIO_TARGET, " / ".join(f"{x:.2f}x" for x in ratios))
 
 
 def scalar(db: gp.Connection, spark: Any, rows: int, fragments: int, rounds: int, report: Report) -> None:
@@ -446,6 +462,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: 1M / 10k rows instead of 10M / 100k")
     parser.add_argument("--only", choices=PARTS, action="append", help="run only this part (repeatable)")
     parser.add_argument("--rounds", type=int, default=SCALAR_ROUNDS, help="alternating rounds of the scalar part")
+    parser.add_argument("--vec-rounds", type=int, default=VEC_ROUNDS, help="alternating rounds of the vectorised part")
     # Internal modes, run in fresh processes by the driver-memory part.
     parser.add_argument("--driver-memory-run", metavar="TABLE", help=argparse.SUPPRESS)
     parser.add_argument("--make-table", metavar="TABLE", help=argparse.SUPPRESS)
@@ -482,7 +499,7 @@ def main() -> None:
             report.add_timing(f"session start: local_session('{MASTER}')", t)
             warm_up(db, spark, report)
             if "vectorised" in parts:
-                vectorised(db, spark, vec_rows, vec_frag_rows, report)
+                vectorised(db, spark, vec_rows, vec_frag_rows, args.vec_rounds, report)
             if "scalar" in parts:
                 scalar(db, spark, scalar_rows, 4, args.rounds, report)
             spark.stop()

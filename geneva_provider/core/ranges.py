@@ -44,9 +44,8 @@ def pack_tasks(work: list[tuple[int, int]], parallelism: int, min_rows: int, tas
     many rows; without, they shrink as the work runs out (guided self-scheduling): each takes
     ``1 / parallelism`` of the rows still unplanned, but never fewer than ``1 / (16 * parallelism)``
     of all rows (nor ``min_rows``), so slots finish together while task launches (~20 ms each) stay few.
-    Guided tasks end at a fragment's edge where they can (a task ends early when half full, or takes a
-    fragment whole when that is at most half again its size): a fragment one task holds whole is written
-    by that task, without batch checkpoints.
+    A guided task half full ends at a fragment's edge rather than split the fragment: a fragment one task
+    holds whole is written by that task.
     """
     slots = max(parallelism, 1)
     left = sum(n for _, n in work)
@@ -61,15 +60,12 @@ def pack_tasks(work: list[tuple[int, int]], parallelism: int, min_rows: int, tas
             if not current:
                 target = task_size or max(math.ceil(left / slots), floor)
             take = min(n - pos, target - held)
-            if not task_size and pos == 0 and take < n:
-                # A fragment a task holds whole is written by that task (no batch checkpoints): end the task
-                # here if it is half full, or take the fragment whole if that overshoots by half at most.
-                if held >= target / 2:
-                    tasks.append(current)
-                    current, held = [], 0
-                    continue
-                if n - take <= (target - held) / 2:
-                    take = n
+            if not task_size and pos == 0 and n - take >= floor and held >= target / 2:
+                # The fragment would be split: a task half full ends here instead, and the fragment starts
+                # the next one (a fragment one task holds whole is written by that task).
+                tasks.append(current)
+                current, held = [], 0
+                continue
             if not task_size and 0 < n - (pos + take) < floor:  # no sliver at the end of a fragment
                 take = n - pos
             current.append((fid, pos, pos + take))

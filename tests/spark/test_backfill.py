@@ -13,6 +13,7 @@ import geneva_provider as gp
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.store.checkpoint import ROWADDR
 from geneva_provider.core.store.layout import JobStore
+from geneva_provider.pipeline.stages.planning import staged_files
 from geneva_provider.stages import BackfillOptions, load_plan, plan_backfill, run_apply, run_write_commit, verify
 from tests.helpers import (
     clear_calls,
@@ -181,7 +182,7 @@ def test_dropped_and_readded_column_does_not_reuse_old_fragment_files(db, spark,
     tbl = db.create_table("events", events_table(20_000), max_rows_per_file=10_000)
     double = counting_double(call_dir)
     tbl.add_columns({"y": double})
-    tbl.backfill("y", spark=spark, task_size=5_000)  # tasks of half a fragment: its rows go to batch checkpoints
+    tbl.backfill("y", spark=spark)
     old_id = tbl.dataset().lance_schema.field("y").id()
     tbl.drop_columns(["y"])
     tbl.add_columns({"y": double})
@@ -426,8 +427,10 @@ def test_a_fragment_computed_whole_is_written_by_its_task_and_only_committed_aft
     plan, store = load_plan(summary.plan_uri)
     assert all(p.target is not None for t in plan.tasks for p in t.parts)
     applied = run_apply(summary.plan_uri, spark)
-    assert applied.rows_computed == 19_900 and applied.checkpoints_written == 4  # a file per fragment
-    assert JobStore(store).batches("") == []
+    assert applied.rows_computed == 19_900
+    staged = [c for files in staged_files(store, plan.job_prefix).values() for c in files]
+    assert sorted(c.rows for c in staged) == [4_900, 5_000, 5_000, 5_000] and {c.job_id for c in staged} == {
+        plan.job_id}
     # Killed here: the rerun plans the staged files for reuse and computes nothing.
     clear_calls(call_dir)
     caplog.set_level("INFO", logger="geneva_provider")
@@ -469,4 +472,27 @@ def test_a_udf_failure_keeps_the_fragments_other_tasks_computed_whole(db, spark,
     assert res.rows_computed == len(rerun) and res.rows_reused == 20_000 - len(rerun)
     assert set(range(20_000)) - set(range(10_000, 15_000)) <= set(first)
     assert column(tbl, "y") == {x: 2 * x for x in range(20_000)}
+    tbl.dataset().validate()
+
+
+def test_a_cheap_udf_keeps_no_batch_checkpoint_of_a_fragment_its_task_computes_whole(db, spark):
+    """Checkpoints that cost more to write and read than computing their rows again are not written: once the
+    worker has measured both, a vectorised function's fragments go straight to their column files."""
+    tbl = db.create_table("events", events_table(400_000), max_rows_per_file=100_000)
+
+    @gp.udf(data_type=pa.int64(), input_columns=["x"])
+    def double(x: pa.Array) -> pa.Array:
+        return pc.multiply(x, 2)
+
+    tbl.add_columns({"y": double})
+    summary = plan_backfill(tbl.ref, "y", parallelism=1)
+    plan, store = load_plan(summary.plan_uri)
+    run_apply(summary.plan_uri, spark)
+    # The first fragment's chunks measured the costs, and were checkpointed meanwhile; none of the others'.
+    assert {bk.frag_id for bk in JobStore(store).batches("")} <= {0}
+    assert sorted(staged_files(store, plan.job_prefix)) == [0, 1, 2, 3]
+    written = run_write_commit(summary.plan_uri, spark)
+    assert written.fragments_committed == 4
+    verify(summary.plan_uri)
+    assert column(tbl, "y") == {x: 2 * x for x in range(400_000)}
     tbl.dataset().validate()

@@ -215,9 +215,7 @@ def test_dropping_a_udf_column_drops_its_values_so_adding_it_again_rewrites_ever
     runner = InProcessRunner()
     tbl = db.create_table("events", events_table(500))
     tbl.add_columns({"y": counting_double(call_dir)})
-    # Tasks smaller than the fragment: its rows are kept in batch checkpoints (a task computing a fragment
-    # whole writes its column file at once, and keeps no checkpoint).
-    tbl.backfill("y", spark=runner, task_size=200)
+    tbl.backfill("y", spark=runner)
     clear_calls(call_dir)
 
     # While the store still holds the batch checkpoints, every row is written again from them.

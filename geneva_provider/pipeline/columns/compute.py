@@ -95,48 +95,65 @@ class _Piece:
 @dataclass
 class _Held:
     """The computed rows of a fragment the task computes whole, kept in memory until its last row is computed:
-    then they become the fragment's column file, and no batch checkpoint is written or read back."""
+    then they become the fragment's column file, and the writer need not read them back from checkpoints."""
 
     piece: _Piece
-    parts: list[tuple[_Piece, pa.Table]] = field(default_factory=list)
+    parts: list[tuple[_Piece, pa.Table, bool]] = field(default_factory=list)  # (rows, values, checkpointed)
 
     @property
     def rows(self) -> int:
-        return sum(len(p) for p, _ in self.parts)
+        return sum(len(p) for p, _, _ in self.parts)
 
     @property
     def nbytes(self) -> int:
-        return sum(t.nbytes for _, t in self.parts)
+        return sum(t.nbytes for _, t, _ in self.parts)
+
+    @property
+    def unstored(self) -> bool:
+        return not all(stored for _, _, stored in self.parts)
 
 
 class _Checkpointer:
     """Computes chunks of a task's rows -- one UDF call over the parts of many fragments -- and stores one
     batch checkpoint per fragment part (the chunks are cut by the worker's :class:`CheckpointSizer`).
 
-    A fragment the task computes whole (its part has a :class:`FileTarget`) is held in memory instead and
-    written as its column file at its last row, staged in a record written later.  What is held and what is
-    staged but not recorded is lost by a kill: once it is ``hold_seconds`` of work (a checkpoint's worth,
-    as the sizer aims for) or ``MAX_HELD_BYTES``, the record is written and what is held is stored as batch
-    checkpoints (the rest of those fragments follows as usual).  A fragment of which a row was skipped is
-    stored as batch checkpoints too.
+    A fragment the task computes whole (its part has a :class:`FileTarget`) is kept in memory from its first
+    row and written as its column file at its last, staged in a record written later, so no writer task
+    reads it back.  Its chunks are still checkpointed unless computing them again costs less than a
+    checkpoint (a vectorised function's, as the worker's sizer measured: then a checkpoint is not worth its
+    write and read).  What is not checkpointed and what is staged but not recorded is lost by a kill: once
+    it is a checkpoint's worth of work (the sizer's target seconds) the record is written and those chunks
+    are checkpointed.  A fragment past ``MAX_HELD_BYTES``, or of which a row was skipped, is left to the
+    writer; nothing is kept when the user fixed the checkpoint size.
     """
 
     def __init__(self, ctx: StageContext, store: CheckpointStore, work: JobInput, watch: CallWatch | None = None,
-                 *, ds: Dataset | None = None, stager: Stager | None = None, hold_seconds: float = 0.0) -> None:
+                 *, ds: Dataset | None = None, stager: Stager | None = None, sizer: CheckpointSizer | None = None
+                 ) -> None:
         self.ctx, self.store, self.work, self.watch = ctx, store, work, watch
-        self.ds, self.stager, self.hold_seconds = ds, stager, hold_seconds
+        self.ds, self.stager, self.sizer = ds, stager, sizer
+        self.hold_seconds = sizer.target_seconds if sizer is not None and stager is not None and not sizer.fixed else 0
         self.failures: list[RowError] = []
+        self.whole: dict[int, _Piece] = {}  # fragments that may be kept: whole, with a target, not begun
         self.held: dict[int, _Held] = {}
         self.pending_since: float | None = None  # when the oldest work neither checkpointed nor recorded began
         self.stored = 0  # batch checkpoints and column files written
 
     def hold(self, pieces: list[_Piece]) -> None:
-        """Holds the rows of the pieces that are whole fragments with a file target, until their last row.
+        """Notes the pieces that are whole fragments with a file target: each is kept from its first row."""
+        if self.hold_seconds > 0:
+            self.whole = {p.frag: p for p in pieces if p.target is not None}
 
-        Not when the user fixed the checkpoint size (``hold_seconds`` 0): then every checkpoint is stored.
-        """
-        if self.stager is not None and self.hold_seconds > 0:
-            self.held = {p.frag: _Held(p) for p in pieces if p.target is not None}
+    def _holding(self, p: _Piece) -> _Held | None:
+        """What of ``p``'s fragment is kept; starts keeping it at its first rows."""
+        held = self.held.get(p.frag)
+        if held is not None:
+            return held
+        whole = self.whole.pop(p.frag, None)
+        if whole is None or p.positions[0] != whole.positions[0]:
+            return None
+        held = self.held[p.frag] = _Held(whole)
+        return held
 
     def save(self, pieces: list[_Piece]) -> tuple[TaskError | None, float]:
         """Computes the pieces' rows and stores each piece under its range; returns (error, seconds).
@@ -159,7 +176,7 @@ class _Checkpointer:
             outputs = self.work.compute(rows, failures, None if watch is None else (
                 lambda column, udf: watch.calling(column, udf, addrs, span=span)))
         except ComputeError as exc:
-            self.spill(list(self.held))  # what was computed before the error is kept
+            self.spill(list(self.held), forget=True)  # what was computed before the error is kept
             return _task_error(self.ctx, exc, address), 0.0
         finally:
             self.failures += [RowError(
@@ -175,40 +192,49 @@ class _Checkpointer:
         outputs[self.ctx.job.row_fingerprint_column] = fingerprints
         computed = pa.table({ROWADDR: address, **outputs})
         seconds = time.perf_counter() - t0
-        offset = 0
+        offset, stored_rows, store_seconds = 0, 0, 0.0
         for p in pieces:
             k = len(p)
             rows_of_p, all_kept = computed.slice(offset, k), bool(keep[offset:offset + k].all())
             offset += k
-            held = self.held.get(p.frag)
-            if held is not None and not all_kept:
-                self.spill([p.frag])
+            held = self._holding(p)
+            if held is not None and not all_kept:  # a skipped row: the writer merges the retries later
+                self.spill([p.frag], forget=True)
                 held = None
-            if held is None:
+            checkpoint = held is None or self.sizer is None or not self.sizer.recomputing_is_cheaper
+            if checkpoint:
+                t = time.perf_counter()
                 self.store[p.key(partial=not all_kept)] = rows_of_p
+                store_seconds += time.perf_counter() - t
+                stored_rows += k
                 self.stored += 1
+            if held is None:
                 continue
-            held.parts.append((p, rows_of_p))
+            held.parts.append((p, rows_of_p, checkpoint))
             if held.rows == len(held.piece):
                 if watch is not None:
                     watch.release()  # what follows is no UDF call on the span
                 self.write(self.held.pop(p.frag))
+        if self.sizer is not None:
+            self.sizer.observe_costs(n, seconds, stored_rows, store_seconds)
         self.keep_within_a_checkpoint(time.perf_counter() - t0)
         return None, seconds
 
     def keep_within_a_checkpoint(self, chunk: float) -> None:
-        """Records the staged files and checkpoints what is held once, with the next chunk's work (as long as
-        this one's), a kill would lose more than a checkpoint's worth of work -- as checkpointed work stays."""
-        held = [f for f, h in self.held.items() if h.parts]
-        if not held and (self.stager is None or not self.stager.staged):
+        """Records the staged files and checkpoints what is kept unchecked once, with the next chunk's work (as
+        long as this one's), a kill would lose more than a checkpoint's worth -- as checkpointed work stays.
+        Fragments over ``MAX_HELD_BYTES`` are left to the writer."""
+        if sum(h.nbytes for h in self.held.values()) >= MAX_HELD_BYTES:
+            self.spill(list(self.held), forget=True)
+        unstored = [f for f, h in self.held.items() if h.unstored]
+        if not unstored and (self.stager is None or not self.stager.staged):
             self.pending_since = None
             return
         now = time.monotonic()
         if self.pending_since is None:
             self.pending_since = now - chunk
-        if now - self.pending_since + chunk >= self.hold_seconds or sum(
-                self.held[f].nbytes for f in held) >= MAX_HELD_BYTES:
-            self.spill(held)
+        if now - self.pending_since + chunk >= self.hold_seconds:
+            self.spill(unstored)
             if self.stager is not None:
                 self.stager.flush()
             self.pending_since = None
@@ -223,22 +249,25 @@ class _Checkpointer:
                     sum(len(p) for p in whole))
 
     def write(self, held: _Held) -> None:
-        """The fragment's column file from its held rows, staged (recorded by the stager)."""
+        """The fragment's column file from its kept rows, staged (recorded by the stager)."""
         assert self.ds is not None and self.stager is not None and held.piece.target is not None
-        new = pa.concat_tables([t for _, t in held.parts])
+        new = pa.concat_tables([t for _, t, _ in held.parts])
         fields = [self.ds.schema.field(c) for c in self.ctx.job.output_columns]
         ckpt = write_column_file(self.ctx, fragment_of(self.ds, held.piece.frag), new, held.piece.target,
                                  len(held.piece), fields)
         self.stager.stage(held.piece.frag, ckpt)
         self.stored += 1
 
-    def spill(self, frags: list[int]) -> None:
-        """Stores what is held of these fragments as batch checkpoints; their next rows are checkpointed too."""
+    def spill(self, frags: list[int], *, forget: bool = False) -> None:
+        """Checkpoints what is kept of these fragments unchecked; ``forget``: stops keeping them (the writer
+        writes their files from the checkpoints)."""
         for fid in frags:
-            held = self.held.pop(fid)
-            for p, table in held.parts:
-                self.store[p.key()] = table
-                self.stored += 1
+            held = self.held.pop(fid) if forget else self.held[fid]
+            for i, (p, table, stored) in enumerate(held.parts):
+                if not stored:
+                    self.store[p.key()] = table
+                    self.stored += 1
+                    held.parts[i] = (p, table, True)
 
 
 class ColumnExecutor:
@@ -298,16 +327,15 @@ def apply_task(task: Task, worker: ColumnExecutor) -> ApplyTaskResult:
     ctx = worker.ctx
     result = ApplyTaskResult(frag=task.parts[0].frag)
     pieces, result.rows_skipped = worker.pieces(task)
-    sizer = worker.sizer
     ckpt = _Checkpointer(ctx, worker.store, worker.work, worker.watch, ds=worker.ds, stager=worker.stager,
-                         hold_seconds=0.0 if sizer.fixed else sizer.target_seconds)
+                         sizer=worker.sizer)
     ckpt.hold(pieces)
     deadline = ctx.settings.deadline
     try:
         for chunk in _chunks(pieces, worker.sizer):
             if deadline is not None and time.time() >= deadline:  # the job's timeout: stop between checkpoints
                 result.timed_out = True
-                ckpt.spill([f for f, h in ckpt.held.items() if h.parts])  # what is held is kept
+                ckpt.spill(list(ckpt.held), forget=True)  # what is held is kept
                 break
             t0 = time.perf_counter()
             error, seconds = ckpt.save(chunk)

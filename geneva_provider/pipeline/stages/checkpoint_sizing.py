@@ -58,6 +58,8 @@ class CheckpointSizer:
         self._size = lo if lo == hi else min(lo, PROBE_ROWS)
         self._rows = 0.0     # decayed sums of the observed checkpoints
         self._seconds = 0.0
+        self._work = (0.0, 0.0)   # decayed (rows, seconds) of computing chunks: read, function, fingerprints
+        self._store = (0.0, 0.0)  # decayed (rows, seconds) of storing their checkpoints
 
     @classmethod
     def of(cls, settings: PlanSettings) -> CheckpointSizer:
@@ -82,6 +84,23 @@ class CheckpointSizer:
     def rows_per_second(self) -> float | None:
         """The smoothed speed measured so far (None before the first checkpoint)."""
         return self._rows / max(self._seconds, _MIN_SECONDS) if self._rows else None
+
+    def observe_costs(self, rows: int, work_seconds: float, stored_rows: int, store_seconds: float) -> None:
+        """Records what computing a chunk of ``rows`` took, and storing ``stored_rows`` of them as checkpoints."""
+        if rows > 0:
+            self._work = (self._work[0] * DECAY + rows, self._work[1] * DECAY + max(work_seconds, 0.0))
+        if stored_rows > 0:
+            self._store = (self._store[0] * DECAY + stored_rows, self._store[1] * DECAY + max(store_seconds, 0.0))
+
+    @property
+    def recomputing_is_cheaper(self) -> bool:
+        """Whether computing rows again costs less than keeping them in a checkpoint, written and read back once
+        (as measured in this worker; False until both are): a checkpoint that saves less than it costs is not
+        worth writing -- a vectorised function's, not a model's."""
+        (wr, ws), (sr, ss) = self._work, self._store
+        if not wr or not sr:
+            return False
+        return ws / wr <= 2 * ss / sr
 
     def observe(self, rows: int, seconds: float) -> None:
         """Records a checkpoint of ``rows`` computed (and stored) in ``seconds``; sets the next size.
