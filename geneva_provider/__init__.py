@@ -33,6 +33,7 @@ _EXPORTS = {
     "Connection": "geneva_provider.facade.connection",
     "Table": "geneva_provider.facade.table",
     "Query": "geneva_provider.facade.query",
+    "GenevaQueryBuilder": "geneva_provider.core.query_builder",
     "UDF": "geneva_provider.core.functions.udf",
     "UDFKind": "geneva_provider.core.functions.udf",
     "udf": "geneva_provider.core.functions.udf",
@@ -65,7 +66,7 @@ _EXPORTS = {
 __all__ = [
     "UDF", "BackfillOptions", "BackfillResult", "CheckpointMissingError", "CheckpointStore", "ColumnError", "Columns",
     "UnpackedUDF",
-    "CommitError", "Connection", "GenevaError", "InMemoryCheckpointStore", "InvalidArgumentError",
+    "CommitError", "Connection", "GenevaError", "GenevaQueryBuilder", "InMemoryCheckpointStore", "InvalidArgumentError",
     "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "ResourceUnavailableError",
     "SparkEnvironmentError", "SparkServerUnreachableError",
     "StorageUnreachableError", "Table", "TableExistsError", "TableNotFoundError", "TableVersionGoneError",
@@ -110,6 +111,7 @@ if TYPE_CHECKING:
     )
     from geneva_provider.core.functions.udf import UDF, Columns, UDFKind, UnpackedUDF, udf
     from geneva_provider.core.functions.udtf import UDTF, chunker, scalar_udtf, udtf
+    from geneva_provider.core.query_builder import GenevaQueryBuilder
     from geneva_provider.core.store.checkpoint import CheckpointStore, InMemoryCheckpointStore, LanceCheckpointStore
     from geneva_provider.facade.connection import Connection, connect
     from geneva_provider.facade.query import Query

@@ -13,7 +13,7 @@ from geneva_provider.core.filters import lance_reason
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from geneva_provider.core.contracts.models import JobRecord
+    from geneva_provider.core.contracts.models import BackfillResult, JobRecord
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table
 
@@ -125,7 +125,8 @@ class Connection:
             raise InvalidArgumentError(f"create_materialized_view '{name}': query must be a Query "
                                        f"(table.search(None).select(...)), got {query!r}")
         query.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
-        ref = create_view(self.catalog, name, query.table.ref, query.spec,
+        spec = query.view_source(f"create_materialized_view '{name}'")
+        ref = create_view(self.catalog, name, query.table.ref, spec,
                           max_rows_per_fragment=max_rows_per_fragment)
         return Table(self, ref)
 
@@ -147,9 +148,15 @@ class Connection:
             raise InvalidArgumentError(f"create_udtf_view '{name}': source must be a query (table.search(None)"
                                        f".where(...).select([...])) or a table, got {source!r}")
         source.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
-        ref = create_udtf_view(self.catalog, name, source.table.ref, source.spec, udtf,
+        spec = source.view_source(f"create_udtf_view '{name}'")
+        ref = create_udtf_view(self.catalog, name, source.table.ref, spec, udtf,
                                max_rows_per_fragment=max_rows_per_fragment)
         return Table(self, ref)
+
+    def refresh(self, name: str, *args: Any, **kwargs: Any) -> BackfillResult:
+        """Refreshes the materialized view ``name`` (the reference's ``db.refresh``): ``open_table(name).refresh(...)``,
+        with the same arguments and result."""
+        return self.open_table(name).refresh(*args, **kwargs)
 
     # ------------------------------------------------------------------ job records
     def list_jobs(self, table: str | None = None, *, status: str | None = None, kind: str | None = None

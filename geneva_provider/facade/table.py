@@ -39,12 +39,14 @@ if TYPE_CHECKING:
 
 
 class Table:
-    """One Lance table.  Every read opens the latest version, so a Table never goes stale."""
+    """One Lance table.  Every read opens the latest version, so a Table never goes stale -- unless it is
+    checked out at a version (:meth:`checkout`): then it reads that version and refuses every write."""
 
     def __init__(self, conn: Connection, ref: TableRef) -> None:
         self._conn = conn
         self.ref = ref
         self._store: CheckpointStore | None = None
+        self._version: int | None = None  # checked out at (None: the latest)
 
     def __repr__(self) -> str:
         return f"Table(name={self.name!r}, uri={self.uri!r})"
@@ -67,13 +69,13 @@ class Table:
         return self._conn
 
     def dataset(self, version: int | None = None) -> Any:
-        """The underlying ``lance.LanceDataset`` (latest, or at ``version``).
+        """The underlying ``lance.LanceDataset`` (latest -- or the version checked out --, or at ``version``).
 
         Every call of the facade opens the table here, so a handle that outlived ``drop_table``
         fails here with TableNotFoundError naming the table, not Lance's "Dataset ... was not found".
         """
         try:
-            return self.ref.dataset(version)
+            return self.ref.dataset(version if version is not None else self._version)
         except (ValueError, OSError):  # a bad version too: a dropped table has none
             if self._conn.catalog.exists(self.name):
                 raise
@@ -82,6 +84,33 @@ class Table:
     @property
     def version(self) -> int:
         return self.dataset().version
+
+    def to_lance(self) -> Any:
+        """The ``lance.LanceDataset`` this table reads (the version checked out, else the latest)."""
+        return self.dataset()
+
+    def checkout(self, version: int) -> None:
+        """Reads the table as it was at ``version`` from now on, as LanceDB's ``checkout``: a read-only view.
+
+        Every read of this handle (``to_arrow``, ``search``, ``count_rows``, ``schema``, ``to_lance``...) sees
+        that version; every write (``add``, ``delete``, column changes, ``backfill``, ``refresh``, maintenance)
+        is refused with InvalidArgumentError naming the table and the version, changing nothing.  Other
+        handles of the table are not affected; :meth:`checkout_latest` ends it.  A version that does not
+        exist (or was cleaned up) is InvalidArgumentError naming it.
+        """
+        self.dataset(version)  # the version exists (InvalidArgumentError naming it), the table too
+        self._version = version
+
+    def checkout_latest(self) -> None:
+        """Back to the latest version (ends :meth:`checkout`): reads see every commit again, writes are allowed."""
+        self._version = None
+
+    def _writable(self, what: str) -> None:
+        """InvalidArgumentError naming the table and the version when this handle is checked out."""
+        if self._version is not None:
+            raise InvalidArgumentError(
+                f"{what} on table '{self.name}': the table is checked out at version {self._version}, which is "
+                "read-only; call checkout_latest() to write")
 
     @property
     def schema(self) -> pa.Schema:
@@ -111,6 +140,7 @@ class Table:
         """Appends rows (UDF columns may be omitted: they stay NULL until a backfill). Returns the version."""
         import lance
 
+        self._writable("add")
         ds = self.dataset()
         rows = as_arrow(data, f"add to table '{self.name}'")
         internal = [c for c in rows.column_names if is_internal_column(c)]
@@ -128,6 +158,7 @@ class Table:
         """Deletes the rows matching ``where`` (required: delete everything with ``"true"``)."""
         if not isinstance(where, str) or not where.strip():
             raise InvalidArgumentError(f"delete on table '{self.name}' needs a filter, got {where!r}")
+        self._writable("delete")
         ds = self.dataset()
         check_where(ds, where, f"table '{self.name}'")
         ds.delete(where)
@@ -148,6 +179,7 @@ class Table:
         """
         from geneva_provider.pipeline.schema_changes import UpdateColumns
 
+        self._writable("add_columns")
         if isinstance(columns, UDF | UnpackedUDF):
             if isinstance(columns, UDF) and not columns.multi_output:
                 raise InvalidArgumentError(
@@ -184,6 +216,7 @@ class Table:
         """
         from geneva_provider.pipeline.schema_changes import UpdateColumns
 
+        self._writable("drop_columns")
         if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns or not all(
                 isinstance(c, str) for c in columns):
             raise InvalidArgumentError(f"drop_columns on table '{self.name}': columns must be a non-empty list of "
@@ -206,6 +239,7 @@ class Table:
         """
         from geneva_provider.pipeline.schema_changes import UpdateColumns
 
+        self._writable("alter_columns")
         subject = f"alter_columns on table '{self.name}'"
         items = list(alterations[0]) if len(alterations) == 1 and isinstance(alterations[0], list | tuple) \
             else list(alterations)
@@ -255,14 +289,33 @@ class Table:
         self.dataset()  # TableNotFoundError if the table was dropped
         return table_report(self.ref, self._conn.catalog.resolve)
 
-    # ------------------------------------------------------------------ views
-    def search(self, query: Any = None) -> Query:
-        """Starts a view query over this table (``query`` must be None: no vector search here)."""
-        from geneva_provider.facade.query import Query
+    # ------------------------------------------------------------------ queries and views
+    def search(self, query: Any = None, vector_column_name: str | None = None, query_type: str = "auto") -> Query:
+        """A query over this table: ``where / select / limit / offset``, read with ``to_arrow / to_pandas /
+        to_list``, or made a materialized view (``search(None)``).
 
-        if query is not None:
-            raise InvalidArgumentError("search() builds view queries only; pass None")
-        return Query(self)
+        ``query`` None reads the rows a view of the query would hold, in its order (every row by default).
+        A vector (a list or array of numbers) is a nearest-neighbour search over ``vector_column_name``
+        (default: the table's one vector column), as LanceDB's: the ``limit`` (default 10) nearest rows,
+        nearest first, with a ``_distance`` column (squared L2 unless ``.distance_type(...)``); ``where``
+        filters before the search.  Exact without a vector index (Lance's flat search).
+        """
+        from geneva_provider.facade.query import Query, vector_query
+
+        if query_type not in ("auto", "vector"):
+            raise InvalidArgumentError(f"search on table '{self.name}': query_type must be 'auto' or 'vector' (no "
+                                       f"full-text search here), got {query_type!r}")
+        if vector_column_name is not None and not isinstance(vector_column_name, str):
+            raise InvalidArgumentError(f"search on table '{self.name}': vector_column_name must be a column name, "
+                                       f"got {vector_column_name!r}")
+        if query is None:
+            if query_type == "vector":
+                raise InvalidArgumentError(f"search on table '{self.name}': query_type 'vector' needs a vector")
+            return Query(self)
+        if isinstance(query, str):
+            raise InvalidArgumentError(f"search on table '{self.name}': a text query is a full-text search, which "
+                                       "this package does not do; pass None or a vector")
+        return vector_query(self, query, vector_column_name, self.dataset())
 
     def refresh(
         self,
@@ -312,6 +365,7 @@ class Table:
                      store: CheckpointStore | None, options: dict[str, Any]) -> Callable[[JobControl], BackfillResult]:
         from geneva_provider.pipeline.jobs import refresh
 
+        self._writable("refresh")
         parsed = RefreshOptions.parse(options, job=f"refresh of view '{self.name}'", src_version=src_version,
                                       max_rows_per_fragment=max_rows_per_fragment)
         _check_store(store, f"refresh of view '{self.name}'")
@@ -354,6 +408,7 @@ class Table:
         """
         from geneva_provider.pipeline.jobs import compact
 
+        self._writable("compact")
         if target_rows_per_fragment is not None:
             options["target_rows_per_fragment"] = target_rows_per_fragment
         self.dataset()  # TableNotFoundError if the table was dropped
@@ -369,6 +424,7 @@ class Table:
         """
         from geneva_provider.pipeline.maintenance.cleanup import cleanup_checkpoints
 
+        self._writable("cleanup_checkpoints")
         if not isinstance(older_than, timedelta) or older_than < timedelta(0):
             shown = str(older_than) if isinstance(older_than, timedelta) else repr(older_than)
             raise InvalidArgumentError(f"cleanup_checkpoints on table '{self.name}': older_than must be a "
@@ -431,6 +487,7 @@ class Table:
                       options: dict[str, Any]) -> Callable[[JobControl], BackfillResult]:
         from geneva_provider.pipeline.jobs import backfill
 
+        self._writable("backfill")
         parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
         from geneva_provider.pipeline.columns.plan_backfill import udf_with_inputs
 
@@ -493,6 +550,7 @@ class Table:
         from geneva_provider.pipeline.schema_changes import UpdateColumns
         from geneva_provider.pipeline.stages.job_records import read_record
 
+        self._writable("retry_failed")
         udf_of(self.dataset(), self.name, column)  # a UDF column of this table, or ColumnError
         by_job = self._errors(job_id, column).failed_rows_by_job(job_id, column)
         swap = UpdateColumns(self.ref, subject=f"retry_failed on table '{self.name}'").swap_udf(column, udf) \

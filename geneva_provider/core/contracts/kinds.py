@@ -20,6 +20,13 @@ class Stage(StrEnum):
     VERIFY = "verify"
 
 
+class UDTFKind(StrEnum):
+    """A chunker (1:N, the view follows its source row by row) or a batch UDTF (N:M, by partition)."""
+
+    CHUNKER = "chunker"
+    UDTF = "udtf"
+
+
 class JobKind(StrEnum):
     """What a job computes: a UDF column of a table, a view's rows, or a compaction's rewrites."""
 

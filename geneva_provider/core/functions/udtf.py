@@ -22,7 +22,6 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import partial
 from types import GeneratorType
 from typing import Any, ClassVar
@@ -30,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from geneva_provider.core.contracts.kinds import RowOutcome
+from geneva_provider.core.contracts.kinds import RowOutcome, UDTFKind
 from geneva_provider.core.error_policy import RowFailure, call_with_policy, format_trace
 from geneva_provider.core.errors import UDFDefinitionError
 from geneva_provider.core.functions.arrow_types import row_type_of_return, schema_of_row_type
@@ -42,13 +41,6 @@ from geneva_provider.core.functions.rows import RowSchema, UDTFRowError, as_rows
 __all__ = ["PARENT_INDEX", "UDTF", "UDTFKind", "UDTFRowError", "chunker", "load_udtf", "scalar_udtf", "udtf"]
 
 PARENT_INDEX = "__parent_index"  # a batch chunker's output: which input row each output row expands
-
-
-class UDTFKind(StrEnum):
-    """A chunker (1:N, the view follows its source row by row) or a batch UDTF (N:M, by partition)."""
-
-    CHUNKER = "chunker"
-    UDTF = "udtf"
 
 
 @dataclass(kw_only=True)
@@ -68,6 +60,9 @@ class UDTF(UserFunction):
     # The output schema as declared, nullability included (``output_schema`` is all nullable at the top,
     # as the view stores it); None for a UDTF pickled before it was recorded: nothing is required.
     declared_schema: pa.Schema | None = None
+    # A chunker: whether its view's rows carry the source columns it reads (those the view's query selects), as
+    # the reference's ``inherit_input_columns``; False leaves them out of the view (they are still read).
+    inherit_input_columns: bool = True
 
     @property
     def label(self) -> str:
@@ -261,14 +256,13 @@ class UDTF(UserFunction):
     def run_partition(self, rows: pa.Table) -> pa.Table:
         """The batch UDTF over one partition's rows: every batch it yields, as one table of its schema.
 
+        The function is given the rows as its parameter's annotation asks (:func:`_partition_argument`).
         A partition of no rows (an unpartitioned UDTF over a source whose rows are all gone) is given as
         one empty batch of the input schema, not as no batch at all: the function sees the columns it
         reads either way, so an aggregate can say ``count = 0`` (``pa.Table.from_batches`` of nothing fails).
         """
         fn = self._callable()
-        wants_table = _wants_table(self)
-        batches = rows.to_batches() or [pa.RecordBatch.from_pylist([], schema=rows.schema)]
-        arg: Any = rows if wants_table else iter(batches)
+        arg = _partition_argument(self, rows)
         outcome = call_with_policy(self.on_error, lambda: _collect(fn(arg), self))
         if outcome.error is not None and not outcome.ok:
             if outcome.skipped:
@@ -316,10 +310,20 @@ def _first_raising(error: BaseException, then: Callable[[], Any]) -> Callable[[]
     return call
 
 
-def _wants_table(fn: UDTF) -> bool:
-    """Whether a batch UDTF takes its partition as one ``pa.Table`` (annotated so) rather than batches."""
+def _partition_argument(fn: UDTF, rows: pa.Table) -> Any:
+    """What a batch UDTF is given for its partition's ``rows``, by its parameter's annotation: ``pa.Table`` the
+    rows as one table; ``GenevaQueryBuilder``, or none (the reference's ``def f(source)``), a query builder
+    over them (``source.to_arrow()`` / ``to_pandas()``, or iterated as record batches); anything else
+    (``Iterator[pa.RecordBatch]``) an iterator of record batches."""
+    from geneva_provider.core.query_builder import GenevaQueryBuilder, PartitionRows
+
     types = bind(fn.func, fn.label, "@udtf").param_types
-    return bool(types) and types[0] is pa.Table
+    wanted = types[0] if types else inspect.Parameter.empty
+    if wanted is pa.Table:
+        return rows
+    if wanted is inspect.Parameter.empty or (inspect.isclass(wanted) and issubclass(wanted, GenevaQueryBuilder)):
+        return PartitionRows(rows, fn.label)
+    return iter(rows.to_batches() or [pa.RecordBatch.from_pylist([], schema=rows.schema)])
 
 
 def _check_bool(value: Any, arg: str, label: str) -> None:
@@ -335,6 +339,7 @@ def chunker(
     output_schema: pa.Schema | dict[str, Any] | None = None,
     input_columns: Sequence[str] | None = None,
     batch: bool = False,
+    inherit_input_columns: bool = True,
     name: str | None = None,
     version: str | None = None,
     on_error: Any = None,
@@ -351,6 +356,11 @@ def chunker(
     output columns plus ``__parent_index`` (the input row each output row comes from).  A class is
     stateful: built once per worker (and GPU), its ``__call__`` is the chunker.
 
+    Its view's rows carry the source columns its query selects (``.select([...])``, by default every one);
+    ``inherit_input_columns=False`` leaves out those the chunker reads, as the reference does (they are still
+    read to call it): a large input (a document, a video) is then not copied onto each of its rows, and an
+    output column may take an input's name.
+
     ``on_error``, ``num_cpus``, ``num_gpus`` and ``memory`` mean what they mean for ``@udf``; none of them
     changes the chunker's version, which is a hash of what it computes.  Every argument is checked here,
     at decoration (UDFDefinitionError naming the chunker and the argument), not at the first refresh.
@@ -361,6 +371,7 @@ def chunker(
                        num_gpus=num_gpus, memory=memory, default="chunker")
         label = opts.label
         _check_bool(batch, "batch", label)
+        _check_bool(inherit_input_columns, "inherit_input_columns", label)
         given = input_list(input_columns, label, distinct=True)
         binding = bind(f, label, "@chunker")
         inputs = binding.columns(given, label)
@@ -384,7 +395,7 @@ def chunker(
         return UDTF(func=f, kind=UDTFKind.CHUNKER, output_schema=schema, input_columns=inputs, name=opts.name,
                     version=opts.version or udf_fingerprint(f, str(schema), "chunker", batch), batch=batch,
                     stateful=binding.stateful, on_error=opts.on_error, resources=opts.resources,
-                    declared_schema=declared)
+                    declared_schema=declared, inherit_input_columns=inherit_input_columns)
 
     return wrap(func) if func is not None else wrap
 
@@ -409,8 +420,10 @@ def udtf(
 ) -> Any:
     """Declares a batch UDTF: the rows of a partition in, any rows out (N:M).
 
-    It takes one argument: the partition's rows as an iterator of ``RecordBatch`` (or, annotated
-    ``pa.Table``, as one table) holding ``input_columns`` (default: every column the view reads) and
+    It takes one argument: the partition's rows -- annotated ``GenevaQueryBuilder`` (or not annotated), a
+    query builder over them (``source.to_arrow()``, ``source.to_pandas()``, or iterated as ``RecordBatch``es);
+    annotated ``pa.Table``, one table; annotated ``Iterator[pa.RecordBatch]``, an iterator -- holding
+    ``input_columns`` (default: every column the view reads) and
     yields ``RecordBatch``es (or returns a table) of ``output_schema``.  ``partition_by`` names a source
     column: one call per distinct value, the partitions spread over Spark tasks, and a refresh runs
     again only the partitions whose rows changed; without it, one call over the whole selection.

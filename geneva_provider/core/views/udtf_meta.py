@@ -16,9 +16,8 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from geneva_provider.core.contracts.kinds import DigestScheme
+from geneva_provider.core.contracts.kinds import DigestScheme, UDTFKind
 from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.core.functions.udtf import UDTFKind
 from geneva_provider.core.store.layout import md5_hex
 from geneva_provider.core.views.meta import SOURCE_ROW_ID
 

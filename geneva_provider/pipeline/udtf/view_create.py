@@ -60,8 +60,10 @@ def create_udtf_view(catalog: Catalog, name: str, source: TableRef, query: ViewQ
                               f"(columns: {listed})")
 
     if fn.kind is UDTFKind.CHUNKER:
-        carried = dict(query.columns) if query.columns else {c: c for c in default}
         inputs = list(fn.input_columns or [])
+        carried = dict(query.columns) if query.columns else {c: c for c in default}
+        if not fn.inherit_input_columns:  # the inputs are read to call the chunker, not copied onto its rows
+            carried = {out: src for out, src in carried.items() if src not in inputs}
     else:  # N:M rows have no single parent: nothing is carried, the selection is the UDTF's input
         carried = {}
         inputs = list(fn.input_columns) if fn.input_columns is not None else (
