@@ -34,7 +34,7 @@ from geneva_provider.core.error_policy import RowFailure, call_with_policy, form
 from geneva_provider.core.errors import UDFDefinitionError
 from geneva_provider.core.functions.arrow_types import row_type_of_return, schema_of_row_type
 from geneva_provider.core.functions.base import UDFCallError, UserFunction, check_name, options
-from geneva_provider.core.functions.binding import bind, input_list
+from geneva_provider.core.functions.binding import Binding, bind, input_list
 from geneva_provider.core.functions.identity import udf_fingerprint
 from geneva_provider.core.functions.rows import RowSchema, UDTFRowError, as_rows, check_schema
 
@@ -63,6 +63,9 @@ class UDTF(UserFunction):
     # A chunker: whether its view's rows carry the source columns it reads (those the view's query selects), as
     # the reference's ``inherit_input_columns``; False leaves them out of the view (they are still read).
     inherit_input_columns: bool = True
+    # A batch UDTF: how it takes its partition (:func:`source_kind`), read from its annotation where it is
+    # declared (a worker may not resolve it); None for one pickled before it was recorded: read it there.
+    source: str | None = None
 
     @property
     def label(self) -> str:
@@ -310,18 +313,29 @@ def _first_raising(error: BaseException, then: Callable[[], Any]) -> Callable[[]
     return call
 
 
-def _partition_argument(fn: UDTF, rows: pa.Table) -> Any:
-    """What a batch UDTF is given for its partition's ``rows``, by its parameter's annotation: ``pa.Table`` the
-    rows as one table; ``GenevaQueryBuilder``, or none (the reference's ``def f(source)``), a query builder
-    over them (``source.to_arrow()`` / ``to_pandas()``, or iterated as record batches); anything else
-    (``Iterator[pa.RecordBatch]``) an iterator of record batches."""
-    from geneva_provider.core.query_builder import GenevaQueryBuilder, PartitionRows
+def source_kind(binding: Binding) -> str:
+    """How a batch UDTF takes its partition, by its parameter's annotation: ``pa.Table`` "table" (one table);
+    ``GenevaQueryBuilder``, or none (the reference's ``def f(source)``), "query" (a query builder over the rows,
+    also iterated as record batches); anything else (``Iterator[pa.RecordBatch]``) "batches" (an iterator)."""
+    from geneva_provider.core.query_builder import GenevaQueryBuilder
 
-    types = bind(fn.func, fn.label, "@udtf").param_types
+    types = binding.param_types
     wanted = types[0] if types else inspect.Parameter.empty
     if wanted is pa.Table:
-        return rows
+        return "table"
     if wanted is inspect.Parameter.empty or (inspect.isclass(wanted) and issubclass(wanted, GenevaQueryBuilder)):
+        return "query"
+    return "batches"
+
+
+def _partition_argument(fn: UDTF, rows: pa.Table) -> Any:
+    """What a batch UDTF is given for its partition's ``rows`` (:func:`source_kind`)."""
+    from geneva_provider.core.query_builder import PartitionRows
+
+    kind = fn.source or source_kind(bind(fn.func, fn.label, "@udtf"))
+    if kind == "table":
+        return rows
+    if kind == "query":
         return PartitionRows(rows, fn.label)
     return iter(rows.to_batches() or [pa.RecordBatch.from_pylist([], schema=rows.schema)])
 
@@ -446,6 +460,6 @@ def udtf(
         return UDTF(func=f, kind=UDTFKind.UDTF, output_schema=schema, input_columns=inputs, name=opts.name,
                     version=opts.version or udf_fingerprint(f, str(schema), "udtf", partition_by),
                     stateful=binding.stateful, partition_by=partition_by, on_error=opts.on_error,
-                    resources=opts.resources, declared_schema=declared)
+                    resources=opts.resources, declared_schema=declared, source=source_kind(binding))
 
     return wrap(func) if func is not None else wrap
