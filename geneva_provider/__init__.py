@@ -46,6 +46,11 @@ _EXPORTS = {
     "task_gpus": "geneva_provider.core.devices",
     "task_device": "geneva_provider.core.devices",
     "local_session": "geneva_provider.pipeline.spark.runner",
+    "GenevaManifest": "geneva_provider.core.manifest",
+    "SparkCluster": "geneva_provider.core.manifest",
+    "ExecutionContext": "geneva_provider.facade.contexts",
+    "local_context": "geneva_provider.facade.contexts",
+    "local_ray_context": "geneva_provider.facade.contexts",
     "BackfillOptions": "geneva_provider.core.contracts.options",
     "RefreshOptions": "geneva_provider.core.contracts.options",
     "BackfillResult": "geneva_provider.core.contracts.models",
@@ -74,6 +79,7 @@ __all__ = [
     "connect", "local_session", "task_device", "task_gpus", "udf",
     "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
     "UDTF", "chunker", "scalar_udtf", "udtf",
+    "ExecutionContext", "GenevaManifest", "SparkCluster", "local_context", "local_ray_context",
 ]
 
 if TYPE_CHECKING:
@@ -111,9 +117,11 @@ if TYPE_CHECKING:
     )
     from geneva_provider.core.functions.udf import UDF, Columns, UDFKind, UnpackedUDF, udf
     from geneva_provider.core.functions.udtf import UDTF, chunker, scalar_udtf, udtf
+    from geneva_provider.core.manifest import GenevaManifest, SparkCluster
     from geneva_provider.core.query_builder import GenevaQueryBuilder
     from geneva_provider.core.store.checkpoint import CheckpointStore, InMemoryCheckpointStore, LanceCheckpointStore
     from geneva_provider.facade.connection import Connection, connect
+    from geneva_provider.facade.contexts import ExecutionContext, local_context, local_ray_context
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table
     from geneva_provider.pipeline.spark.runner import local_session

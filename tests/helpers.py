@@ -296,3 +296,19 @@ async def first_event(trigger):
     async for event in trigger.run():
         return event
     return None
+
+
+def driver_only_package(directory: Path) -> tuple[str, str]:
+    """A package of a unique name, ``scale(x) = 7x + 1``, written under ``directory/mods``: (its name, that dir).
+
+    Nothing puts that directory on a Spark worker's path: only a manifest that ships the package makes it
+    importable there (a reused Python worker cannot have it from an earlier test, the name being new).
+    """
+    import uuid
+
+    name = f"geneva_shipped_{uuid.uuid4().hex[:10]}"
+    mods = directory / "mods"
+    (mods / name).mkdir(parents=True)
+    (mods / name / "__init__.py").write_text("from .maths import scale\n")
+    (mods / name / "maths.py").write_text("def scale(x):\n    return 7 * x + 1\n")
+    return name, str(mods)

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from geneva_provider.core.contracts.models import BackfillResult, JobRecord
+    from geneva_provider.core.manifest import GenevaManifest, SparkCluster
+    from geneva_provider.facade.contexts import ExecutionContext
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table
 
@@ -39,6 +41,8 @@ class Connection:
                 self.uri):
             raise InvalidArgumentError(f"connect: {uri!r} is a file, not a database directory")
         self.storage_options: dict[str, str] | None = self.catalog.storage_options
+        self._manifests: dict[str, GenevaManifest] = {}
+        self._clusters: dict[str, SparkCluster] = {}
 
     def __repr__(self) -> str:  # storage options may hold secrets: never shown
         return f"Connection(uri={self.uri!r})"
@@ -158,19 +162,89 @@ class Connection:
         with the same arguments and result."""
         return self.open_table(name).refresh(*args, **kwargs)
 
+    # ------------------------------------------------------------------ execution contexts
+    def define_manifest(self, name: str, manifest: GenevaManifest) -> None:
+        """Names ``manifest`` for ``context(manifest=name)`` (kept by this connection, for this process)."""
+        from geneva_provider.core.manifest import GenevaManifest
+
+        _check_name(name, "define_manifest")
+        if not isinstance(manifest, GenevaManifest):
+            raise InvalidArgumentError(f"define_manifest '{name}': manifest must be a GenevaManifest, got "
+                                       f"{manifest!r}")
+        self._manifests[name] = manifest
+
+    def define_cluster(self, name: str, cluster: str | SparkCluster) -> None:
+        """Names ``cluster`` -- a Spark master, an ``sc://`` URL or a :class:`SparkCluster` -- for
+        ``context(cluster=name)`` (kept by this connection, for this process)."""
+        from geneva_provider.core.manifest import SparkCluster
+        from geneva_provider.facade.contexts import as_cluster
+
+        _check_name(name, "define_cluster")
+        found = as_cluster(cluster, f"define_cluster '{name}'")
+        if not isinstance(found, SparkCluster):
+            raise InvalidArgumentError(f"define_cluster '{name}': cluster must be a Spark master, an sc:// URL or "
+                                       "a SparkCluster (pass a running session to context() itself)")
+        self._clusters[name] = found
+
+    def context(self, cluster: Any = None, manifest: Any = None) -> ExecutionContext:
+        """A context manager whose jobs run on ``cluster`` with ``manifest``'s code shipped to its workers.
+
+        ``cluster``: a name given to :meth:`define_cluster`, a Spark master (``local[4]``,
+        ``spark://host:7077``; ``local[*]`` when None), an ``sc://`` Spark Connect URL, a
+        :class:`SparkCluster`, or a running SparkSession (used, never stopped).  ``manifest``: a name given
+        to :meth:`define_manifest` or a :class:`GenevaManifest`.  Inside ``with db.context(...):`` every
+        backfill, refresh and compaction without ``spark=`` runs on the context's session; leaving it stops
+        the session only if entering it started one.
+        """
+        from geneva_provider.facade.contexts import ExecutionContext, as_cluster, as_manifest
+
+        what = "context"
+        if isinstance(cluster, str) and cluster in self._clusters:
+            cluster = self._clusters[cluster]
+        if isinstance(manifest, str):
+            if manifest not in self._manifests:
+                raise InvalidArgumentError(f"{what}: no manifest named {manifest!r} (defined: "
+                                           f"{sorted(self._manifests)}); define it with db.define_manifest")
+            manifest = self._manifests[manifest]
+        return ExecutionContext(as_cluster(cluster, what), as_manifest(manifest, what), what)
+
+    @staticmethod
+    def local_context(manifest: GenevaManifest | None = None, **options: Any) -> ExecutionContext:
+        """A context on a local Spark session (:func:`geneva_provider.local_context`)."""
+        from geneva_provider.facade.contexts import local_context
+
+        return local_context(manifest, **options)
+
+    @staticmethod
+    def local_ray_context(manifest: GenevaManifest | None = None, **options: Any) -> ExecutionContext:
+        """The reference's name for :meth:`local_context`: a local Spark session, no Ray (Ray's own settings are
+        ignored, with a warning)."""
+        from geneva_provider.facade.contexts import local_ray_context
+
+        return local_ray_context(manifest, **options)
+
     # ------------------------------------------------------------------ job records
-    def list_jobs(self, table: str | None = None, *, status: str | None = None, kind: str | None = None
-                  ) -> list[JobRecord]:
+    def list_jobs(self, table: str | None = None, *, status: str | None = None, kind: str | None = None,
+                  table_name: str | None = None) -> list[JobRecord]:
         """Records of the backfills, refreshes and compactions run on this database's tables, newest first.
 
-        ``table``, ``status`` (PENDING, RUNNING, DONE, FAILED, ABANDONED) and ``kind`` (backfill, refresh,
-        compaction, udtf: a chunker or batch-UDTF view refresh) narrow the list.  A PENDING or RUNNING job
-        whose process stopped heartbeating (killed) is listed ABANDONED, with the stage and counts it had
-        reached.
+        ``table`` (or, as the reference names it, ``table_name``), ``status`` (PENDING, RUNNING, DONE, FAILED,
+        ABANDONED) and ``kind`` (backfill, refresh, compaction, udtf: a chunker or batch-UDTF view refresh)
+        narrow the list.  A PENDING or RUNNING job whose process stopped heartbeating (killed) is listed
+        ABANDONED, with the stage and counts it had reached.  Each record also answers to the reference's
+        field names (``table_name``, ``column_name``, ``job_type``, ``launched_at``, ``completed_at``,
+        ``metrics``).
         """
         from geneva_provider.core.contracts.models import JobStatus
         from geneva_provider.pipeline.stages.job_records import read_records
 
+        if table_name is not None:
+            if table is not None and table != table_name:
+                raise InvalidArgumentError(f"list_jobs: table {table!r} and table_name {table_name!r} differ: "
+                                           "pass one of them")
+            table = table_name
+        if table is not None and (not isinstance(table, str) or not table):
+            raise InvalidArgumentError(f"list_jobs: table_name must be a table's name, got {table!r}")
         if status is not None and status not in JobStatus.__members__:
             raise InvalidArgumentError(f"list_jobs: status must be one of {list(JobStatus.__members__)}, got "
                                        f"{status!r}")
@@ -222,6 +296,11 @@ def connect(uri: str | os.PathLike[str], storage_options: dict[str, str] | None 
 
 
 _MODES = ("create", "overwrite", "exist_ok")
+
+
+def _check_name(name: Any, what: str) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidArgumentError(f"{what}: name must be a non-empty string, got {name!r}")
 
 
 def arrow_schema(schema: Any, what: str) -> pa.Schema:

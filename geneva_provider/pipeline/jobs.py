@@ -23,6 +23,7 @@ from geneva_provider.core.store.checkpoint import CheckpointStore, open_store, s
 from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
 from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run_compaction
+from geneva_provider.pipeline.spark.contexts import context_session
 from geneva_provider.pipeline.spark.runner import local_session, running_context
 from geneva_provider.pipeline.spark.task_runner import is_compute, task_runner
 from geneva_provider.pipeline.stages.apply import run_apply
@@ -114,16 +115,19 @@ def calls_session() -> SparkSession:
 
 
 def _runner(spark: Compute | None) -> TaskRunner:
-    """The runner of ``spark``, else of the active session, else of :func:`calls_session`."""
+    """The runner of ``spark``, else of the execution context's session (``db.context()``), else of the active
+    session, else of :func:`calls_session`."""
     if spark is None:
         from pyspark.sql import SparkSession
 
-        spark = SparkSession.getActiveSession() or calls_session()  # never stopped here
+        spark = context_session() or SparkSession.getActiveSession() or calls_session()  # never stopped here
     return task_runner(spark)
 
 
 def _parallelism(spark: Compute | None) -> int | None:
-    """How many tasks ``spark`` runs at once; None when no session is given (one starts only if there is work)."""
+    """How many tasks ``spark`` (or the execution context's session) runs at once; None when no session is given
+    (one starts only if there is work)."""
+    spark = spark if spark is not None else context_session()
     if spark is None:
         return None
     runner = task_runner(spark)

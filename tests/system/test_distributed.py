@@ -186,3 +186,64 @@ def test_example_dag_runs_on_the_cluster_by_changing_only_the_connection(standal
     write_id = find_app_id(cluster, "geneva-write_commit-events-words")
     assert sum(finished_tasks(cluster, write_id).values()) == min(fragments, slots)
     print(f"\nexample DAG on the standalone cluster: {seconds:.1f}s")
+
+
+# A driver of its own (this test process may hold the suite's local session, and a process runs one SparkContext):
+# it imports a package that exists only in a temp dir on its own path, never on the executors'.
+_CONTEXT_DRIVER = """
+import sys
+sys.path.insert(0, sys.argv[3])
+import json, importlib
+import pyarrow as pa
+import geneva_provider as gp
+
+mod = importlib.import_module(sys.argv[4])
+
+@gp.udf(data_type=pa.int64())
+def scaled(x: int) -> int:
+    return mod.scale(x)
+
+db = gp.connect(sys.argv[2])
+tbl = db.create_table("t", [{"x": i} for i in range(60)], max_rows_per_file=20)
+tbl.add_columns({"y": scaled})
+cluster = gp.SparkCluster(sys.argv[1], conf=json.loads(sys.argv[5]))
+out = {}
+with db.context(cluster) as spark:
+    try:
+        tbl.backfill("y", progress=False)
+    except gp.GenevaError as exc:
+        out["without"] = [type(exc).__name__, str(exc)]
+    with db.context(spark, manifest=gp.GenevaManifest(py_modules=[sys.argv[4]])):
+        out["computed"] = tbl.backfill("y", progress=False).rows_computed
+    out["master"] = spark.sparkContext.master
+out["stopped"] = spark.sparkContext._jsc is None
+out["y"] = tbl.to_arrow(["x", "y"]).sort_by("x").column("y").to_pylist()
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_a_context_ships_a_driver_only_module_to_the_standalone_cluster(standalone_spark, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.helpers import driver_only_package
+
+    cluster = standalone_spark
+    name, path = driver_only_package(tmp_path)
+    conf = {"spark.executor.cores": "1", "spark.executor.memory": "1g", "spark.cores.max": "2",
+            "spark.app.name": "geneva-context-shipped", "spark.ui.showConsoleProgress": "false"}
+    done = subprocess.run([sys.executable, "-c", _CONTEXT_DRIVER, cluster.master_url, str(tmp_path / "db"), path,
+                           name, json.dumps(conf)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-4000:]
+    out = json.loads(lines[0][len("RESULT "):])
+    # Without the manifest the executors cannot load the UDF: the package's error names the module.
+    assert out["without"][0] == "SparkEnvironmentError", out
+    assert f"module '{name}' is not importable" in out["without"][1] and "GenevaManifest" in out["without"][1]
+    # With it, every row computed on the cluster, exactly; the context stopped the session it started.
+    assert out["master"] == cluster.master_url and out["computed"] == 60 and out["stopped"] is True
+    assert out["y"] == [x * 7 + 1 for x in range(60)]
+    app_id = find_app_id(cluster, "geneva-context-shipped")
+    assert sum(finished_tasks(cluster, app_id).values()) >= 1

@@ -8,6 +8,7 @@ plan of another format is refused with :class:`PlanFormatError` instead of being
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Sequence
 from enum import StrEnum
@@ -485,7 +486,8 @@ class ApplyTaskResult(_Model):
     calls: int = 0  # the function's calls (counted by kinds that report them: a UDTF's)
     rows_skipped: int = 0
     checkpoints: int = 0
-    udf_seconds: float = 0.0
+    read_seconds: float = 0.0  # reading the inputs of its rows
+    udf_seconds: float = 0.0   # calling the UDF and fingerprinting (its read not included)
     error: TaskError | None = None
     failures: list[RowError] = Field(default_factory=list)
     timed_out: bool = False  # the job's deadline passed: the task stopped before its next checkpoint
@@ -764,6 +766,55 @@ class JobRecord(_Model):
     heartbeat_at: str | None = None     # the last sign of life of the process running the job
     lease_seconds: float | None = None  # live while heartbeat_at + lease_seconds is in the future
     taken_over_by: str | None = None    # ABANDONED: the job whose plan took over its column (or table)
+    # Measurements (cumulative over tasks, so they may add up to more than the wall time): see ``metrics``.
+    tasks: int = 0                      # the apply stage's Spark tasks
+    read_seconds: float = 0.0           # apply: reading the UDF's input rows
+    udf_seconds: float = 0.0            # apply: the UDF's calls and the rows' fingerprints
+    write_seconds: float = 0.0          # write+commit: the writer tasks (the stage's time less its commits)
+    commit_seconds: float = 0.0         # write+commit: the commits, on the driver
+    commit_conflict_retries: int = 0    # commits retried after a concurrent writer's commit
+
+    # -- the reference's (LanceDB Geneva's) names for the same record, read-only --------------------
+    @property
+    def table_name(self) -> str:
+        return self.table
+
+    @property
+    def column_name(self) -> str | None:
+        return self.column
+
+    @property
+    def job_type(self) -> str:
+        """``BACKFILL`` or ``REFRESH`` (``COMPACTION``, ``UDTF``), the kind in the reference's spelling."""
+        return str(self.kind).upper()
+
+    @property
+    def launched_at(self) -> dt.datetime:
+        return dt.datetime.fromisoformat(self.created_at)
+
+    @property
+    def completed_at(self) -> dt.datetime | None:
+        return dt.datetime.fromisoformat(self.finished_at) if self.finished_at else None
+
+    @property
+    def rows_ready_for_commit(self) -> int:
+        return self.rows_ready
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """The job's measurements as the reference lists them: ``{"name", "count", "total"}`` each (a row count
+        out of the rows planned, or a cumulative amount whose ``total`` is None; times in milliseconds)."""
+        planned = self.rows_planned
+        rows = [("rows_checkpointed", self.rows_checkpointed), ("rows_ready_for_commit", self.rows_ready),
+                ("rows_committed", self.rows_committed)]
+        amounts = [("tasks", self.tasks), ("read_io_time_ms", round(self.read_seconds * 1000)),
+                   ("udf_processing_time", round(self.udf_seconds * 1000)),
+                   ("writer_write_time", round(self.write_seconds * 1000)),
+                   ("commit_time_ms", round(self.commit_seconds * 1000)),
+                   ("commit_conflict_retries", self.commit_conflict_retries),
+                   ("rows_failed", self.rows_failed), ("rows_retried", self.rows_retried)]
+        return ([{"name": n, "count": c, "total": planned} for n, c in rows]
+                + [{"name": n, "count": c, "total": None} for n, c in amounts])
 
 
 class BackfillResult(_Model):

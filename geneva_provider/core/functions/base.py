@@ -26,7 +26,8 @@ import pyarrow as pa
 from geneva_provider.core.contracts.kinds import RowOutcome
 from geneva_provider.core.devices import device_instance
 from geneva_provider.core.error_policy import ErrorPolicy, Outcome, RowFailure, error_policy
-from geneva_provider.core.errors import UDFDefinitionError
+from geneva_provider.core.errors import SparkEnvironmentError, UDFDefinitionError
+from geneva_provider.core.manifest import missing_module_advice
 from geneva_provider.core.resources import UDFResources, udf_resources
 
 F = TypeVar("F", bound="UserFunction")
@@ -118,7 +119,11 @@ class UserFunction:
     @classmethod
     def load(cls: type[F], pickle_b64: str) -> F:
         """Rebuilds a function of this class from its base64 pickle; UDFDefinitionError if it holds another."""
-        obj = cloudpickle.loads(base64.b64decode(pickle_b64))
+        try:
+            obj = cloudpickle.loads(base64.b64decode(pickle_b64))
+        except ModuleNotFoundError as exc:  # the function refers to a module that is not here (a Spark worker)
+            raise SparkEnvironmentError(f"the geneva {cls.noun} in the {cls.stored_in} cannot be loaded: "
+                                        f"{missing_module_advice(exc.name)}") from None
         if not isinstance(obj, cls):
             raise UDFDefinitionError(f"{cls.stored_in} holds a {type(obj).__name__}, not a geneva {cls.noun}")
         return obj

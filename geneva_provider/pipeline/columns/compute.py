@@ -34,6 +34,7 @@ from geneva_provider.core.contracts.models import (
 )
 from geneva_provider.core.errors import CorruptCheckpointError
 from geneva_provider.core.fragments import fragment_of, live_row_addresses
+from geneva_provider.core.manifest import missing_module_advice
 from geneva_provider.core.ranges import positions_of, uncovered
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore
 from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix
@@ -138,6 +139,7 @@ class _Checkpointer:
         self.held: dict[int, _Held] = {}
         self.pending_since: float | None = None  # when the oldest work neither checkpointed nor recorded began
         self.stored = 0  # batch checkpoints and column files written
+        self.read_seconds = 0.0  # reading input rows, since the task last took it
 
     def hold(self, pieces: list[_Piece]) -> None:
         """Notes the pieces that are whole fragments with a file target: each is kept from its first row."""
@@ -164,6 +166,8 @@ class _Checkpointer:
         t0 = time.perf_counter()
         n = sum(len(p) for p in pieces)
         rows = self.work.read([(p.frag, p.positions, p.whole) for p in pieces])
+        read = time.perf_counter() - t0
+        self.read_seconds += read
         if rows.num_rows != n:
             raise RuntimeError(f"fragments {[p.frag for p in pieces]}: read {rows.num_rows} of {n} rows; "
                                "the table changed under a pinned version")
@@ -191,7 +195,7 @@ class _Checkpointer:
             fingerprints = pc.if_else(pa.array(keep), fingerprints, pa.scalar(None, fingerprints.type))
         outputs[self.ctx.job.row_fingerprint_column] = fingerprints
         computed = pa.table({ROWADDR: address, **outputs})
-        seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0 - read
         offset, stored_rows, store_seconds = 0, 0, 0.0
         for p in pieces:
             k = len(p)
@@ -216,7 +220,7 @@ class _Checkpointer:
                     watch.release()  # what follows is no UDF call on the span
                 self.write(self.held.pop(p.frag))
         if self.sizer is not None:
-            self.sizer.observe_costs(n, seconds, stored_rows, store_seconds)
+            self.sizer.observe_costs(n, seconds + read, stored_rows, store_seconds)
         self.keep_within_a_checkpoint(time.perf_counter() - t0)
         return None, seconds
 
@@ -345,6 +349,7 @@ def apply_task(task: Task, worker: ColumnExecutor) -> ApplyTaskResult:
                 return result.model_copy(update={"error": error, "frag": error.frag, "checkpoints": ckpt.stored})
             result.rows_computed += sum(len(p) for p in chunk)
             result.udf_seconds += seconds
+            result.read_seconds, ckpt.read_seconds = result.read_seconds + ckpt.read_seconds, 0.0
             # The whole checkpoint's time, its read and stores included: what a kill during the next one loses.
             worker.sizer.observe(sum(len(p) for p in chunk), time.perf_counter() - t0)
     finally:
@@ -388,6 +393,8 @@ def _task_error(ctx: StageContext, exc: ComputeError, addrs: pa.Array) -> TaskEr
     original = exc.error.original
     # A UDF over the worker's memory limit gets a MemoryError (the limit is an address-space rlimit).
     memory = memory_note(memory_limit_mb()) if isinstance(original, MemoryError) else ""
+    if isinstance(original, ModuleNotFoundError):
+        memory = missing_module_advice(original.name)
     return TaskError(
         message=f"UDF '{exc.udf_name}' failed computing column '{exc.column}' of table '{ctx.job.table}' "
                 f"at {where}: {str(exc.error).rstrip(': ')}" + (f" ({memory})" if memory else ""),

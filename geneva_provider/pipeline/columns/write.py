@@ -190,6 +190,9 @@ def write_commit(plan: ColumnPlan, runner: TaskRunner, storage_options: dict[str
                     committer.complete.update(r.frag for r in written if r.complete)
                     committer.commit({r.frag: r.file for r in written})
     outcome = committer.summary(round(time.perf_counter() - t0, 3))
+    update_record(committer.store, plan.job_id, commit_conflict_retries=committer.retries,
+                  commit_seconds=round(committer.commit_seconds, 3),
+                  write_seconds=round(max(outcome.seconds - committer.commit_seconds, 0.0), 3))
     JobStore(committer.store).put_committed(plan.job_id, CommitRecord(result=outcome, staged=committer.staged))
     if committer.changed:
         # Every retry of this plan meets the same newer values: only a new plan (a rerun of the backfill,
@@ -245,8 +248,10 @@ class _Committer:
         self.total = sum(f.rows for f in plan.fragments if f.action in (Action.COMPUTE, Action.REUSE))
         self.store = open_store(plan.store_uri, storage_options)
         self.retries = 0
+        self.commit_seconds = 0.0
 
     def commit(self, files: dict[int, DataFileRef]) -> None:
+        t0 = time.perf_counter()
         plan = self.plan
         outcome = commit_column_files(
             plan.table_uri, plan.output_columns, {fid: ref.to_lance() for fid, ref in files.items()},
@@ -258,6 +263,7 @@ class _Committer:
         self.vanished += outcome.vanished
         self.changed += outcome.changed
         self.retries += outcome.retries
+        self.commit_seconds += time.perf_counter() - t0
         self._record_valid(outcome.committed, outcome.version)
         if outcome.vanished:
             log.warning("write %s: fragments %s no longer exist (compacted or deleted); their rows were not "

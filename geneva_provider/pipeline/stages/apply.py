@@ -113,14 +113,18 @@ def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, r
              "" if counts.max_tasks_at_once is None else
              f"; under the resource profile {describe_profile(profile)}: at most {counts.max_tasks_at_once} tasks "
              "ran at once")
+    measured = {"tasks": len(tasks), "read_seconds": round(sum(r.read_seconds for r in results), 3),
+                "udf_seconds": round(sum(r.udf_seconds for r in results), 3)}
     if errors:
+        update_record(store, plan.job_id, **measured)
         raise UDFExecutionError(errors[0].message + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else "")
                                 + (f"; the failed rows are in the error store (job {plan.job_id})" if failures else ""))
     if timed_out:
         log.warning("apply %s: the job's timeout passed: its tasks stopped at a checkpoint after %d rows; a later "
                     "job resumes from the checkpoints", plan.job_id, computed)
-        update_record(store, plan.job_id, rows_failed=failed, rows_retried=counts.rows_retried)
+        update_record(store, plan.job_id, rows_failed=failed, rows_retried=counts.rows_retried, **measured)
         return counts
-    update_record(store, plan.job_id, rows_checkpointed=planned, rows_failed=failed, rows_retried=counts.rows_retried)
+    update_record(store, plan.job_id, rows_checkpointed=planned, rows_failed=failed, rows_retried=counts.rows_retried,
+                  **measured)
     check_skip_limits(plan, failed)
     return counts
