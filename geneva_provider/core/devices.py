@@ -33,17 +33,23 @@ def task_device() -> str:
     return f"cuda:{gpus[0]}" if gpus else "cpu"
 
 
-def device_instance(func: Callable[..., Any] | type, stateful: bool, instances: dict[tuple[str, ...], Any]
-                    ) -> Callable[..., Any]:
+def device_instance(func: Callable[..., Any] | type, stateful: bool, instances: dict[tuple[str, ...], Any],
+                    args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The function to call: ``func`` itself, or this process's instance of a stateful class for the task's GPUs.
 
-    A stateful UDF (or UDTF) is instantiated once per process (per worker) and device, then reused: a
-    reused worker serves tasks given different GPUs, and a model loaded on one must not serve another.
+    A stateful UDF (or UDTF) is instantiated once per process (per worker) and device -- built with the
+    constructor arguments it was registered with (``Embed(model="m2")``), then its ``setup()``, if it has
+    one, loads what is heavy -- and reused: a reused worker serves tasks given different GPUs, and a model
+    loaded on one must not serve another.
     """
     if not stateful:
         return func
     device = tuple(task_gpus())
     if device not in instances:
-        instances[device] = func()
+        built = func(*args, **(kwargs or {}))
+        setup = getattr(built, "setup", None)
+        if callable(setup):  # the reference's hook: heavy state, once per worker, never pickled
+            setup()
+        instances[device] = built
     instance: Callable[..., Any] = instances[device]
     return instance

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self, TypeAlias
 
 from geneva_provider.core.column_names import check_column_name, is_internal_column, user_columns
+from geneva_provider.core.column_paths import missing_paths, path_root, path_type, reads_column
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.fingerprints import (
@@ -131,10 +132,12 @@ class UpdateColumns:
         for c in columns:
             check_column_name(c, self.subject)
         inputs = named if named is not None else sorted(self._existing)
-        missing = [c for c in inputs if c not in self._existing]
+        missing = [c for c in inputs if path_root(self._existing, c) not in self._existing] or \
+            missing_paths(self._schema, inputs)
         if missing:
             raise ColumnError(f"column '{column}': UDF '{fn.name}' reads {missing}, not found in table '{name}' "
                               f"(columns: {user_columns(names)})")
+        self._check_input_types(column, fn, inputs)
         try:
             fields = fn.group_fields(columns, inputs) if fn.multi_output else [fn.field(column, inputs)]
         except UDFDefinitionError as exc:
@@ -213,7 +216,8 @@ class UpdateColumns:
         in_view = META_QUERY.encode() in (self._schema.metadata or {})  # a view's UDFs read its source's columns
         for f in [] if in_view else self._schema:
             info = udf_column_info(f.metadata) if f.name in kept else None
-            reads = [c for c in (info.input_columns or []) if c in dropped] if info is not None else []
+            paths = reads_column(info.input_columns or [], names, dropped) if info is not None else []
+            reads = sorted({path_root(names, p) for p in paths})
             if reads:
                 raise ColumnError(f"cannot drop {reads} from table '{name}': UDF column '{f.name}' reads "
                                   f"them; drop '{f.name}' too (in the same call) or first")
@@ -320,7 +324,7 @@ class UpdateColumns:
             raise ColumnError(f"{self.subject}: cannot rename column '{path}' of view '{name}': a view's columns "
                               "are named by its query")
         readers = [f.name for f in self._schema if (i := udf_column_info(f.metadata)) is not None
-                   and path in (i.input_columns or [])]
+                   and reads_column(i.input_columns or [], names, [path])]
         if readers:
             raise ColumnError(f"{self.subject}: cannot rename column '{path}' of table '{name}': UDF column(s) "
                               f"{readers} read it")
@@ -372,11 +376,19 @@ class UpdateColumns:
         if fn.input_columns is not None and inputs is not None and len(fn.input_columns) != len(inputs):
             raise UDFDefinitionError(f"column '{column}' of table '{name}' reads {inputs}; the {word} UDF "
                                      f"'{fn.name}' takes {len(fn.input_columns)} inputs")
+        self._check_input_types(column, fn, inputs or [])
         try:
             metadata = fn.to_field_metadata(inputs)
         except UDFDefinitionError as exc:
             raise UDFDefinitionError(f"column '{column}' of table '{name}': {exc}") from None
         return info, metadata
+
+    def _check_input_types(self, column: str, fn: UDF, inputs: Sequence[str]) -> None:
+        """UDFDefinitionError before anything changes when a parameter annotated ``np.ndarray`` / ``list[...]``
+        would be given a column that is not a list (a view's inputs are its source's: not checked here)."""
+        if META_QUERY.encode() not in (self._schema.metadata or {}):
+            fn.check_input_types([path_type(self._schema, c) for c in inputs], inputs,
+                                 f"column '{column}' of table '{self.table.name}'")
 
     def _check_inputs(self, column: str, fn: UDF, inputs: list[str]) -> None:
         name = self.table.name
@@ -384,7 +396,7 @@ class UpdateColumns:
             raise InvalidArgumentError(f"{self.subject}: column '{column}': input_columns must be a non-empty list "
                                        f"of column names, got {inputs!r}")
         in_view = META_QUERY.encode() in (self._schema.metadata or {})  # a view's UDFs read its source's columns
-        missing = [] if in_view else [c for c in inputs if c not in self._schema.names or is_internal_column(c)]
+        missing = [] if in_view else [c for c in inputs if is_internal_column(c)] or missing_paths(self._schema, inputs)
         if missing:
             raise ColumnError(f"column '{column}': UDF '{fn.name}' reads {missing}, not found in table '{name}' "
                               f"(columns: {user_columns(self._schema.names)})")

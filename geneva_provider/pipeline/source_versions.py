@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from geneva_provider.core.catalog import Catalog, TableResolver
+from geneva_provider.core.column_paths import missing_paths
 from geneva_provider.core.errors import InvalidArgumentError, TableNotFoundError
 from geneva_provider.core.filters import check_where
 from geneva_provider.core.refs import TableRef
@@ -32,7 +33,7 @@ def readable_source(view: str, source: TableRef, version: int | None, columns: l
     """The source at ``version`` (latest when None), checked to hold the ``columns`` the view reads and to
     accept its ``where``, before anything of the view changes."""
     src = source_at(source, version, view)
-    missing = [c for c in columns if c not in src.schema.names]
+    missing = missing_paths(src.schema, columns)
     if missing:  # e.g. a version older than a column the view reads
         raise InvalidArgumentError(
             f"refresh of view '{view}': source table '{source.name}' at version {src.version} has no "

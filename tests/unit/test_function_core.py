@@ -175,18 +175,9 @@ class _NoCall:
         return 0
 
 
-class _NeedsArgs:
-    def __init__(self, model: str):
-        self.model = model
-
-    def __call__(self, text: str) -> Iterator[Span]:
-        yield Span(0, 1)
-
-
 @pytest.mark.parametrize(("fn", "needles"), [
     (_required_keyword, ["keyword-only", "['scale']"]),
     (_NoCall, ["the class _NoCall has no __call__ method"]),
-    (_NeedsArgs, ["_NeedsArgs() fails", "__init__'s parameters defaults"]),
 ])
 def test_udf_and_chunker_bind_a_signature_the_same_way(fn, needles):
     for decorate, label in ((gp.udf(data_type=pa.int64()), "UDF"), (gp.chunker, "chunker")):

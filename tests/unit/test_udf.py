@@ -230,14 +230,6 @@ class _NoCall:
         return x
 
 
-class _NeedsModel:
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-    def __call__(self, x: int) -> int:
-        return x
-
-
 def _keyword_only(x: int, *, scale: int) -> int:
     return x * scale
 
@@ -252,7 +244,6 @@ def _only_kwargs(**cols) -> int:
 
 @pytest.mark.parametrize(("func", "needles"), [
     (_NoCall, ["'_NoCall'", "no __call__"]),
-    (_NeedsModel, ["'_NeedsModel'", "no arguments", "'model'"]),
     (_keyword_only, ["'_keyword_only'", "keyword-only", "['scale']"]),
     (_only_args, ["'_only_args'", "*cols", "cannot be inferred"]),
     (_only_kwargs, ["'_only_kwargs'", "**cols", "cannot be inferred"]),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,8 +57,17 @@ class UserFunction:
     stateful: bool = False
     on_error: ErrorPolicy = field(default_factory=ErrorPolicy)  # what a failing call does: fail, retry, skip
     resources: UDFResources | None = None  # CPUs, GPUs, memory per Spark task (None: asks for nothing)
+    # A stateful class's constructor arguments, as registered (``Embed(model="m2")``); None: not given, it is
+    # built with none.  Pickled with the function, so every worker builds the same instance.
+    init_args: tuple[Any, ...] | None = None
+    init_kwargs: tuple[tuple[str, Any], ...] = ()
     # A stateful function's instances, by the GPU addresses of the task that created them (() without GPUs).
     _instances: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields to pickle, without the instances built in this process: a stateful function tried
+        locally before it is registered travels as its class and arguments, never with a loaded model."""
+        return {**self.__dict__, "_instances": {}}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calls the wrapped function directly, so a decorated function stays usable (and testable)."""
@@ -65,7 +75,7 @@ class UserFunction:
 
     def _callable(self) -> Callable[..., Any]:
         """The function, or this worker's instance of a stateful class (one per process and GPU set)."""
-        return device_instance(self.func, self.stateful, self._instances)
+        return device_instance(self.func, self.stateful, self._instances, self.init_args or (), dict(self.init_kwargs))
 
     def _instance(self) -> Callable[..., Any]:
         """:meth:`_callable` for a job: a stateful class whose ``__init__`` fails is a failed call."""
@@ -103,14 +113,17 @@ class UserFunction:
 
     # ------------------------------------------------------------------ travel
     def pickled(self) -> bytes:
-        """The function pickled by value; UDFDefinitionError naming what cannot be pickled (a lock, a socket...)."""
+        """The function pickled by value; UDFDefinitionError naming what cannot be pickled (a lock, a socket...),
+        or a stateful class that its workers could not build with the arguments it was given."""
+        if self.stateful and isinstance(self.func, type):
+            check_constructible(self.func, self.init_args or (), dict(self.init_kwargs), self.label)
         try:
             return dumps_by_value(self)
         except Exception as exc:  # noqa: BLE001 - cloudpickle raises TypeError, PicklingError, AttributeError...
             raise UDFDefinitionError(
                 f"{self.label} cannot be pickled to run on Spark executors ({type(exc).__name__}: {exc}); "
                 "create unpicklable state (locks, clients, connections) inside the function or in a stateful "
-                "class's __init__") from None
+                "class's setup()") from None
 
     def pickled_b64(self) -> str:
         """:meth:`pickled` as base64 text, as table metadata stores it."""
@@ -127,6 +140,21 @@ class UserFunction:
         if not isinstance(obj, cls):
             raise UDFDefinitionError(f"{cls.stored_in} holds a {type(obj).__name__}, not a geneva {cls.noun}")
         return obj
+
+
+def check_constructible(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], label: str) -> None:
+    """UDFDefinitionError naming ``label`` unless ``cls(*args, **kwargs)`` binds to its constructor: each worker
+    builds the class so, and a call that cannot bind would fail every task of a job."""
+    try:
+        inspect.signature(cls).bind(*args, **kwargs)
+    except TypeError as exc:
+        given = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        remedy = (f"give __init__'s parameters defaults, or (a UDF) register it built with its arguments, as "
+                  f"{cls.__name__}(...)") if not args and not kwargs else "pass the arguments its __init__ takes"
+        raise UDFDefinitionError(f"{label}: each worker builds the stateful class {cls.__name__}({given}), but "
+                                 f"that fails: {exc}; {remedy}") from None
+    except ValueError:
+        pass  # no signature to check (a class built in C): the first call reports a failure
 
 
 def dumps_by_value(obj: Any) -> bytes:

@@ -4,20 +4,29 @@ A decorated function (or a stateful class's ``__call__``) is called with its inp
 what can be bound is its positional parameters: by default each reads the column of its name, or the
 columns ``input_columns=`` names, in order.  A function that takes one argument holding every input
 (a ``pa.RecordBatch`` UDF, a batch UDTF's partition) reads ``input_columns`` or everything.  The checks
-that a call can ever succeed -- a stateful class that can be built with no arguments, no required
-keyword-only parameter, as many columns as parameters -- are made here, at decoration, naming the
-function.
+that a call can ever succeed -- a stateful class with a ``__call__`` (a UDF class may take constructor
+arguments, given when it is registered as ``Embed(model="m2")``), no required keyword-only parameter, as
+many columns as parameters -- are made here, at decoration, naming the function.
+
+A parameter annotated ``np.ndarray`` (or ``list[...]``) takes a list column's value of each row as a numpy
+array (a Python list), as the reference passes them; :meth:`Binding.array_params` says which.
 """
 
 from __future__ import annotations
 
 import inspect
+import types
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from geneva_provider.core.errors import UDFDefinitionError
 from geneva_provider.core.functions.arrow_types import type_hints
+from geneva_provider.core.functions.base import check_constructible
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,22 @@ class Binding:
         """The return annotation (``inspect.Signature.empty`` without one)."""
         return self.hints.get("return", inspect.Signature.empty)
 
+    @property
+    def array_params(self) -> tuple[int, ...]:
+        """The positions of the parameters annotated ``np.ndarray`` (``np.ndarray | None`` too)."""
+        return tuple(i for i, t in enumerate(self.param_types) if _input_form(t) == "ndarray")
+
+    def check_input_types(self, types: Sequence[pa.DataType | None], inputs: Sequence[str], label: str) -> None:
+        """UDFDefinitionError naming the parameter and its column when an ``np.ndarray`` or ``list[...]``
+        parameter is given a column that is not a list (``types``: each input's Arrow type, in order)."""
+        for p, t, column, dtype in zip(self.params, self.param_types, inputs, types, strict=False):
+            form = _input_form(t)
+            if form and dtype is not None and not _is_list(dtype):
+                shown = "numpy.ndarray" if form == "ndarray" else "a Python list"
+                raise UDFDefinitionError(f"{label}: parameter '{p.name}' is annotated {shown}, which takes a list "
+                                         f"column (list, large_list or fixed-size list), but input '{column}' is "
+                                         f"{dtype}")
+
     def takes(self, cls: type) -> bool:
         """Whether a positional parameter is annotated ``cls`` (or a subclass)."""
         return any(inspect.isclass(t) and issubclass(t, cls) for t in self.param_types)
@@ -56,11 +81,15 @@ class Binding:
         return inputs
 
 
-def bind(f: Any, label: str, decorator: str) -> Binding:
-    """The signature of ``f`` (a function or a stateful class), checked: UDFDefinitionError naming ``label``."""
+def bind(f: Any, label: str, decorator: str, *, construct_later: bool = False) -> Binding:
+    """The signature of ``f`` (a function or a stateful class), checked: UDFDefinitionError naming ``label``.
+
+    ``construct_later``: a stateful class may need constructor arguments, given when it is registered
+    (checked then); otherwise it must be buildable with none.
+    """
     stateful = inspect.isclass(f)
     if stateful:
-        _check_stateful_class(f, label)
+        _check_stateful_class(f, label, construct_later)
     target = f.__call__ if stateful else f
     if not callable(target):
         raise UDFDefinitionError(f"{decorator} needs a function or a class with __call__, got {f!r}")
@@ -90,16 +119,27 @@ def input_list(input_columns: Any, label: str, *, distinct: bool = False) -> lis
     return list(input_columns)
 
 
-def _check_stateful_class(cls: type, label: str) -> None:
-    """A function class is instantiated with no arguments on each worker and then called: check both can happen."""
-    if not any("__call__" in vars(k) for k in cls.__mro__):
+def _check_stateful_class(cls: type, label: str, construct_later: bool) -> None:
+    """A function class is instantiated on each worker and then called: check both can happen."""
+    if not any("__call__" in vars(k) for k in cls.__mro__ if k is not object and k.__module__ != "collections.abc"):
         raise UDFDefinitionError(f"{label}: the class {cls.__name__} has no __call__ method; a stateful "
                                  "class computes in __call__")
-    try:
-        inspect.signature(cls).bind()
-    except TypeError as exc:
-        raise UDFDefinitionError(f"{label}: a stateful class is created with no arguments on each "
-                                 f"worker, but {cls.__name__}() fails: {exc}; give __init__'s parameters "
-                                 "defaults, or read settings inside __init__") from None
-    except ValueError:
-        pass  # no signature to check (a class built in C): the first call reports a failure
+    if not construct_later:
+        check_constructible(cls, (), {}, label)
+
+
+def _input_form(t: Any) -> str:
+    """``"ndarray"`` for an ``np.ndarray`` annotation, ``"list"`` for ``list`` / ``list[T]`` (either optional),
+    else ``""``: what a list column's value is passed as."""
+    options = [a for a in typing.get_args(t) if a is not type(None)] \
+        if typing.get_origin(t) in (typing.Union, types.UnionType) else [t]
+    if any(o is np.ndarray or o in ("np.ndarray", "numpy.ndarray") for o in options):
+        return "ndarray"
+    if any(o is list or typing.get_origin(o) is list for o in options):
+        return "list"
+    return ""
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or \
+        pa.types.is_list_view(t) or pa.types.is_large_list_view(t)

@@ -130,10 +130,14 @@ def _global_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def udf_fingerprint(func: Any, *extra: object) -> str:
-    """A 16-hex-digit hash of what ``func`` computes (plus ``extra``, e.g. its declared type and kind)."""
+def udf_fingerprint(func: Any, *extra: object, arguments: Any = None) -> str:
+    """A 16-hex-digit hash of what ``func`` computes (plus ``extra``, e.g. its declared type and kind, and the
+    ``arguments`` a stateful class is built with, by value: ``Embed(model="m2")`` computes something else)."""
     module = getattr(func, "__module__", None)
     hasher = _Hasher({module} if module else set())
     hasher.value(func)
     hasher.tag(*extra)
+    if arguments is not None:
+        hasher.tag("arguments")
+        hasher.value(arguments)
     return hasher.h.hexdigest()[:16]

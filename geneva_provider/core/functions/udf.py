@@ -25,11 +25,18 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
+from geneva_provider.core.column_paths import path_column, select_paths
 from geneva_provider.core.contracts.options import JobOptions
 from geneva_provider.core.error_policy import RowFailure, call_with_policy
 from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
 from geneva_provider.core.functions.arrow_types import arrow_type, convert_exactly, schema_of_row_type
-from geneva_provider.core.functions.base import UDFCallError, UserFunction, dumps_by_value, options
+from geneva_provider.core.functions.base import (
+    UDFCallError,
+    UserFunction,
+    check_constructible,
+    dumps_by_value,
+    options,
+)
 from geneva_provider.core.functions.binding import bind, input_list
 from geneva_provider.core.functions.columns import Columns, columns_of, is_named_tuple
 from geneva_provider.core.functions.identity import udf_fingerprint
@@ -78,6 +85,34 @@ class UDF(UserFunction):
     field_metadata: dict[str, str] = field(default_factory=dict)  # the user's own keys on the column's Arrow field
     auto_backfill: bool = False  # recorded for the reference's managed agent; nothing here acts on it
     multi_output: bool = False  # ``-> Columns[T]``: each field of the struct ``data_type`` is a column of its own
+    array_params: tuple[int, ...] = ()  # parameters annotated ``np.ndarray``: a list value comes as a numpy array
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Calls the function on one row's values; on a stateful class not yet built, builds the UDF of an
+        instance instead, as the reference does: ``Embed(model="m2")`` is the UDF to register."""
+        if self.stateful and self.init_args is None:
+            return self.constructed(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+    def constructed(self, *args: Any, **kwargs: Any) -> UDF:
+        """This stateful UDF built with constructor arguments: each worker builds ``func(*args, **kwargs)`` once
+        (then its ``setup()``).  The arguments are part of its version (unless ``version=`` was given), so
+        changing them marks the values computed with others stale."""
+        if not isinstance(self.func, type):
+            raise UDFDefinitionError(f"{self.label} is not a stateful class; it has no constructor arguments")
+        check_constructible(self.func, args, kwargs, self.label)
+        version = self.version
+        if (args or kwargs) and version == code_version(self.func, self.data_type, self.kind):  # derived, not given
+            version = code_version(self.func, self.data_type, self.kind, (args, kwargs))
+        return dataclasses.replace(self, init_args=args, init_kwargs=tuple(kwargs.items()), version=version,
+                                   _instances={})
+
+    def check_input_types(self, types: Sequence[pa.DataType | None], inputs: Sequence[str], where: str) -> None:
+        """UDFDefinitionError (prefixed ``where``) when a parameter annotated ``np.ndarray`` or ``list[...]`` is
+        given a column that is not a list, as the reference refuses it."""
+        if self.kind is UDFKind.SCALAR:
+            binding = bind(self.func, f"{where}: {self.label}", "@udf", construct_later=True)
+            binding.check_input_types(types, inputs, f"{where}: {self.label}")
 
     @property
     def is_multi_output(self) -> bool:
@@ -116,7 +151,7 @@ class UDF(UserFunction):
         n = batch.num_rows
         policy = self.on_error
         if self.kind is UDFKind.SCALAR:
-            columns = [batch.column(c).to_pylist() for c in input_columns]
+            columns = [_row_values(path_column(batch, c), i in self.array_params) for i, c in enumerate(input_columns)]
             rows = list(zip(*columns, strict=True)) if columns else [()] * n
 
             def call(i: int) -> Any:
@@ -145,8 +180,9 @@ class UDF(UserFunction):
         else:
             def whole() -> Any:
                 if self.kind is UDFKind.ARRAY:
-                    return fn(*[_as_array(batch.column(c)) for c in input_columns])
-                selected = batch.select(list(input_columns))
+                    return fn(*[_as_array(path_column(batch, c)) for c in input_columns])
+                selected = select_paths(pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch,
+                                        list(input_columns))
                 if isinstance(selected, pa.Table):
                     selected = selected.combine_chunks().to_batches()[0] if n else pa.RecordBatch.from_pylist(
                         [], schema=selected.schema)
@@ -407,8 +443,14 @@ def udf(
 
     Use as ``@udf``, ``@udf(data_type=pa.int64())`` or ``udf(fn, data_type=...)``.  The kind
     comes from the annotations: a ``pa.RecordBatch`` parameter makes a batch UDF, ``pa.Array``
-    parameters an array UDF, anything else a scalar (row by row) UDF.  A class is a stateful
-    UDF: it is instantiated once per worker and its ``__call__`` is the function.
+    parameters an array UDF, anything else a scalar (row by row) UDF.  A scalar UDF's parameter annotated
+    ``np.ndarray`` takes a list column's value as a numpy array, one annotated ``list[T]`` as a list.  An
+    input column may be a struct's field, by dot path (``input_columns=["info.vals"]``).
+
+    A class is a stateful UDF: it is instantiated once per worker (and GPU set), then its ``setup()``, if
+    any, runs, and its ``__call__`` is the function.  Calling the decorated class, ``Embed(model="m2")``,
+    gives the UDF of an instance built with those arguments (the reference's registration); the class itself
+    is built with none.
 
     Without ``data_type``, the column's type comes from the return annotation, mapped as a chunker's
     row fields are (:mod:`geneva_provider.core.functions.arrow_types`): ``-> list[float]`` is a list of
@@ -447,7 +489,7 @@ def udf(
         metadata = _user_metadata(field_metadata, opts.label)
         if not isinstance(auto_backfill, bool):
             raise UDFDefinitionError(f"{opts.label}: auto_backfill must be True or False, got {auto_backfill!r}")
-        binding = bind(f, opts.label, "@udf")
+        binding = bind(f, opts.label, "@udf", construct_later=True)
         given = input_list(input_columns, opts.label)
         if binding.takes(pa.RecordBatch):
             if len(binding.params) != 1:
@@ -468,7 +510,7 @@ def udf(
                    version=opts.version or code_version(f, out_type, kind), stateful=binding.stateful,
                    concurrency=concurrency, on_error=opts.on_error, resources=opts.resources,
                    job_defaults=defaults, field_metadata=metadata, auto_backfill=auto_backfill,
-                   multi_output=fields is not None)
+                   multi_output=fields is not None, array_params=binding.array_params)
 
     if func is not None:
         return wrap(func)
@@ -511,9 +553,18 @@ def _columns_type(fields: Any, data_type: pa.DataType | None, label: str) -> pa.
     return data_type
 
 
-def code_version(func: Any, data_type: pa.DataType, kind: UDFKind) -> str:
-    """The UDF's version: a hash of what it computes (see :mod:`geneva_provider.core.functions.identity`)."""
-    return udf_fingerprint(func, str(data_type), kind.value)
+def code_version(func: Any, data_type: pa.DataType, kind: UDFKind, arguments: Any = None) -> str:
+    """The UDF's version: a hash of what it computes (see :mod:`geneva_provider.core.functions.identity`),
+    with a stateful class's constructor ``arguments``."""
+    return udf_fingerprint(func, str(data_type), kind.value, arguments=arguments)
+
+
+def _row_values(values: pa.Array | pa.ChunkedArray, as_numpy: bool) -> list[Any]:
+    """A column's values, one per row, as a scalar UDF takes them: Python values (a list value as a list),
+    or, for a parameter annotated ``np.ndarray``, each list value as a numpy array (NULL stays None)."""
+    if not as_numpy:
+        return values.to_pylist()
+    return [None if not v.is_valid else v.values.to_numpy(zero_copy_only=False) for v in values]
 
 
 def _as_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from geneva_provider.core.column_paths import path_column, select_paths
 from geneva_provider.core.contracts.kinds import RowOutcome
 from geneva_provider.core.error_policy import RowFailure
 from geneva_provider.core.errors import InvalidArgumentError
@@ -56,11 +57,12 @@ Pieces = list[tuple[int, np.ndarray, bool]]  # (fragment id, live-row positions,
 
 
 def read_positions(frag: Fragment, positions: np.ndarray, columns: list[str]) -> pa.Table:
-    """The live rows at ``positions`` (ascending) of a fragment: one range read, or a take."""
+    """The live rows at ``positions`` (ascending) of a fragment: one range read, or a take; a struct field
+    named by dot path is a column of that name either way."""
     first, n = int(positions[0]), len(positions)
     if int(positions[-1]) - first + 1 == n:
-        return frag.to_table(columns=columns, offset=first, limit=n)
-    return frag.take(positions.tolist(), columns=columns)
+        return select_paths(frag.to_table(columns=columns, offset=first, limit=n), columns)
+    return select_paths(frag.take(positions.tolist(), columns=columns), columns)
 
 
 def read_pieces(ds: Dataset, pieces: Pieces, columns: list[str]) -> pa.Table:
@@ -70,7 +72,8 @@ def read_pieces(ds: Dataset, pieces: Pieces, columns: list[str]) -> pa.Table:
 
     def scan_wholes() -> None:
         if wholes:
-            parts.append(ds.scanner(columns=columns, fragments=list(wholes), scan_in_order=True).to_table())
+            parts.append(select_paths(ds.scanner(columns=columns, fragments=list(wholes), scan_in_order=True)
+                                      .to_table(), columns))
             wholes.clear()
 
     for fid, positions, whole in pieces:
@@ -151,7 +154,7 @@ class ScanInput:
             raise ComputeError(self.column, self.fn.name, exc) from exc
 
     def fingerprints(self, rows: pa.Table) -> pa.Array:
-        return row_fingerprints([rows.column(c) for c in self.job.input_columns], self.seed, rows.num_rows)
+        return row_fingerprints([path_column(rows, c) for c in self.job.input_columns], self.seed, rows.num_rows)
 
 
 def _stored(column: str) -> str:
@@ -211,7 +214,7 @@ class CopyInput:
                     watch: Watch | None = None) -> tuple[pa.Array, pa.Array]:
         """The column's values and input fingerprints: stored ones where still valid, computed on the other rows."""
         inputs = self.inputs[name]
-        current = row_fingerprints([rows.column(c) for c in inputs], self.udf_seeds[name], rows.num_rows)
+        current = row_fingerprints([path_column(rows, c) for c in inputs], self.udf_seeds[name], rows.num_rows)
         fp = fingerprint_column(name)
         if fp in self.stored:
             stored = rows.column(_stored(fp)).combine_chunks()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from geneva_provider.core.column_paths import missing_paths
 from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.contracts.models import Action, ColumnPlan, PlanSummary, Task, VerifyResult, WriteResult
 from geneva_provider.core.fingerprints import fingerprint_column
@@ -93,7 +94,7 @@ class BackfillKind(_ColumnKind):
         for column in names:
             udf = udf_column_info(ds.schema.field(column).metadata)
             fp = fingerprint_column(column)
-            if udf is None or fp not in names or any(c not in names for c in udf.input_columns or []):
+            if udf is None or fp not in names or missing_paths(ds.schema, udf.input_columns or []):
                 continue
             read_ids = sorted({i for c in udf.input_columns or [] for i in column_field_ids(ds, c)})
             if any(c not in names for c in udf.columns(column)):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from geneva_provider.core.column_names import user_columns
+from geneva_provider.core.column_paths import missing_paths, path_column
 from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.contracts.models import JobSpec, OutputGroup, PlanSummary, UdfRef
 from geneva_provider.core.contracts.options import BackfillOptions
@@ -125,7 +126,7 @@ class BackfillExaminer:
             none = np.zeros(frag.count_rows(), bool)
             return none, none
         t = frag.to_table(columns=[*self.inputs, self.fp])
-        current = row_fingerprints([t.column(c) for c in self.inputs], self.seed, t.num_rows)
+        current = row_fingerprints([path_column(t, c) for c in self.inputs], self.seed, t.num_rows)
         stored = t.column(self.fp).combine_chunks()
         computed = stored.is_valid().to_numpy(zero_copy_only=False)
         return computed, computed & np.equal(stored.fill_null(0).to_numpy(zero_copy_only=False), current.to_numpy())
@@ -171,7 +172,7 @@ def udf_of(ds: Dataset, table: str, column: str) -> UdfColumnInfo:
 def udf_with_inputs(ds: Dataset, table: str, column: str) -> UdfColumnInfo:
     """The UDF recorded on ``column``, once its input columns are known to be in ``ds``; ColumnError otherwise."""
     info = udf_of(ds, table, column)
-    missing = [c for c in info.input_columns or [] if c not in ds.schema.names]
+    missing = missing_paths(ds.schema, info.input_columns or [])
     if missing:
         raise ColumnError(f"column '{column}' of table '{table}': UDF input columns {missing} not found "
                           f"at version {ds.version}")

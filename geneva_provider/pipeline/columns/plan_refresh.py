@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from geneva_provider.core.catalog import TableResolver
+from geneva_provider.core.column_paths import path_column
 from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.contracts.models import JobSpec, PlanSummary, SourceSpec
 from geneva_provider.core.contracts.options import RefreshOptions
@@ -229,7 +230,7 @@ class RefreshExaminer:
         t = frag.to_table(columns=[SOURCE_ROW_ID, FP])
         rows = self.src._take_rows(t.column(SOURCE_ROW_ID).combine_chunks().cast(pa.uint64()),
                                    columns=self.read_columns)
-        current = row_fingerprints([rows.column(c) for c in self.read_columns], self.seed, rows.num_rows)
+        current = row_fingerprints([path_column(rows, c) for c in self.read_columns], self.seed, rows.num_rows)
         stored = t.column(FP).combine_chunks()
         valid = stored.is_valid().to_numpy(zero_copy_only=False) & np.equal(
             stored.fill_null(0).to_numpy(zero_copy_only=False), current.to_numpy())
