@@ -43,6 +43,10 @@ class GenevaQueryBuilder:
 
     def _names(self) -> list[str]:
         """The source's columns, in order."""
+        return list(self._schema().names)
+
+    def _schema(self) -> pa.Schema:
+        """The source's schema (struct fields a UDF reads by dot path are found in it)."""
         raise NotImplementedError
 
     def to_arrow(self) -> pa.Table:
@@ -79,6 +83,7 @@ class GenevaQueryBuilder:
         """``select``'s argument as (output name -> source column, output name -> (UDF, its inputs)), checked
         against the source's columns: ColumnError / InvalidArgumentError naming the column."""
         from geneva_provider.core.column_names import check_column_name, user_columns
+        from geneva_provider.core.column_paths import missing_paths, path_type
         from geneva_provider.core.functions.udf import UDF
 
         subject = self._subject()
@@ -102,10 +107,12 @@ class GenevaQueryBuilder:
                         f"view column '{out}': UDF '{spec.name}' computes several columns (it returns Columns[...]); "
                         f"create the view, then add them to it with view.add_columns({spec.name}) and view.backfill")
                 inputs = spec.input_columns if spec.input_columns is not None else sorted(names)
-                missing = [c for c in inputs if c not in names]
+                missing = missing_paths(self._schema(), inputs)
                 if missing:
                     raise ColumnError(f"view column '{out}': UDF '{spec.name}' reads {missing}, not found in "
                                       f"{self._source()} (columns: {listed})")
+                spec.check_input_types([path_type(self._schema(), c) for c in inputs], inputs,
+                                       f"view column '{out}'")
                 udf_columns[out] = (spec, list(inputs))
             elif isinstance(spec, str):
                 if spec not in names:
@@ -147,8 +154,8 @@ class PartitionRows(GenevaQueryBuilder):
     def _source(self) -> str:
         return f"the partition given to {self._label}"
 
-    def _names(self) -> list[str]:
-        return list(self._rows.column_names)
+    def _schema(self) -> pa.Schema:
+        return self._rows.schema
 
     def where(self, where: str | None) -> Self:
         raise InvalidArgumentError(f"{self._subject()}: its rows are the partition's, as the view's query selects "

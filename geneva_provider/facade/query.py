@@ -50,8 +50,8 @@ class Query(GenevaQueryBuilder):
     def _subject(self) -> str:
         return f"{'vector ' if self._vector is not None else ''}query on {self._source()}"
 
-    def _names(self) -> list[str]:
-        return list(self._table.schema.names)
+    def _schema(self) -> pa.Schema:
+        return self._table.schema
 
     def select(self, columns: list[str] | dict[str, str | UDF]) -> Self:  # type: ignore[override]
         """Columns: source column names, or ``{"out": "src" | udf}`` (a UDF column: for a materialized view)."""

@@ -87,6 +87,8 @@ def test_paths_and_list_annotations_that_cannot_be_read_are_refused_before_anyth
     with pytest.raises(gp.UDFDefinitionError, match=r"annotated numpy.ndarray.*input 'info.tag' is string"):
         tbl.add_columns({"n": gp.udf(data_type=pa.int64(), input_columns=["info.tag"])(sum_vals.func)})
     assert tbl.version == version and tbl.schema.names == ["id", "info", "vec"]
+    with pytest.raises(gp.UDFDefinitionError, match=r"view column 'n': UDF 'length': parameter 'id'.*int64"):
+        tbl.search(None).select({"n": length})
 
 
 def test_a_column_read_by_path_is_neither_dropped_nor_renamed_from_under_its_reader(db):
@@ -186,3 +188,28 @@ def test_rows_read_by_scan_and_by_take_give_a_struct_field_the_same_column(tmp_p
     rows = read_pieces(ds, pieces, ["id", "info.vals"])
     assert rows.column_names == ["id", "info.vals"]
     assert rows.to_pydict() == {"id": [0, 2, 3], "info.vals": [[1, 2, 3], None, None]}
+
+
+def test_a_view_computes_a_udf_of_a_struct_field_again_only_when_that_field_changes(db, tmp_path):
+    from geneva_provider.stages import InProcessRunner
+
+    calls = tmp_path / "calls.log"
+
+    @gp.udf(data_type=pa.int64(), input_columns=["id", "info.vals"])
+    def logged_sum(id: int, vals: np.ndarray | None) -> int | None:
+        with open(calls, "a") as f:
+            f.write(f"{id}\n")
+        return None if vals is None else int(vals.sum())
+
+    tbl = db.create_table("things", _info_table())
+    view = db.create_materialized_view("v", tbl.search(None).select({"id": "id", "info": "info", "s": logged_sum}))
+    view.refresh(spark=InProcessRunner(), progress=False)
+    assert view.to_arrow(["id", "s"]).to_pydict() == {"id": [0, 1, 2, 3], "s": [6, 4, None, None]}
+    calls.unlink()
+    tbl.dataset().update({"info": "named_struct('vals', info.vals, 'tag', 'z')"}, where="id = 0")
+    view.refresh(spark=InProcessRunner(), progress=False)
+    assert not calls.exists() and view.to_arrow(["info"]).column("info")[0].as_py() == {"vals": [1, 2, 3], "tag": "z"}
+    tbl.dataset().update({"info": "named_struct('vals', [9], 'tag', info.tag)"}, where="id = 1")
+    view.refresh(spark=InProcessRunner(), progress=False)
+    assert calls.read_text().split() == ["1"]
+    assert view.to_arrow(["id", "s"]).to_pydict() == {"id": [0, 1, 2, 3], "s": [6, 9, None, None]}

@@ -194,7 +194,8 @@ class CopyInput:
         """The source rows, with the view rows' stored UDF values and fingerprints beside them."""
         view_rows = read_pieces(self.ds, pieces, [SOURCE_ROW_ID, *self.stored])
         ids = view_rows.column(SOURCE_ROW_ID)
-        rows = self.src._take_rows(ids.combine_chunks().cast(pa.uint64()), columns=self.source.read_columns)
+        rows = select_paths(self.src._take_rows(ids.combine_chunks().cast(pa.uint64()),
+                                                columns=self.source.read_columns), self.source.read_columns)
         if rows.num_rows != len(ids):
             raise RuntimeError(f"view '{self.ds.uri}' names {len(ids)} source rows but only {rows.num_rows} exist "
                                f"at source version {self.source.version}")
