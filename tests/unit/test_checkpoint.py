@@ -81,3 +81,15 @@ def test_range_arithmetic():
     assert runs_of([False, True, True, False, True]) == [(1, 3), (4, 5)] and runs_of([False]) == []
     assert count_of([(1, 3), (4, 5)]) == 3 and positions_of([(1, 3), (4, 5)]).tolist() == [1, 2, 4]
     assert slice_runs([(1, 3), (4, 5), (7, 9)], 1, 4) == [(2, 3), (4, 5), (7, 8)]
+
+
+def test_a_checkpoint_of_a_null_struct_round_trips(tmp_path):
+    """Lance 2.0 files (the store's default, cheaper to write) cannot hold a struct's validity; such a batch is
+    written in 2.1 instead of failing the apply task that stores it."""
+    store = LanceCheckpointStore(str(tmp_path / "store"))
+    kind = pa.struct([("a", pa.int64()), ("b", pa.string())])
+    info = pa.array([{"a": 1, "b": "x"}, None, {"a": None, "b": "z"}], kind)
+    table = pa.table({"_rowaddr": pa.array([0, 1, 2], pa.uint64()), "info": info, "n": [1, 2, 3]})
+    store["k"] = table
+    assert store["k"].equals(table)
+    assert store["k"].column("info").to_pylist() == [{"a": 1, "b": "x"}, None, {"a": None, "b": "z"}]

@@ -32,6 +32,19 @@ ROWADDR = "_rowaddr"  # the row-address column of every batch checkpoint
 # CPU than the default (2.2 in pylance 14, whose compressive encodings make it ~40% smaller) and read it
 # back no slower.  Every version reads, so stores written before keep working.
 FILE_VERSION = "2.0"
+STRUCT_FILE_VERSION = "2.1"  # 2.0 does not encode a struct's validity: a NULL struct needs 2.1
+
+
+def file_version(schema: pa.Schema) -> str:
+    """The Lance file version a store writes ``schema`` in: 2.0, unless a struct (at any depth) needs 2.1."""
+    import pyarrow as pa
+
+    def has_struct(t: pa.DataType) -> bool:
+        if pa.types.is_struct(t):
+            return True
+        return any(has_struct(t.field(i).type) for i in range(t.num_fields)) if t.num_fields else False
+
+    return STRUCT_FILE_VERSION if any(has_struct(f.type) for f in schema) else FILE_VERSION
 
 
 class CheckpointStore(ABC):
@@ -152,12 +165,12 @@ class LanceCheckpointStore(CheckpointStore):
             final = os.path.join(self._local, name)
             tmp = os.path.join(self._local, f".tmp-{uuid.uuid4().hex}-{name}")
             os.makedirs(self._local, exist_ok=True)
-            with LanceFileWriter(tmp, value.schema, version=FILE_VERSION) as w:
+            with LanceFileWriter(tmp, value.schema, version=file_version(value.schema)) as w:
                 for b in batches:
                     w.write_batch(b)
             os.replace(tmp, final)
             return
-        with self._session.open_writer(name, schema=value.schema, version=FILE_VERSION) as w:
+        with self._session.open_writer(name, schema=value.schema, version=file_version(value.schema)) as w:
             for b in batches:
                 w.write_batch(b)
 
