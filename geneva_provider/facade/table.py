@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.column_names import is_internal_column, user_columns
+from geneva_provider.core.column_names import check_column_name, is_internal_column, user_columns
 from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.contracts.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.errors import (
@@ -164,8 +164,11 @@ class Table:
         ds.delete(where)
 
     # ------------------------------------------------------------------ UDF columns
-    def add_columns(self, columns: dict[str, UDF | tuple[UDF, Sequence[str]]] | UDF | UnpackedUDF) -> int:
+    def add_columns(self, columns: dict[str, UDF | tuple[UDF, Sequence[str]] | str] | UDF | UnpackedUDF) -> int:
         """Declares UDF columns: metadata-only, every value NULL until backfilled. Returns the version.
+
+        A SQL expression instead of a UDF (``{"c": "cast(NULL as string)"}``, ``{"z": "x * 2"}``) is a plain
+        column computed now by Lance, as the reference does (its own commit, before the UDF columns').
 
         ``{"y": double}`` reads the UDF's own input columns; ``{"y": (double, ["a"])}`` maps its
         parameters onto other columns.  A column that already holds the identical UDF (same version,
@@ -193,20 +196,45 @@ class Table:
             raise InvalidArgumentError(f"add_columns on table '{self.name}': no columns given; pass a dict of column "
                                        f"name -> @udf function (or (udf, [input columns])), got {columns!r}")
         self.dataset()  # TableNotFoundError if the table was dropped
-        update = UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'")
-        for column, spec in columns.items():
-            if isinstance(spec, tuple) and (len(spec) != 2 or isinstance(spec[1], str)
-                                            or not isinstance(spec[1], Sequence)):
-                raise InvalidArgumentError(
-                    f"add_columns on table '{self.name}': column '{column}' takes a @udf function or a pair "
-                    f"(udf, [input columns]), got {spec!r}")
-            fn, inputs = spec if isinstance(spec, tuple) else (spec, None)
-            if not isinstance(fn, UDF):
-                raise InvalidArgumentError(
-                    f"add_columns on table '{self.name}': column '{column}' needs a @udf function, got {fn!r}"
-                )
-            update.add_udf_column(column, fn, inputs)
-        return update.commit()
+        sql = {column: spec for column, spec in columns.items() if isinstance(spec, str)}
+        udfs = {column: spec for column, spec in columns.items() if not isinstance(spec, str)}
+
+        def declared() -> UpdateColumns:
+            update = UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'")
+            for column, spec in udfs.items():
+                if isinstance(spec, tuple) and (len(spec) != 2 or isinstance(spec[1], str)
+                                                or not isinstance(spec[1], Sequence)):
+                    raise InvalidArgumentError(
+                        f"add_columns on table '{self.name}': column '{column}' takes a @udf function, a pair "
+                        f"(udf, [input columns]) or a SQL expression, got {spec!r}")
+                fn, inputs = spec if isinstance(spec, tuple) else (spec, None)
+                if not isinstance(fn, UDF):
+                    raise InvalidArgumentError(f"add_columns on table '{self.name}': column '{column}' needs a @udf "
+                                               f"function or a SQL expression, got {fn!r}")
+                update.add_udf_column(column, fn, inputs)
+            return update
+
+        if not sql:
+            return declared().commit()
+        if udfs:
+            declared()  # every UDF column checked before the expressions are computed and committed
+        self._add_sql_columns(sql)
+        return declared().commit() if udfs else self.version
+
+    def _add_sql_columns(self, sql: dict[str, str]) -> None:
+        """Columns computed now from SQL expressions over each row (the reference's ``add_columns({"c": "x * 2"})``):
+        Lance computes and commits them; ColumnError / InvalidArgumentError naming them, and nothing changes."""
+        names = self.schema.names
+        taken = [c for c in sql if c in names]
+        if taken:
+            raise ColumnError(f"add_columns on table '{self.name}': columns {taken} exist already")
+        for column in sql:
+            check_column_name(column, f"add_columns on table '{self.name}'")
+        try:
+            self.dataset().add_columns(dict(sql))
+        except (ValueError, OSError, RuntimeError) as exc:
+            raise InvalidArgumentError(f"add_columns on table '{self.name}': SQL expressions {sql} could not be "
+                                       f"computed: {lance_reason(exc)}") from None
 
     def drop_columns(self, columns: Sequence[str]) -> None:
         """Drops columns (a UDF column with its fingerprint column).

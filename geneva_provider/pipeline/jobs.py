@@ -23,7 +23,7 @@ from geneva_provider.core.store.checkpoint import CheckpointStore, open_store, s
 from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
 from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run_compaction
-from geneva_provider.pipeline.spark.contexts import context_session
+from geneva_provider.pipeline.spark.contexts import context_session, ship_manifest
 from geneva_provider.pipeline.spark.runner import local_session, running_context
 from geneva_provider.pipeline.spark.task_runner import is_compute, task_runner
 from geneva_provider.pipeline.stages.apply import run_apply
@@ -65,7 +65,20 @@ def backfill(table: TableRef, column: str, options: BackfillOptions | None = Non
     """Runs every stage of a backfill of ``column`` in this process, on ``spark`` (a session or a task runner), the
     active session or the local one jobs without a session share (:func:`calls_session`)."""
     return run_job(table, column, lambda parallelism: plan_backfill(
-        table, column, options, store=store, parallelism=parallelism), spark, control)
+        table, column, options, store=store, parallelism=parallelism), spark, control,
+        manifest=udf_manifest(table, column))
+
+
+def udf_manifest(table: TableRef, column: str) -> Any:
+    """The manifest the column's UDF was declared with (``@udf(manifest=...)``), if any."""
+    from geneva_provider.core.functions.udf import lead_column
+    from geneva_provider.pipeline.columns.inputs import udf_for
+
+    ds = table.dataset()
+    try:
+        return udf_for(ds, lead_column(ds.schema, column)).manifest if column in ds.schema.names else None
+    except (InvalidArgumentError, AttributeError):  # not a UDF column (planning says so), or pickled before
+        return None
 
 
 def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: TableResolver | None = None,
@@ -136,8 +149,9 @@ def _parallelism(spark: Compute | None) -> int | None:
 
 
 def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSummary], spark: Compute | None,
-            control: JobControl | None = None) -> BackfillResult:
-    """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work) or task runner."""
+            control: JobControl | None = None, manifest: Any = None) -> BackfillResult:
+    """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work) or task runner;
+    ``manifest`` (the UDF's :class:`~geneva_provider.core.manifest.GenevaManifest`) is shipped to its workers."""
     control = control or JobControl()
     if spark is not None and not is_compute(spark):
         raise InvalidArgumentError(f"job on table '{table.name}': spark must be a SparkSession, classic or Spark "
@@ -165,6 +179,8 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         # A cancel request from another process (``geneva-provider jobs cancel``) stops it as a handle's cancel does.
         with keep_alive(store, summary.job_id), watch_cancel(store, summary.job_id, control.cancel):
             control.runner = runner = _runner(spark)
+            if manifest is not None:
+                ship_manifest(runner, manifest, f"job on table '{table.name}' column '{column}'")
             seconds["session"] = time.perf_counter() - t
             if control.on_plan is not None:  # once the session is up: what it prints starting comes before a bar
                 control.on_plan(summary)

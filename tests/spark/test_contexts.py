@@ -68,3 +68,20 @@ def test_pip_requirements_the_workers_lack_are_named_and_the_session_is_released
     assert "geneva-no-such-package-3f9a (not installed)" in text and "pyarrow<1 (installed: " in text
     assert "pyarrow>=1" not in text  # the one the workers have is not named
     assert context_session() is None and ctx.spark is None
+
+
+def test_a_udf_declared_with_a_manifest_ships_it_to_every_backfill_of_its_column(db, connect_server, shipped):
+    """``@udf(manifest=...)``, the reference's: recorded with the column, so a backfill given only a session
+    (no context, no manifest of its own) still finds the driver-only package on the workers."""
+    name, mod = shipped
+
+    @gp.udf(data_type=pa.int64(), manifest=gp.GenevaManifest("scaled", py_modules=[name]))
+    def scaled(x: int) -> int:
+        return mod.scale(x)
+
+    tbl = db.create_table("t", [{"x": i} for i in range(30)], max_rows_per_file=10)
+    tbl.add_columns({"y": scaled})
+    with db.context(cluster=connect_server.url) as spark:  # a bare session: the context ships nothing
+        result = tbl.backfill("y", spark=spark, progress=False)
+    assert result.rows_computed == 30
+    assert tbl.to_arrow(["x", "y"]).sort_by("x").column("y").to_pylist() == [7 * x + 1 for x in range(30)]

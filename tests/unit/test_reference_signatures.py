@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 import geneva_provider as gp
 from geneva_provider.stages import InProcessRunner, load_plan, plan_backfill
-from tests.helpers import counting_double, events_table, read_calls
+from tests.helpers import _log_calls, counting_double, events_table, read_calls
 
 
 # ---------------------------------------------------------------------- connect / create_table
@@ -228,3 +228,57 @@ def test_backfill_options_take_templated_and_duration_values():
     parsed = gp.BackfillOptions.parse({"timeout": "90", "num_frags": "2", "intra_applier_concurrency": "None"})
     assert (parsed.timeout, parsed.num_frags, parsed.intra_applier_concurrency) == (90.0, 2, None)
     assert gp.BackfillOptions(timeout=timedelta(minutes=2)).timeout == 120.0
+
+
+# ---------------------------------------------------------------------- more @udf arguments, SQL columns
+def test_cuda_batch_size_and_error_handling_are_the_references_names(db):
+    @gp.udf(cuda=True, batch_size=64, error_handling=gp.Retry(TimeoutError, max_attempts=2))
+    def embed(x: int) -> float:
+        return float(x)
+
+    assert embed.resources.num_gpus == 1
+    assert embed.job_defaults == {"checkpoint_size": 64}
+    assert embed.on_error == gp.udf(lambda x: 0.0, data_type=pa.float64(),
+                                    on_error=gp.Retry(TimeoutError, max_attempts=2)).on_error
+    with pytest.raises(gp.UDFDefinitionError, match="on_error and error_handling"):
+        gp.udf(lambda x: 0, data_type=pa.int64(), on_error=gp.fail_fast(), error_handling=gp.fail_fast())
+    with pytest.raises(gp.UDFDefinitionError, match="batch_size must be a positive integer, got 0"):
+        gp.udf(lambda x: 0, data_type=pa.int64(), batch_size=0)
+    with pytest.raises(gp.UDFDefinitionError, match="cuda=True asks for one GPU"):
+        gp.udf(lambda x: 0, data_type=pa.int64(), cuda=True, num_gpus=2)
+    with pytest.raises(gp.UDFDefinitionError, match="manifest must be a GenevaManifest"):
+        gp.udf(lambda x: 0, data_type=pa.int64(), manifest={"pip": []})
+
+
+def test_batch_size_is_the_rows_of_every_call(db, call_dir):
+    log = str(call_dir)
+
+    @gp.udf(data_type=pa.int64(), input_columns=["x"], batch_size=7)
+    def double(x: pa.Array) -> pa.Array:
+        _log_calls(log, [len(x)])  # one line a call: its rows
+        return pa.compute.multiply(x, 2)
+
+    tbl = db.create_table("events", events_table(30))
+    tbl.add_columns({"y": double})
+    tbl.backfill("y", spark=InProcessRunner())
+    calls = read_calls(call_dir)  # 7 rows a call; a task's last call holds what is left of its rows
+    assert sum(calls) == 30 and max(calls) == 7 and calls.count(7) == 4
+    assert tbl.count_rows("y = x * 2") == 30
+
+
+def test_add_columns_takes_sql_expressions_beside_udfs(db, call_dir):
+    tbl = db.create_table("events", events_table(10))
+    version = tbl.version
+    tbl.add_columns({"z": "x * 10", "note": "cast(NULL as string)", "y": counting_double(call_dir)})
+    got = tbl.to_arrow(["x", "z", "note", "y"]).to_pydict()
+    assert got["z"] == [10 * x for x in got["x"]] and got["note"] == [None] * 10 and got["y"] == [None] * 10
+    assert tbl.backfill("y", spark=InProcessRunner()).rows_computed == 10
+    # Bad input changes nothing: a bad expression, a name that exists, a bad UDF spec beside an expression.
+    before = tbl.version
+    with pytest.raises(gp.InvalidArgumentError, match=r"'bad'.*could not be computed"):
+        tbl.add_columns({"bad": "no_such_column + 1"})
+    with pytest.raises(gp.ColumnError, match=r"columns \['z'\] exist already"):
+        tbl.add_columns({"z": "x + 1"})
+    with pytest.raises(gp.InvalidArgumentError, match="column 'w' needs a @udf function or a SQL expression"):
+        tbl.add_columns({"v": "x + 1", "w": 42})
+    assert tbl.version == before and "v" not in tbl.schema.names and version < before

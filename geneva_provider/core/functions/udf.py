@@ -86,6 +86,7 @@ class UDF(UserFunction):
     auto_backfill: bool = False  # recorded for the reference's managed agent; nothing here acts on it
     multi_output: bool = False  # ``-> Columns[T]``: each field of the struct ``data_type`` is a column of its own
     array_params: tuple[int, ...] = ()  # parameters annotated ``np.ndarray``: a list value comes as a numpy array
+    manifest: Any = None  # a GenevaManifest shipped to the workers of every job computing the column
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calls the function on one row's values; on a stateful class not yet built, builds the UDF of an
@@ -438,6 +439,10 @@ def udf(
     max_checkpoint_size: int | None = None,
     field_metadata: dict[str, str] | None = None,
     auto_backfill: bool = False,
+    cuda: bool = False,
+    batch_size: int | None = None,
+    error_handling: Any = None,
+    manifest: Any = None,
 ) -> Any:
     """Declares a UDF column function.
 
@@ -468,8 +473,14 @@ def udf(
     whole cores, GPUs (a fraction up to 1 shares a GPU between tasks, else a whole number) and
     bytes (or a size such as ``"4g"``).  The apply stage runs such a UDF's tasks under a Spark
     resource profile, so with ``num_gpus=1`` as many tasks run at once as there are GPUs; inside,
-    ``geneva_provider.task_device()`` names the task's GPU.  ``num_gpus=0`` asks for none.  They do not change
-    the UDF's version.
+    ``geneva_provider.task_device()`` names the task's GPU.  ``num_gpus=0`` asks for none; ``cuda=True``
+    (the reference's) is ``num_gpus=1``.  They do not change the UDF's version.
+
+    ``batch_size`` (the reference's rows per call) is the column's ``checkpoint_size`` when that is not
+    given: every call and every checkpoint then holds that many rows.  ``error_handling`` is the reference's
+    other name for ``on_error``.  ``manifest`` (a :class:`~geneva_provider.core.manifest.GenevaManifest`) is
+    recorded with the column: every backfill of it ships the manifest's modules and files to the workers
+    of the session it runs on, as an execution context's manifest is.
 
     ``checkpoint_size``, ``task_size``, ``min_checkpoint_size`` and ``max_checkpoint_size`` are the column's
     backfill sizes: a backfill that gives one of them uses its own, else the UDF's.  ``field_metadata``
@@ -479,8 +490,24 @@ def udf(
     """
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise UDFDefinitionError(f"@udf: concurrency must be a positive integer, got {concurrency!r}")
-    sizes = dict(zip(JOB_DEFAULTS, (checkpoint_size, task_size, min_checkpoint_size, max_checkpoint_size),
-                     strict=True))
+    if not isinstance(cuda, bool):
+        raise UDFDefinitionError(f"@udf: cuda must be True or False, got {cuda!r}")
+    if cuda and num_gpus not in (None, 0):
+        raise UDFDefinitionError(f"@udf: cuda=True asks for one GPU; give it or num_gpus={num_gpus!r}, not both")
+    num_gpus = 1 if cuda else num_gpus
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+        raise UDFDefinitionError(f"@udf: batch_size must be a positive integer, got {batch_size!r}")
+    if error_handling is not None and on_error is not None:
+        raise UDFDefinitionError("@udf: on_error and error_handling are one setting (the reference's two names); "
+                                 "give one")
+    on_error = on_error if on_error is not None else error_handling
+    if manifest is not None:
+        from geneva_provider.core.manifest import GenevaManifest
+
+        if not isinstance(manifest, GenevaManifest):
+            raise UDFDefinitionError(f"@udf: manifest must be a GenevaManifest, got {manifest!r}")
+    sizes = dict(zip(JOB_DEFAULTS, (checkpoint_size if checkpoint_size is not None else batch_size, task_size,
+                                    min_checkpoint_size, max_checkpoint_size), strict=True))
 
     def wrap(f: Callable[..., Any] | type) -> UDF:
         opts = options(f, UDF.noun, name=name, version=version, on_error=on_error, num_cpus=num_cpus,
@@ -510,7 +537,7 @@ def udf(
                    version=opts.version or code_version(f, out_type, kind), stateful=binding.stateful,
                    concurrency=concurrency, on_error=opts.on_error, resources=opts.resources,
                    job_defaults=defaults, field_metadata=metadata, auto_backfill=auto_backfill,
-                   multi_output=fields is not None, array_params=binding.array_params)
+                   multi_output=fields is not None, array_params=binding.array_params, manifest=manifest)
 
     if func is not None:
         return wrap(func)

@@ -248,3 +248,16 @@ def describe(spark: Any) -> str:
 
         return f"Spark Connect {session_url(spark)}"
     return f"master '{spark.sparkContext.master}'"
+
+
+def ship_manifest(runner: Any, manifest: GenevaManifest, what: str) -> None:
+    """Ships a UDF's manifest to the session a job runs on (a task runner in this process needs none)."""
+    spark = getattr(runner, "spark", None)
+    if spark is None:
+        return
+    shipment = prepare(manifest, what)
+    try:
+        ship(spark, shipment)  # copied to Spark (classic) or uploaded (Connect) here: the zips may go after
+        check_requirements(spark, manifest.pip, what)
+    finally:
+        shipment.clean()
