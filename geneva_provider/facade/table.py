@@ -121,6 +121,10 @@ class Table:
         check_where(ds, filter, f"table '{self.name}'")
         return ds.count_rows(filter=filter)
 
+    def to_pandas(self, columns: Sequence[str] | None = None, filter: str | None = None) -> Any:
+        """The table's rows as a pandas DataFrame (LanceDB's and the reference's ``Table.to_pandas``)."""
+        return self.to_arrow(columns, filter).to_pandas()
+
     def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         """The table's rows (by default every column but the fingerprint columns that track validity)."""
         ds = self.dataset()
