@@ -13,9 +13,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -312,3 +313,27 @@ def driver_only_package(directory: Path) -> tuple[str, str]:
     (mods / name / "__init__.py").write_text("from .maths import scale\n")
     (mods / name / "maths.py").write_text("def scale(x):\n    return 7 * x + 1\n")
     return name, str(mods)
+
+
+@contextmanager
+def dag_bag(file_name: str, source: str) -> Iterator[Any]:
+    """The DagBag of one DAG file written into the test Airflow's DAGs folder; the file is removed after."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / file_name
+    path.write_text(source)
+    try:
+        bag = DagBag(dag_folder=str(path))
+        assert not bag.import_errors, bag.import_errors
+        yield bag
+    finally:
+        path.unlink()
+
+
+def failing_table(db: gp.Connection, log_dir: str, flag: Path, rows: int, per_file: int, fail_at: int) -> gp.Table:
+    """``events`` with a ``y`` column of :func:`counting_double` that fails at ``x == fail_at`` while ``flag`` exists
+    (created here: remove it for the rerun that succeeds)."""
+    flag.touch()
+    tbl = db.create_table("events", events_table(rows), max_rows_per_file=per_file)
+    tbl.add_columns({"y": counting_double(log_dir, fail_flag=str(flag), fail_at=fail_at)})
+    return tbl

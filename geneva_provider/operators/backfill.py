@@ -27,7 +27,18 @@ from geneva_provider.operators._common import (
 COLUMNS_EXPECTED = '{"y": "my_pkg.udfs:double"} or {"y": ("my_pkg.udfs:double", ["a"])}'
 
 
-class GenevaAddColumnsOperator(BaseOperator):
+class _SchemaOperator(BaseOperator):
+    """What the schema-changing operators share: the table and the ``lance`` connection naming its database."""
+
+    ui_color = "#e8f4f8"
+
+    def __init__(self, *, table: str, lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.lance_conn_id = lance_conn_id
+
+
+class GenevaAddColumnsOperator(_SchemaOperator):
     """Declares UDF columns on a table from importable references; a no-op when already declared.
 
     :param table: table name in the Lance database.
@@ -36,14 +47,11 @@ class GenevaAddColumnsOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("table", "columns")
-    ui_color = "#e8f4f8"
 
     def __init__(self, *, table: str, columns: dict[str, Any], lance_conn_id: str = LanceHook.default_conn_name,
                  **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.table = table
+        super().__init__(table=table, lance_conn_id=lance_conn_id, **kwargs)
         self.columns = columns
-        self.lance_conn_id = lance_conn_id
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
@@ -76,7 +84,7 @@ def _udf_spec(spec: Any, column: str, job: str) -> tuple[Any, list[str] | None]:
 ALTERATIONS_EXPECTED = '[{"path": "y", "udf": "my_pkg.udfs:double_v2"}, {"path": "a", "rename": "b"}]'
 
 
-class GenevaAlterColumnsOperator(BaseOperator):
+class GenevaAlterColumnsOperator(_SchemaOperator):
     """Alters columns with ``Table.alter_columns``: revises a UDF column's code, renames, changes nullability.
 
     A revised UDF column keeps its values, now stale, until a backfill computes them again: put this task
@@ -92,14 +100,11 @@ class GenevaAlterColumnsOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("table", "alterations")
-    ui_color = "#e8f4f8"
 
     def __init__(self, *, table: str, alterations: list[dict[str, Any]],
                  lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.table = table
+        super().__init__(table=table, lance_conn_id=lance_conn_id, **kwargs)
         self.alterations = alterations
-        self.lance_conn_id = lance_conn_id
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:

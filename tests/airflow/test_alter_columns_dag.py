@@ -3,12 +3,9 @@ replace the old ones, and a second run of the DAG computes nothing."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
-from tests.helpers import events_table, plain_double
+from tests.helpers import dag_bag, events_table, plain_double
 
 ALTER_DAG = """
 from datetime import datetime
@@ -31,16 +28,8 @@ with DAG(dag_id="geneva_test_alter_columns_bad", schedule=None, start_date=datet
 
 @pytest.fixture
 def alter_dags(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "geneva_test_alter_columns.py"
-    path.write_text(ALTER_DAG)
-    try:
-        bag = DagBag(dag_folder=str(path))
-        assert not bag.import_errors, bag.import_errors
+    with dag_bag("geneva_test_alter_columns.py", ALTER_DAG) as bag:
         yield bag
-    finally:
-        path.unlink()
 
 
 def _run(dag):

@@ -5,14 +5,11 @@ The part that needs Airflow's DB, its programs or Spark; the rest is in tests/un
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 import geneva_provider as gp
 from geneva_provider.stages import plan_backfill, run_apply, run_write_commit
-from tests.helpers import counting_double, events_table, plain_double
+from tests.helpers import counting_double, dag_bag, events_table, plain_double
 
 TEMPLATED_DAGS = """
 from datetime import datetime
@@ -53,16 +50,8 @@ with DAG(dag_id="geneva_test_native_plan", schedule=None, start_date=datetime(20
 
 @pytest.fixture
 def templated_dags(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "geneva_test_templated_plan.py"
-    path.write_text(TEMPLATED_DAGS)
-    try:
-        bag = DagBag(dag_folder=str(path))
-        assert not bag.import_errors, bag.import_errors
+    with dag_bag("geneva_test_templated_plan.py", TEMPLATED_DAGS) as bag:
         yield bag
-    finally:
-        path.unlink()
 
 
 def test_a_missing_spark_connection_fails_its_task_once(templated_dags, lance_db, spark_submit, capfd):

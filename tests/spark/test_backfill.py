@@ -21,6 +21,7 @@ from tests.helpers import (
     counting_batch_sum,
     counting_double,
     events_table,
+    failing_table,
     read_calls,
     stateful_offset,
 )
@@ -122,9 +123,7 @@ def test_where_backfills_keep_earlier_values_and_skip_unselected_rows(db, spark,
 
 def test_rerun_after_udf_failure_computes_only_missing_ranges(db, spark, call_dir, tmp_path):
     flag = tmp_path / "fail"
-    flag.touch()
-    tbl = db.create_table("events", events_table(24_000), max_rows_per_file=12_000)
-    tbl.add_columns({"y": counting_double(call_dir, fail_flag=str(flag), fail_at=7_500)})
+    tbl = failing_table(db, call_dir, flag, 24_000, 12_000, fail_at=7_500)
     v = tbl.version
     with pytest.raises(gp.UDFExecutionError) as exc:
         tbl.backfill("y", spark=spark, checkpoint_size=1_000, task_size=12_000)
@@ -455,9 +454,7 @@ def test_a_fragment_computed_whole_is_written_by_its_task_and_only_committed_aft
 
 def test_a_udf_failure_keeps_the_fragments_other_tasks_computed_whole(db, spark, call_dir, tmp_path):
     flag = tmp_path / "fail"
-    flag.touch()
-    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=5_000)
-    tbl.add_columns({"y": counting_double(call_dir, fail_flag=str(flag), fail_at=12_345)})
+    tbl = failing_table(db, call_dir, flag, 20_000, 5_000, fail_at=12_345)
     with pytest.raises(gp.UDFExecutionError, match="fragment 2"):
         tbl.backfill("y", spark=spark, task_size=5_000)
     assert tbl.to_arrow(["y"]).column("y").null_count == 20_000  # nothing committed

@@ -29,7 +29,15 @@ from geneva_provider.stages import (
     run_write_commit,
     verify,
 )
-from tests.helpers import clear_calls, counting_double, events_table, kill_session, read_calls, run_and_kill_when
+from tests.helpers import (
+    clear_calls,
+    counting_double,
+    events_table,
+    failing_table,
+    kill_session,
+    read_calls,
+    run_and_kill_when,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = 4  # seconds: a killed job's hold ends this long after its last heartbeat
@@ -92,9 +100,7 @@ def test_a_compaction_commits_the_rewrites_no_job_started_on_meanwhile(db, spark
 
 def test_a_failed_backfill_holds_nothing(db, spark, call_dir, tmp_path):
     flag = tmp_path / "fail"
-    flag.touch()
-    tbl = db.create_table("events", events_table(20_000), max_rows_per_file=1_000)
-    tbl.add_columns({"y": counting_double(call_dir, fail_flag=str(flag), fail_at=12_345)})
+    tbl = failing_table(db, call_dir, flag, 20_000, 1_000, fail_at=12_345)
     with pytest.raises(gp.UDFExecutionError):
         tbl.backfill("y", spark=spark)
     (job,) = db.list_jobs("events")
