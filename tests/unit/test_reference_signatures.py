@@ -282,3 +282,15 @@ def test_add_columns_takes_sql_expressions_beside_udfs(db, call_dir):
     with pytest.raises(gp.InvalidArgumentError, match="column 'w' needs a @udf function or a SQL expression"):
         tbl.add_columns({"v": "x + 1", "w": 42})
     assert tbl.version == before and "v" not in tbl.schema.names and version < before
+
+
+def test_the_references_module_paths_name_the_same_objects():
+    from geneva_provider.db import Connection, connect
+    from geneva_provider.manifest import GenevaManifest
+    from geneva_provider.query import GenevaQueryBuilder
+    from geneva_provider.table import Table
+    from geneva_provider.transformer import UDF, Columns, UnpackedUDF, udf
+
+    assert (connect, Connection, Table, udf, UDF, Columns, UnpackedUDF, GenevaManifest, GenevaQueryBuilder) == (
+        gp.connect, gp.Connection, gp.Table, gp.udf, gp.UDF, gp.Columns, gp.UnpackedUDF, gp.GenevaManifest,
+        gp.GenevaQueryBuilder)
