@@ -259,8 +259,9 @@ def test_backfill_async_reports_progress_and_can_be_cancelled(db, spark, call_di
 
 
 def _kill_after_apply(tbl: gp.Table, spark) -> None:
-    """Plans and applies a backfill, but never writes it (a job killed after its apply stage)."""
-    summary = plan_backfill(tbl.ref, "y")
+    """Plans and applies a backfill, but never writes it (a job killed after its apply stage); its tasks are
+    smaller than a fragment, so every row is in batch checkpoints and no task writes a fragment's file."""
+    summary = plan_backfill(tbl.ref, "y", BackfillOptions(task_size=300))
     run_apply(summary.plan_uri, spark)
 
 
