@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow.sdk import Asset
+from airflow.sdk import Asset, AssetWatcher
 
 from geneva_provider.core.catalog import check_table_name
 from geneva_provider.core.errors import InvalidArgumentError
@@ -24,3 +24,23 @@ def table_asset(table: str, column: str | None = None, lance_conn_id: str = Lanc
     suffix = f"/{column}" if column else ""
     name = f"lance.{lance_conn_id}.{table}" + (f".{column}" if column else "")
     return Asset(name=name, uri=f"lance://{lance_conn_id}/{table}{suffix}")
+
+
+def lance_table_asset(table: str, lance_conn_id: str = LanceHook.default_conn_name, *, watch: bool = True,
+                      poll_interval: float = 10.0, operations: list[str] | None = None,
+                      columns: list[str] | None = None) -> Asset:
+    """``table_asset(table)`` watched: an ``AssetWatcher`` whose trigger reports each change that matters.
+
+    A DAG with ``schedule=[lance_table_asset("events")]`` runs after each change of the table made outside
+    it -- an ingester's append, a notebook's delete -- and not after the package's own commits (see
+    :class:`~geneva_provider.triggers.table.LanceTableChangedTrigger`, which ``poll_interval``, ``operations``
+    and ``columns`` configure).  ``watch=False`` is ``table_asset(table)``.
+    """
+    from geneva_provider.triggers.table import LanceTableChangedTrigger
+
+    asset = table_asset(table, lance_conn_id=lance_conn_id)
+    if not watch:
+        return asset
+    trigger = LanceTableChangedTrigger(table=table, lance_conn_id=lance_conn_id, poll_interval=poll_interval,
+                                       operations=operations, columns=columns)
+    return Asset(name=asset.name, uri=asset.uri, watchers=[AssetWatcher(name=f"{asset.name}.changes", trigger=trigger)])

@@ -8,10 +8,11 @@ tasks, and everything else (``pool``, ``queue``, ``execution_timeout``, ``priori
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import TaskGroup
+from airflow.sdk import DAG, TaskGroup
 
 from geneva_provider.core.contracts.options import BackfillOptions, JobOptions, RefreshOptions
 from geneva_provider.hooks.lance import LanceHook
@@ -21,6 +22,7 @@ from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSpar
 from geneva_provider.operators.views import GenevaPlanRefreshOperator
 
 PLAN_ARGUMENTS = ("parallelism",)
+CHANGE_DAG_START = datetime(2024, 1, 1)
 
 
 def backfill_task_group(group_id: str, table: str, column: str, **kwargs: Any) -> TaskGroup:
@@ -69,3 +71,55 @@ def _wire(group: TaskGroup, plan_cls: type, options: type[JobOptions], target: d
     # and are skipped with everything else when plan itself is skipped (e.g. by a sensor).
     plan >> apply >> write >> verify
     plan >> [write, verify]
+
+
+def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_name, *, dag_id: str | None = None,
+                     poll_interval: float = 10.0, columns: Sequence[str] | None = None,
+                     views: Sequence[tuple[str, str]] | None = None, dag_kwargs: dict[str, Any] | None = None,
+                     **kwargs: Any) -> DAG:
+    """The DAG that follows ``table``'s changes: scheduled on ``lance_table_asset(table)`` (a watcher), each run
+    backfills every ``auto_backfill`` column of the table, then refreshes the views made with
+    ``refresh_on_change=True`` over it, and those over them (source -> view -> view), each after its source.
+
+    ``columns`` and ``views`` ((view, source) pairs, each after its source) default to what the tables say
+    (:func:`~geneva_provider.pipeline.table_changes.change_followers`), read when the DAG file is parsed: the
+    DAG's shape follows a new ``auto_backfill`` column or view at the next parse.  Pass them to parse without
+    opening the database.  ``kwargs`` go to every task group (job and Spark options, ``retries`` ...);
+    ``dag_kwargs`` to the DAG (``max_active_runs`` is 1: runs queue behind one another, each picking up
+    what the one before left).  The runs' own commits do not start another run: the watcher leaves them out.
+    """
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    from geneva_provider.assets import lance_table_asset
+
+    if columns is None or views is None:
+        found = _followers(table, lance_conn_id)
+        columns = found.columns if columns is None else columns
+        views = found.views if views is None else views
+    options = {"start_date": CHANGE_DAG_START, "catchup": False, "max_active_runs": 1,
+               "tags": ["geneva", "on-change"], **(dag_kwargs or {})}
+    with DAG(dag_id=dag_id or f"geneva_on_change_{table}",
+             schedule=[lance_table_asset(table, lance_conn_id, poll_interval=poll_interval)],
+             doc_md=f"Follows changes of table `{table}`: backfills {list(columns)}, refreshes "
+                    f"{[v for v, _ in views]}.", **options) as dag:
+        last: dict[str, list[TaskGroup]] = {table: [backfill_task_group(f"backfill_{c}", table, c,
+                                                                        lance_conn_id=lance_conn_id, **kwargs)
+                                                    for c in columns]}
+        for view, source in views:
+            # A source with nothing to compute skips its groups: the view is refreshed all the same (a delete).
+            join = EmptyOperator(task_id=f"after_{source}_for_{view}", trigger_rule="none_failed")
+            group = refresh_task_group(f"refresh_{view}", view, lance_conn_id=lance_conn_id, **kwargs)
+            for upstream in last.get(source, []):
+                upstream >> join
+            join >> group
+            last[view] = [group]
+    return dag
+
+
+def _followers(table: str, lance_conn_id: str) -> Any:
+    """What follows ``table`` in the connection's database, read from every table's schema (at parse time)."""
+    from geneva_provider.pipeline.table_changes import change_followers
+
+    db = LanceHook(lance_conn_id).database
+    db.open_table(table)  # TableNotFoundError naming it
+    return change_followers(table, {name: db.open_table(name).schema for name in db.table_names()})

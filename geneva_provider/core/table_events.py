@@ -108,3 +108,30 @@ def parse_event(event: Any, sensor: str) -> SuccessEvent | TimeoutEvent | ErrorE
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}" for e in exc.errors())
         raise MalformedEventError(f"{sensor} received a malformed trigger event {event!r:.300}: {problems}") from None
 
+
+
+class TableChanged(_Event):
+    """What an ``AssetWatcher``'s trigger reports: the table moved from ``from_version`` to ``to_version`` through
+    commits that matter (an asset event's extra).
+
+    ``operations`` names those commits' Lance operations, oldest first (``Append``, ``Delete``, ``Update`` ...);
+    the package's own commits in between are counted in ``own_commits`` and left out of everything else.
+    ``rows_added`` is exact (the appended fragments' rows); ``rows_deleted`` and ``rows_updated`` are what
+    Lance's change feed says (``ds.delta``), which needs stable row ids: None on a table without them.
+    """
+
+    table: str
+    from_version: int
+    to_version: int
+    operations: list[str]
+    own_commits: int = 0
+    rows_added: int = 0
+    rows_deleted: int | None = None
+    rows_updated: int | None = None
+
+    def describe(self) -> str:
+        counts = ", ".join(f"{k.removeprefix('rows_')} {v}" for k, v in
+                           (("rows_added", self.rows_added), ("rows_deleted", self.rows_deleted),
+                            ("rows_updated", self.rows_updated)) if v)
+        return (f"table '{self.table}' v{self.from_version} -> v{self.to_version}: {', '.join(self.operations)}"
+                + (f" ({counts})" if counts else ""))

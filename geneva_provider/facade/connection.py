@@ -118,9 +118,13 @@ class Connection:
 
         return Table(self, self.catalog.ref(name))
 
-    def create_materialized_view(self, name: str, query: Query, *, max_rows_per_fragment: int | None = None
-                                 ) -> Table:
-        """Creates view ``name`` from ``table.search(None)...`` (placeholders only: call ``refresh()``)."""
+    def create_materialized_view(self, name: str, query: Query, *, max_rows_per_fragment: int | None = None,
+                                 refresh_on_change: bool = False) -> Table:
+        """Creates view ``name`` from ``table.search(None)...`` (placeholders only: call ``refresh()``).
+
+        ``refresh_on_change=True`` is recorded on the view: a DAG of ``table_change_dag`` over its source
+        refreshes it after each change of the source (the reference's "auto-refresh").
+        """
         from geneva_provider.facade.query import Query
         from geneva_provider.facade.table import Table
         from geneva_provider.pipeline.columns.view_create import create_view
@@ -130,12 +134,13 @@ class Connection:
                                        f"(table.search(None).select(...)), got {query!r}")
         query.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
         spec = query.view_source(f"create_materialized_view '{name}'")
+        _check_flag(refresh_on_change, "refresh_on_change", f"create_materialized_view '{name}'")
         ref = create_view(self.catalog, name, query.table.ref, spec,
                           max_rows_per_fragment=max_rows_per_fragment)
-        return Table(self, ref)
+        return _refreshed_on_change(Table(self, ref), refresh_on_change)
 
     def create_udtf_view(self, name: str, source: Query | Table, udtf: Any, *,
-                         max_rows_per_fragment: int | None = None) -> Table:
+                         max_rows_per_fragment: int | None = None, refresh_on_change: bool = False) -> Table:
         """Creates a chunker (1:N) or batch-UDTF (N:M) view ``name`` of ``udtf`` over ``source``.
 
         ``source`` is ``table.search(None)`` with an optional ``.where(...)`` and ``.select([...])`` (the
@@ -153,9 +158,10 @@ class Connection:
                                        f".where(...).select([...])) or a table, got {source!r}")
         source.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
         spec = source.view_source(f"create_udtf_view '{name}'")
+        _check_flag(refresh_on_change, "refresh_on_change", f"create_udtf_view '{name}'")
         ref = create_udtf_view(self.catalog, name, source.table.ref, spec, udtf,
                                max_rows_per_fragment=max_rows_per_fragment)
-        return Table(self, ref)
+        return _refreshed_on_change(Table(self, ref), refresh_on_change)
 
     def refresh(self, name: str, *args: Any, **kwargs: Any) -> BackfillResult:
         """Refreshes the materialized view ``name`` (the reference's ``db.refresh``): ``open_table(name).refresh(...)``,
@@ -296,6 +302,21 @@ def connect(uri: str | os.PathLike[str], storage_options: dict[str, str] | None 
 
 
 _MODES = ("create", "overwrite", "exist_ok")
+
+
+def _check_flag(value: Any, name: str, what: str) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{what}: {name} must be True or False, got {value!r}")
+
+
+def _refreshed_on_change(view: Table, refresh_on_change: bool) -> Table:
+    """``view``, marked to be refreshed after each change of its source when asked (a schema-metadata key)."""
+    if refresh_on_change:
+        from geneva_provider.pipeline.schema_changes import UpdateColumns
+        from geneva_provider.pipeline.table_changes import META_REFRESH_ON_CHANGE
+
+        UpdateColumns(view.ref).set_table_metadata({META_REFRESH_ON_CHANGE: "true"}).commit()
+    return view
 
 
 def _check_name(name: Any, what: str) -> None:

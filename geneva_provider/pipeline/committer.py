@@ -45,6 +45,9 @@ DEFAULT_BUDGET_SECONDS = 300
 DEFAULT_BACKOFF_SECONDS = 0.2
 MAX_BACKOFF_SECONDS = 10.0
 COMMIT_MESSAGE = "__lance_commit_message"  # where Lance keeps a commit's message among its transaction's properties
+# Every commit message this package writes starts so: a table watcher (``LanceTableChangedTrigger``) tells the
+# package's own commits (column writes, view refreshes, schema changes) from other writers' by it.
+OWN_COMMIT_PREFIX = "geneva "
 
 T = TypeVar("T")
 
@@ -194,3 +197,8 @@ def commit_messages(ds: Dataset, since_version: int) -> list[str]:
         return []
     return [(t.transaction_properties or {}).get(COMMIT_MESSAGE, "")
             for t in ds.get_transactions(ds.version - since_version) if t is not None]
+
+
+def is_own_commit(transaction_properties: dict[str, str] | None) -> bool:
+    """True when a commit's message says this package made it (:data:`OWN_COMMIT_PREFIX`)."""
+    return (transaction_properties or {}).get(COMMIT_MESSAGE, "").startswith(OWN_COMMIT_PREFIX)

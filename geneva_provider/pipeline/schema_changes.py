@@ -43,7 +43,7 @@ from geneva_provider.core.functions.udf import (
     udf_column_info,
 )
 from geneva_provider.core.views.meta import META_QUERY
-from geneva_provider.pipeline.committer import Attempt, CommitPolicy, commit, conflict_of
+from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX, Attempt, CommitPolicy, commit, conflict_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -531,5 +531,5 @@ class UpdateColumns:
                                  if self._table_metadata else None)
         return lance.LanceDataset.commit(self.table.uri, config, read_version=ds.version,
                                          storage_options=self.table.storage_options,
-                                         commit_message=f"geneva schema change {uuid.uuid4().hex}").version
+                                         commit_message=f"{OWN_COMMIT_PREFIX}schema change {uuid.uuid4().hex}").version
 

@@ -17,7 +17,14 @@ from geneva_provider.core.errors import CommitError
 from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.fragments import column_leaf_ids, output_files
 from geneva_provider.core.refs import TableRef
-from geneva_provider.pipeline.committer import Attempt, CommitPolicy, RetryCommit, commit, conflict_of
+from geneva_provider.pipeline.committer import (
+    OWN_COMMIT_PREFIX,
+    Attempt,
+    CommitPolicy,
+    RetryCommit,
+    commit,
+    conflict_of,
+)
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import DataFile, Dataset
@@ -97,7 +104,8 @@ class _ColumnFiles:
         op = op_cls.DataReplacement([op_cls.DataReplacementGroup(fid, df) for fid, df in sorted(self.pending.items())])
         try:
             ds = lance.LanceDataset.commit(self.table.uri, op, read_version=self.outcome.version,
-                                           storage_options=self.table.storage_options)
+                                           storage_options=self.table.storage_options,
+                                           commit_message=f"{OWN_COMMIT_PREFIX}column write {','.join(self.columns)}")
         except Exception as exc:
             # Only what Lance's commit itself raised is a commit failure: anything else (a missing module, a bug)
             # surfaces as itself, so a broken install is never reported as a failed commit.

@@ -49,6 +49,7 @@ from geneva_provider.core.views.meta import (
 from geneva_provider.pipeline.columns.inputs import udf_info
 from geneva_provider.pipeline.columns.layout import complete_output_layout
 from geneva_provider.pipeline.columns.view_create import matching_row_ids
+from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX
 from geneva_provider.pipeline.schema_changes import UpdateColumns
 from geneva_provider.pipeline.source_versions import only_appends, readable_source, view_source
 from geneva_provider.pipeline.stages.kinds import view_kind
@@ -184,7 +185,8 @@ def sync_rows(view: TableRef, src: Dataset, info: ViewInfo, max_rows_per_fragmen
 
         kwargs: dict[str, Any] = {"max_rows_per_file": max_rows_per_fragment} if max_rows_per_fragment else {}
         ds = lance.write_dataset(pa.table({SOURCE_ROW_ID: pa.array(new, pa.int64())}), view.uri, mode="append",
-                                 storage_options=view.storage_options, **kwargs)
+                                 storage_options=view.storage_options,
+                                 commit_message=f"{OWN_COMMIT_PREFIX}view refresh", **kwargs)
     UpdateColumns(view).set_table_metadata({META_BASE_VERSION: str(src.version),
                                             META_SCANNED_ROW_ID: str(next_id)}).commit()
     if removed:

@@ -39,7 +39,7 @@ from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.core.store.layout import JobStore
 from geneva_provider.core.views.meta import SOURCE_ROW_ID
 from geneva_provider.core.views.udtf_meta import PARTITION
-from geneva_provider.pipeline.committer import Attempt, CommitPolicy, commit, commit_messages
+from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX, Attempt, CommitPolicy, commit, commit_messages
 from geneva_provider.pipeline.stages.job_records import update_record
 from geneva_provider.pipeline.udtf.expand import PARENT_ROWS, SKIPPED, Held, fragments_of, is_chunker, udtf_work
 from geneva_provider.pipeline.udtf.lineage import mark_refreshed
@@ -207,7 +207,7 @@ def _open(uri: str, storage_options: dict[str, str] | None) -> Dataset:
     return lance.dataset(uri, storage_options=storage_options)
 
 
-_MESSAGE = "geneva udtf refresh "  # a UDTF refresh's commit message: this and the job's id
+_MESSAGE = f"{OWN_COMMIT_PREFIX}udtf refresh "  # a UDTF refresh's commit message: this and the job's id
 
 
 def _message(plan: ExpandPlan) -> str:
