@@ -105,6 +105,7 @@ class AirflowStack:
         return {
             **keep,
             "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "PYTHONPATH": str(ROOT),  # this checkout's package, whichever one the venv installed
             "SPARK_LOCAL_IP": "127.0.0.1",
             "AWS_EC2_METADATA_DISABLED": "true",
             "AIRFLOW_HOME": str(self.home),
@@ -158,6 +159,20 @@ class AirflowStack:
                 self.procs[name] = subprocess.Popen([str(VENV_BIN / "airflow"), *commands[name]], env=self.env,
                                                     cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
                                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def stop_component(self, name: str) -> None:
+        """SIGTERM one component's process group and wait for it to exit (a restart's first half)."""
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+    def start_component(self, name: str, *args: str) -> None:
+        """Starts one component again (after :meth:`stop_component`), appending to its log."""
+        with open(self.log_of(name), "ab") as log:
+            self.procs[name] = subprocess.Popen([str(VENV_BIN / "airflow"), name, *args], env=self.env,
+                                                cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, start_new_session=True)
 
     def log_of(self, name: str) -> Path:
         return self.component_logs / f"{name}.log"
