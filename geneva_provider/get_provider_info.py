@@ -21,7 +21,8 @@ def get_provider_info() -> dict[str, Any]:
                                                                        "geneva_provider.operators.spark",
                                                                        "geneva_provider.operators.views"]}],
         "sensors": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.sensors.table"]}],
-        "triggers": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.triggers.table"]}],
+        "triggers": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.triggers.table",
+                                                                     "geneva_provider.triggers.stage"]}],
         "connection-types": [{
             "hook-class-name": "geneva_provider.hooks.lance.LanceHook",
             "connection-type": "lance",

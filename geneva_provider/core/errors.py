@@ -112,6 +112,15 @@ class SparkServerUnreachableError(SparkEnvironmentError):
     retryable = True
 
 
+class StageRunnerLostError(SparkEnvironmentError):
+    """The process that ran a Spark stage on its own (a deferrable or durable stage) died before the stage ended.
+
+    Retryable: the next try starts the stage again, and it resumes from the batch checkpoints.
+    """
+
+    retryable = True
+
+
 class ResourceUnavailableError(SparkEnvironmentError):
     """A UDF asks for resources (GPUs, cores, memory per task) that the Spark session cannot give.
 

@@ -27,6 +27,7 @@ from geneva_provider.core import errors
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
+    from airflow.sdk.definitions.retry_policy import RetryPolicy
 
 
 def fails_without_retry(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -161,3 +162,35 @@ FAILS_ONCE: dict[type[errors.GenevaError], type[errors.GenevaError]] = {
         UDFExecutionError, SparkEnvironmentError, ResourceUnavailableError, PlanFormatError, CheckpointMissingError,
         ConcurrentOverwriteError, VerificationError, MalformedEventError, JobNotFoundError, JobCancelledError,
         CorruptCheckpointError, TableVersionGoneError)}
+
+
+# Exceptions from outside the package that a retry can fix: the storage or the network was away for a moment.
+TRANSIENT = (ConnectionError, TimeoutError, OSError)
+
+
+@functools.cache
+def retry_policy() -> RetryPolicy | None:
+    """The retry policy the package's operators set by default (Airflow 3.3+; None before, where the fail-once
+    twins above are the whole mapping).
+
+    One rule per registered package error class, the most derived first, so a class is judged by its own
+    ``retryable`` before its base's: lost Python workers and executors (``UDFWorkerDiedError``), an
+    unreachable Spark server or storage, commit conflicts past the commit budget (``CommitError``) and a
+    stage whose runner died retry; bad input, a UDF bug, a schema error, an unknown table or column fail
+    at once, whatever ``retries`` says (the task log shows the error, the package's reason first, then the
+    decision and why).  Then I/O errors from outside the package (``OSError``, ``ConnectionError``,
+    ``TimeoutError``) retry; anything else keeps the task's own ``retries``.  A DAG overrides it per task
+    with ``retry_policy=`` (or in ``default_args``).
+    """
+    try:
+        from airflow.sdk import ExceptionRetryPolicy, RetryAction, RetryRule
+    except ImportError:  # Airflow before 3.3: no retry policies
+        return None
+    by_depth = sorted(errors.error_classes(), key=lambda cls: len(cls.__mro__), reverse=True)
+    rules = [RetryRule(exception=cls, action=RetryAction.RETRY if cls.retryable else RetryAction.FAIL,
+                       reason=f"{cls.__name__}: " + ("a retry can fix it" if cls.retryable else
+                                                     "a retry cannot fix it (bad input, a UDF bug, a schema error)"))
+             for cls in by_depth]
+    rules.append(RetryRule(exception=list(TRANSIENT), action=RetryAction.RETRY,
+                           reason="an I/O error: the storage or the network may be back on the next try"))
+    return ExceptionRetryPolicy(rules=rules, default=RetryAction.DEFAULT)

@@ -22,7 +22,18 @@ if TYPE_CHECKING:
 
 # What the Spark stage operators take besides the plan (the task groups pass them to both Spark tasks).
 SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package", "cluster_credentials",
-                 "spark_conn_id")
+                 "spark_conn_id", "deferrable", "durable", "poll_interval")
+
+
+def with_retry_policy(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An operator's kwargs with the package's retry policy (:func:`~geneva_provider.hooks.errors.retry_policy`)
+    unless the task or its ``default_args`` set one (Airflow 3.3+; before, the kwargs as they are)."""
+    from geneva_provider.hooks.errors import retry_policy
+
+    policy = retry_policy()
+    if policy is not None and "retry_policy" not in kwargs and "retry_policy" not in (kwargs.get("default_args") or {}):
+        kwargs["retry_policy"] = policy
+    return kwargs
 
 
 def take_options(cls: type[JobOptions], kwargs: dict[str, Any], operator: type | None = None,

@@ -22,6 +22,7 @@ from geneva_provider.operators._common import (
     lineage,
     parse_options,
     take_options,
+    with_retry_policy,
 )
 
 COLUMNS_EXPECTED = '{"y": "my_pkg.udfs:double"} or {"y": ("my_pkg.udfs:double", ["a"])}'
@@ -33,7 +34,7 @@ class _SchemaOperator(BaseOperator):
     ui_color = "#e8f4f8"
 
     def __init__(self, *, table: str, lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         self.table = table
         self.lance_conn_id = lance_conn_id
 
@@ -157,7 +158,7 @@ class GenevaPlanBackfillOperator(BaseOperator):
         job = f"backfill of table {table!r}"
         options = take_options(BackfillOptions, kwargs, type(self), job)
         check_count(parallelism, "parallelism", job)
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         self.table = table
         self.column = column
         for name, value in options.items():
@@ -203,7 +204,7 @@ class GenevaVerifyOperator(BaseOperator):
             from geneva_provider.assets import table_asset
 
             kwargs["outlets"] = [table_asset(table, column, lance_conn_id)]
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         self.plan = plan
         self.table = table
         self.column = column

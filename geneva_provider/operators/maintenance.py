@@ -16,7 +16,7 @@ from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.contracts.options import parse_count, rendered_later
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import duration, reject_unknown_kwargs
+from geneva_provider.operators._common import duration, reject_unknown_kwargs, with_retry_policy
 from geneva_provider.operators.spark import _GenevaSparkStageOperator
 
 
@@ -39,7 +39,7 @@ class GenevaPlanCompactionOperator(BaseOperator):
         reject_unknown_kwargs(type(self), kwargs)  # like the plan operators: not Airflow's generic TypeError
         if not rendered_later(target_rows_per_fragment):
             parse_count(target_rows_per_fragment, "target_rows_per_fragment", f"compaction of table {table!r}")
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         self.table = table
         self.target_rows_per_fragment = target_rows_per_fragment
         self.options = options or {}
@@ -82,7 +82,7 @@ class _GenevaTableCleanupOperator(BaseOperator):
                  lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
         if isinstance(older_than, (timedelta, int, float)) or (isinstance(older_than, str) and "{{" not in older_than):
             duration(older_than, "older_than", self._job(table))  # templates and XComArgs: once rendered
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         self.table = table
         self.older_than = older_than
         self.lance_conn_id = lance_conn_id

@@ -9,17 +9,28 @@ XCom and a failure says the package's reason first.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
-from geneva_provider.core.contracts.kinds import Stage
+from geneva_provider.core.contracts.kinds import EventStatus, Stage
 from geneva_provider.hooks.errors import fails_without_retry, no_retry
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators.spark_backends import SparkBackend, SparkSettings, SparkSubmitBackend, spark_backend
+from geneva_provider.operators._common import with_retry_policy
+from geneva_provider.operators.progress import ProgressLogger
+from geneva_provider.operators.spark_backends import (
+    ConnectBackend,
+    SparkBackend,
+    SparkSettings,
+    SparkSubmitBackend,
+    StageRun,
+    spark_backend,
+)
 from geneva_provider.pipeline.stages.registry import SparkStage, spark_stage
 
 if TYPE_CHECKING:
@@ -27,16 +38,51 @@ if TYPE_CHECKING:
     from geneva_provider.hooks.spark_submit import GenevaSparkSubmitHook
 
 
-class _GenevaSparkStageOperator(BaseOperator):
+try:  # Airflow 3.3+: a retry reattaches to the stage an earlier try left running
+    from airflow.sdk import ResumableJobMixin
+except ImportError:  # before 3.3: every try submits the stage (today's behaviour)
+    class ResumableJobMixin:  # type: ignore[no-redef]
+        """Stand-in for Airflow 3.3's mixin: submit, poll, result, with no state kept across tries."""
+
+        def __init__(self, *, durable: bool = False, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.durable = False
+
+        def execute_resumable(self, context: Any) -> Any:
+            external_id = self.submit_job(context)  # type: ignore[attr-defined]
+            return self.poll_until_complete(external_id, context)  # type: ignore[attr-defined]
+
+
+class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
     """Runs one Spark stage of a plan (its ``stage``'s registry entry) and returns the stage's JSON result.
 
-    ``ship_package=True`` adds a zip of this package to ``py_files``, for clusters whose Python
-    lacks it (pylance, pyarrow and cloudpickle must still be installed there).
+    :param plan: the plan stage's summary (its XCom, an ``XComArg``) (templated)
+    :param spark_conn_id: the Spark connection: ``spark_connect`` runs the stage over Spark Connect, ``spark``
+        submits its program with spark-submit
+    :param lance_conn_id: the Lance connection (storage options of the table and its checkpoint store)
+    :param conf: Spark settings for the stage (templated)
+    :param py_files: comma-separated files shipped to the executors (templated)
+    :param env_vars: environment of the spark-submit process (templated)
+    :param spark_binary: the spark-submit to run
+    :param ship_package: add a zip of this package to ``py_files``, for clusters whose Python lacks it
+        (pylance, pyarrow and cloudpickle must still be installed there)
+    :param cluster_credentials: the cluster reaches the tables with its own credentials (YARN, Kubernetes)
+    :param deferrable: over Spark Connect, run the stage in a process of its own and wait for it in the
+        triggerer: the task holds no worker slot while Spark runs (default ``[operators] default_deferrable``;
+        Airflow 3.3+; a spark-submit stage always runs in the task)
+    :param durable: over Spark Connect, run the stage in a process of its own even when not deferred, so that
+        a worker crash or a task restart reattaches to it instead of starting it again (Airflow 3.3+)
+    :param poll_interval: seconds between two looks at a stage that runs in a process of its own
+
+    A retry of a stage that already succeeded returns its result without running it again, and no
+    two tries run the same stage at once: the process that runs it holds a lease in the checkpoint
+    store, which a later try finds and waits on.
     """
 
     stage: Stage  # the Spark stage this operator runs: everything else comes from its registry entry
     template_fields: Sequence[str] = ("plan", "conf", "py_files", "env_vars")
     ui_color = "#fcefe3"
+    external_id_key = "geneva_stage"  # the task state store key of the submitted stage's ids
 
     def __init__(
         self,
@@ -50,9 +96,12 @@ class _GenevaSparkStageOperator(BaseOperator):
         spark_binary: str | None = None,
         ship_package: bool = False,
         cluster_credentials: bool = False,
+        deferrable: bool = airflow_conf.getboolean("operators", "default_deferrable", fallback=False),
+        durable: bool = False,
+        poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(durable=durable, **with_retry_policy(kwargs))
         self.ship_package = ship_package
         self.cluster_credentials = cluster_credentials
         self.plan = plan
@@ -62,6 +111,8 @@ class _GenevaSparkStageOperator(BaseOperator):
         self.py_files = py_files
         self.env_vars = env_vars or {}
         self.spark_binary = spark_binary
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
 
     @cached_property
     def backend(self) -> SparkBackend:
@@ -78,23 +129,148 @@ class _GenevaSparkStageOperator(BaseOperator):
         """Over Spark Connect: whether the session stays open for the job's next Spark stage."""
         return self.entry.keeps_session
 
+    @property
+    def detached(self) -> bool:
+        """Whether the stage runs in a process of its own (over Spark Connect, deferred or durable)."""
+        return isinstance(self.backend, ConnectBackend) and (self._defers or self.durable)
+
+    _defers = False  # deferrable, and run by a task runner that can defer (set by execute, execute_complete)
+    _result: tuple[Any, dict[str, Any]] | None = None  # the submission whose result was read, and that result
+
     def nothing_to_do(self, plan: PlanSummary) -> bool:
         return plan.nothing_to_do
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.core.contracts.models import PlanSummary
-        from geneva_provider.core.store.checkpoint import open_store, split_key_uri
 
-        plan = PlanSummary.from_xcom(self.plan)
+        self._summary = plan = PlanSummary.from_xcom(self.plan)
         if self.nothing_to_do(plan):
             raise AirflowSkipException(f"plan {plan.job_id} has nothing for the {self.stage} stage to do")
-        storage_options = LanceHook(self.lance_conn_id).storage_options
-        store = open_store(split_key_uri(plan.plan_uri)[0], storage_options)
-        run = self.backend.run(self.entry, plan, storage_options, store)  # submit, poll until it ends, result
+        self._storage_options  # noqa: B018 - the Lance connection first: a missing one is named before Spark's
+        # A bare execute() (a notebook, a script) has no task runner to defer with: it waits in place.
+        self._defers = self.deferrable and context.get("ti") is not None
+        if self._defers and not isinstance(self.backend, ConnectBackend):
+            self.log.info("deferrable=True: a spark-submit stage runs in its task (only Spark Connect stages defer)")
+        return self.execute_resumable(context)
+
+    # ------------------------------------------------------------ ResumableJobMixin: submit, status, poll, result
+    @cached_property
+    def _storage_options(self) -> dict[str, str] | None:
+        return LanceHook(self.lance_conn_id).storage_options
+
+    def _store(self, plan_uri: str) -> Any:
+        from geneva_provider.core.store.checkpoint import open_store, split_key_uri
+
+        return open_store(split_key_uri(plan_uri)[0], self._storage_options)
+
+    def submit_job(self, context: Any) -> dict[str, Any]:
+        """Starts the stage (or finds it already running elsewhere) and returns its ids (plain JSON, no secrets)."""
+        from geneva_provider.pipeline.stage_reports import RunStatus, StageSubmission
+
+        plan = self._summary
+        store = self._store(plan.plan_uri)
+        if not self.detached:
+            submission = self.backend.submit(self.entry, plan, self._storage_options, store)
+            return submission.model_dump(mode="json")
+        from geneva_provider.operators import detached_stage
+
+        submission = StageSubmission.of(self.stage, plan.plan_uri)
+        if submission.status(store) == RunStatus.RUNNING:  # another try's runner: never two at once
+            self.log.info("The %s stage of plan %s is already running (%s): waiting for it", self.stage,
+                          plan.job_id, submission.lease(store))
+            return submission.model_dump(mode="json")
+        assert isinstance(self.backend, ConnectBackend)
+        pid = detached_stage.start(submission, plan, store, url=self.backend.url,
+                                   storage_options=self._storage_options, py_files=self.py_files,
+                                   submitter=self.spark_settings().submitter)
+        self.log.info("Started the %s stage of plan %s over Spark Connect (connection '%s') in process %d, its "
+                      "log in %s: %s", self.stage, plan.job_id, self.spark_conn_id, pid,
+                      detached_stage.log_path(submission), plan.describe())
+        return submission.model_dump(mode="json")
+
+    def get_job_status(self, external_id: Any, context: Any) -> str:
+        """Where the stage stands, from the checkpoint store: a :class:`RunStatus` value."""
+        from geneva_provider.pipeline.stage_reports import StageSubmission
+
+        submission = StageSubmission.model_validate(external_id)
+        return str(submission.status(self._store(submission.plan_uri)))
+
+    def is_job_active(self, status: str) -> bool:
+        return status == "running"
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == "succeeded"
+
+    def poll_until_complete(self, external_id: Any, context: Any) -> Any:
+        """Waits for the stage to end -- in the triggerer when deferrable -- and returns its result (the mixin
+        returns what this returns when a try reattaches)."""
+        from geneva_provider.pipeline.stage_reports import RunStatus, StageSubmission
+
+        submission = StageSubmission.model_validate(external_id)
+        store = self._store(submission.plan_uri)
+        if not self.detached:
+            self.backend.poll(submission, store)
+            return self.get_job_result(external_id, context)
+        if self._defers and submission.status(store) == RunStatus.RUNNING:
+            from geneva_provider.triggers.stage import GenevaStageTrigger
+
+            self.defer(trigger=GenevaStageTrigger(job_id=submission.job_id, stage=str(submission.stage),
+                                                  plan_uri=submission.plan_uri, lance_conn_id=self.lance_conn_id,
+                                                  poll_interval=self.poll_interval),
+                       method_name="execute_complete")
+        with ProgressLogger(store, submission.job_id, submission.stage, self.log):
+            while submission.status(store) == RunStatus.RUNNING:
+                time.sleep(self.poll_interval)
+        return self.get_job_result(external_id, context)
+
+    @fails_without_retry
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """Resumes the task once the trigger saw the stage end: the same result as a stage waited for in the task."""
+        self._defers = True
+        if event.get("status") == "error":
+            raise AirflowException(f"waiting for the {self.stage} stage failed: {event.get('message')}")
+        return self.get_job_result({k: event[k] for k in ("job_id", "stage", "plan_uri")}, context)
+
+    def get_job_result(self, external_id: Any, context: Any) -> dict[str, Any]:
+        """The stage's result from the report it left; a failed (or lost) stage raises the package's error."""
+        from geneva_provider.core.errors import StageRunnerLostError
+        from geneva_provider.pipeline.stage_reports import StageSubmission
+
+        submission = StageSubmission.model_validate(external_id)
+        if self._result is not None and self._result[0] == submission:  # poll returned it already (the mixin asks
+            return self._result[1]                                          # again after polling)
+        store = self._store(submission.plan_uri)
+        if self.detached or self.backend.stage is None:  # not run by this process: its report alone
+            self._relay_runner_log(submission)
+            run = StageRun(submission.report(store), succeeded=False)
+            if run.report is None:
+                raise StageRunnerLostError(
+                    f"the {self.stage} stage of plan {submission.job_id} ended without a report: the process "
+                    f"that ran it died (see {self._runner_log(submission)}); the next try resumes it from its "
+                    "checkpoints")
+            run = StageRun(run.report, succeeded=run.report.status == EventStatus.SUCCESS)
+        else:
+            run = self.backend.result(submission, store)
         if run.succeeded and run.report is not None:
-            return run.report.to_xcom()
-        raise self._failure(plan.job_id, run.report, run.output_tail) from run.cause
+            self._result = (submission, run.report.to_xcom())
+            return self._result[1]
+        raise self._failure(submission.job_id, run.report, run.output_tail) from run.cause
+
+    def _relay_runner_log(self, submission: Any) -> None:
+        """Copies what the stage's runner logged into the task log (when it ran on this host)."""
+        from geneva_provider.operators import detached_stage
+
+        path = detached_stage.log_path(submission)
+        if path.is_file():
+            self.log.info("The %s stage's runner logged (%s):\n%s", self.stage, path,
+                          path.read_text(errors="replace").rstrip())
+
+    @staticmethod
+    def _runner_log(submission: Any) -> str:
+        from geneva_provider.operators import detached_stage
+
+        return f"{detached_stage.log_path(submission)} on the worker that started it"
 
     def spark_settings(self) -> SparkSettings:
         """The operator's (rendered) Spark arguments, as the backends take them."""
@@ -125,8 +301,17 @@ class _GenevaSparkStageOperator(BaseOperator):
         return AirflowException(message)
 
     def on_kill(self) -> None:
-        if "backend" in self.__dict__:  # chosen: the stage may be running
-            self.backend.on_kill()
+        """Stops the stage's Spark work: the stage this task runs, or the process of its own that runs it."""
+        if "backend" not in self.__dict__:  # not chosen: nothing runs
+            return
+        if self.detached and getattr(self, "_summary", None) is not None:
+            from geneva_provider.operators import detached_stage
+            from geneva_provider.pipeline.stage_reports import StageSubmission
+
+            submission = StageSubmission.of(self.stage, self._summary.plan_uri)
+            detached_stage.stop(submission, self._store(submission.plan_uri))
+            return
+        self.backend.on_kill()
 
 
 class GenevaSparkApplyOperator(_GenevaSparkStageOperator):

@@ -14,7 +14,7 @@ from geneva_provider.core.contracts.options import RefreshOptions, check_count
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import check_dict, import_udf, parse_options, take_options
+from geneva_provider.operators._common import check_dict, import_udf, parse_options, take_options, with_retry_policy
 
 VIEW_COLUMNS_EXPECTED = '{"out": "source_column"} or {"out": "my_pkg.udfs:embed"}'
 
@@ -37,7 +37,7 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
                  max_rows_per_fragment: int | None = None, lance_conn_id: str = LanceHook.default_conn_name,
                  **kwargs: Any) -> None:
         _check_definition(f"materialized view {view!r}", columns, shuffle)  # neither is templated: check now
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         self.view = view
         self.source_table = source_table
         self.columns = columns
@@ -99,7 +99,7 @@ class GenevaPlanRefreshOperator(BaseOperator):
         job = f"refresh of view {view!r}"
         options = take_options(RefreshOptions, kwargs, type(self), job)
         check_count(parallelism, "parallelism", job)
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         self.view = view
         for name, value in options.items():
             setattr(self, name, value)

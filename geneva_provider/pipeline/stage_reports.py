@@ -10,11 +10,12 @@ JSON (no credentials: the store is opened with the Lance connection's options by
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from geneva_provider.core.contracts.kinds import Stage
+from geneva_provider.core.contracts.kinds import EventStatus, Stage
 
 if TYPE_CHECKING:
     from geneva_provider.core.contracts.models import StageReport
@@ -60,3 +61,80 @@ class StageSubmission(BaseModel):
     def leave(self, store: Any, report: StageReport) -> None:
         """Leaves the stage's report in the store (what a stage that runs in this process does as it ends)."""
         store.put_model(self.result_key, report)
+
+    # ------------------------------------------------------------ a stage run in a process of its own
+    @property
+    def lease_key(self) -> str:
+        """Where the process that runs the stage keeps its lease (:class:`StageLease`)."""
+        from geneva_provider.core.store.layout import StageLeaseKey
+
+        return StageLeaseKey(self.job_id, self.stage).key()
+
+    def lease(self, store: Any) -> StageLease | None:
+        """The lease of whoever runs the stage in a process of its own (None: no one ever did, or it ended)."""
+        if self.lease_key not in store:
+            return None
+        try:
+            return StageLease.model_validate_json(store.get_text(self.lease_key))
+        except (ValueError, KeyError, OSError):  # half-written or just released: as good as none
+            return None
+
+    def hold(self, store: Any, lease: StageLease) -> None:
+        """Takes or renews the lease (the runner every ``LEASE_RENEW_SECONDS``)."""
+        store.put_text(self.lease_key, lease.model_dump_json())
+
+    def release(self, store: Any) -> None:
+        """Gives the lease up (the stage has ended and its report is in the store)."""
+        store.delete(self.lease_key)
+
+    def status(self, store: Any, now: float | None = None) -> RunStatus:
+        """Where the stage stands, from the store alone (a retry, a trigger): ended (succeeded / failed), running
+        (a lease renewed within ``LEASE_SECONDS``), lost (a lease no one renews: its process died) or none."""
+        report = self.report(store)
+        if report is not None:
+            return RunStatus.SUCCEEDED if report.status == EventStatus.SUCCESS else RunStatus.FAILED
+        lease = self.lease(store)
+        if lease is None:
+            return RunStatus.NONE
+        return RunStatus.RUNNING if lease.alive(now) else RunStatus.LOST
+
+
+LEASE_SECONDS = 60.0  # a lease not renewed for this long belongs to a process that died
+LEASE_RENEW_SECONDS = 5.0
+
+
+class RunStatus(StrEnum):
+    """Where a submitted stage stands, as :meth:`StageSubmission.status` reads it from the store."""
+
+    NONE = "none"  # never started in a process of its own, or its lease was released without a report
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LOST = "lost"  # its process died before it left a report
+
+
+class StageLease(BaseModel):
+    """Who runs a stage in a process of its own: an owner token, where (host, pid) and when it last said so.
+
+    Holds no credentials.  Renewed every ``LEASE_RENEW_SECONDS``; stale after ``LEASE_SECONDS``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    owner: str
+    host: str
+    pid: int
+    renewed: float  # seconds since the epoch
+    seconds: float = LEASE_SECONDS
+
+    @classmethod
+    def now(cls, owner: str, pid: int, seconds: float = LEASE_SECONDS) -> StageLease:
+        import socket
+        import time
+
+        return cls(owner=owner, host=socket.gethostname(), pid=pid, renewed=time.time(), seconds=seconds)
+
+    def alive(self, now: float | None = None) -> bool:
+        import time
+
+        return (time.time() if now is None else now) - self.renewed < self.seconds

@@ -33,6 +33,7 @@ from geneva_provider.core.store.layout import (
     PlanKey,
     RunningKey,
     StagedKey,
+    StageLeaseKey,
     StageResultKey,
     batch_prefix,
     job_prefix,
@@ -89,7 +90,7 @@ def test_user_strings_are_hashed_and_keys_round_trip(name):
     records = [PlanKey(job_id), CommittedKey(job_id), ConnectSessionKey(job_id), CancelKey(job_id),
                JobRecordKey(job_id), LedgerKey.of(job), BatchKey(prefix, 3, 0, 10),
                BatchKey(prefix, 3, 10, 20, partial=True), StagedKey(job), RunningKey(job_id, 7),
-               *(StageResultKey(job_id, s) for s in Stage)]
+               *(StageResultKey(job_id, s) for s in Stage), *(StageLeaseKey(job_id, s) for s in Stage)]
     for record in records:
         key = record.key()
         assert "/" not in key and len(key) + len(".lance") <= 255  # a file name

@@ -10,6 +10,7 @@ The families (``<id>`` is a job id, :func:`new_job_id`)::
     plan-<id>                           PlanKey           the plan document
     plan-<id>-committed                 CommittedKey      left when the job's commits are done
     plan-<id>-<stage>-result            StageResultKey    a Spark stage's report
+    plan-<id>-<stage>-lease             StageLeaseKey     who runs a detached Spark stage, and its heartbeat
     plan-<id>-connect-session           ConnectSessionKey the job's Spark Connect session id
     plan-<id>-appended                  AppendedKey       a UDTF refresh's written fragments, before their commit
     job-<id>                            JobRecordKey      the job's record (status, progress)
@@ -48,6 +49,7 @@ _LEDGER = "ledger-"
 _RUNNING = "running-"
 _SRCFILES = "_srcfiles-"
 _PLAN_RE = re.compile(rf"^{_PLAN}(?P<id>{JOB_ID})(?:(?P<committed>-committed)|-(?P<stage>[a-z_]+)-result"
+                      r"|-(?P<leased>[a-z_]+)-lease"
                       r"|(?P<session>-connect-session)|(?P<appended>-appended)|(?P<cancel>-cancel))?$")
 _BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)(?P<partial>_partial)?$")
 _STAGED_RE = re.compile(r"^(?P<prefix>.+)_staged-(?P<token>[0-9a-f]{32})$")
@@ -176,6 +178,19 @@ class StageResultKey:
 
 
 @dataclass(frozen=True)
+class StageLeaseKey:
+    """Who runs a Spark stage in a process of its own (deferrable / durable stages), renewed while it runs: a
+    retry or a second task finds a live lease and waits for that run instead of starting the stage again."""
+
+    kind: ClassVar[Literal["stage_lease"]] = "stage_lease"
+    job_id: str
+    stage: Stage
+
+    def key(self) -> str:
+        return f"{_PLAN}{self.job_id}-{self.stage}-lease"
+
+
+@dataclass(frozen=True)
 class BatchKey:
     """A batch checkpoint: rows ``[start, end)`` of a fragment (fragment-local, end exclusive).
 
@@ -244,9 +259,10 @@ class RunningKey:
 
 
 # A plan and what is kept beside it.
-PlanFamilyKey = PlanKey | CommittedKey | StageResultKey | ConnectSessionKey | AppendedKey | CancelKey
-StoreKey = (PlanKey | CommittedKey | StageResultKey | ConnectSessionKey | AppendedKey | CancelKey | JobRecordKey
-            | LedgerKey | BatchKey | StagedKey | RunningKey)
+PlanFamilyKey = (PlanKey | CommittedKey | StageResultKey | StageLeaseKey | ConnectSessionKey | AppendedKey
+                 | CancelKey)
+StoreKey = (PlanKey | CommittedKey | StageResultKey | StageLeaseKey | ConnectSessionKey | AppendedKey | CancelKey
+            | JobRecordKey | LedgerKey | BatchKey | StagedKey | RunningKey)
 
 
 def parse_key(key: str) -> StoreKey | None:
@@ -268,10 +284,11 @@ def parse_key(key: str) -> StoreKey | None:
             return AppendedKey(m["id"])
         if m["cancel"]:
             return CancelKey(m["id"])
-        if m["stage"] is not None:
+        if m["stage"] is not None or m["leased"] is not None:
             try:
-                return StageResultKey(m["id"], Stage(m["stage"]))
-            except ValueError:  # not a stage's report
+                return (StageResultKey(m["id"], Stage(m["stage"])) if m["stage"] is not None
+                        else StageLeaseKey(m["id"], Stage(m["leased"])))
+            except ValueError:  # not a stage's report or lease
                 return None
         return PlanKey(m["id"])
     if key.startswith(_JOB) and len(key) > len(_JOB):

@@ -1,0 +1,132 @@
+"""A Spark Connect stage run in a process of its own, so that it outlives the task that started it.
+
+A deferrable stage frees its worker slot (the task process ends while the stage runs) and a durable
+one survives a worker crash; either way the Spark Connect session must be owned by a process that
+is not the task's.  :func:`start` starts ``python -m geneva_provider.operators.detached_stage`` in
+a session of its own (no signal to the task's process group reaches it) and hands it, on its
+standard input, what must never be on a command line: the Connect URL (it may carry a token) and
+the storage options.  The runner holds the stage's lease in the checkpoint store
+(:class:`~geneva_provider.pipeline.stage_reports.StageLease`, renewed every few seconds) while
+it runs the stage exactly as the in-task Connect backend does, then leaves the stage's report
+beside the plan and gives the lease up.  Whoever waits -- the task, its retry, a trigger --
+needs only the plan's ids: a live lease means "running, wait for it", a stale one "its process
+died, start again" (the stage resumes from its batch checkpoints).  SIGTERM stops the stage's
+Spark work (its session's operations are interrupted) and still leaves a report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from geneva_provider.core.contracts.models import PlanSummary
+    from geneva_provider.pipeline.stage_reports import StageSubmission
+
+
+def log_path(submission: StageSubmission) -> Path:
+    """Where the runner of a stage writes its log (on the worker that started it)."""
+    directory = Path(tempfile.gettempdir()) / f"geneva-stages-{os.getuid()}"
+    directory.mkdir(exist_ok=True)
+    return directory / f"{submission.job_id}-{submission.stage}.log"
+
+
+def start(submission: StageSubmission, plan: PlanSummary, store: Any, *, url: str,
+          storage_options: dict[str, str] | None, py_files: str | None, submitter: str) -> int:
+    """Starts the runner of ``submission``'s stage and returns its pid, once it holds the stage's lease.
+
+    An earlier attempt's report is forgotten first; the lease is taken here, before the process
+    exists, so a retry that looks at once already finds the stage running.
+    """
+    from geneva_provider.pipeline.stage_reports import StageLease
+
+    owner = uuid.uuid4().hex
+    submission.clear(store)
+    submission.hold(store, StageLease.now(owner, pid=0))
+    spec = {"plan": plan.to_xcom(), "stage": str(submission.stage), "url": url, "storage_options": storage_options,
+            "py_files": py_files, "submitter": submitter, "owner": owner}
+    with open(log_path(submission), "wb") as log:  # the latest runner's log only
+        proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(spec).encode())
+    proc.stdin.close()
+    submission.hold(store, StageLease.now(owner, pid=proc.pid))
+    return proc.pid
+
+
+def stop(submission: StageSubmission, store: Any) -> bool:
+    """Asks the runner of the stage (on this host) to stop its Spark work: SIGTERM; whether one was signalled."""
+    import socket
+
+    lease = submission.lease(store)
+    if lease is None or not lease.pid or lease.host != socket.gethostname() or not lease.alive():
+        return False
+    try:
+        os.kill(lease.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _run(spec: dict[str, Any]) -> int:
+    """The runner: holds the lease while the stage runs over Spark Connect, leaves its report, releases the lease."""
+    from geneva_provider.core.contracts.models import PlanSummary
+    from geneva_provider.core.store.checkpoint import open_store, split_key_uri
+    from geneva_provider.operators.spark_backends import ConnectBackend, SparkSettings
+    from geneva_provider.pipeline.stage_reports import LEASE_RENEW_SECONDS, StageLease, StageSubmission
+    from geneva_provider.pipeline.stages.registry import spark_stage
+
+    log = logging.getLogger("geneva_provider.detached_stage")
+    plan = PlanSummary.from_xcom(spec["plan"])
+    options = spec["storage_options"]
+    store = open_store(split_key_uri(plan.plan_uri)[0], options)
+    entry = spark_stage(spec["stage"])
+    owner = spec["owner"]
+    submission = StageSubmission.of(entry.name, plan.plan_uri)
+    backend = ConnectBackend(SparkSettings(py_files=spec["py_files"], submitter=spec["submitter"]), log)
+    backend.__dict__["url"] = spec["url"]  # the connection was resolved by the task that started this runner
+    renewing = threading.Event()
+
+    def renew() -> None:
+        while not renewing.wait(LEASE_RENEW_SECONDS):
+            lease = submission.lease(store)
+            if lease is not None and lease.owner != owner:  # another runner took the stage over: stop ours
+                log.warning("The %s stage of plan %s is now run by another process: stopping", entry.name,
+                            plan.job_id)
+                backend.on_kill()
+                return
+            try:
+                submission.hold(store, StageLease.now(owner, pid=os.getpid()))
+            except Exception as exc:  # noqa: BLE001 - the next renewal tries again
+                log.warning("Could not renew the stage's lease: %s", exc)
+
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=backend.on_kill, daemon=True).start())
+    submission.hold(store, StageLease.now(owner, pid=os.getpid()))
+    threading.Thread(target=renew, daemon=True, name="geneva-stage-lease").start()
+    log.info("Running the %s stage of plan %s in process %d for %s", entry.name, plan.job_id, os.getpid(),
+             spec["submitter"])
+    try:
+        ended = backend.result(backend.submit(entry, plan, options, store), store)  # waits for the stage's end
+    finally:
+        renewing.set()
+        lease = submission.lease(store)
+        if lease is None or lease.owner == owner:
+            submission.release(store)
+    log.info("The %s stage of plan %s ended: %s", entry.name, plan.job_id,
+             "succeeded" if ended.succeeded else "failed")
+    return 0 if ended.succeeded else 1
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.exit(_run(json.loads(sys.stdin.read())))

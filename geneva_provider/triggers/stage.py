@@ -1,0 +1,84 @@
+"""The trigger a deferred Spark stage waits on: it polls the stage's report in the job's checkpoint store.
+
+A deferrable stage operator starts the stage in a process of its own
+(:mod:`geneva_provider.operators.detached_stage`) and defers; this trigger holds only the stage's
+ids (job id, stage, plan reference) and the Lance connection id -- never a credential: the
+triggerer looks the connection up itself -- so the same kwargs make the same trigger and a
+triggerer restart resumes the wait.  It fires once the stage has ended (its report is beside the
+plan) or its runner is gone (a lease no one renews); the operator's ``execute_complete`` then
+reads the report, as a stage waited for in the task would.  Progress lines (rows checkpointed)
+go to the trigger's log while it waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from geneva_provider.hooks.lance import LanceHook
+
+PROGRESS_SECONDS = 10.0  # at most one progress line this often
+
+
+class GenevaStageTrigger(BaseTrigger):
+    """Fires when a Spark stage of a plan, run in a process of its own, has ended (or its process has died).
+
+    The event is ``{"status": "succeeded" | "failed" | "lost" | "none" | "error", "job_id", "stage",
+    "plan_uri"}`` (``"error"`` adds a ``message``: the store could not be read).
+    """
+
+    def __init__(self, job_id: str, stage: str, plan_uri: str, lance_conn_id: str = LanceHook.default_conn_name,
+                 poll_interval: float = 5.0) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.stage = stage
+        self.plan_uri = plan_uri
+        self.lance_conn_id = lance_conn_id
+        self.poll_interval = float(poll_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"job_id": self.job_id, "stage": self.stage, "plan_uri": self.plan_uri,
+                 "lance_conn_id": self.lance_conn_id, "poll_interval": self.poll_interval})
+
+    def _ids(self) -> dict[str, str]:
+        return {"job_id": self.job_id, "stage": self.stage, "plan_uri": self.plan_uri}
+
+    def _open(self) -> tuple[Any, Any]:
+        from geneva_provider.core.store.checkpoint import open_store, split_key_uri
+        from geneva_provider.pipeline.stage_reports import StageSubmission
+
+        submission = StageSubmission.model_validate(self._ids())
+        return submission, open_store(split_key_uri(self.plan_uri)[0], LanceHook(self.lance_conn_id).storage_options)
+
+    @staticmethod
+    def _look(submission: Any, store: Any) -> tuple[str, str | None]:
+        """The stage's status, and a progress line from its job record (None without one)."""
+        from geneva_provider.pipeline.stages.job_records import read_record
+
+        status = submission.status(store)
+        record = read_record(store, submission.job_id)
+        line = None if record is None else (
+            f"{submission.stage} {submission.job_id}: {record.status}; {record.rows_checkpointed} of "
+            f"{record.rows_planned} rows checkpointed, {record.rows_committed} committed")
+        return str(status), line
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        last_line, since_line = None, PROGRESS_SECONDS
+        try:
+            submission, store = await asyncio.to_thread(self._open)
+            while True:
+                status, line = await asyncio.to_thread(self._look, submission, store)
+                if status != "running":
+                    yield TriggerEvent({"status": status, **self._ids()})
+                    return
+                if line is not None and line != last_line and since_line >= PROGRESS_SECONDS:
+                    self.log.info("%s", line)
+                    last_line, since_line = line, 0.0
+                await asyncio.sleep(self.poll_interval)
+                since_line += self.poll_interval
+        except Exception as exc:  # noqa: BLE001 - delivered to execute_complete, which fails the task with it
+            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}", **self._ids()})
