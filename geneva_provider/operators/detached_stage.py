@@ -54,9 +54,13 @@ def start(submission: StageSubmission, plan: PlanSummary, store: Any, *, url: st
     submission.hold(store, StageLease.now(owner, pid=0))
     spec = {"plan": plan.to_xcom(), "stage": str(submission.stage), "url": url, "storage_options": storage_options,
             "py_files": py_files, "submitter": submitter, "owner": owner}
+    # A task process's environment names a metadata DB that refuses to parse (Airflow blocks DB access from
+    # tasks), and importing Airflow reads it: the runner, which never touches that DB, gets an in-memory one.
+    env = {**os.environ, **dict.fromkeys(("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__SQL_ALCHEMY_CONN"),
+                                         "sqlite://")}
     with open(log_path(submission), "wb") as log:  # the latest runner's log only
         proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env)
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(spec).encode())
     proc.stdin.close()

@@ -135,6 +135,19 @@ class StageLease(BaseModel):
         return cls(owner=owner, host=socket.gethostname(), pid=pid, renewed=time.time(), seconds=seconds)
 
     def alive(self, now: float | None = None) -> bool:
+        """Renewed within ``seconds`` -- and, seen from the host it runs on, its process still exists (a runner
+        that died is known at once there, not a lease period later)."""
+        import os
+        import socket
         import time
 
-        return (time.time() if now is None else now) - self.renewed < self.seconds
+        if (time.time() if now is None else now) - self.renewed >= self.seconds:
+            return False
+        if self.pid and self.host == socket.gethostname():
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:  # another user's process: it exists
+                return True
+        return True

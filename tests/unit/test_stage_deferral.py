@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -115,7 +118,7 @@ def _trigger(submission: StageSubmission) -> GenevaStageTrigger:
 
 def test_the_trigger_waits_while_the_lease_is_renewed_and_fires_on_the_report(stage):
     submission, store = stage
-    submission.hold(store, StageLease.now("owner-1", pid=123))
+    submission.hold(store, StageLease.now("owner-1", pid=os.getpid()))  # a live process on this host
     assert parse_key(submission.lease_key) == StageLeaseKey(submission.job_id, Stage.APPLY)
     assert submission.status(store) is RunStatus.RUNNING
 
@@ -142,6 +145,12 @@ def test_the_trigger_reports_a_failed_stage_and_a_runner_that_died(stage):
     assert submission.status(store) is RunStatus.LOST
     assert asyncio.run(first_event(_trigger(submission))).payload["status"] == "lost"
     assert submission.status(store, now=dead.renewed + timedelta(seconds=30).total_seconds()) is RunStatus.RUNNING
+
+    # On the runner's own host a lease whose process is gone is lost at once, not a lease period later.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    submission.hold(store, StageLease.now("o", pid=gone.pid))
+    assert submission.status(store) is RunStatus.LOST
 
 
 def test_a_store_the_trigger_cannot_open_is_an_error_event():
