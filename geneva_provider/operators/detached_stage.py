@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,26 +69,17 @@ def start(submission: StageSubmission, plan: PlanSummary, store: Any, *, url: st
     return proc.pid
 
 
-def stop(submission: StageSubmission, store: Any) -> bool:
-    """Asks the runner of the stage (on this host) to stop its Spark work: SIGTERM; whether one was signalled."""
-    import socket
-
-    lease = submission.lease(store)
-    if lease is None or not lease.pid or lease.host != socket.gethostname() or not lease.alive():
-        return False
-    try:
-        os.kill(lease.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def _run(spec: dict[str, Any]) -> int:
     """The runner: holds the lease while the stage runs over Spark Connect, leaves its report, releases the lease."""
     from geneva_provider.core.contracts.models import PlanSummary
     from geneva_provider.core.store.checkpoint import open_store, split_key_uri
     from geneva_provider.operators.spark_backends import ConnectBackend, SparkSettings
-    from geneva_provider.pipeline.stage_reports import LEASE_RENEW_SECONDS, StageLease, StageSubmission
+    from geneva_provider.pipeline.stage_reports import (
+        LEASE_CHECK_SECONDS,
+        LEASE_RENEW_SECONDS,
+        StageLease,
+        StageSubmission,
+    )
     from geneva_provider.pipeline.stages.registry import spark_stage
 
     log = logging.getLogger("geneva_provider.detached_stage")
@@ -102,13 +94,17 @@ def _run(spec: dict[str, Any]) -> int:
     renewing = threading.Event()
 
     def renew() -> None:
-        while not renewing.wait(LEASE_RENEW_SECONDS):
+        renewed = time.monotonic()
+        while not renewing.wait(LEASE_CHECK_SECONDS):
             lease = submission.lease(store)
-            if lease is not None and lease.owner != owner:  # another runner took the stage over: stop ours
-                log.warning("The %s stage of plan %s is now run by another process: stopping", entry.name,
-                            plan.job_id)
+            if lease is not None and lease.owner != owner:  # revoked (a timeout, a kill) or taken over: stop
+                log.warning("The %s stage of plan %s was stopped (its lease is no longer this process's)",
+                            entry.name, plan.job_id)
                 backend.on_kill()
                 return
+            if time.monotonic() - renewed < LEASE_RENEW_SECONDS:
+                continue
+            renewed = time.monotonic()
             try:
                 submission.hold(store, StageLease.now(owner, pid=os.getpid()))
             except Exception as exc:  # noqa: BLE001 - the next renewal tries again

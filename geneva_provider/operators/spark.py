@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk import conf as airflow_conf
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException, AirflowTaskTimeout
 
 from geneva_provider.core.contracts.kinds import EventStatus, Stage
 from geneva_provider.hooks.errors import fails_without_retry, no_retry
@@ -217,12 +217,21 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
 
             self.defer(trigger=GenevaStageTrigger(job_id=submission.job_id, stage=str(submission.stage),
                                                   plan_uri=submission.plan_uri, lance_conn_id=self.lance_conn_id,
-                                                  poll_interval=self.poll_interval),
+                                                  poll_interval=self.poll_interval, deadline=self._deadline(context)),
                        method_name="execute_complete")
         with ProgressLogger(store, submission.job_id, submission.stage, self.log):
             while submission.status(store) == RunStatus.RUNNING:
                 time.sleep(self.poll_interval)
         return self.get_job_result(external_id, context)
+
+    def _deadline(self, context: Any) -> float | None:
+        """When ``execution_timeout`` runs out (seconds since the epoch; from the try's start), for the trigger:
+        a deferred task's wait is not bounded by Airflow, and the stage's Spark work must stop with it."""
+        if self.execution_timeout is None:
+            return None
+        started = getattr(context.get("ti"), "start_date", None)
+        begin = started.timestamp() if started is not None else time.time()
+        return begin + self.execution_timeout.total_seconds()
 
     @fails_without_retry
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
@@ -230,6 +239,9 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         self._defers = True
         if event.get("status") == "error":
             raise AirflowException(f"waiting for the {self.stage} stage failed: {event.get('message')}")
+        if event.get("status") == "timeout":
+            raise AirflowTaskTimeout(f"the {self.stage} stage of plan {event['job_id']} ran past the task's "
+                                     f"execution_timeout ({self.execution_timeout}); its Spark work was stopped")
         return self.get_job_result({k: event[k] for k in ("job_id", "stage", "plan_uri")}, context)
 
     def get_job_result(self, external_id: Any, context: Any) -> dict[str, Any]:
@@ -305,11 +317,10 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         if "backend" not in self.__dict__:  # not chosen: nothing runs
             return
         if self.detached and getattr(self, "_summary", None) is not None:
-            from geneva_provider.operators import detached_stage
             from geneva_provider.pipeline.stage_reports import StageSubmission
 
             submission = StageSubmission.of(self.stage, self._summary.plan_uri)
-            detached_stage.stop(submission, self._store(submission.plan_uri))
+            submission.stop(self._store(submission.plan_uri))
             return
         self.backend.on_kill()
 

@@ -83,6 +83,22 @@ class StageSubmission(BaseModel):
         """Takes or renews the lease (the runner every ``LEASE_RENEW_SECONDS``)."""
         store.put_text(self.lease_key, lease.model_dump_json())
 
+    def stop(self, store: Any) -> None:
+        """Stops whoever runs the stage in a process of its own, from any process on any host: the lease is
+        revoked (its runner sees that within ``LEASE_CHECK_SECONDS`` and interrupts the stage's Spark work), and a
+        runner on this host is sent SIGTERM as well.  The stage then leaves a failed report."""
+        import os
+        import signal
+        import socket
+
+        lease = self.lease(store)
+        self.hold(store, StageLease(owner="revoked", host="", pid=0, renewed=0.0))
+        if lease is not None and lease.pid and lease.host == socket.gethostname():
+            try:
+                os.kill(lease.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def release(self, store: Any) -> None:
         """Gives the lease up (the stage has ended and its report is in the store)."""
         store.delete(self.lease_key)
@@ -101,6 +117,7 @@ class StageSubmission(BaseModel):
 
 LEASE_SECONDS = 60.0  # a lease not renewed for this long belongs to a process that died
 LEASE_RENEW_SECONDS = 5.0
+LEASE_CHECK_SECONDS = 1.0  # how often a runner looks whether its lease was revoked or taken over
 
 
 class RunStatus(StrEnum):

@@ -13,6 +13,7 @@ go to the trigger's log while it waits.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,13 +27,16 @@ PROGRESS_SECONDS = 10.0  # at most one progress line this often
 class GenevaStageTrigger(BaseTrigger):
     """Fires when a Spark stage of a plan, run in a process of its own, has ended (or its process has died).
 
-    The event is ``{"status": "succeeded" | "failed" | "lost" | "none" | "error", "job_id", "stage",
-    "plan_uri"}`` (``"error"`` adds a ``message``: the store could not be read).
+    The event is ``{"status": "succeeded" | "failed" | "lost" | "none" | "timeout" | "error", "job_id",
+    "stage", "plan_uri"}`` (``"error"`` adds a ``message``: the store could not be read).  ``deadline``
+    (seconds since the epoch: the task's ``execution_timeout``) stops the stage's runner when it passes
+    (its lease is revoked) and fires ``"timeout"``.
     """
 
     def __init__(self, job_id: str, stage: str, plan_uri: str, lance_conn_id: str = LanceHook.default_conn_name,
-                 poll_interval: float = 5.0) -> None:
+                 poll_interval: float = 5.0, deadline: float | None = None) -> None:
         super().__init__()
+        self.deadline = float(deadline) if deadline is not None else None
         self.job_id = job_id
         self.stage = stage
         self.plan_uri = plan_uri
@@ -42,7 +46,7 @@ class GenevaStageTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"job_id": self.job_id, "stage": self.stage, "plan_uri": self.plan_uri,
-                 "lance_conn_id": self.lance_conn_id, "poll_interval": self.poll_interval})
+                 "lance_conn_id": self.lance_conn_id, "poll_interval": self.poll_interval, "deadline": self.deadline})
 
     def _ids(self) -> dict[str, str]:
         return {"job_id": self.job_id, "stage": self.stage, "plan_uri": self.plan_uri}
@@ -78,7 +82,13 @@ class GenevaStageTrigger(BaseTrigger):
                 if line is not None and line != last_line and since_line >= PROGRESS_SECONDS:
                     self.log.info("%s", line)
                     last_line, since_line = line, 0.0
-                await asyncio.sleep(self.poll_interval)
-                since_line += self.poll_interval
+                remaining = self.deadline - time.time() if self.deadline is not None else None
+                if remaining is not None and remaining <= 0:  # the task's execution_timeout: stop the stage too
+                    await asyncio.to_thread(submission.stop, store)
+                    yield TriggerEvent({"status": "timeout", **self._ids()})
+                    return
+                wait = self.poll_interval if remaining is None else min(self.poll_interval, remaining)
+                await asyncio.sleep(wait)
+                since_line += wait
         except Exception as exc:  # noqa: BLE001 - delivered to execute_complete, which fails the task with it
             yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}", **self._ids()})

@@ -105,7 +105,7 @@ def test_the_trigger_serializes_ids_only_and_the_same_kwargs_make_the_same_trigg
     classpath, kwargs = trigger.serialize()
     assert classpath == "geneva_provider.triggers.stage.GenevaStageTrigger"
     assert kwargs == {"job_id": submission.job_id, "stage": "apply", "plan_uri": submission.plan_uri,
-                      "lance_conn_id": "lance_default", "poll_interval": 2.0}
+                      "lance_conn_id": "lance_default", "poll_interval": 2.0, "deadline": None}
     assert json.loads(json.dumps(kwargs)) == kwargs and FAKE_SECRET not in json.dumps(kwargs)
     again = GenevaStageTrigger(**kwargs)
     assert again.serialize() == (classpath, kwargs)
@@ -151,6 +151,20 @@ def test_the_trigger_reports_a_failed_stage_and_a_runner_that_died(stage):
     gone.wait()
     submission.hold(store, StageLease.now("o", pid=gone.pid))
     assert submission.status(store) is RunStatus.LOST
+
+
+def test_past_its_deadline_the_trigger_revokes_the_runner_s_lease_and_fires_timeout(stage):
+    """A deferred task's execution_timeout: the stage's runner (anywhere) sees its lease revoked and stops."""
+    submission, store = stage
+    runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # stands for the runner
+    submission.hold(store, StageLease.now("runner", pid=runner.pid))
+    trigger = GenevaStageTrigger(job_id=submission.job_id, stage="apply", plan_uri=submission.plan_uri,
+                                 poll_interval=0.05, deadline=time.time() + 0.3)
+    started = time.monotonic()
+    assert asyncio.run(first_event(trigger)).payload["status"] == "timeout"
+    assert 0.3 <= time.monotonic() - started < 10
+    assert submission.lease(store).owner == "revoked" and submission.status(store) is RunStatus.LOST
+    assert runner.wait(timeout=10) == -15  # and a runner on this host got SIGTERM
 
 
 def test_a_store_the_trigger_cannot_open_is_an_error_event():
