@@ -472,9 +472,9 @@ def test_a_udf_failure_keeps_the_fragments_other_tasks_computed_whole(db, spark,
     tbl.dataset().validate()
 
 
-def test_a_cheap_udf_keeps_no_batch_checkpoint_of_a_fragment_its_task_computes_whole(db, spark):
-    """Checkpoints that cost more to write and read than computing their rows again are not written: once the
-    worker has measured both, a vectorised function's fragments go straight to their column files."""
+def test_a_vectorised_udf_s_fragments_go_straight_to_their_column_files(db, spark):
+    """Every fragment a task computes whole is written by that task (whether its chunks were also checkpointed
+    is the worker's measured choice: see test_checkpoint_sizing) and write+commit only commits them."""
     tbl = db.create_table("events", events_table(400_000), max_rows_per_file=100_000)
 
     @gp.udf(data_type=pa.int64(), input_columns=["x"])
@@ -485,8 +485,7 @@ def test_a_cheap_udf_keeps_no_batch_checkpoint_of_a_fragment_its_task_computes_w
     summary = plan_backfill(tbl.ref, "y", parallelism=1)
     plan, store = load_plan(summary.plan_uri)
     run_apply(summary.plan_uri, spark)
-    # The first fragment's chunks measured the costs, and were checkpointed meanwhile; none of the others'.
-    assert {bk.frag_id for bk in JobStore(store).batches("")} <= {0}
+    assert all(part.target is not None for task in plan.tasks for part in task.parts)
     assert sorted(staged_files(store, plan.job_prefix)) == [0, 1, 2, 3]
     written = run_write_commit(summary.plan_uri, spark)
     assert written.fragments_committed == 4
