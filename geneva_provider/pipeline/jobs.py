@@ -77,7 +77,7 @@ def udf_manifest(table: TableRef, column: str) -> Any:
     ds = table.dataset()
     try:
         return udf_for(ds, lead_column(ds.schema, column)).manifest if column in ds.schema.names else None
-    except (InvalidArgumentError, AttributeError):  # not a UDF column (planning says so), or pickled before
+    except InvalidArgumentError:  # not a UDF column: planning says so, naming it
         return None
 
 

@@ -414,7 +414,6 @@ def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | No
                          outputs=json.loads(md[META_OUTPUTS]) if META_OUTPUTS in md else None)
 
 
-
 def load_udf(pickle_b64: str) -> UDF:
     """Rebuilds a UDF from the base64 pickle stored in field metadata."""
     return UDF.load(pickle_b64)
