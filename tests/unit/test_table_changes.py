@@ -65,6 +65,21 @@ def test_own_commits_and_compaction_are_left_out_other_writers_are_reported(db, 
     assert sorted(read_calls(call_dir)) == list(range(1_100))  # each row computed once
 
 
+def test_a_views_refresh_removing_rows_is_its_own_commit_so_a_watcher_of_the_view_leaves_it_out(db):
+    runner = InProcessRunner()
+    src = db.create_table("src", pa.table({"x": list(range(100))}), max_rows_per_file=25)
+    view = db.create_materialized_view("odd", src.search(None).where("x % 2 = 1").select({"x": "x"}))
+    view.refresh(spark=runner)
+    before = view.dataset().version
+    src.delete("x < 40")  # 20 odd rows leave the view at its next refresh
+    view.refresh(spark=runner)
+    ds = view.dataset()
+    assert sorted(ds.to_table(columns=["x"]).column("x").to_pylist()) == list(range(41, 100, 2))
+    assert ds.version > before
+    assert changes_since(ds, "odd", before) is None  # the refresh's deletion carries the package's message
+    ds.validate()
+
+
 def test_the_operations_and_columns_filters(db):
     tbl = db.create_table("t", pa.table({"x": list(range(10)), "note": ["a"] * 10}))
     v = tbl.dataset().version

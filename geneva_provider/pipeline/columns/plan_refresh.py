@@ -50,6 +50,7 @@ from geneva_provider.pipeline.columns.inputs import udf_info
 from geneva_provider.pipeline.columns.layout import complete_output_layout
 from geneva_provider.pipeline.columns.view_create import matching_row_ids
 from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX
+from geneva_provider.pipeline.row_deletes import delete_rows
 from geneva_provider.pipeline.schema_changes import UpdateColumns
 from geneva_provider.pipeline.source_versions import only_appends, readable_source, view_source
 from geneva_provider.pipeline.stages.kinds import view_kind
@@ -62,7 +63,6 @@ log = logging.getLogger(__name__)
 
 FP = ROW_FINGERPRINT
 _CHECKPOINT_LAYOUT = "-fp-per-udf"
-_DELETE_BATCH = 10_000
 
 
 def plan_refresh(
@@ -169,10 +169,7 @@ def sync_rows(view: TableRef, src: Dataset, info: ViewInfo, max_rows_per_fragmen
         wanted = q.rows(wanted)
         have = ds.to_table(columns=[SOURCE_ROW_ID]).column(SOURCE_ROW_ID).to_numpy()
         gone = have[~np.isin(have, wanted)]
-        for start in range(0, len(gone), _DELETE_BATCH):
-            ids = ",".join(str(int(i)) for i in gone[start:start + _DELETE_BATCH])
-            ds.delete(f"{SOURCE_ROW_ID} IN ({ids})")
-        removed = len(gone)
+        removed = delete_rows(view, SOURCE_ROW_ID, gone, f"{OWN_COMMIT_PREFIX}view refresh") if len(gone) else 0
         new = wanted[~np.isin(wanted, have)]
         ds = view.dataset()
     if len(new):

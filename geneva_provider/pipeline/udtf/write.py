@@ -32,7 +32,6 @@ from geneva_provider.core.contracts.models import (
     WriteResult,
 )
 from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError
-from geneva_provider.core.fragments import fragment_of
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.checkpoint import CheckpointStore
@@ -40,6 +39,7 @@ from geneva_provider.core.store.layout import JobStore
 from geneva_provider.core.views.meta import SOURCE_ROW_ID
 from geneva_provider.core.views.udtf_meta import PARTITION
 from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX, Attempt, CommitPolicy, commit, commit_messages
+from geneva_provider.pipeline.row_deletes import deletions
 from geneva_provider.pipeline.stages.job_records import update_record
 from geneva_provider.pipeline.udtf.expand import PARENT_ROWS, SKIPPED, Held, fragments_of, is_chunker, udtf_work
 from geneva_provider.pipeline.udtf.lineage import mark_refreshed
@@ -260,7 +260,7 @@ def _commit(plan: ExpandPlan, group: GroupFragments, replaced: tuple[str, np.nda
 
     def apply(attempt: Attempt) -> tuple[int, int]:
         ds = attempt.latest if attempt.latest is not None else _open(plan.table_uri, storage_options)  # look_first
-        updated, removed, deleted = _deletions(ds, *replaced)
+        updated, removed, deleted = deletions(ds, *replaced)
         if not (new or updated or removed):
             return ds.version, deleted
         ds = lance.LanceDataset.commit(
@@ -273,23 +273,5 @@ def _commit(plan: ExpandPlan, group: GroupFragments, replaced: tuple[str, np.nda
                   landed=lambda ds: (ds.version, 0) if _landed(ds, plan, message) else None,
                   policy=CommitPolicy.of(plan.settings), look_first=True)
     return *done.value, done.retries
-
-
-def _deletions(ds: Dataset, column: str, values: np.ndarray) -> tuple[list[Any], list[int], int]:
-    """The fragments that lose rows whose ``column`` is in ``values`` (with their deletion files), and those
-    that lose all of them; and how many rows go."""
-    if not len(values):
-        return [], [], 0
-    t = ds.to_table(columns=[column], with_row_address=True)
-    have = t.column(column).to_numpy(zero_copy_only=False)
-    hit = np.isin(have, values.astype(have.dtype))  # one integer type: no float rounding of 64-bit keys
-    addrs = t.column("_rowaddr").to_numpy()[hit]
-    found = have[hit]
-    updated, removed = [], []
-    for fid in np.unique(addrs >> np.uint64(32)).tolist():
-        mine = np.unique(found[(addrs >> np.uint64(32)) == fid])
-        meta = fragment_of(ds, int(fid)).delete(f"{column} IN ({','.join(str(int(v)) for v in mine)})")
-        (removed.append(int(fid)) if meta is None else updated.append(meta))
-    return updated, removed, int(hit.sum())
 
 
