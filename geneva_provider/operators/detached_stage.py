@@ -122,8 +122,10 @@ def _run(spec: dict[str, Any]) -> int:
         lease = submission.lease(store)
         if lease is None or lease.owner == owner:
             submission.release(store)
-    log.info("The %s stage of plan %s ended: %s", entry.name, plan.job_id,
-             "succeeded" if ended.succeeded else "failed")
+    error = ended.report.error if ended.report is not None else None
+    why = f": {error.code}: {error.message}" if error is not None else ""
+    log.info("The %s stage of plan %s ended: %s%s", entry.name, plan.job_id,
+             "succeeded" if ended.succeeded else "failed", why)
     return 0 if ended.succeeded else 1
 
 

@@ -71,7 +71,9 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         triggerer: the task holds no worker slot while Spark runs (default ``[operators] default_deferrable``;
         Airflow 3.3+; a spark-submit stage always runs in the task)
     :param durable: over Spark Connect, run the stage in a process of its own even when not deferred, so that
-        a worker crash or a task restart reattaches to it instead of starting it again (Airflow 3.3+)
+        a worker crash or a task restart reattaches to it instead of starting it again (default ``True``;
+        Airflow 3.3+).  ``False`` runs the stage in the task process: a killed task's Spark work may go on on
+        the server while its retry starts the stage again
     :param poll_interval: seconds between two looks at a stage that runs in a process of its own
 
     A retry of a stage that already succeeded returns its result without running it again, and no
@@ -97,7 +99,7 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         ship_package: bool = False,
         cluster_credentials: bool = False,
         deferrable: bool = airflow_conf.getboolean("operators", "default_deferrable", fallback=False),
-        durable: bool = False,
+        durable: bool = True,
         poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:

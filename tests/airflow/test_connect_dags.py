@@ -103,8 +103,9 @@ def test_view_refresh_dags_over_spark_connect(dagbag, lance_db, over_connect, ca
 @pytest.mark.slow
 def test_apply_killed_over_spark_connect_resumes_from_its_checkpoints(lance_db, over_connect, call_dir, capfd,
                                                                       caplog):
-    """The Airflow worker running apply over Connect is SIGKILLed mid-stage; the task's retry (same plan)
-    stops the dead attempt's query on the server and computes only what no checkpoint holds."""
+    """The Airflow worker running apply in the task (``durable=False``) over Connect is SIGKILLed mid-stage;
+    its retry (same plan) stops the dead attempt's query on the server and computes only what no checkpoint
+    holds."""
     from geneva_provider.operators.backfill import GenevaVerifyOperator
     from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
 
@@ -120,7 +121,7 @@ def test_apply_killed_over_spark_connect_resumes_from_its_checkpoints(lance_db, 
         plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y",
                                           checkpoint_size={checkpoint}).execute({{}})
         print(json.dumps(plan), flush=True)
-        GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({{}})
+        GenevaSparkApplyOperator(task_id="apply", plan=plan, durable=False).execute({{}})  # in the task process
         print("FINISHED", flush=True)
     """)
     env = {**os.environ, "AIRFLOW_CONN_SPARK_DEFAULT": over_connect}
@@ -134,7 +135,7 @@ def test_apply_killed_over_spark_connect_resumes_from_its_checkpoints(lance_db, 
     _task_logs(capfd, caplog)
 
     # The retry: the same plan, in this process.
-    applied = GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
+    applied = GenevaSparkApplyOperator(task_id="apply", plan=plan, durable=False).execute({})
     rerun = read_calls(call_dir)
     logs = _task_logs(capfd, caplog)
     assert "Stopped the Spark work an earlier attempt of this apply stage left running" in logs
@@ -245,7 +246,7 @@ def test_a_task_killed_while_its_connect_session_opens_runs_nothing_on_the_serve
     tbl = lance_db.create_table("slow", events_table(2_000))
     tbl.add_columns({"y": counting_double(call_dir)})
     plan = GenevaPlanBackfillOperator(task_id="plan", table="slow", column="y").execute({})
-    apply = GenevaSparkApplyOperator(task_id="apply", plan=plan)
+    apply = GenevaSparkApplyOperator(task_id="apply", plan=plan, durable=False)  # the stage in the task process
     outcome: dict = {}
 
     def run_task() -> None:

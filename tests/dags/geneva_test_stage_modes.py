@@ -12,8 +12,8 @@ from airflow.sdk import DAG
 
 from geneva_provider.task_groups import backfill_task_group
 
-MODES = {"deferred": {"deferrable": True}, "durable": {"deferrable": False, "durable": True},
-         "blocking": {"deferrable": False}}
+MODES = {"deferred": {"deferrable": True}, "durable": {"deferrable": False},  # durable is the default
+         "blocking": {"deferrable": False, "durable": False}}
 
 for mode, spark in MODES.items():
     with DAG(dag_id=f"geneva_test_{mode}", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):

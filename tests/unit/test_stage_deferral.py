@@ -83,8 +83,8 @@ def test_deferrable_defaults_from_the_operators_section(monkeypatch):
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")  # as tests/conftest.py sets it
     assert GenevaSparkApplyOperator(task_id="a", plan={}).deferrable is True
     assert GenevaSparkApplyOperator(task_id="a", plan={}, deferrable=False).deferrable is False
-    assert GenevaSparkApplyOperator(task_id="a", plan={}).durable is False
-    assert GenevaSparkApplyOperator(task_id="a", plan={}, durable=True).durable is True
+    assert GenevaSparkApplyOperator(task_id="a", plan={}).durable is True  # a retry reattaches by default
+    assert GenevaSparkApplyOperator(task_id="a", plan={}, durable=False).durable is False
 
 
 # ------------------------------------------------------------------ the stage trigger
