@@ -305,7 +305,8 @@ def test_a_server_killed_under_running_jobs_fails_each_soon_and_their_reruns_res
     policies = sessions["api"].client.get_retry_policies()
     try:
         running = {
-            "operators": _run_in_thread(GenevaSparkApplyOperator(task_id="apply", plan=op_plan, durable=False)),  # in the task
+            # the stage in the task process here; write+commit's kill below is under a durable stage's runner
+            "operators": _run_in_thread(GenevaSparkApplyOperator(task_id="apply", plan=op_plan, durable=False)),
             "api": _in_thread(lambda: stages.run_apply(api_plan.plan_uri, sessions["api"],
                                                        api_tbl.ref.storage_options)),
             "facade": _in_thread(lambda: facade_tbl.backfill("y", spark=sessions["facade"], checkpoint_size=125,
