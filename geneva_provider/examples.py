@@ -34,7 +34,7 @@ def embed(x: pa.Array) -> pa.Array:
 def sample(n: int, start: int = 0) -> pa.Table:
     ids = pa.array(range(start, start + n), pa.int64())
     text = [" ".join(WORDS[(i + k) % len(WORDS)] for k in range(1 + i % 5)) for i in range(start, start + n)]
-    return pa.table({"id": ids, "x": ids, "text": text})
+    return pa.table({"id": ids, "x": ids, "text": pa.array(text, pa.string())})  # string even when empty
 
 
 # ---------------------------------------------------------------------- the RAG ingest example
@@ -48,7 +48,7 @@ def documents(n: int, start: int = 0) -> pa.Table:
     ids = range(start, start + n)
     text = [" ".join(f"{WORDS[(i * 7 + k) % len(WORDS)]}{(i + k) % 13}" for k in range(1 + (i * 37) % 50))
             for i in ids]
-    return pa.table({"doc_id": pa.array(ids, pa.int64()), "text": text})
+    return pa.table({"doc_id": pa.array(ids, pa.int64()), "text": pa.array(text, pa.string())})
 
 
 @dataclass
@@ -81,3 +81,44 @@ def hashed_embedding(text: str) -> list[float]:
 def embed_chunk(chunk: str) -> list[float]:
     """A scalar UDF on the chunk view: the chunk's 'embedding' (no model download)."""
     return hashed_embedding(chunk)
+
+
+# ---------------------------------------------------------------------- the watcher-driven examples
+COMMENTS = "comments"
+ARTICLES, ARTICLE_CHUNKS = "articles", "article_chunks"
+
+
+def setup_comments(db: gp.Connection, words: gp.UDF = word_count) -> gp.Table:
+    """The table ``comments`` (``id``, ``x``, ``text``) with the UDF column ``words``, made if missing.
+
+    Run again, it changes nothing: a table that exists is opened, and a column that already holds the
+    identical UDF is left as it is (values included).  ``words`` is the column's UDF (a test passes one that
+    counts its calls).
+    """
+    if COMMENTS in db.table_names():
+        tbl = db.open_table(COMMENTS)
+    else:
+        tbl = db.create_table(COMMENTS, schema=sample(0).schema)
+    tbl.add_columns({"words": words})
+    return tbl
+
+
+def setup_articles(db: gp.Connection, embedding: gp.UDF = embed_chunk) -> gp.Table:
+    """The documents table ``articles`` and its chunk view ``article_chunks`` with the UDF column ``embedding``,
+    each made if missing; returns the view.
+
+    ``articles`` keeps stable row ids, so the view follows each document across updates and compaction; the
+    view is made with ``refresh_on_change=True`` (what ``table_change_dag("articles")`` reads).  Run again, it
+    changes nothing, as :func:`setup_comments`.
+    """
+    if ARTICLES in db.table_names():
+        docs = db.open_table(ARTICLES)
+    else:
+        docs = db.create_table(ARTICLES, schema=documents(0).schema, stable_row_ids=True)
+    if ARTICLE_CHUNKS in db.table_names():
+        view = db.open_table(ARTICLE_CHUNKS)
+    else:
+        view = db.create_udtf_view(ARTICLE_CHUNKS, source=docs.search(None).select(["doc_id", "text"]),
+                                   udtf=chunk_text, refresh_on_change=True)
+    view.add_columns({"embedding": embedding})
+    return view

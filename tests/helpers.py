@@ -131,6 +131,36 @@ def counting_double(log_dir: str, fail_flag: str | None = None, fail_at: int | N
     return double
 
 
+def counting_words(log_dir: str) -> gp.UDF:
+    """``geneva_provider.examples:word_count`` that logs the ``id`` of each row it is called on."""
+
+    @gp.udf(data_type=pa.int32(), name="word_count")
+    def word_count(id: int, text: str) -> int:
+        _log_calls(log_dir, [id])
+        return len(text.split())
+
+    return word_count
+
+
+def chunk_key(doc_id: int, start: int) -> int:
+    """One number per chunk (a document's chunks start below 10,000), as :func:`counting_embed_chunk` logs it."""
+    return doc_id * 10_000 + start
+
+
+def counting_embed_chunk(log_dir: str) -> gp.UDF:
+    """``geneva_provider.examples:embed_chunk`` that logs the :func:`chunk_key` of each chunk it embeds."""
+    from geneva_provider.examples import EMBEDDING_DIM
+
+    @gp.udf(data_type=pa.list_(pa.float32(), EMBEDDING_DIM), name="embed_chunk")
+    def embed_chunk(doc_id: int, start: int, chunk: str) -> list[float]:
+        from geneva_provider.examples import hashed_embedding
+
+        _log_calls(log_dir, [chunk_key(doc_id, start)])
+        return hashed_embedding(chunk)
+
+    return embed_chunk
+
+
 def counting_array_triple(log_dir: str) -> gp.UDF:
     """Array UDF x*3 that logs the rows it was given."""
 

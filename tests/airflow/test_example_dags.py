@@ -307,3 +307,95 @@ def test_rag_ingest_chunks_and_embeds_only_new_documents(dagbag, lance_db, capfd
     assert_no_secret_leaked(capfd)
     with capfd.disabled():
         print(f"\nRAG ingest DAG: first run {first_s:.1f}s, second run {second_s:.1f}s")
+
+
+def watched_trigger(dag) -> dict:
+    """The kwargs of the watcher's trigger on the DAG's one scheduling Asset (what the triggerer runs)."""
+    (asset,) = dag.timetable.asset_condition.objects
+    (watcher,) = asset.watchers
+    classpath, kwargs = watcher.trigger.serialize()
+    assert classpath == "geneva_provider.triggers.table.LanceTableChangedTrigger"
+    return kwargs
+
+
+@pytest.mark.slow
+def test_on_change_backfill_computes_only_the_rows_each_outside_write_added(dagbag, lance_db, tmp_path):
+    from geneva_provider.examples import sample, setup_comments
+    from tests.helpers import clear_calls, counting_words, read_calls
+
+    dag = dagbag.get_dag("geneva_on_change_backfill")
+    assert watched_trigger(dag)["table"] == "comments"
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    tbl = setup_comments(lance_db, words=counting_words(str(calls)))
+    assert setup_comments(lance_db, words=counting_words(str(calls))).version == tbl.version  # set up again: no-op
+
+    # What the watcher reacts to: writes from outside Airflow.  dag.test() stands in for the run its event starts.
+    tbl.add(sample(3_000))
+    dr, states, tis, _ = run(dag)
+    assert dr.state == "success" and set(states.values()) == {"success"}, states
+    assert sorted(read_calls(calls)) == list(range(3_000))
+    assert tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")["rows_computed"] == 3_000
+
+    tbl.add(sample(500, start=3_000))
+    clear_calls(calls)
+    dr, states, tis, _ = run(dag)
+    assert dr.state == "success", states
+    assert sorted(read_calls(calls)) == list(range(3_000, 3_500))  # the new rows, each once
+    got = tbl.to_arrow(["text", "words"]).to_pydict()
+    assert got["words"] == [words_of(t) for t in got["text"]] and len(got["words"]) == 3_500
+
+    # A run with nothing new (as after a change the watcher would not report): no Spark job, no call.
+    clear_calls(calls)
+    dr, states, _, _ = run(dag)
+    assert dr.state == "success" and states["backfill_words.apply"] == "skipped", states
+    assert read_calls(calls) == []
+    tbl.dataset().validate()
+
+
+@pytest.mark.slow
+def test_on_change_chunks_then_embeds_exactly_the_new_documents_chunks(dagbag, lance_db, tmp_path):
+    from geneva_provider.examples import documents, hashed_embedding, setup_articles
+    from tests.helpers import chunk_key, clear_calls, counting_embed_chunk, read_calls
+
+    dag = dagbag.get_dag("geneva_on_change_chunks_embeddings")
+    assert watched_trigger(dag)["table"] == "articles"
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    view = setup_articles(lance_db, embedding=counting_embed_chunk(str(calls)))
+    assert setup_articles(lance_db, embedding=counting_embed_chunk(str(calls))).version == view.version
+    docs = lance_db.open_table("articles")
+
+    docs.add(documents(40))
+    dr, states, tis, _ = run(dag)
+    assert dr.state == "success" and set(states.values()) == {"success"}, states
+    chunks, embeddings = rag_chunks_got(view)
+    assert chunks == rag_chunks_wanted(docs) and len(chunks) > 40
+    assert sorted(read_calls(calls)) == sorted(chunk_key(d, s) for d, s, _ in chunks)
+    for doc_id, start, chunk in chunks:
+        assert embeddings[doc_id, start] == pytest.approx(hashed_embedding(chunk))
+    before = dict(embeddings)
+
+    # Another writer appends documents: only theirs are chunked, only their chunks embedded.
+    docs.add(documents(10, start=40))
+    clear_calls(calls)
+    dr, states, tis, _ = run(dag)
+    assert dr.state == "success", states
+    chunks, embeddings = rag_chunks_got(view)
+    assert chunks == rag_chunks_wanted(docs)
+    new = sorted(chunk_key(d, s) for d, s, _ in chunks if d >= 40)
+    assert new and sorted(read_calls(calls)) == new
+    assert tis["embed_chunks.plan"].xcom_pull(task_ids="embed_chunks.plan")["rows_to_compute"] == len(new)
+    assert {k: v for k, v in embeddings.items() if k[0] < 40} == before  # the old chunks left as they were
+    for doc_id, start, chunk in chunks:
+        assert embeddings[doc_id, start] == pytest.approx(hashed_embedding(chunk))
+
+    # A delete at the source: the documents' chunks leave the view, nothing is embedded.
+    docs.delete("doc_id < 5")
+    clear_calls(calls)
+    dr, states, _, _ = run(dag)
+    assert dr.state == "success", states
+    chunks, embeddings = rag_chunks_got(view)
+    assert chunks == rag_chunks_wanted(docs) and min(d for d, _, _ in chunks) == 5
+    assert read_calls(calls) == [] and all(e is not None for e in embeddings.values())
+    view.dataset().validate()
