@@ -54,5 +54,7 @@ def get_provider_info() -> dict[str, Any]:
                 },
             },
         }],
-        "extra-links": [],
+        "extra-links": ["geneva_provider.operators.links.GenevaJobLink",
+                        "geneva_provider.operators.links.SparkUILink"],
+        "plugins": [{"name": "geneva", "plugin-class": "geneva_provider.plugin.GenevaPlugin"}],
     }

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # What the Spark stage operators take besides the plan (the task groups pass them to both Spark tasks).
 SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package", "cluster_credentials",
-                 "spark_conn_id", "deferrable", "durable", "poll_interval")
+                 "spark_conn_id", "deferrable", "durable", "poll_interval", "progress_interval")
 
 
 def with_retry_policy(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -34,6 +34,11 @@ def with_retry_policy(kwargs: dict[str, Any]) -> dict[str, Any]:
     if policy is not None and "retry_policy" not in kwargs and "retry_policy" not in (kwargs.get("default_args") or {}):
         kwargs["retry_policy"] = policy
     return kwargs
+
+
+def option_params(cls: type[JobOptions]) -> dict[str, str]:
+    """The ``:param`` entries of a job's options: the plan operators take each one, templated."""
+    return {name: f":param {name}: {doc} (templated)" for name, doc in cls.docs().items()}
 
 
 def take_options(cls: type[JobOptions], kwargs: dict[str, Any], operator: type | None = None,

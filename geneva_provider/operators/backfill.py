@@ -13,6 +13,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from geneva_provider.core.contracts.options import BackfillOptions, check_count
+from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
@@ -20,18 +21,28 @@ from geneva_provider.operators._common import (
     check_dict,
     import_udf,
     lineage,
+    option_params,
     parse_options,
     take_options,
     with_retry_policy,
 )
+from geneva_provider.operators.links import GenevaJobLink, push_job_link
 
 COLUMNS_EXPECTED = '{"y": "my_pkg.udfs:double"} or {"y": ("my_pkg.udfs:double", ["a"])}'
 
 
 class _SchemaOperator(BaseOperator):
-    """What the schema-changing operators share: the table and the ``lance`` connection naming its database."""
+    """What the schema-changing operators share: the table and the ``lance`` connection naming its database.
+
+    :param table: table name in the Lance database (templated)
+    :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
+    """
 
     ui_color = "#e8f4f8"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = inherit_params(cls.__doc__, _SchemaOperator.__doc__)
 
     def __init__(self, *, table: str, lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
         super().__init__(**with_retry_policy(kwargs))
@@ -42,9 +53,7 @@ class _SchemaOperator(BaseOperator):
 class GenevaAddColumnsOperator(_SchemaOperator):
     """Declares UDF columns on a table from importable references; a no-op when already declared.
 
-    :param table: table name in the Lance database.
-    :param columns: ``{"y": "my_pkg.udfs:double"}`` or ``{"y": ("my_pkg.udfs:double", ["a"])}``.
-    :param lance_conn_id: the ``lance`` connection naming the database.
+    :param columns: ``{"y": "my_pkg.udfs:double"}`` or ``{"y": ("my_pkg.udfs:double", ["a"])}`` (templated)
     """
 
     template_fields: Sequence[str] = ("table", "columns")
@@ -93,11 +102,9 @@ class GenevaAlterColumnsOperator(_SchemaOperator):
     version of the UDF computed (or, with ``where``, those it selects).  Running it again changes nothing
     more: the same UDF recorded again leaves the column's values as stale or valid as they are.
 
-    :param table: table name in the Lance database.
     :param alterations: a list of dicts, each with a ``path`` (the column) and any of ``udf`` (a
         ``"package.module:name"`` reference to the new UDF), ``input_columns``, ``rename`` (or ``name``),
-        ``nullable`` and ``data_type`` (a pyarrow type name such as ``"int64"``, for a plain column).
-    :param lance_conn_id: the ``lance`` connection naming the database.
+        ``nullable`` and ``data_type`` (a pyarrow type name such as ``"int64"``, for a plain column) (templated)
     """
 
     template_fields: Sequence[str] = ("table", "alterations")
@@ -148,10 +155,16 @@ class GenevaPlanBackfillOperator(BaseOperator):
     Spark task slots the plan sizes tasks for (default: this worker's CPU count; set it to the
     cluster's executor cores).  The summary (``job_id``, ``plan_uri``, ``rows_to_compute``,
     ``tasks``, ``fragments_reused`` ...) is what the Spark and verify operators take as ``plan``.
+
+    :param table: table name in the Lance database (templated)
+    :param column: the UDF column to compute (templated)
+    :param parallelism: Spark task slots the plan sizes its tasks for (default: this worker's CPU count)
+    :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
     """
 
     template_fields: Sequence[str] = ("table", "column", *BackfillOptions.names())
     ui_color = "#e8f4f8"
+    operator_extra_links = (GenevaJobLink(),)
 
     def __init__(self, *, table: str, column: str, parallelism: int | None = None,
                  lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
@@ -177,10 +190,15 @@ class GenevaPlanBackfillOperator(BaseOperator):
         summary = plan_backfill(tbl.ref, self.column, options, parallelism=self.parallelism,
                                 airflow_run_id=context.get("run_id"))
         self.log.info("Plan %s: %s", summary.job_id, summary.describe())
+        push_job_link(context, summary.job_id, summary.table, self.lance_conn_id)
         return summary.to_xcom()
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         return lineage(self._table_uri, self.table, self.column)
+
+
+GenevaPlanBackfillOperator.__doc__ = inherit_params(GenevaPlanBackfillOperator.__doc__,
+                                                    extra=option_params(BackfillOptions))
 
 
 class GenevaVerifyOperator(BaseOperator):
@@ -189,14 +207,17 @@ class GenevaVerifyOperator(BaseOperator):
     A plan that had nothing to do skips the task instead, so no Asset event wakes downstream DAGs
     for nothing.
 
-    :param plan: the plan summary returned by :class:`GenevaPlanBackfillOperator` (or the refresh plan).
+    :param plan: the plan summary returned by :class:`GenevaPlanBackfillOperator` (or the refresh plan) (templated)
     :param table: with ``column``, names the default outlet ``lance://<conn id>/<table>/<column>``.
         Both must match the plan's table and column: the Asset is declared when the DAG is parsed,
         the plan arrives at run time, and a mismatch would wake another table's downstream DAGs.
+    :param column: the plan's column (see ``table``; None for a view's refresh plan)
+    :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
     """
 
     template_fields: Sequence[str] = ("plan",)
     ui_color = "#e8f8ec"
+    operator_extra_links = (GenevaJobLink(),)
 
     def __init__(self, *, plan: Any, table: str | None = None, column: str | None = None,
                  lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
@@ -219,6 +240,7 @@ class GenevaVerifyOperator(BaseOperator):
 
         plan = PlanSummary.from_xcom(self.plan)
         self._check_matches(plan)
+        push_job_link(context, plan.job_id, plan.table, self.lance_conn_id)
         if plan.nothing_to_do:  # honest signals: a run that changed nothing emits no Asset event
             raise AirflowSkipException(f"{plan.kind} {plan.job_id} of '{plan.table}' had nothing to compute or "
                                        f"commit (up to date at version {plan.read_version}): no Asset event")

@@ -14,24 +14,28 @@ from airflow.sdk import BaseOperator
 
 from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.contracts.options import parse_count, rendered_later
+from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import duration, reject_unknown_kwargs, with_retry_policy
+from geneva_provider.operators.links import GenevaJobLink, push_job_link
 from geneva_provider.operators.spark import _GenevaSparkStageOperator
 
 
 class GenevaPlanCompactionOperator(BaseOperator):
     """Plans a compaction of a table on the Airflow worker; returns the plan summary for XCom.
 
-    :param table: the table to compact.
-    :param target_rows_per_fragment: rows per fragment after compaction.
+    :param table: the table to compact (templated)
+    :param target_rows_per_fragment: rows per fragment after compaction (templated)
     :param options: further ``lance.optimize.CompactionOptions`` (``materialize_deletions``, ...), and the
         commit's ``commit_retries`` / ``commit_timeout``.
     :param exclude_live_jobs: leave alone fragments that live backfills and refreshes still have to commit.
+    :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
     """
 
     template_fields: Sequence[str] = ("table", "target_rows_per_fragment")
     ui_color = "#f0e8f8"
+    operator_extra_links = (GenevaJobLink(),)
 
     def __init__(self, *, table: str, target_rows_per_fragment: int | None = None,
                  options: dict[str, Any] | None = None, exclude_live_jobs: bool = True,
@@ -59,6 +63,7 @@ class GenevaPlanCompactionOperator(BaseOperator):
         summary = plan_compaction(tbl.ref, options, store=tbl.checkpoint_store,
                                   exclude_live_jobs=self.exclude_live_jobs, airflow_run_id=context.get("run_id"))
         self.log.info("Compaction plan %s for table '%s': %s", summary.job_id, self.table, summary.describe())
+        push_job_link(context, summary.job_id, summary.table, self.lance_conn_id)
         return summary.to_xcom()
 
 
@@ -71,12 +76,18 @@ class GenevaSparkCompactOperator(_GenevaSparkStageOperator):
 class _GenevaTableCleanupOperator(BaseOperator):
     """A clean-up of one table of things older than ``older_than``.
 
-    ``older_than`` (templated) is a ``timedelta``, a number of seconds, an ISO-8601 duration
-    (``"P7D"``, ``"PT12H"``) or a phrase such as ``"7 days"`` / ``"1 day 12 hours"``; never negative.
+    :param table: table name in the Lance database (templated)
+    :param older_than: a ``timedelta``, a number of seconds, an ISO-8601 duration (``"P7D"``, ``"PT12H"``)
+        or a phrase such as ``"7 days"`` / ``"1 day 12 hours"``; never negative (default 7 days) (templated)
+    :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
     """
 
     template_fields: Sequence[str] = ("table", "older_than")
     ui_color = "#f0e8f8"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = inherit_params(cls.__doc__, _GenevaTableCleanupOperator.__doc__)
 
     def __init__(self, *, table: str, older_than: timedelta | float | str = timedelta(days=7),
                  lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:

@@ -19,10 +19,12 @@ from airflow.sdk import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException, AirflowTaskTimeout
 
 from geneva_provider.core.contracts.kinds import EventStatus, Stage
+from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.hooks.errors import fails_without_retry, no_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import with_retry_policy
-from geneva_provider.operators.progress import ProgressLogger
+from geneva_provider.operators.links import GenevaJobLink, SparkUILink, push_job_link, push_spark_ui_link
+from geneva_provider.operators.progress import ProgressLogger, progress_seconds
 from geneva_provider.operators.spark_backends import (
     ConnectBackend,
     SparkBackend,
@@ -75,6 +77,12 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         Airflow 3.3+).  ``False`` runs the stage in the task process: a killed task's Spark work may go on on
         the server while its retry starts the stage again
     :param poll_interval: seconds between two looks at a stage that runs in a process of its own
+    :param progress_interval: seconds between two progress lines (rows, rows/s) in the task log while the
+        stage runs -- a line only when rows moved, and one every ``PROGRESS_HEARTBEATS`` intervals regardless
+        (default ``[geneva] progress_interval``, else 5)
+
+    The task's extra links open the job's record ("Geneva job") and the Spark UI of the stage's driver
+    ("Spark UI": a spark-submit driver's, or the Spark Connect server's when it runs one).
 
     A retry of a stage that already succeeded returns its result without running it again, and no
     two tries run the same stage at once: the process that runs it holds a lease in the checkpoint
@@ -85,6 +93,11 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
     template_fields: Sequence[str] = ("plan", "conf", "py_files", "env_vars")
     ui_color = "#fcefe3"
     external_id_key = "geneva_stage"  # the task state store key of the submitted stage's ids
+    operator_extra_links = (GenevaJobLink(), SparkUILink())
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = inherit_params(cls.__doc__, _GenevaSparkStageOperator.__doc__)
 
     def __init__(
         self,
@@ -101,6 +114,7 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         deferrable: bool = airflow_conf.getboolean("operators", "default_deferrable", fallback=False),
         durable: bool = True,
         poll_interval: float = 5.0,
+        progress_interval: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(durable=durable, **with_retry_policy(kwargs))
@@ -115,6 +129,7 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         self.spark_binary = spark_binary
         self.deferrable = deferrable
         self.poll_interval = poll_interval
+        self.progress_interval = progress_seconds(progress_interval, f"{type(self).__name__} '{self.task_id}'")
 
     @cached_property
     def backend(self) -> SparkBackend:
@@ -150,6 +165,7 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         if self.nothing_to_do(plan):
             raise AirflowSkipException(f"plan {plan.job_id} has nothing for the {self.stage} stage to do")
         self._storage_options  # noqa: B018 - the Lance connection first: a missing one is named before Spark's
+        push_job_link(context, plan.job_id, plan.table, self.lance_conn_id)
         # A bare execute() (a notebook, a script) has no task runner to defer with: it waits in place.
         self._defers = self.deferrable and context.get("ti") is not None
         if self._defers and not isinstance(self.backend, ConnectBackend):
@@ -219,9 +235,10 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
 
             self.defer(trigger=GenevaStageTrigger(job_id=submission.job_id, stage=str(submission.stage),
                                                   plan_uri=submission.plan_uri, lance_conn_id=self.lance_conn_id,
-                                                  poll_interval=self.poll_interval, deadline=self._deadline(context)),
+                                                  poll_interval=self.poll_interval, deadline=self._deadline(context),
+                                                  progress_interval=self.progress_interval),
                        method_name="execute_complete")
-        with ProgressLogger(store, submission.job_id, submission.stage, self.log):
+        with ProgressLogger(store, submission.job_id, submission.stage, self.log, seconds=self.progress_interval):
             while submission.status(store) == RunStatus.RUNNING:
                 time.sleep(self.poll_interval)
         return self.get_job_result(external_id, context)
@@ -255,6 +272,7 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         if self._result is not None and self._result[0] == submission:  # poll returned it already (the mixin asks
             return self._result[1]                                          # again after polling)
         store = self._store(submission.plan_uri)
+        self._push_spark_ui(context, store, submission.job_id)
         if self.detached or self.backend.stage is None:  # not run by this process: its report alone
             self._relay_runner_log(submission)
             run = StageRun(submission.report(store), succeeded=False)
@@ -270,6 +288,14 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
             self._result = (submission, run.report.to_xcom())
             return self._result[1]
         raise self._failure(submission.job_id, run.report, run.output_tail) from run.cause
+
+    @staticmethod
+    def _push_spark_ui(context: Any, store: Any, job_id: str) -> None:
+        """The Spark UI the stage's driver reported in the job record, for the task's "Spark UI" link."""
+        from geneva_provider.pipeline.stages.job_records import read_record
+
+        record = read_record(store, job_id)
+        push_spark_ui_link(context, record.spark_ui if record is not None else None)
 
     def _relay_runner_log(self, submission: Any) -> None:
         """Copies what the stage's runner logged into the task log (when it ran on this host)."""
@@ -291,7 +317,8 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         return SparkSettings(conn_id=self.spark_conn_id, conf=self.conf, py_files=self.py_files,
                              env_vars=self.env_vars, spark_binary=self.spark_binary, ship_package=self.ship_package,
                              cluster_credentials=self.cluster_credentials,
-                             submitter=f"{type(self).__name__} '{self.task_id}'")
+                             submitter=f"{type(self).__name__} '{self.task_id}'",
+                             progress_interval=self.progress_interval)
 
     def make_hook(self, plan: PlanSummary, storage_options: dict[str, str] | None, result_key: str
                   ) -> GenevaSparkSubmitHook:

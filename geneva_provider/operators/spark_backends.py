@@ -39,6 +39,7 @@ from airflow.sdk.exceptions import AirflowException
 from geneva_provider.core.contracts.kinds import EventStatus, Stage
 from geneva_provider.hooks.errors import airflow_connection
 from geneva_provider.operators.progress import ProgressLogger
+from geneva_provider.pipeline.stages.progress_lines import PROGRESS_SECONDS
 from geneva_provider.spark_apps import app_path
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ class SparkSettings:
     ship_package: bool = False
     cluster_credentials: bool = False
     submitter: str = "a geneva stage"  # who runs the stage, for messages: "GenevaSparkApplyOperator 'apply'"
+    progress_interval: float = PROGRESS_SECONDS  # seconds between two progress lines in the task log
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ class SparkBackend(ABC):
         """Waits until the stage this backend submitted has ended, logging its progress from the job record."""
         if self._running is None:
             raise RuntimeError(f"the {submission.stage} stage of plan {submission.job_id} was not submitted here")
-        with ProgressLogger(store, submission.job_id, submission.stage, self.log, note=self._note):
+        with ProgressLogger(store, submission.job_id, submission.stage, self.log,
+                            seconds=self.settings.progress_interval, note=self._note):
             self._running.exception()  # waits; what it raised is raised by ``result``
 
     def result(self, submission: StageSubmission, store: Any) -> StageRun:

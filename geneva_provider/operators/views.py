@@ -11,10 +11,19 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from geneva_provider.core.contracts.options import RefreshOptions, check_count
+from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import check_dict, import_udf, parse_options, take_options, with_retry_policy
+from geneva_provider.operators._common import (
+    check_dict,
+    import_udf,
+    option_params,
+    parse_options,
+    take_options,
+    with_retry_policy,
+)
+from geneva_provider.operators.links import GenevaJobLink, push_job_link
 
 VIEW_COLUMNS_EXPECTED = '{"out": "source_column"} or {"out": "my_pkg.udfs:embed"}'
 
@@ -22,11 +31,17 @@ VIEW_COLUMNS_EXPECTED = '{"out": "source_column"} or {"out": "my_pkg.udfs:embed"
 class GenevaCreateMaterializedViewOperator(BaseOperator):
     """Creates a materialized view; leaves an identical existing view alone, refuses a different one.
 
-    :param view: the view's table name.
-    :param source_table: the table the view reads.
+    :param view: the view's table name (templated)
+    :param source_table: the table the view reads (templated)
     :param columns: ``{"out": "source_column"}`` or ``{"out": "my_pkg.udfs:embed"}`` (a ``module:name``
         reference is a UDF column).
-    :param where, shuffle, seed, limit, offset: the query.
+    :param where: SQL filter of the source rows the view holds (templated)
+    :param shuffle: the view's rows in a random order (``seed`` fixes it)
+    :param seed: the shuffle's seed
+    :param limit: at most this many rows
+    :param offset: skip this many rows first
+    :param max_rows_per_fragment: rows per fragment of the view
+    :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
     """
 
     template_fields: Sequence[str] = ("view", "source_table", "where")
@@ -89,10 +104,15 @@ class GenevaPlanRefreshOperator(BaseOperator):
 
     Takes every refresh option (``src_version``, ``max_rows_per_fragment`` and the tuning options
     shared with backfills), each templated, and ``parallelism`` like the backfill plan operator.
+
+    :param view: the view's table name (templated)
+    :param parallelism: Spark task slots the plan sizes its tasks for (default: this worker's CPU count)
+    :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
     """
 
     template_fields: Sequence[str] = ("view", *RefreshOptions.names())
     ui_color = "#e8f4f8"
+    operator_extra_links = (GenevaJobLink(),)
 
     def __init__(self, *, view: str, parallelism: int | None = None, lance_conn_id: str = LanceHook.default_conn_name,
                  **kwargs: Any) -> None:
@@ -115,4 +135,9 @@ class GenevaPlanRefreshOperator(BaseOperator):
         summary = plan_refresh(db.catalog.ref(self.view), options, resolve=db.catalog.resolve,
                                parallelism=self.parallelism, airflow_run_id=context.get("run_id"))
         self.log.info("Refresh plan %s for view '%s': %s", summary.job_id, self.view, summary.describe())
+        push_job_link(context, summary.job_id, summary.table, self.lance_conn_id)
         return summary.to_xcom()
+
+
+GenevaPlanRefreshOperator.__doc__ = inherit_params(GenevaPlanRefreshOperator.__doc__,
+                                                   extra=option_params(RefreshOptions))

@@ -18,6 +18,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
 from geneva_provider.core.contracts.options import parse_count, rendered_later
+from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.core.errors import GenevaError, InvalidArgumentError
 from geneva_provider.core.table_events import SuccessEvent, TimeoutEvent, parse_event
 from geneva_provider.hooks.errors import fails_without_retry
@@ -31,7 +32,15 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
     It logs what it waits for and its absolute deadline when it starts, what it saw at each poke,
     and why it ended.  A package error that a retry cannot fix (an unknown or plain column, a bad
     watermark) fails the task once; a table that does not exist is waited for.
+
+    :param table: table name in the Lance database (templated)
+    :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
+    :param deferrable: wait in the triggerer, holding no worker slot (default ``[operators] default_deferrable``)
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = inherit_params(cls.__doc__, _GenevaDeferrableSensor.__doc__)
 
     def __init__(self, *, table: str, lance_conn_id: str = LanceHook.default_conn_name,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -123,6 +132,10 @@ class GenevaTableChangedSensor(_GenevaDeferrableSensor):
     The watermark is a version above ``min_version``, more than ``min_rows`` rows, or -- with
     ``column`` -- rows whose column was never computed (see GenevaColumnBackfilledSensor).
     Returns (XCom) the table's ``version``, ``rows`` and ``fragments`` (and the column's backlog).
+
+    :param min_version: fires once the table's version is above this (templated)
+    :param min_rows: fires once the table holds more rows than this (templated)
+    :param column: fires once rows lack this UDF column's value (templated)
     """
 
     template_fields: Sequence[str] = ("table", "min_version", "min_rows", "column")
@@ -165,6 +178,8 @@ class GenevaColumnBackfilledSensor(_GenevaDeferrableSensor):
     backfill's ``where``, or skipped by the UDF's error policy.  Rows whose inputs were updated
     after they were computed are not seen (that takes reading and fingerprinting the inputs: the
     next backfill's plan finds them).
+
+    :param column: the UDF column every row must hold (templated)
     """
 
     template_fields: Sequence[str] = ("table", "column")

@@ -6,8 +6,9 @@ ids (job id, stage, plan reference) and the Lance connection id -- never a crede
 triggerer looks the connection up itself -- so the same kwargs make the same trigger and a
 triggerer restart resumes the wait.  It fires once the stage has ended (its report is beside the
 plan) or its runner is gone (a lease no one renews); the operator's ``execute_complete`` then
-reads the report, as a stage waited for in the task would.  Progress lines (rows checkpointed)
-go to the trigger's log while it waits.
+reads the report, as a stage waited for in the task would.  Progress lines go to the trigger's log
+while it waits, in the format and at the cadence of a stage waited for in its task
+(:mod:`geneva_provider.pipeline.stages.progress_lines`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from geneva_provider.hooks.lance import LanceHook
-
-PROGRESS_SECONDS = 10.0  # at most one progress line this often
+from geneva_provider.pipeline.stages.progress_lines import PROGRESS_SECONDS, ProgressLines
 
 
 class GenevaStageTrigger(BaseTrigger):
@@ -30,11 +30,13 @@ class GenevaStageTrigger(BaseTrigger):
     The event is ``{"status": "succeeded" | "failed" | "lost" | "none" | "timeout" | "error", "job_id",
     "stage", "plan_uri"}`` (``"error"`` adds a ``message``: the store could not be read).  ``deadline``
     (seconds since the epoch: the task's ``execution_timeout``) stops the stage's runner when it passes
-    (its lease is revoked) and fires ``"timeout"``.
+    (its lease is revoked) and fires ``"timeout"``.  ``progress_interval``: seconds between two looks at
+    the job record for a progress line.
     """
 
     def __init__(self, job_id: str, stage: str, plan_uri: str, lance_conn_id: str = LanceHook.default_conn_name,
-                 poll_interval: float = 5.0, deadline: float | None = None) -> None:
+                 poll_interval: float = 5.0, deadline: float | None = None,
+                 progress_interval: float = PROGRESS_SECONDS) -> None:
         super().__init__()
         self.deadline = float(deadline) if deadline is not None else None
         self.job_id = job_id
@@ -42,11 +44,13 @@ class GenevaStageTrigger(BaseTrigger):
         self.plan_uri = plan_uri
         self.lance_conn_id = lance_conn_id
         self.poll_interval = float(poll_interval)
+        self.progress_interval = float(progress_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"job_id": self.job_id, "stage": self.stage, "plan_uri": self.plan_uri,
-                 "lance_conn_id": self.lance_conn_id, "poll_interval": self.poll_interval, "deadline": self.deadline})
+                 "lance_conn_id": self.lance_conn_id, "poll_interval": self.poll_interval, "deadline": self.deadline,
+                 "progress_interval": self.progress_interval})
 
     def _ids(self) -> dict[str, str]:
         return {"job_id": self.job_id, "stage": self.stage, "plan_uri": self.plan_uri}
@@ -59,29 +63,29 @@ class GenevaStageTrigger(BaseTrigger):
         return submission, open_store(split_key_uri(self.plan_uri)[0], LanceHook(self.lance_conn_id).storage_options)
 
     @staticmethod
-    def _look(submission: Any, store: Any) -> tuple[str, str | None]:
-        """The stage's status, and a progress line from its job record (None without one)."""
+    def _look(submission: Any, store: Any) -> tuple[str, Any]:
+        """The stage's status, and its job record (None without one)."""
         from geneva_provider.pipeline.stages.job_records import read_record
 
-        status = submission.status(store)
-        record = read_record(store, submission.job_id)
-        line = None if record is None else (
-            f"{submission.stage} {submission.job_id}: {record.status}; {record.rows_checkpointed} of "
-            f"{record.rows_planned} rows checkpointed, {record.rows_committed} committed")
-        return str(status), line
+        return str(submission.status(store)), read_record(store, submission.job_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        last_line, since_line = None, PROGRESS_SECONDS
+        lines = ProgressLines(self.job_id, self.stage)
+        since_line = self.progress_interval  # the first look makes a line
         try:
             submission, store = await asyncio.to_thread(self._open)
             while True:
-                status, line = await asyncio.to_thread(self._look, submission, store)
+                status, record = await asyncio.to_thread(self._look, submission, store)
                 if status != "running":
+                    if record is not None:
+                        self.log.info("%s", lines.look(record, final=True))
                     yield TriggerEvent({"status": status, **self._ids()})
                     return
-                if line is not None and line != last_line and since_line >= PROGRESS_SECONDS:
-                    self.log.info("%s", line)
-                    last_line, since_line = line, 0.0
+                if record is not None and since_line >= self.progress_interval:
+                    since_line = 0.0
+                    line = lines.look(record)
+                    if line is not None:
+                        self.log.info("%s", line)
                 remaining = self.deadline - time.time() if self.deadline is not None else None
                 if remaining is not None and remaining <= 0:  # the task's execution_timeout: stop the stage too
                     await asyncio.to_thread(submission.stop, store)

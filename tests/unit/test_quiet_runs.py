@@ -131,3 +131,54 @@ def test_a_missing_view_source_names_the_view_once(lance_db):
     assert "view 'evens'" in message and "'events'" in message
     logged = "".join(traceback.format_exception(info.value))  # what a task log shows
     assert logged.count(message) == 1, logged
+
+
+def _record(**rows: int) -> JobRecord:
+    return JobRecord(job_id="j1", kind="backfill", table="t", column="y", status="RUNNING",
+                     created_at="2026-01-01T00:00:00", updated_at="2026-01-01T00:00:00", rows_planned=1_000, **rows)
+
+
+def test_progress_lines_come_when_rows_move_and_now_and_then_when_none_do():
+    from geneva_provider.pipeline.stages.progress_lines import HEARTBEATS, ProgressLines
+
+    lines = ProgressLines("j1", "apply", begin=_record(rows_checkpointed=100))
+    first = lines.look(_record(rows_checkpointed=100))
+    assert first is not None and "100 of 1000 rows checkpointed" in first and "(0 rows/s)" in first
+    quiet = [lines.look(_record(rows_checkpointed=100)) for _ in range(HEARTBEATS - 1)]
+    assert quiet == [None] * (HEARTBEATS - 1)  # nothing moved: no line...
+    heartbeat = lines.look(_record(rows_checkpointed=100))
+    assert heartbeat is not None and "100 of 1000" in heartbeat  # ...until the heartbeat's
+    moved = lines.look(_record(rows_checkpointed=400))
+    assert moved is not None and "400 of 1000 rows checkpointed" in moved and _rate(moved) > 0
+    assert lines.look(_record(rows_checkpointed=400)) is None
+    assert lines.look(_record(rows_checkpointed=400), final=True) is not None  # the stage's end: always a line
+
+
+def test_the_progress_interval_is_the_operators_argument_else_the_geneva_config_option(monkeypatch):
+    from geneva_provider.core.errors import InvalidArgumentError
+    from geneva_provider.operators.spark import GenevaSparkApplyOperator
+
+    assert GenevaSparkApplyOperator(task_id="a", plan={}).progress_interval == 5.0
+    assert GenevaSparkApplyOperator(task_id="a", plan={}, progress_interval=2).progress_interval == 2.0
+    monkeypatch.setenv("AIRFLOW__GENEVA__PROGRESS_INTERVAL", "3")
+    assert GenevaSparkApplyOperator(task_id="a", plan={}).progress_interval == 3.0
+    with pytest.raises(InvalidArgumentError, match=r"GenevaSparkApplyOperator 'a': progress_interval must be a "
+                                                   r"positive number of seconds, got 0"):
+        GenevaSparkApplyOperator(task_id="a", plan={}, progress_interval=0)
+
+
+def test_a_running_stage_logs_a_line_per_interval_only_while_rows_move(db):
+    from geneva_provider.operators.progress import ProgressLogger
+
+    tbl = db.create_table("t", pa.table({"x": [1]}))
+    store = tbl.checkpoint_store
+    start_record(store, JobRecord(job_id="j1", kind="backfill", table="t", column="y", created_at="2026-01-01T00:00:00",
+                                  updated_at="2026-01-01T00:00:00", rows_planned=1_000, rows_checkpointed=0))
+    log, lines = _collecting_logger("geneva_provider.tests.progress_cadence")
+    with ProgressLogger(store, "j1", "apply", log, seconds=0.1):
+        time.sleep(0.45)  # four looks at a record that does not move: the first makes a line, the rest none
+        update_record(store, "j1", rows_checkpointed=500)
+        time.sleep(0.3)
+    checkpointed = [int(re.search(r"; (\d+) of 1000 rows checkpointed", line)[1]) for line in lines]
+    assert checkpointed[0] == 0 and checkpointed.count(0) == 1, lines
+    assert checkpointed[1:] == [500] * (len(checkpointed) - 1) and len(checkpointed) in (2, 3), lines

@@ -105,7 +105,8 @@ def test_the_trigger_serializes_ids_only_and_the_same_kwargs_make_the_same_trigg
     classpath, kwargs = trigger.serialize()
     assert classpath == "geneva_provider.triggers.stage.GenevaStageTrigger"
     assert kwargs == {"job_id": submission.job_id, "stage": "apply", "plan_uri": submission.plan_uri,
-                      "lance_conn_id": "lance_default", "poll_interval": 2.0, "deadline": None}
+                      "lance_conn_id": "lance_default", "poll_interval": 2.0, "deadline": None,
+                      "progress_interval": 5.0}
     assert json.loads(json.dumps(kwargs)) == kwargs and FAKE_SECRET not in json.dumps(kwargs)
     again = GenevaStageTrigger(**kwargs)
     assert again.serialize() == (classpath, kwargs)
@@ -172,3 +173,48 @@ def test_a_store_the_trigger_cannot_open_is_an_error_event():
                                  poll_interval=0.05)
     event = asyncio.run(first_event(trigger)).payload
     assert event["status"] == "error" and event["message"], event
+
+
+def test_a_deferred_stage_logs_the_same_progress_lines_as_one_waited_for_in_its_task(stage):
+    """While it waits, the trigger logs the job record's rows and rate in the task's format, at most once per
+    ``progress_interval`` and only when rows moved; the stage's end makes a last line."""
+    import logging
+
+    from geneva_provider.core.contracts.models import JobRecord
+    from geneva_provider.pipeline.stages.job_records import start_record, update_record
+
+    submission, store = stage
+    start_record(store, JobRecord(job_id=submission.job_id, kind="backfill", table="events", column="y",
+                                  created_at="2026-01-01T00:00:00", updated_at="2026-01-01T00:00:00",
+                                  rows_planned=1_000, rows_checkpointed=100))
+    submission.hold(store, StageLease.now("owner-1", pid=os.getpid()))
+    trigger = GenevaStageTrigger(job_id=submission.job_id, stage="apply", plan_uri=submission.plan_uri,
+                                 poll_interval=0.05, progress_interval=0.2)
+    lines: list[str] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("geneva_provider.tests.trigger_progress")
+    logger.handlers[:], logger.propagate = [Lines()], False
+    logger.setLevel(logging.INFO)
+    trigger._log = logger  # LoggingMixin keeps its logger here: the triggerer routes it to the task's log
+
+    async def run() -> dict:
+        task = asyncio.ensure_future(first_event(trigger))
+        await asyncio.sleep(0.6)  # three looks at a record that does not move: one line
+        await asyncio.to_thread(update_record, store, submission.job_id, rows_checkpointed=600)
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(update_record, store, submission.job_id, rows_checkpointed=1_000)
+        await asyncio.to_thread(submission.leave, store, StageReport(status=EventStatus.SUCCESS))
+        return (await asyncio.wait_for(task, 10)).payload
+
+    assert asyncio.run(run())["status"] == "succeeded"
+    pattern = (rf"^apply {submission.job_id}: \w+; (\d+) of 1000 rows checkpointed, 0 ready to commit, "
+               r"0 committed \(\d+ rows/s\)$")
+    import re
+
+    counts = [int(re.match(pattern, line)[1]) for line in lines]  # every line in the task's format
+    assert counts[0] == 100 and counts.count(100) == 1, lines  # no line while nothing moved
+    assert 600 in counts and counts[-1] == 1_000, lines

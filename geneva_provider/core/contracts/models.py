@@ -766,6 +766,7 @@ class JobRecord(_Model):
     heartbeat_at: str | None = None     # the last sign of life of the process running the job
     lease_seconds: float | None = None  # live while heartbeat_at + lease_seconds is in the future
     taken_over_by: str | None = None    # ABANDONED: the job whose plan took over its column (or table)
+    spark_ui: str | None = None         # the Spark application UI of the job's last Spark stage (its driver's)
     # Measurements (cumulative over tasks, so they may add up to more than the wall time): see ``metrics``.
     tasks: int = 0                      # the apply stage's Spark tasks
     read_seconds: float = 0.0           # apply: reading the UDF's input rows

@@ -58,6 +58,11 @@ class JobOptions:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
+    def docs(cls) -> dict[str, str]:
+        """What each option means (an operator's ``:param`` entries are made of these)."""
+        return {f.name: f.metadata["doc"] for f in dataclasses.fields(cls)}
+
+    @classmethod
     def parse(cls, values: dict[str, Any] | None = None, *, job: str = "job", **kwargs: Any) -> Self:
         """Builds and validates the options from keyword values, templated strings included.
 

@@ -284,6 +284,29 @@ def is_session(spark: SparkSession) -> bool:
     return hasattr(spark, "sparkContext") or is_connect(spark)
 
 
+def spark_ui_url(spark: SparkSession) -> str | None:
+    """The Spark application UI of the session's driver (a link for the stage's task); None without one.
+
+    A classic session's driver says where its UI is bound (``uiWebUrl``).  A Spark Connect client has no
+    SparkContext: the server's UI is read from the server's settings -- its reverse-proxy address when it has
+    one, else its driver host and ``spark.ui.port`` (4040 unless set) -- and is None when the server runs
+    without a UI.  Nothing of the client's connection (its token) goes into it.
+    """
+    try:
+        if not is_connect(spark):
+            return spark.sparkContext.uiWebUrl
+        conf = spark.conf
+        if str(conf.get("spark.ui.enabled", "true")).lower() == "false":
+            return None
+        proxy = conf.get("spark.ui.reverseProxyUrl", None)
+        if proxy:
+            return str(proxy)
+        host = conf.get("spark.driver.host", None)
+        return f"http://{host}:{conf.get('spark.ui.port', '4040')}" if host else None
+    except Exception:  # noqa: BLE001 - a link is never worth failing a stage for
+        return None
+
+
 def default_parallelism(spark: SparkSession) -> int:
     """How many tasks the session runs at once (over Connect: its ``spark.default.parallelism``, else the CPUs)."""
     if is_connect(spark):

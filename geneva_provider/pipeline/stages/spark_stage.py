@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 from geneva_provider.core.errors import GenevaError
 from geneva_provider.pipeline.spark.pinned_versions import check_pinned_versions, translate_gone
-from geneva_provider.pipeline.stages.job_records import job_stage
+from geneva_provider.pipeline.spark.runner import spark_ui_url
+from geneva_provider.pipeline.spark.task_runner import SparkRunner
+from geneva_provider.pipeline.stages.job_records import job_stage, update_record
 
 if TYPE_CHECKING:
     from geneva_provider.core.contracts.kinds import Stage
@@ -29,6 +31,8 @@ def spark_stage(plan: JobPlan, store: CheckpointStore, stage: Stage, runner: Tas
     (:func:`~geneva_provider.pipeline.spark.connect.bounded_retries`).
     """
     with job_stage(store, plan.job_id, stage), runner.retries():
+        if isinstance(runner, SparkRunner):  # where the stage's Spark UI is, for its task's link
+            update_record(store, plan.job_id, spark_ui=spark_ui_url(runner.spark))
         check_pinned_versions(plan, plan.job_id, storage_options)
         try:
             yield

@@ -1,0 +1,72 @@
+"""The package's Airflow plugin: job records on the api-server, where the tasks' "Geneva job" link points.
+
+``GET /geneva/jobs/<job id>?table=<table>&conn=<lance connection id>`` answers the job's record -- status,
+stage, rows planned / checkpointed / ready / committed / failed, versions, error -- as JSON, or as a small
+HTML page for a browser.  The api-server reads it from the table's checkpoint store with the ``lance``
+connection's storage options, which never leave the server: the record holds none, and the page shows the
+record only.  Only users the api-server authenticated may read it (the UI's session, or an API token).
+Registered through the provider info (``plugins``), so installing the package is enough.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from geneva_provider.operators.links import JOBS_PATH
+
+JOB_FIELDS = ("job_id", "kind", "table", "column", "status", "stage", "created_at", "updated_at", "finished_at",
+              "read_version", "version", "rows_planned", "rows_checkpointed", "rows_ready", "rows_committed",
+              "rows_failed", "rows_retried", "error", "airflow_run_id", "spark_ui")  # what the page shows
+
+
+def job_record(job_id: str, table: str, conn: str) -> dict[str, Any]:
+    """The job's record as the page shows it; LookupError when the connection, table or job is unknown."""
+    from geneva_provider.core.errors import GenevaError
+    from geneva_provider.hooks.lance import LanceHook
+    from geneva_provider.pipeline.stages.job_records import read_record
+
+    try:
+        store = LanceHook(conn).open_table(table).checkpoint_store
+    except GenevaError as exc:
+        raise LookupError(str(exc)) from exc
+    record = read_record(store, job_id)
+    if record is None:
+        raise LookupError(f"table '{table}' has no record of job {job_id!r}")
+    fields = record.model_dump(mode="json")
+    return {name: fields.get(name) for name in JOB_FIELDS}
+
+
+def _authenticated() -> Any:
+    from airflow.api_fastapi.core_api.security import requires_authenticated
+
+    return requires_authenticated()
+
+
+app = FastAPI(title="Geneva jobs", dependencies=[Depends(_authenticated())])
+
+
+@app.get("/jobs/{job_id}")
+def get_job(job_id: str, table: str, conn: str, request: Request) -> Response:
+    try:
+        fields = job_record(job_id, table, conn)
+    except LookupError as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    if "text/html" not in request.headers.get("accept", ""):
+        return JSONResponse(fields)
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape('' if v is None else str(v))}</td></tr>"
+                   for k, v in fields.items())
+    return HTMLResponse(f"<!doctype html><title>Geneva job {html.escape(job_id)}</title>"
+                        f"<h1>Geneva job {html.escape(job_id)}</h1><table>{rows}</table>")
+
+
+class GenevaPlugin(AirflowPlugin):
+    """Mounts the job record pages on the api-server at ``/geneva``."""
+
+    name = "geneva"
+    fastapi_apps: list[Any] = [  # noqa: RUF012 - AirflowPlugin's own attribute, read from the class
+        {"app": app, "url_prefix": JOBS_PATH.rsplit("/", 1)[0], "name": "Geneva jobs"}]
