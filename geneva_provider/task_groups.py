@@ -15,6 +15,7 @@ from typing import Any
 from airflow.sdk import DAG, TaskGroup
 
 from geneva_provider.core.contracts.options import BackfillOptions, JobOptions, RefreshOptions
+from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import SPARK_OPTIONS, reject_unknown_kwargs
 from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
@@ -22,6 +23,7 @@ from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSpar
 from geneva_provider.operators.views import GenevaPlanRefreshOperator
 
 PLAN_ARGUMENTS = ("parallelism",)
+BACKFILL_PLAN_ARGUMENTS = (*PLAN_ARGUMENTS, "partition_where")
 CHANGE_DAG_START = datetime(2024, 1, 1)
 
 
@@ -29,11 +31,13 @@ def backfill_task_group(group_id: str, table: str, column: str, **kwargs: Any) -
     """plan -> Spark apply -> Spark write+commit -> verify of ``column``, each task retried on its own.
 
     When the plan has nothing to compute, the Spark tasks and verify are skipped (no Asset event);
-    when the group's upstream is skipped, the whole group is skipped.
+    when the group's upstream is skipped, the whole group is skipped.  ``partition_where`` (e.g.
+    ``"date = {{ partition_key }}"``) limits each run to its partition's rows
+    (:class:`~geneva_provider.operators.backfill.GenevaPlanBackfillOperator`).
     """
     with TaskGroup(group_id=group_id, tooltip=f"backfill {table}.{column}") as group:
         _wire(group, GenevaPlanBackfillOperator, BackfillOptions, {"table": table, "column": column}, table, column,
-              kwargs)
+              kwargs, BACKFILL_PLAN_ARGUMENTS)
     return group
 
 
@@ -48,7 +52,7 @@ def refresh_task_group(group_id: str, view: str, **kwargs: Any) -> TaskGroup:
 
 
 def _wire(group: TaskGroup, plan_cls: type, options: type[JobOptions], target: dict[str, str], table: str,
-          column: str | None, kwargs: dict[str, Any]) -> None:
+          column: str | None, kwargs: dict[str, Any], plan_arguments: Sequence[str] = PLAN_ARGUMENTS) -> None:
     """The plan task and the stages after it: Spark apply, Spark write+commit, verify (emitting the Asset).
 
     An argument no task of the group takes is refused naming the group's plan task and every
@@ -56,10 +60,10 @@ def _wire(group: TaskGroup, plan_cls: type, options: type[JobOptions], target: d
     """
     kwargs = {"retries": 2, "retry_delay": timedelta(seconds=30), **kwargs}
     kwargs.setdefault("lance_conn_id", LanceHook.default_conn_name)
-    plan_kwargs = {k: kwargs.pop(k) for k in (*options.names(), *PLAN_ARGUMENTS) if k in kwargs}
+    plan_kwargs = {k: kwargs.pop(k) for k in (*options.names(), *plan_arguments) if k in kwargs}
     spark_kwargs = {k: kwargs.pop(k) for k in SPARK_OPTIONS if k in kwargs}
     factory = "backfill_task_group" if column is not None else "refresh_task_group"
-    reject_unknown_kwargs(plan_cls, kwargs, valid=(*options.names(), *PLAN_ARGUMENTS, *SPARK_OPTIONS, "lance_conn_id"),
+    reject_unknown_kwargs(plan_cls, kwargs, valid=(*options.names(), *plan_arguments, *SPARK_OPTIONS, "lance_conn_id"),
                           subject=f"{factory} {group.group_id!r} (task {group.child_id('plan')!r})")
     plan = plan_cls(task_id="plan", **target, **plan_kwargs, **kwargs)
     apply = GenevaSparkApplyOperator(task_id="apply", plan=plan.output, **spark_kwargs, **kwargs)
@@ -91,6 +95,12 @@ def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_nam
     from airflow.providers.standard.operators.empty import EmptyOperator
 
     from geneva_provider.assets import lance_table_asset
+
+    if "partition_where" in kwargs:  # each run would fail its plan: the watcher's runs have no partition key
+        raise InvalidArgumentError(
+            f"table_change_dag({table!r}): partition_where needs runs with a partition key, and the table "
+            "watcher's asset events carry none (Airflow's event triggers cannot set one); put "
+            "backfill_task_group(..., partition_where=...) in a DAG on a partitioned timetable instead")
 
     if columns is None or views is None:
         found = _followers(table, lance_conn_id)

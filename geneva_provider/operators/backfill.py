@@ -6,6 +6,7 @@ pipeline is imported inside ``execute``, so importing this module stays light.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,12 @@ from geneva_provider.operators._common import (
     with_retry_policy,
 )
 from geneva_provider.operators.links import GenevaJobLink, push_job_link
+from geneva_provider.operators.partitions import (
+    check_partition_where,
+    combined_where,
+    render_partition_where,
+    run_partition_key,
+)
 
 COLUMNS_EXPECTED = '{"y": "my_pkg.udfs:double"} or {"y": ("my_pkg.udfs:double", ["a"])}'
 
@@ -160,6 +167,12 @@ class GenevaPlanBackfillOperator(BaseOperator):
     :param column: the UDF column to compute (templated)
     :param parallelism: Spark task slots the plan sizes its tasks for (default: this worker's CPU count)
     :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
+    :param partition_where: the rows of the DAG run's partition, e.g. ``"date = {{ partition_key }}"``:
+        rendered from the run's ``partition_key`` (a partitioned timetable, or a trigger with a key) and
+        ANDed with ``where``, so a daily partition recomputes only its rows.  ``{{ partition_key }}`` renders
+        as a SQL string literal (``'2024-01-02'``, quotes in the key doubled): write no quotes around it.
+        Rendered by the operator, not templated by Airflow; a run without a partition key fails the plan
+        task (InvalidArgumentError naming the run) before any Spark work.
     """
 
     template_fields: Sequence[str] = ("table", "column", *BackfillOptions.names())
@@ -167,16 +180,20 @@ class GenevaPlanBackfillOperator(BaseOperator):
     operator_extra_links = (GenevaJobLink(),)
 
     def __init__(self, *, table: str, column: str, parallelism: int | None = None,
-                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
+                 partition_where: str | None = None, lance_conn_id: str = LanceHook.default_conn_name,
+                 **kwargs: Any) -> None:
         job = f"backfill of table {table!r}"
         options = take_options(BackfillOptions, kwargs, type(self), job)
         check_count(parallelism, "parallelism", job)
+        if partition_where is not None:
+            check_partition_where(partition_where, f"{job} (task_id {kwargs.get('task_id')!r})")
         super().__init__(**with_retry_policy(kwargs))
         self.table = table
         self.column = column
         for name, value in options.items():
             setattr(self, name, value)
         self.parallelism = parallelism
+        self.partition_where = partition_where
         self.lance_conn_id = lance_conn_id
         self._table_uri: str | None = None
 
@@ -184,9 +201,15 @@ class GenevaPlanBackfillOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 
+        job = f"backfill of table '{self.table}'"
+        options = parse_options(BackfillOptions, self, job)
+        if self.partition_where is not None:  # before the table is opened: a run without a key changes nothing
+            key = run_partition_key(context, f"{job} (task_id {self.task_id!r})")
+            where = combined_where(options.where, render_partition_where(self.partition_where, key))
+            options = dataclasses.replace(options, where=where)
+            self.log.info("Partition %r of column '%s': computing the rows where %s", key, self.column, where)
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
         self._table_uri = tbl.uri
-        options = parse_options(BackfillOptions, self, f"backfill of table '{self.table}'")
         summary = plan_backfill(tbl.ref, self.column, options, parallelism=self.parallelism,
                                 airflow_run_id=context.get("run_id"))
         self.log.info("Plan %s: %s", summary.job_id, summary.describe())

@@ -1,0 +1,105 @@
+"""A backfill's ``partition_where``: the run's partition key as a SQL string literal, checked at parse time, and
+a run without a key refused before anything is planned (real Lance table, the plan operator run in-process)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+import geneva_provider as gp
+from geneva_provider.operators.backfill import GenevaPlanBackfillOperator
+from geneva_provider.operators.partitions import check_partition_where, render_partition_where
+from geneva_provider.task_groups import backfill_task_group, table_change_dag
+from tests.helpers import plain_double
+
+DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
+ODD = ["O'Brien", "x' OR '1'='1", "a\\'b"]  # keys a naive '{{ partition_key }}' would break or inject through
+MAPPING = "date = {{ partition_key }}"
+
+
+def context(partition_key: str | None = None, events: dict | None = None) -> dict:
+    return {"outlet_events": defaultdict(lambda: SimpleNamespace(extra=None)), "run_id": "manual__p",
+            "partition_key": partition_key, "triggering_asset_events": events or {}}
+
+
+@pytest.fixture
+def days(lance_db):
+    """100 rows a day for three days, 5 rows under each odd key; UDF column ``s = 2x`` (nothing computed)."""
+    dates = [d for d in DAYS for _ in range(100)] + [k for k in ODD for _ in range(5)]
+    xs = pa.array(range(len(dates)), pa.int64())
+    tbl = lance_db.create_table("days", pa.table({"id": xs, "x": xs, "date": dates}))
+    tbl.add_columns({"s": plain_double})
+    return tbl
+
+
+def test_the_key_renders_as_a_string_literal_and_selects_only_its_rows(days):
+    assert render_partition_where(MAPPING, "2024-01-02") == "date = '2024-01-02'"
+    assert render_partition_where(MAPPING, "O'Brien") == "date = 'O''Brien'"
+    for key in [*DAYS, *ODD]:
+        where = render_partition_where(MAPPING, key)
+        dates = days.dataset().to_table(columns=["date"], filter=where).column("date").to_pylist()
+        assert dates and set(dates) == {key}, (key, where)
+    # a key no row has selects nothing (not every row, as "date = 'x' OR '1'='1'" would)
+    where = render_partition_where(MAPPING, "zz' OR '1'='1")
+    assert days.dataset().to_table(filter=where).num_rows == 0
+
+
+@pytest.mark.parametrize(("template", "said"), [
+    ("date = '{{ partition_key }}'", "puts quotes around"),
+    ('date = "{{partition_key}}"', "puts quotes around"),
+    ("date = {{ ds }}", "may use only"),
+    ("date = '2024-01-01'", "must use it"),
+    ("date = {{ partition_key ", "not a valid template"),
+    ("", "must be a SQL filter"),
+    (3, "must be a SQL filter"),
+])
+def test_a_bad_mapping_fails_when_the_dag_is_parsed(template, said):
+    with pytest.raises(gp.InvalidArgumentError, match=said) as failed:
+        GenevaPlanBackfillOperator(task_id="plan", table="days", column="s", partition_where=template)
+    assert "partition_where" in str(failed.value) and "task_id 'plan'" in str(failed.value)
+    assert check_partition_where("day = {{ partition_key | lower }}", "x")  # filters are fine
+
+
+def test_the_plan_computes_only_the_runs_partition_anded_with_where(days):
+    plan = GenevaPlanBackfillOperator(task_id="plan", table="days", column="s", partition_where=MAPPING)
+    assert plan.execute(context("2024-01-02"))["rows_to_compute"] == 100
+    odd = GenevaPlanBackfillOperator(task_id="plan", table="days", column="s", partition_where=MAPPING)
+    assert odd.execute(context("O'Brien"))["rows_to_compute"] == 5
+    both = GenevaPlanBackfillOperator(task_id="plan", table="days", column="s", where="x % 2 = 0",
+                                      partition_where=MAPPING)
+    assert both.execute(context("2024-01-03"))["rows_to_compute"] == 50
+    assert both.where == "x % 2 = 0"  # the operator's own where is left as written
+
+
+def test_the_triggering_events_key_serves_a_run_without_one(days):
+    event = SimpleNamespace(partition_key="2024-01-01")
+    plan = GenevaPlanBackfillOperator(task_id="plan", table="days", column="s", partition_where=MAPPING)
+    assert plan.execute(context(None, {"asset": [event, event]}))["rows_to_compute"] == 100
+    two = {"asset": [event, SimpleNamespace(partition_key="2024-01-02")]}
+    with pytest.raises(gp.InvalidArgumentError, match=r"carry several: \['2024-01-01', '2024-01-02'\]"):
+        plan.execute(context(None, two))
+
+
+def test_a_run_without_a_partition_key_fails_before_planning(days):
+    version = days.version
+    plan = GenevaPlanBackfillOperator(task_id="plan", table="days", column="s", partition_where=MAPPING)
+    with pytest.raises(gp.InvalidArgumentError) as failed:
+        plan.execute(context(None))
+    assert isinstance(failed.value, AirflowFailException)  # not retried: the run will never have a key
+    for needle in ("partition_where", "DAG run 'manual__p'", "no partition key", "table 'days'"):
+        assert needle in str(failed.value)
+    assert days.version == version
+
+
+def test_the_task_group_takes_the_mapping_and_the_change_dag_refuses_it():
+    from airflow.sdk import DAG
+
+    with DAG("partitioned_group", schedule=None):
+        group = backfill_task_group("bf", "days", "s", partition_where=MAPPING)
+    assert group.children["bf.plan"].partition_where == MAPPING
+    with pytest.raises(gp.InvalidArgumentError, match="watcher's asset events carry none"):
+        table_change_dag("days", columns=["s"], views=[], partition_where=MAPPING)
