@@ -170,7 +170,7 @@ class GenevaPlanBackfillOperator(BaseOperator):
     :param partition_where: the rows of the DAG run's partition, e.g. ``"date = {{ partition_key }}"``:
         rendered from the run's ``partition_key`` (a partitioned timetable, or a trigger with a key) and
         ANDed with ``where``, so a daily partition recomputes only its rows.  ``{{ partition_key }}`` renders
-        as a SQL string literal (``'2024-01-02'``, quotes in the key doubled): write no quotes around it.
+        as a SQL string literal (``'2024-01-02'``, quotes in the key doubled); ``'{{ partition_key }}'`` is the same.
         Rendered by the operator, not templated by Airflow; a run without a partition key fails the plan
         task (InvalidArgumentError naming the run) before any Spark work.
     """

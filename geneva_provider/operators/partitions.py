@@ -4,8 +4,9 @@ Airflow 3.2+ gives a DAG run a ``partition_key`` (a partitioned timetable such a
 or ``PartitionedAssetTimetable``, or a manual trigger with a key); the declared mapping
 ``partition_where="date = {{ partition_key }}"`` turns it into the rows that partition holds.  The key is
 text from outside the package (an upstream task, a REST call), so it enters the SQL only as a string
-literal: ``{{ partition_key }}`` renders as ``'2024-01-02'``, a quote in the key doubled.  Writing quotes
-around it yourself is refused (it would end the literal the package opened).  The mapping is rendered
+literal: ``{{ partition_key }}`` renders as ``'2024-01-02'``, a quote in the key doubled.  The same mapping
+written with single quotes, ``date = '{{ partition_key }}'``, renders the same (the quotes are taken as the
+literal's own); any other quoting around it (double quotes, text inside the quotes) is refused.  The mapping is rendered
 here, not by Airflow's templating, which would paste the key in raw.
 
 Kept free of lance / pyarrow at module load (imported with the operators).
@@ -22,6 +23,14 @@ from geneva_provider.core.errors import InvalidArgumentError
 KEY = "partition_key"
 EXAMPLE = "partition_where=\"date = {{ partition_key }}\""
 _QUOTED_KEY = re.compile(r"""['"`]\s*\{\{-?\s*partition_key\b|partition_key\s*-?\}\}\s*['"`]""")
+# '{{ partition_key }}' written as the issue's and Airflow's docs show it: the quotes are the literal's own
+_SINGLE_QUOTED_KEY = re.compile(r"""'(\{\{-?\s*partition_key\s*-?\}\})'""")
+
+
+def _unquoted(template: str) -> str:
+    """``template`` with each ``'{{ partition_key }}'`` (the key alone between single quotes) made bare: the
+    package quotes the key itself, so both spellings give the same literal."""
+    return _SINGLE_QUOTED_KEY.sub(r"\1", template)
 
 
 def sql_string_literal(value: str) -> str:
@@ -55,16 +64,17 @@ def check_partition_where(template: Any, subject: str) -> str:
     if names != {KEY}:
         raise InvalidArgumentError(f"{subject}: partition_where {template!r} may use only {{{{ {KEY} }}}} (the DAG "
                                    f"run's partition key), and must use it; it uses {sorted(names)}")
-    if _QUOTED_KEY.search(template):
+    if _QUOTED_KEY.search(_unquoted(template)):
         raise InvalidArgumentError(
-            f"{subject}: partition_where {template!r} puts quotes around {{{{ {KEY} }}}}; write it without them, "
-            f"as in {EXAMPLE}: the key renders as a quoted SQL string literal ('2024-01-02', a quote in it doubled)")
+            f"{subject}: partition_where {template!r} puts quotes or text around {{{{ {KEY} }}}}; write it alone, as "
+            f"in {EXAMPLE} (or '{{{{ {KEY} }}}}'): the key renders as a quoted SQL string literal ('2024-01-02', "
+            "a quote in it doubled)")
     return template
 
 
 def render_partition_where(template: str, partition_key: str) -> str:
     """The filter ``template`` selects for ``partition_key`` (inserted as a SQL string literal)."""
-    return str(_environment().from_string(template).render({KEY: sql_string_literal(partition_key)}))
+    return str(_environment().from_string(_unquoted(template)).render({KEY: sql_string_literal(partition_key)}))
 
 
 def combined_where(where: str | None, partition_where: str) -> str:

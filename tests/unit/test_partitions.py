@@ -39,6 +39,11 @@ def days(lance_db):
 def test_the_key_renders_as_a_string_literal_and_selects_only_its_rows(days):
     assert render_partition_where(MAPPING, "2024-01-02") == "date = '2024-01-02'"
     assert render_partition_where(MAPPING, "O'Brien") == "date = 'O''Brien'"
+    # the mapping as it is often written, the key between quotes: the same literal, the key still escaped
+    quoted = "date = '{{ partition_key }}'"
+    assert check_partition_where(quoted, "x") == quoted
+    assert render_partition_where(quoted, "O'Brien") == "date = 'O''Brien'"
+    assert render_partition_where("date = '{{partition_key}}' OR x < 0", "a") == "date = 'a' OR x < 0"
     for key in [*DAYS, *ODD]:
         where = render_partition_where(MAPPING, key)
         dates = days.dataset().to_table(columns=["date"], filter=where).column("date").to_pylist()
@@ -49,8 +54,9 @@ def test_the_key_renders_as_a_string_literal_and_selects_only_its_rows(days):
 
 
 @pytest.mark.parametrize(("template", "said"), [
-    ("date = '{{ partition_key }}'", "puts quotes around"),
-    ('date = "{{partition_key}}"', "puts quotes around"),
+    ('date = "{{partition_key}}"', "puts quotes or text around"),
+    ("date = '{{ partition_key }}T00'", "puts quotes or text around"),
+    ("date = ' {{ partition_key }}'", "puts quotes or text around"),
     ("date = {{ ds }}", "may use only"),
     ("date = '2024-01-01'", "must use it"),
     ("date = {{ partition_key ", "not a valid template"),
