@@ -7,9 +7,9 @@ chunked, and the chunks of deleted documents leave the view -- then backfills th
 which computes exactly the chunks that lack it.  Each step runs after the one before; a refresh with nothing to
 do skips its Spark tasks, and the embedding step still looks for chunks left without an embedding.
 
-``table_change_dag("articles")`` would refresh the view (it was made with ``refresh_on_change=True``) but
-backfills only the *table's* ``auto_backfill`` columns, not the view's: a column on the view takes a DAG like
-this one, its task groups wired by hand.
+``table_change_dag("articles")`` builds the same DAG when ``embed_chunk`` is declared
+``@udf(auto_backfill=True)``: it refreshes the view (made with ``refresh_on_change=True``), then backfills the
+view's own ``auto_backfill`` columns.  This file wires the task groups by hand to show how.
 
 Set up (once; running it again changes nothing): ``python dags_examples/on_change_chunks_embeddings.py``
 makes, if missing, the documents table ``articles`` (``doc_id``, ``text``; stable row ids), its chunk view

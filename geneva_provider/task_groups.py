@@ -79,16 +79,19 @@ def _wire(group: TaskGroup, plan_cls: type, options: type[JobOptions], target: d
 
 def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_name, *, dag_id: str | None = None,
                      poll_interval: float = 10.0, columns: Sequence[str] | None = None,
-                     views: Sequence[tuple[str, str]] | None = None, dag_kwargs: dict[str, Any] | None = None,
+                     views: Sequence[tuple[str, str]] | None = None,
+                     view_columns: Sequence[tuple[str, str]] | None = None, dag_kwargs: dict[str, Any] | None = None,
                      **kwargs: Any) -> DAG:
     """The DAG that follows ``table``'s changes: scheduled on ``lance_table_asset(table)`` (a watcher), each run
     backfills every ``auto_backfill`` column of the table, then refreshes the views made with
-    ``refresh_on_change=True`` over it, and those over them (source -> view -> view), each after its source.
+    ``refresh_on_change=True`` over it, and those over them (source -> view -> view), each after its source,
+    and backfills each such view's own ``auto_backfill`` columns (a chunk view's embedding) after its refresh.
 
-    ``columns`` and ``views`` ((view, source) pairs, each after its source) default to what the tables say
-    (:func:`~geneva_provider.pipeline.table_changes.change_followers`), read when the DAG file is parsed: the
-    DAG's shape follows a new ``auto_backfill`` column or view at the next parse.  Pass them to parse without
-    opening the database.  ``kwargs`` go to every task group (job and Spark options, ``retries`` ...);
+    ``columns``, ``views`` ((view, source) pairs, each after its source) and ``view_columns`` ((view, column)
+    pairs) default to what the tables say (:func:`~geneva_provider.pipeline.table_changes.change_followers`),
+    read when the DAG file is parsed: the DAG's shape follows a new ``auto_backfill`` column or view at the next
+    parse.  Pass ``columns`` and ``views`` (and ``view_columns``, else none) to parse without opening the
+    database.  ``kwargs`` go to every task group (job and Spark options, ``retries`` ...);
     ``dag_kwargs`` to the DAG (``max_active_runs`` is 1: runs queue behind one another, each picking up
     what the one before left).  The runs' own commits do not start another run: the watcher leaves them out.
     """
@@ -106,6 +109,7 @@ def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_nam
         found = _followers(table, lance_conn_id)
         columns = found.columns if columns is None else columns
         views = found.views if views is None else views
+        view_columns = found.view_columns if view_columns is None else view_columns
     options = {"start_date": CHANGE_DAG_START, "catchup": False, "max_active_runs": 1,
                "tags": ["geneva", "on-change"], **(dag_kwargs or {})}
     with DAG(dag_id=dag_id or f"geneva_on_change_{table}",
@@ -122,8 +126,25 @@ def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_nam
             for upstream in last.get(source, []):
                 upstream >> join
             join >> group
-            last[view] = [group]
+            last[view] = [group, *_view_columns(view, group, [c for v, c in view_columns or [] if v == view],
+                                                lance_conn_id, kwargs)]
     return dag
+
+
+def _view_columns(view: str, refresh: TaskGroup, columns: list[str], lance_conn_id: str,
+                  kwargs: dict[str, Any]) -> list[TaskGroup]:
+    """Backfills of a view's own ``auto_backfill`` columns after its refresh, even one with nothing to do
+    (rows an earlier run left without a value); none after a failed refresh."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    if not columns:
+        return []
+    join = EmptyOperator(task_id=f"after_refresh_{view}", trigger_rule="none_failed")
+    refresh >> join
+    groups = [backfill_task_group(f"backfill_{view}_{c}", view, c, lance_conn_id=lance_conn_id, **kwargs)
+              for c in columns]
+    join >> groups
+    return groups
 
 
 def _followers(table: str, lance_conn_id: str) -> Any:

@@ -147,11 +147,11 @@ def chunk_key(doc_id: int, start: int) -> int:
     return doc_id * 10_000 + start
 
 
-def counting_embed_chunk(log_dir: str) -> gp.UDF:
+def counting_embed_chunk(log_dir: str, auto_backfill: bool = False) -> gp.UDF:
     """``geneva_provider.examples:embed_chunk`` that logs the :func:`chunk_key` of each chunk it embeds."""
     from geneva_provider.examples import EMBEDDING_DIM
 
-    @gp.udf(data_type=pa.list_(pa.float32(), EMBEDDING_DIM), name="embed_chunk")
+    @gp.udf(data_type=pa.list_(pa.float32(), EMBEDDING_DIM), name="embed_chunk", auto_backfill=auto_backfill)
     def embed_chunk(doc_id: int, start: int, chunk: str) -> list[float]:
         from geneva_provider.examples import hashed_embedding
 

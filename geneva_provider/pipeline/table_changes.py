@@ -98,19 +98,18 @@ class ChangeFollowers(BaseModel):
     table: str
     columns: list[str]
     views: list[tuple[str, str]]  # (view, its source), every view after its source
+    view_columns: list[tuple[str, str]] = []  # (view, column): a following view's own auto_backfill columns
 
 
 def change_followers(table: str, schemas: Mapping[str, Any]) -> ChangeFollowers:
     """The followers of ``table`` among the tables ``schemas`` describes (name -> Arrow schema).
 
     A column follows when its ``@udf(auto_backfill=True)`` is recorded on it; a view follows when it was made
-    with ``refresh_on_change=True`` and its source is ``table`` or a view that follows.  The views come in
-    breadth-first order from ``table``, so each one's source is refreshed before it.
+    with ``refresh_on_change=True`` and its source is ``table`` or a view that follows, and so do such columns
+    added to a following view (a chunk view's embedding), after its refresh.  The views come in breadth-first
+    order from ``table``, so each one's source is refreshed before it.
     """
-    from geneva_provider.core.functions.udf import udf_column_info
-
-    columns = [f.name for f in schemas[table]
-               if (info := udf_column_info(f.metadata)) is not None and info.auto_backfill] if table in schemas else []
+    columns = _auto_backfill_columns(schemas[table]) if table in schemas else []
     sources = {name: src for name, schema in schemas.items() if (src := view_source_of(schema)) is not None
                and _decoded(schema.metadata).get(META_REFRESH_ON_CHANGE) == "true"}
     views: list[tuple[str, str]] = []
@@ -119,7 +118,20 @@ def change_followers(table: str, schemas: Mapping[str, Any]) -> ChangeFollowers:
         nxt = sorted(v for v, s in sources.items() if s in frontier and v not in {w for w, _ in views} and v != table)
         views += [(v, sources[v]) for v in nxt]
         frontier = nxt
-    return ChangeFollowers(table=table, columns=columns, views=views)
+    view_columns = [(v, c) for v, _ in views for c in _auto_backfill_columns(schemas[v])]
+    return ChangeFollowers(table=table, columns=columns, views=views, view_columns=view_columns)
+
+
+def _auto_backfill_columns(schema: Any) -> list[str]:
+    """The ``auto_backfill`` UDF columns of a table or view, but not a query view's own UDF columns (its
+    refresh computes those): the columns ``add_columns`` put on it."""
+    from geneva_provider.core.functions.udf import udf_column_info
+    from geneva_provider.core.views.meta import META_QUERY, StoredViewQuery
+
+    md = _decoded(schema.metadata)
+    query = set(StoredViewQuery.model_validate_json(md[META_QUERY]).udf_columns) if META_QUERY in md else set()
+    return [f.name for f in schema if f.name not in query
+            and (info := udf_column_info(f.metadata)) is not None and info.auto_backfill]
 
 
 def view_source_of(schema: Any) -> str | None:

@@ -181,13 +181,15 @@ def test_change_followers_are_auto_backfill_columns_and_chained_views(db, call_d
     src.add_columns({"y": counting_double(call_dir), "z": triple})
     evens = db.create_materialized_view("evens", src.search(None).where("x % 2 = 0").select({"x": "x"}),
                                         refresh_on_change=True)
-    db.create_materialized_view("big_evens", evens.search(None).where("x > 10").select({"x": "x"}),
-                                refresh_on_change=True)
+    big = db.create_materialized_view("big_evens", evens.search(None).where("x > 10").select({"x": "x", "t": triple}),
+                                      refresh_on_change=True)
+    big.add_columns({"t2": triple})  # the view's own column; "t" is its query's, which its refresh computes
     db.create_materialized_view("by_hand", src.search(None).select({"x": "x"}))
     schemas = {name: db.open_table(name).schema for name in db.table_names()}
     followers = change_followers("src", schemas)
     assert followers.columns == ["z"]
     assert followers.views == [("evens", "src"), ("big_evens", "evens")]
+    assert followers.view_columns == [("big_evens", "t2")]
     assert change_followers("evens", schemas).views == [("big_evens", "evens")]
     with pytest.raises(InvalidArgumentError, match="refresh_on_change must be True or False"):
         db.create_materialized_view("bad", src.search(None).select({"x": "x"}), refresh_on_change="yes")

@@ -83,7 +83,7 @@ class UDF(UserFunction):
     concurrency: int = 1  # calls in flight at once in each Spark task (for UDFs that wait on I/O)
     job_defaults: dict[str, int] = field(default_factory=dict)  # sizes of JOB_DEFAULTS a backfill may override
     field_metadata: dict[str, str] = field(default_factory=dict)  # the user's own keys on the column's Arrow field
-    auto_backfill: bool = False  # recorded for the reference's managed agent; nothing here acts on it
+    auto_backfill: bool = False  # table_change_dag() backfills the column after each change of its table
     multi_output: bool = False  # ``-> Columns[T]``: each field of the struct ``data_type`` is a column of its own
     array_params: tuple[int, ...] = ()  # parameters annotated ``np.ndarray``: a list value comes as a numpy array
     manifest: Any = None  # a GenevaManifest shipped to the workers of every job computing the column
