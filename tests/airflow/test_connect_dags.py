@@ -168,7 +168,8 @@ def test_a_server_whose_workers_cannot_run_the_stages_fails_before_any_work(tmp_
     assert dr.state == "failed" and states["backfill_y.apply"] == "failed", states
     assert tis["backfill_y.apply"].try_number == 1
     logs = _task_logs(capfd, caplog)
-    line = next((x for x in logs.splitlines() if "SparkEnvironmentError: " in x and "stage of plan" in x), logs[-3000:])
+    line = next((x for x in logs.splitlines() if "SparkEnvironmentError: " in x and "the apply stage of plan" in x),
+                logs[-3000:])
     assert "the apply stage of plan" in line and "pyarrow" in line, line
     assert "its Python workers cannot run the stages: ModuleNotFoundError" in line, line
     assert tbl.count_rows("y IS NOT NULL") == 0 and read_calls(tmp_path) == []

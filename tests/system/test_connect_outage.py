@@ -70,8 +70,7 @@ def _kill_server(server) -> float:
     return killed
 
 
-def _assert_failed_retryably_naming_the_server(outcome: dict, killed: float, server, capfd, caplog,
-                                               durable: bool = False) -> None:
+def _assert_failed_retryably_naming_the_server(outcome: dict, killed: float, server, capfd, caplog) -> None:
     import geneva_provider as gp
 
     outcome["thread"].join(STAGE_FAILS_WITHIN_SECONDS + 30)
@@ -85,12 +84,9 @@ def _assert_failed_retryably_naming_the_server(outcome: dict, killed: float, ser
     assert error.retryable
     assert f"lost the Spark Connect server sc://127.0.0.1:{server.port}" in str(error), str(error)
     # The stage's last progress line says why, however soon it failed (and so do the lines while the client was
-    # retrying, instead of a healthy-looking RUNNING); a durable stage's runner says it as it ends.
-    said = (rf"FAILED, but the Spark Connect server sc://127\.0\.0\.1:{server.port} is unreachable \(.*\) for "
-            rf"\d+s; giving up" if not durable else
-            rf"stage of plan \S+ ended: failed: SparkServerUnreachableError: lost the Spark Connect server "
-            rf"sc://127\.0\.0\.1:{server.port}")
-    assert re.search(said, logs), logs[-3000:]
+    # retrying, instead of a healthy-looking RUNNING).
+    assert re.search(rf"FAILED, but the Spark Connect server sc://127\.0\.0\.1:{server.port} is unreachable "
+                     rf"\(.*\) for \d+s; giving up", logs), logs[-3000:]
 
 
 def _daemon_directories(server_pid: int) -> set[str]:
@@ -305,7 +301,7 @@ def test_a_server_killed_under_running_jobs_fails_each_soon_and_their_reruns_res
     policies = sessions["api"].client.get_retry_policies()
     try:
         running = {
-            # the stage in the task process here; write+commit's kill below is under a durable stage's runner
+            # the stage in the task process (durable=False), whose progress lines this test reads
             "operators": _run_in_thread(GenevaSparkApplyOperator(task_id="apply", plan=op_plan, durable=False)),
             "api": _in_thread(lambda: stages.run_apply(api_plan.plan_uri, sessions["api"],
                                                        api_tbl.ref.storage_options)),
@@ -387,7 +383,8 @@ def test_a_server_killed_under_running_jobs_fails_each_soon_and_their_reruns_res
         for d in calls.values():
             clear_calls(d)
         writing = {
-            "operators": _run_in_thread(GenevaSparkWriteCommitOperator(task_id="write_commit", plan=op_plan)),
+            "operators": _run_in_thread(GenevaSparkWriteCommitOperator(task_id="write_commit", plan=op_plan,
+                                                                       durable=False)),
             "api": _in_thread(lambda: stages.run_write_commit(api_plan.plan_uri, spark, api_tbl.ref.storage_options)),
         }
         for tbl, job_id in ((op_tbl, op_plan["job_id"]), (api_tbl, api_plan.job_id)):
@@ -395,7 +392,7 @@ def test_a_server_killed_under_running_jobs_fails_each_soon_and_their_reruns_res
                       120, f"a first commit to {tbl.name}")
         assert not [name for name, outcome in writing.items() if "ended" in outcome]
         killed = killable_server.kill()
-        _assert_failed_retryably_naming_the_server(writing["operators"], killed, server, capfd, caplog, durable=True)
+        _assert_failed_retryably_naming_the_server(writing["operators"], killed, server, capfd, caplog)
         _assert_lost_server_soon(writing["api"], killed, server.port, capfd, "run_write_commit")
         assert spark.client.get_retry_policies() == policies
     finally:
