@@ -74,6 +74,18 @@ def test_lance_store_files_are_one_per_key_with_no_leftovers(tmp_path):
     assert (root, key) == (str(tmp_path / "ck"), "k1")
 
 
+def test_a_store_the_storage_fails_under_raises_an_os_error_a_retry_can_fix(tmp_path):
+    """Lance reports the failure as a RuntimeError; the store says OSError, which the retry policy retries."""
+    from geneva_provider.hooks.errors import retry_policy
+
+    (tmp_path / "ck").write_text("a file where the store's directory should be")
+    store = LanceCheckpointStore(str(tmp_path / "ck"))
+    with pytest.raises(OSError, match=r"cannot look up k1 in .*ck: LanceError\(IO\).*Not a directory") as err:
+        "k1" in store  # noqa: B015
+    decision = retry_policy().evaluate(exception=err.value, try_number=1, max_tries=3, context=None)
+    assert decision.action.value == "retry" and "an I/O error" in decision.reason
+
+
 def test_range_arithmetic():
     assert missing_ranges(100, []) == [(0, 100)]
     assert missing_ranges(100, [(0, 10), (20, 30), (25, 40)]) == [(10, 20), (40, 100)]

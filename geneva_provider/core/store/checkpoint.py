@@ -201,7 +201,14 @@ class LanceCheckpointStore(CheckpointStore):
                                          f"{type(exc).__name__}: {lance_reason(exc)}") from None
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self._session.contains(key + KEY_SUFFIX)
+        if not isinstance(key, str):
+            return False
+        try:
+            return self._session.contains(key + KEY_SUFFIX)
+        except RuntimeError as exc:
+            if (io_error := _io_error(exc, f"cannot look up {key} in {self._root}")) is None:
+                raise
+            raise io_error from None
 
     def list_keys(self, prefix: str = "") -> list[str]:
         if self._local is not None:
@@ -217,6 +224,18 @@ class LanceCheckpointStore(CheckpointStore):
     def delete(self, key: str) -> None:
         if key in self:
             self._session.delete_file(key + KEY_SUFFIX)
+
+
+def _io_error(exc: RuntimeError, what: str) -> OSError | None:
+    """Lance's I/O failure (a ``RuntimeError`` whose message starts ``LanceError(IO)``) as the ``OSError`` it is;
+    None for any other ``RuntimeError``.
+
+    The storage failing is not the caller's bug: as an ``OSError`` it is what a retry can fix (the Airflow
+    surface's retry policy retries I/O errors, and Lance's file session reports them as ``RuntimeError``).
+    """
+    if not str(exc).startswith("LanceError(IO)"):
+        return None
+    return OSError(f"checkpoint store: {what}: {lance_reason(exc)}")
 
 
 def open_store(uri: str, storage_options: dict[str, str] | None = None) -> CheckpointStore:
