@@ -29,7 +29,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,23 +38,16 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from headless import chromium, free_port  # beside this script
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 DAG_FILE = REPO / "dags_examples" / "on_change_chunks_embeddings.py"
 DAG_ID = "geneva_on_change_chunks_embeddings"
 GROUPS = ["refresh_chunks", "embed_chunks"]  # the task groups shown expanded
 AIRFLOW = Path(sys.executable).parent / "airflow"
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SERVER_SECONDS = 180.0  # the api-server's start and the DAG's first parse, on a busy machine
 GRAPH_SECONDS = 60.0
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def environment(workdir: Path, port: int) -> dict[str, str]:
@@ -141,41 +133,27 @@ def stop_airflow(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait(timeout=10)
 
 
-def take_screenshot(base: str, chromium: str, out: Path, profile: Path) -> Path:
+def take_screenshot(base: str, chromium_path: str, out: Path, profile: Path) -> Path:
     """Opens the DAG's Graph view (groups expanded, set the way the UI keeps them: in local storage) and shoots
     the graph once every task's node is drawn."""
-    from playwright.sync_api import sync_playwright
-
     shot = out / "on-change-dag-graph.png"
     # The Graph view, both groups open, and the DAG's "immediate" dependencies: the watched Asset it is scheduled on.
     storage = {"default_dag_view": json.dumps("graph"), f"{DAG_ID}/open-groups": json.dumps(GROUPS),
                f"dependencies-{DAG_ID}": json.dumps("immediate")}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch_persistent_context(profile, executable_path=chromium, headless=True,
-                                                        args=CHROMIUM_FLAGS, viewport={"width": 1900, "height": 700},
-                                                        color_scheme="light", device_scale_factor=2)
+    with chromium(chromium_path, profile, "dag-graph-screenshot-failed.png", viewport={"width": 1900, "height": 700},
+                  color_scheme="light", device_scale_factor=2) as browser:
         browser.add_init_script(f"for (const [k, v] of Object.entries({json.dumps(storage)})) "
                                 "localStorage.setItem(k, v);")
         page = browser.new_page()
-        try:
-            page.goto(f"{base}/dags/{DAG_ID}")
-            graph = page.locator(".react-flow")
-            graph.wait_for(timeout=GRAPH_SECONDS * 1000)
-            # Every task of both groups and the watched Asset are drawn (a node names them), then the layout settles.
-            for task in ("plan", "apply", "write_commit", "verify", "chunks_refreshed",
-                         "lance.lance_default.articles"):
-                graph.get_by_text(task, exact=True).first.wait_for(timeout=GRAPH_SECONDS * 1000)
-            page.wait_for_timeout(2_000)
-            _fit(page)
-            page.screenshot(path=shot, clip=_around(page.locator(".react-flow__node")))
-        except Exception:
-            failed = Path(tempfile.gettempdir()) / "dag-graph-screenshot-failed.png"
-            with suppress(Exception):
-                page.screenshot(path=failed, full_page=True)
-                print(f"the page when it failed: {failed}", file=sys.stderr)
-            raise
-        finally:
-            browser.close()
+        page.goto(f"{base}/dags/{DAG_ID}")
+        graph = page.locator(".react-flow")
+        graph.wait_for(timeout=GRAPH_SECONDS * 1000)
+        # Every task of both groups and the watched Asset are drawn (a node names them), then the layout settles.
+        for task in ("plan", "apply", "write_commit", "verify", "chunks_refreshed", "lance.lance_default.articles"):
+            graph.get_by_text(task, exact=True).first.wait_for(timeout=GRAPH_SECONDS * 1000)
+        page.wait_for_timeout(2_000)
+        _fit(page)
+        page.screenshot(path=shot, clip=_around(page.locator(".react-flow__node")))
     return shot
 
 

@@ -31,7 +31,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,11 +40,11 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from headless import chromium, free_port  # beside this script
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 NOTEBOOK = HERE / "progress.ipynb"
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # tqdm's text beside the bar mid-run: "6.00k/20.0k [00:05<00:09, 1.20krows/s, apply]"
 MID_RUN = re.compile(r"\d[\d.]*k?/20\.0k \[\d\d:\d\d<\d\d:\d\d, [\d.]+k?rows/s")
 # JupyterLab's settings for the run: no "Jupyter news?" toast, no "Select Kernel" dialog.
@@ -53,13 +52,6 @@ SETTINGS = {"apputils-extension/notification": {"fetchNews": "false", "checkForU
             "notebook-extension/tracker": {"autoStartDefaultKernel": True}}
 SERVER_SECONDS = 60.0
 RUN_SECONDS = 120.0
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_server(workdir: Path, port: int, token: str) -> subprocess.Popen[bytes]:
@@ -121,46 +113,33 @@ def stop_server(server: subprocess.Popen[bytes], base: str, token: str) -> None:
         server.wait(timeout=10)
 
 
-def take_screenshots(url: str, chromium: str, out: Path, profile: Path) -> list[Path]:
+def take_screenshots(url: str, chromium_path: str, out: Path, profile: Path) -> list[Path]:
     """Opens the notebook, runs all cells and shoots the backfill's cell mid-run and once done."""
-    from playwright.sync_api import sync_playwright
-
     shots: list[Path] = []
-    with sync_playwright() as pw:
-        # A fresh, empty profile in the temp dir; the flags keep Chromium off the network (env notes).
-        browser = pw.chromium.launch_persistent_context(profile, executable_path=chromium, headless=True,
-                                                        args=CHROMIUM_FLAGS, viewport={"width": 1100, "height": 900})
-        try:
-            page = browser.new_page()
-            page.goto(url)
-            page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=60_000)
-            _start_kernel(page)
-            _run_all_cells(page)
-            cell = page.locator(".jp-CodeCell").filter(has=page.locator(".widget-hprogress"))
-            cell.wait_for(timeout=RUN_SECONDS * 1000)
-            page.locator(".jp-MarkdownCell").first.click()  # the shots show no cell as selected
-            deadline = time.monotonic() + RUN_SECONDS
-            while not (MID_RUN.search(_text(cell)) and 0.3 <= _filled(cell) <= 0.7):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the widget never showed a partly filled bar: {_text(cell)!r}")
-                page.wait_for_timeout(200)
-            print("mid-run:", _text(cell))
-            shots.append(out / "progress-jupyter.png")
-            cell.screenshot(path=shots[-1])
+    with chromium(chromium_path, profile, "progress-screenshot-failed.png",
+                  viewport={"width": 1100, "height": 900}) as browser:
+        page = browser.new_page()
+        page.goto(url)
+        page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=60_000)
+        _start_kernel(page)
+        _run_all_cells(page)
+        cell = page.locator(".jp-CodeCell").filter(has=page.locator(".widget-hprogress"))
+        cell.wait_for(timeout=RUN_SECONDS * 1000)
+        page.locator(".jp-MarkdownCell").first.click()  # the shots show no cell as selected
+        deadline = time.monotonic() + RUN_SECONDS
+        while not (MID_RUN.search(_text(cell)) and 0.3 <= _filled(cell) <= 0.7):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the widget never showed a partly filled bar: {_text(cell)!r}")
+            page.wait_for_timeout(200)
+        print("mid-run:", _text(cell))
+        shots.append(out / "progress-jupyter.png")
+        cell.screenshot(path=shots[-1])
 
-            # Done: the cell has run (its prompt shows a number) and its result is printed.
-            cell.locator(".jp-OutputArea-executeResult").wait_for(timeout=RUN_SECONDS * 1000)
-            print("done:", _text(cell))
-            shots.append(out / "progress-jupyter-done.png")
-            cell.screenshot(path=shots[-1])
-        except Exception:
-            failed = Path(tempfile.gettempdir()) / "progress-screenshot-failed.png"
-            with suppress(Exception):
-                page.screenshot(path=failed, full_page=True)
-                print(f"the page when it failed: {failed}", file=sys.stderr)
-            raise
-        finally:
-            browser.close()
+        # Done: the cell has run (its prompt shows a number) and its result is printed.
+        cell.locator(".jp-OutputArea-executeResult").wait_for(timeout=RUN_SECONDS * 1000)
+        print("done:", _text(cell))
+        shots.append(out / "progress-jupyter-done.png")
+        cell.screenshot(path=shots[-1])
     return shots
 
 
