@@ -19,7 +19,8 @@ Where in the cron's minute the write lands decides the cron's figure, so the rou
 over the minute: round i of n writes at the second ``60 * (i - 1) / n`` of a minute of the wall clock (rounds
 started as soon as the one before ended would all land just after a cron run, and measure its worst case).
 A warm-up round (not counted) comes first: the first Spark stages of a fresh
-server are slower than the rest.  Prints each round's figures, then the median and p90 of each side.
+server are slower than the rest.  Prints each round's figures, then the median and p90 of each side, and how
+many cores other processes used meanwhile (``machine_load.py``; the deployment is this process's tree).
 
 Run ``.venv/bin/python benchmarks/watch_latency_bench.py`` from the repo root (``--rounds 10``, ``--rows 1000``;
 ``--keep`` keeps the temp dir with the Airflow home, the component and task logs).  Everything it starts is
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from machine_load import LoadMeter  # beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.system.test_scheduler: the deployment the system tests start
@@ -214,6 +216,7 @@ def main() -> None:
         start += args.rows
         print(f"warm-up round (not counted): watcher {warm[WATCHED]:.1f}s, cron {warm[CRON]:.1f}s", flush=True)
         figures: list[dict[str, float]] = []
+        meter, t_rounds = LoadMeter(), time.monotonic()
         print(f"{'round':>5}  {'written at :ss':>14}  {'watcher (s)':>11}  {'1-min cron (s)':>14}", flush=True)
         for n in range(1, args.rounds + 1):
             figures.append(one_round(stack, start, args.rows, second=60.0 * (n - 1) / args.rounds))
@@ -224,8 +227,10 @@ def main() -> None:
         cron = [f[CRON] for f in figures]
         print(f"{'median':>6} {'':>15} {statistics.median(watched):>11.1f}  {statistics.median(cron):>14.1f}")
         print(f"{'p90':>6} {'':>15} {p90(watched):>11.1f}  {p90(cron):>14.1f}")
+        load = meter.load(time.monotonic() - t_rounds)
         print(f"(seconds from an outside commit of {args.rows} rows to every new row's UDF value being readable, "
-              f"{args.rounds} rounds; watcher poll_interval 2 s)")
+              f"{args.rounds} rounds; watcher poll_interval 2 s; meanwhile other processes used "
+              f"{'n/a' if load is None else f'{load.other_cores:.2f} cores, steal {load.steal_pct:.0f}%'})")
     finally:
         if stack is not None:
             spark_stop = threading.Thread(target=spark_server.stop)
