@@ -20,6 +20,16 @@ from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.functions.udf import UDF
 from geneva_provider.core.query_builder import GenevaQueryBuilder, UdfColumns, check_count
+from geneva_provider.core.vector_search import (
+    check_distance,
+    exact_nearest,
+    is_vector_type,
+    lance_query,
+    no_vector_column,
+    not_vectors,
+    query_vector,
+    ranks_exactly,
+)
 from geneva_provider.core.views.meta import ViewQuery, query_order
 
 if TYPE_CHECKING:
@@ -29,7 +39,6 @@ if TYPE_CHECKING:
     from geneva_provider.facade.table import Table
 
 DEFAULT_VECTOR_LIMIT = 10  # LanceDB's: a vector search without limit() reads the 10 nearest rows
-_METRICS = ("l2", "cosine", "dot", "hamming")
 
 
 class Query(GenevaQueryBuilder):
@@ -72,9 +81,9 @@ class Query(GenevaQueryBuilder):
         if self._vector is None:
             raise InvalidArgumentError(f"{self._subject()}: distance_type is for a vector search "
                                        "(table.search([...]))")
-        if distance_type not in _METRICS:
-            raise InvalidArgumentError(f"{self._subject()}: distance_type must be one of {list(_METRICS)}, got "
-                                       f"{distance_type!r}")
+        assert self._vector_column is not None
+        check_distance(f"search on table '{self._table.name}'", self._vector_column,
+                       self._schema().field(self._vector_column).type.value_type, self._vector, distance_type)
         return self._with(distance_type=distance_type)
 
     metric = distance_type  # LanceDB's older name
@@ -133,9 +142,13 @@ class Query(GenevaQueryBuilder):
         assert column is not None and self._vector is not None
         offset = self._offset or 0
         limit = self._limit if self._limit is not None else DEFAULT_VECTOR_LIMIT
-        rows = ds.to_table(columns=[*read, "_distance"], filter=self._where, prefilter=True,
-                           nearest={"column": column, "q": self._vector, "k": max(limit + offset, 1),
-                                    "metric": self._distance_type})
+        metric = self._distance_type
+        if ranks_exactly(ds, column, metric):  # float64 / integer vectors, which Lance ranks in float32 or refuses
+            rows = exact_nearest(ds, column, self._vector, metric, limit + offset, self._where, read)
+        else:
+            q = lance_query(self._vector, ds.schema.field(column).type.value_type, metric)
+            rows = ds.to_table(columns=[*read, "_distance"], filter=self._where, prefilter=True,
+                               nearest={"column": column, "q": q, "k": max(limit + offset, 1), "metric": metric})
         return rows.slice(offset, limit)
 
 def _renamed(rows: pa.Table, columns: dict[str, str]) -> pa.Table:
@@ -154,35 +167,25 @@ def vector_query(table: Table, query: Any, vector_column_name: str | None, datas
     """A vector search of ``query`` (a list or array of numbers) over ``vector_column_name``, or over the table's
     one vector column (a fixed-size list of floats; "vector" among several).  InvalidArgumentError /
     ColumnError naming the table, the column and the vector's length when they do not fit."""
-    import pyarrow as pa
-
     subject = f"search on table '{table.name}'"
     schema = dataset.schema
-    vectors = [f.name for f in schema if pa.types.is_fixed_size_list(f.type)
-               and (pa.types.is_floating(f.type.value_type) or pa.types.is_integer(f.type.value_type))]
+    vectors = [f.name for f in schema if is_vector_type(f.type)]
     if vector_column_name is None:
         if len(vectors) == 1 or "vector" in vectors:
             vector_column_name = vectors[0] if len(vectors) == 1 else "vector"
+        elif vectors:
+            raise InvalidArgumentError(f"{subject}: several vector columns {vectors}: name one with "
+                                       "vector_column_name=")
         else:
-            raise InvalidArgumentError(f"{subject}: " + (
-                f"several vector columns {vectors}: name one with vector_column_name=" if vectors else
-                "the table has no vector column (a fixed-size list of floats)"))
+            raise no_vector_column(subject, schema)
     if not isinstance(vector_column_name, str) or vector_column_name not in schema.names:
         from geneva_provider.core.column_names import user_columns
 
         raise ColumnError(f"{subject}: vector column {vector_column_name!r} not found (columns: "
                           f"{user_columns(schema.names)})")
     if vector_column_name not in vectors:
-        raise InvalidArgumentError(f"{subject}: column '{vector_column_name}' holds "
-                                   f"{schema.field(vector_column_name).type}, not vectors (a fixed-size list of "
-                                   "floats)")
-    try:
-        vector = np.asarray(query, dtype=np.float32)
-    except (TypeError, ValueError):
-        vector = None
-    if vector is None or vector.ndim != 1 or not vector.size:
-        raise InvalidArgumentError(f"{subject}: the query must be None or a vector (a list or array of numbers), "
-                                   f"got {query!r}")
+        raise not_vectors(subject, vector_column_name, schema.field(vector_column_name).type)
+    vector = query_vector(query, subject)
     dim = schema.field(vector_column_name).type.list_size
     if vector.size != dim:
         raise InvalidArgumentError(f"{subject}: column '{vector_column_name}' holds vectors of {dim} values, the "
