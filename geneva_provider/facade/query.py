@@ -49,9 +49,11 @@ class Query(GenevaQueryBuilder):
     _seed: int | None = None
     _distance_type: str = "l2"
 
-    def __init__(self, table: Table, vector: np.ndarray | None = None, vector_column: str | None = None) -> None:
+    def __init__(self, table: Table, vector: np.ndarray | None = None, vector_column: str | None = None, *,
+                 version: int | None = None) -> None:
         self._table = table
         self._vector, self._vector_column = vector, vector_column
+        self._version = version  # the version of the table the query reads (its handle's checkout); None: latest
 
     def _source(self) -> str:
         return f"table '{self._table.name}'"
@@ -60,7 +62,10 @@ class Query(GenevaQueryBuilder):
         return f"{'vector ' if self._vector is not None else ''}query on {self._source()}"
 
     def _schema(self) -> pa.Schema:
-        return self._table.schema
+        return self._dataset().schema
+
+    def _dataset(self) -> Any:
+        return self._table.dataset(self._version)
 
     def select(self, columns: list[str] | dict[str, str | UDF]) -> Self:  # type: ignore[override]
         """Columns: source column names, or ``{"out": "src" | udf}`` (a UDF column: for a materialized view)."""
@@ -99,6 +104,11 @@ class Query(GenevaQueryBuilder):
     def table(self) -> Table:
         return self._table
 
+    @property
+    def version(self) -> int | None:
+        """The version of the table the query reads: its handle's checkout when it was built; None: the latest."""
+        return self._version
+
     def view_source(self, what: str) -> ViewQuery:
         """The query a view is made of; InvalidArgumentError naming ``what`` for a vector search, which a
         view cannot follow as its source changes."""
@@ -119,7 +129,7 @@ class Query(GenevaQueryBuilder):
             raise InvalidArgumentError(f"{subject}: it selects UDF column(s) {list(self._udf_columns)}, which are "
                                        "computed on Spark: make it a materialized view "
                                        "(db.create_materialized_view) and refresh it")
-        ds = self._table.dataset()
+        ds = self._dataset()
         check_where(ds, self._where, self._source())
         names = [n for n in ds.schema.names if not is_fingerprint_column(n)]
         columns = dict(self._columns) or {n: n for n in names}
@@ -190,4 +200,4 @@ def vector_query(table: Table, query: Any, vector_column_name: str | None, datas
     if vector.size != dim:
         raise InvalidArgumentError(f"{subject}: column '{vector_column_name}' holds vectors of {dim} values, the "
                                    f"query has {vector.size}")
-    return Query(table, vector, vector_column_name)
+    return Query(table, vector, vector_column_name, version=table.checked_out_version)
