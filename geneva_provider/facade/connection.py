@@ -141,11 +141,7 @@ class Connection:
         query.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
         spec = query.view_source(f"create_materialized_view '{name}'")
         _check_flag(refresh_on_change, "refresh_on_change", f"create_materialized_view '{name}'")
-        if refresh_on_change and query.version is not None:
-            raise InvalidArgumentError(
-                f"create_materialized_view '{name}': the query reads table '{query.table.name}' checked out at "
-                f"version {query.version}, and a view of it stays at that version; refresh_on_change needs a view "
-                "of the latest (build the query on a handle that is not checked out)")
+        _check_follows(query, refresh_on_change, f"create_materialized_view '{name}'")
         ref = create_view(self.catalog, name, query.table.ref, spec,
                           max_rows_per_fragment=max_rows_per_fragment, source_version=query.version)
         return _refreshed_on_change(Table(self, ref), refresh_on_change)
@@ -170,8 +166,9 @@ class Connection:
         source.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
         spec = source.view_source(f"create_udtf_view '{name}'")
         _check_flag(refresh_on_change, "refresh_on_change", f"create_udtf_view '{name}'")
+        _check_follows(source, refresh_on_change, f"create_udtf_view '{name}'")
         ref = create_udtf_view(self.catalog, name, source.table.ref, spec, udtf,
-                               max_rows_per_fragment=max_rows_per_fragment)
+                               max_rows_per_fragment=max_rows_per_fragment, source_version=source.version)
         return _refreshed_on_change(Table(self, ref), refresh_on_change)
 
     def refresh(self, name: str, *args: Any, **kwargs: Any) -> BackfillResult:
@@ -313,6 +310,15 @@ def connect(uri: str | os.PathLike[str], storage_options: dict[str, str] | None 
 
 
 _MODES = ("create", "overwrite", "exist_ok")
+
+
+def _check_follows(query: Query, refresh_on_change: bool, what: str) -> None:
+    """InvalidArgumentError when a view that stays at a checked-out version is asked to follow its source."""
+    if refresh_on_change and query.version is not None:
+        raise InvalidArgumentError(
+            f"{what}: the query reads table '{query.table.name}' checked out at version {query.version}, and a view "
+            "of it stays at that version; refresh_on_change needs a view of the latest (build the query on a "
+            "handle that is not checked out)")
 
 
 def _check_flag(value: Any, name: str, what: str) -> None:

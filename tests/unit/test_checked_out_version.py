@@ -14,8 +14,10 @@ import pytest
 
 import geneva_provider as gp
 from geneva_provider.core.views.meta import SOURCE_ROW_ID, view_info
+from geneva_provider.core.views.udtf_meta import udtf_view_state
 from geneva_provider.stages import InProcessRunner
-from tests.helpers import counting_double, events_table
+from tests.helpers import counting_double, counting_split, events_table
+from tests.unit.test_udtf_views import doc_text, docs_table
 
 
 def column_rows(report) -> dict[str, tuple[int, int, int]]:
@@ -107,3 +109,34 @@ def test_a_view_of_the_latest_follows_the_source_and_refresh_on_change_needs_it(
         db.create_materialized_view("auto", tbl.search(None).select(["id"]), refresh_on_change=True)
     assert db.table_names() == ["events", "now"]
     assert pa.types.is_int64(view.schema.field("x").type)
+
+
+def test_a_chunker_view_of_a_checked_out_query_expands_that_version_and_stays_at_it(db, tmp_path):
+    calls = tmp_path / "split"
+    calls.mkdir()
+    docs = db.create_table("docs", docs_table(range(6)), stable_row_ids=True)
+    v1 = docs.version
+    docs.add(docs_table(range(6, 10)))
+    docs.delete("doc_id = 1")
+    latest = docs.version
+    runner = InProcessRunner(parallelism=1)
+    old = db.open_table("docs", version=v1)
+    view = db.create_udtf_view("chunks", source=old.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(calls)))
+    view.refresh(spark=runner)
+    parents = sorted(set(view.to_arrow(["doc_id"]).column("doc_id").to_pylist()))
+    assert parents == [i for i in range(6) if doc_text(i)] and 1 in parents  # v1's documents, doc 1 among them
+    assert udtf_view_state(view.schema.metadata, "chunks").base_version == v1
+    view.refresh(spark=runner)
+    assert udtf_view_state(view.schema.metadata, "chunks").base_version == v1
+    view.refresh(src_version=latest, spark=runner)
+    assert sorted(set(view.to_arrow(["doc_id"]).column("doc_id").to_pylist())) == \
+        [i for i in range(2, 10) if doc_text(i)]
+    docs.add(docs_table(range(10, 12)))
+    view.refresh(spark=runner)  # stays at the version it was moved to
+    assert udtf_view_state(view.schema.metadata, "chunks").base_version == latest
+    assert view.check().exact
+    with pytest.raises(gp.InvalidArgumentError, match=rf"create_udtf_view 'auto': the query reads table 'docs' "
+                                                      rf"checked out at version {v1}"):
+        db.create_udtf_view("auto", source=old, udtf=counting_split(str(calls)), refresh_on_change=True)
+    assert "auto" not in db.table_names()
