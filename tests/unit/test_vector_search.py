@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
+from geneva_provider.stages import InProcessRunner
 
 PARIS = np.array([48.8566, 2.3522])
 
@@ -155,6 +156,23 @@ def test_a_variable_length_list_column_is_refused_saying_how_to_declare_a_fixed_
                                                       r"pa.list_\(pa.float32\(\), N\)"):
         tbl.search([1.0, 2.0])
     assert tbl.version == before
+
+    # the spellings the hint shows declare vector columns a search reads
+    @gp.udf
+    def embed_fixed(x: int) -> pa.list_(pa.float32(), 2):  # type: ignore[valid-type]
+        return [float(x), 1.0]
+
+    @gp.udf(data_type=pa.list_(pa.float32(), 2))
+    def embed_typed(x: int) -> list[float]:
+        return [1.0, float(x)]
+
+    tbl.add_columns({"e3": embed_fixed, "e4": embed_typed})
+    for column in ("e3", "e4"):
+        tbl.backfill(column, spark=InProcessRunner(parallelism=1))
+    assert tbl.search([3.0, 1.0], vector_column_name="e3").select(["x"]).limit(1).to_list() == [
+        {"x": 3, "_distance": 0.0}]
+    assert tbl.search([1.0, 2.0], vector_column_name="e4").select(["x"]).limit(1).to_list() == [
+        {"x": 2, "_distance": 0.0}]
 
 
 def test_hamming_is_for_uint8_vectors_only_refused_naming_the_column_and_type(db):
