@@ -89,7 +89,7 @@ def check_distance(subject: str, column: str, value_type: pa.DataType, vector: n
                                        f"{vector.tolist()} holds values that are not integers from 0 to 255")
 
 
-def lance_query(vector: np.ndarray, value_type: pa.DataType, metric: str) -> np.ndarray:
+def lance_query(vector: np.ndarray, metric: str) -> np.ndarray:
     """The query vector as Lance's flat search takes it: bytes for hamming, float32 otherwise."""
     return vector.astype(np.uint8 if metric == "hamming" else np.float32)
 

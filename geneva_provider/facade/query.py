@@ -6,7 +6,8 @@ schema metadata; its UDF columns carry their pickled UDFs in the view's field me
 column), checking names against the source table as it goes.  A plain query reads the very rows, in the
 very order, that a materialized view of it holds; a vector query (``tbl.search([..])``) reads the
 nearest rows as LanceDB does, with their ``_distance``, exactly (a flat search) unless the column has a
-vector index.
+vector index -- a float64 or integer column in float64 (``core/vector_search.py``).  A query reads the version
+of the table its handle was checked out at when it was built (the latest when it was not).
 """
 
 from __future__ import annotations
@@ -156,9 +157,9 @@ class Query(GenevaQueryBuilder):
         if ranks_exactly(ds, column, metric):  # float64 / integer vectors, which Lance ranks in float32 or refuses
             rows = exact_nearest(ds, column, self._vector, metric, limit + offset, self._where, read)
         else:
-            q = lance_query(self._vector, ds.schema.field(column).type.value_type, metric)
             rows = ds.to_table(columns=[*read, "_distance"], filter=self._where, prefilter=True,
-                               nearest={"column": column, "q": q, "k": max(limit + offset, 1), "metric": metric})
+                               nearest={"column": column, "q": lance_query(self._vector, metric),
+                                        "k": max(limit + offset, 1), "metric": metric})
         return rows.slice(offset, limit)
 
 def _renamed(rows: pa.Table, columns: dict[str, str]) -> pa.Table:
