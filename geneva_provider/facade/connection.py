@@ -112,18 +112,24 @@ class Connection:
                                        f"{lance_reason(exc, 300)}") from None
         return Table(self, ref)
 
-    def open_table(self, name: str) -> Table:
-        """Opens an existing table; raises TableNotFoundError naming it otherwise."""
+    def open_table(self, name: str, version: int | None = None) -> Table:
+        """Opens an existing table; raises TableNotFoundError naming it otherwise.  With ``version``, the handle is
+        checked out at it (:meth:`Table.checkout`): it reads that version and refuses writes."""
         from geneva_provider.facade.table import Table
 
-        return Table(self, self.catalog.ref(name))
+        table = Table(self, self.catalog.ref(name))
+        if version is not None:
+            table.checkout(version)
+        return table
 
     def create_materialized_view(self, name: str, query: Query, *, max_rows_per_fragment: int | None = None,
                                  refresh_on_change: bool = False) -> Table:
         """Creates view ``name`` from ``table.search(None)...`` (placeholders only: call ``refresh()``).
 
         ``refresh_on_change=True`` is recorded on the view: a DAG of ``table_change_dag`` over its source
-        refreshes it after each change of the source (the reference's "auto-refresh").
+        refreshes it after each change of the source (the reference's "auto-refresh").  A query of a handle
+        checked out at a version makes a view of that version which stays at it: ``refresh()`` refreshes it at
+        that version, ``refresh(src_version=N)`` moves it to N (it cannot refresh on change).
         """
         from geneva_provider.facade.query import Query
         from geneva_provider.facade.table import Table
@@ -135,8 +141,9 @@ class Connection:
         query.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
         spec = query.view_source(f"create_materialized_view '{name}'")
         _check_flag(refresh_on_change, "refresh_on_change", f"create_materialized_view '{name}'")
+        _check_follows(query, refresh_on_change, f"create_materialized_view '{name}'")
         ref = create_view(self.catalog, name, query.table.ref, spec,
-                          max_rows_per_fragment=max_rows_per_fragment)
+                          max_rows_per_fragment=max_rows_per_fragment, source_version=query.version)
         return _refreshed_on_change(Table(self, ref), refresh_on_change)
 
     def create_udtf_view(self, name: str, source: Query | Table, udtf: Any, *,
@@ -159,8 +166,9 @@ class Connection:
         source.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
         spec = source.view_source(f"create_udtf_view '{name}'")
         _check_flag(refresh_on_change, "refresh_on_change", f"create_udtf_view '{name}'")
+        _check_follows(source, refresh_on_change, f"create_udtf_view '{name}'")
         ref = create_udtf_view(self.catalog, name, source.table.ref, spec, udtf,
-                               max_rows_per_fragment=max_rows_per_fragment)
+                               max_rows_per_fragment=max_rows_per_fragment, source_version=source.version)
         return _refreshed_on_change(Table(self, ref), refresh_on_change)
 
     def refresh(self, name: str, *args: Any, **kwargs: Any) -> BackfillResult:
@@ -302,6 +310,15 @@ def connect(uri: str | os.PathLike[str], storage_options: dict[str, str] | None 
 
 
 _MODES = ("create", "overwrite", "exist_ok")
+
+
+def _check_follows(query: Query, refresh_on_change: bool, what: str) -> None:
+    """InvalidArgumentError when a view that stays at a checked-out version is asked to follow its source."""
+    if refresh_on_change and query.version is not None:
+        raise InvalidArgumentError(
+            f"{what}: the query reads table '{query.table.name}' checked out at version {query.version}, and a view "
+            "of it stays at that version; refresh_on_change needs a view of the latest (build the query on a "
+            "handle that is not checked out)")
 
 
 def _check_flag(value: Any, name: str, what: str) -> None:

@@ -6,7 +6,8 @@ schema metadata; its UDF columns carry their pickled UDFs in the view's field me
 column), checking names against the source table as it goes.  A plain query reads the very rows, in the
 very order, that a materialized view of it holds; a vector query (``tbl.search([..])``) reads the
 nearest rows as LanceDB does, with their ``_distance``, exactly (a flat search) unless the column has a
-vector index.
+vector index -- a float64 or integer column in float64 (``core/vector_search.py``).  A query reads the version
+of the table its handle was checked out at when it was built (the latest when it was not).
 """
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ from geneva_provider.core.filters import check_where
 from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.functions.udf import UDF
 from geneva_provider.core.query_builder import GenevaQueryBuilder, UdfColumns, check_count
+from geneva_provider.core.vector_search import (
+    check_distance,
+    exact_nearest,
+    is_vector_type,
+    lance_query,
+    no_vector_column,
+    not_vectors,
+    query_vector,
+    ranks_exactly,
+)
 from geneva_provider.core.views.meta import ViewQuery, query_order
 
 if TYPE_CHECKING:
@@ -29,7 +40,6 @@ if TYPE_CHECKING:
     from geneva_provider.facade.table import Table
 
 DEFAULT_VECTOR_LIMIT = 10  # LanceDB's: a vector search without limit() reads the 10 nearest rows
-_METRICS = ("l2", "cosine", "dot", "hamming")
 
 
 class Query(GenevaQueryBuilder):
@@ -40,9 +50,11 @@ class Query(GenevaQueryBuilder):
     _seed: int | None = None
     _distance_type: str = "l2"
 
-    def __init__(self, table: Table, vector: np.ndarray | None = None, vector_column: str | None = None) -> None:
+    def __init__(self, table: Table, vector: np.ndarray | None = None, vector_column: str | None = None, *,
+                 version: int | None = None) -> None:
         self._table = table
         self._vector, self._vector_column = vector, vector_column
+        self._version = version  # the version of the table the query reads (its handle's checkout); None: latest
 
     def _source(self) -> str:
         return f"table '{self._table.name}'"
@@ -51,7 +63,10 @@ class Query(GenevaQueryBuilder):
         return f"{'vector ' if self._vector is not None else ''}query on {self._source()}"
 
     def _schema(self) -> pa.Schema:
-        return self._table.schema
+        return self._dataset().schema
+
+    def _dataset(self) -> Any:
+        return self._table.dataset(self._version)
 
     def select(self, columns: list[str] | dict[str, str | UDF]) -> Self:  # type: ignore[override]
         """Columns: source column names, or ``{"out": "src" | udf}`` (a UDF column: for a materialized view)."""
@@ -72,9 +87,9 @@ class Query(GenevaQueryBuilder):
         if self._vector is None:
             raise InvalidArgumentError(f"{self._subject()}: distance_type is for a vector search "
                                        "(table.search([...]))")
-        if distance_type not in _METRICS:
-            raise InvalidArgumentError(f"{self._subject()}: distance_type must be one of {list(_METRICS)}, got "
-                                       f"{distance_type!r}")
+        assert self._vector_column is not None
+        check_distance(f"search on table '{self._table.name}'", self._vector_column,
+                       self._schema().field(self._vector_column).type.value_type, self._vector, distance_type)
         return self._with(distance_type=distance_type)
 
     metric = distance_type  # LanceDB's older name
@@ -89,6 +104,11 @@ class Query(GenevaQueryBuilder):
     @property
     def table(self) -> Table:
         return self._table
+
+    @property
+    def version(self) -> int | None:
+        """The version of the table the query reads: its handle's checkout when it was built; None: the latest."""
+        return self._version
 
     def view_source(self, what: str) -> ViewQuery:
         """The query a view is made of; InvalidArgumentError naming ``what`` for a vector search, which a
@@ -110,7 +130,7 @@ class Query(GenevaQueryBuilder):
             raise InvalidArgumentError(f"{subject}: it selects UDF column(s) {list(self._udf_columns)}, which are "
                                        "computed on Spark: make it a materialized view "
                                        "(db.create_materialized_view) and refresh it")
-        ds = self._table.dataset()
+        ds = self._dataset()
         check_where(ds, self._where, self._source())
         names = [n for n in ds.schema.names if not is_fingerprint_column(n)]
         columns = dict(self._columns) or {n: n for n in names}
@@ -133,9 +153,13 @@ class Query(GenevaQueryBuilder):
         assert column is not None and self._vector is not None
         offset = self._offset or 0
         limit = self._limit if self._limit is not None else DEFAULT_VECTOR_LIMIT
-        rows = ds.to_table(columns=[*read, "_distance"], filter=self._where, prefilter=True,
-                           nearest={"column": column, "q": self._vector, "k": max(limit + offset, 1),
-                                    "metric": self._distance_type})
+        metric = self._distance_type
+        if ranks_exactly(ds, column, metric):  # float64 / integer vectors, which Lance ranks in float32 or refuses
+            rows = exact_nearest(ds, column, self._vector, metric, limit + offset, self._where, read)
+        else:
+            rows = ds.to_table(columns=[*read, "_distance"], filter=self._where, prefilter=True,
+                               nearest={"column": column, "q": lance_query(self._vector, metric),
+                                        "k": max(limit + offset, 1), "metric": metric})
         return rows.slice(offset, limit)
 
 def _renamed(rows: pa.Table, columns: dict[str, str]) -> pa.Table:
@@ -154,37 +178,27 @@ def vector_query(table: Table, query: Any, vector_column_name: str | None, datas
     """A vector search of ``query`` (a list or array of numbers) over ``vector_column_name``, or over the table's
     one vector column (a fixed-size list of floats; "vector" among several).  InvalidArgumentError /
     ColumnError naming the table, the column and the vector's length when they do not fit."""
-    import pyarrow as pa
-
     subject = f"search on table '{table.name}'"
     schema = dataset.schema
-    vectors = [f.name for f in schema if pa.types.is_fixed_size_list(f.type)
-               and (pa.types.is_floating(f.type.value_type) or pa.types.is_integer(f.type.value_type))]
+    vectors = [f.name for f in schema if is_vector_type(f.type)]
     if vector_column_name is None:
         if len(vectors) == 1 or "vector" in vectors:
             vector_column_name = vectors[0] if len(vectors) == 1 else "vector"
+        elif vectors:
+            raise InvalidArgumentError(f"{subject}: several vector columns {vectors}: name one with "
+                                       "vector_column_name=")
         else:
-            raise InvalidArgumentError(f"{subject}: " + (
-                f"several vector columns {vectors}: name one with vector_column_name=" if vectors else
-                "the table has no vector column (a fixed-size list of floats)"))
+            raise no_vector_column(subject, schema)
     if not isinstance(vector_column_name, str) or vector_column_name not in schema.names:
         from geneva_provider.core.column_names import user_columns
 
         raise ColumnError(f"{subject}: vector column {vector_column_name!r} not found (columns: "
                           f"{user_columns(schema.names)})")
     if vector_column_name not in vectors:
-        raise InvalidArgumentError(f"{subject}: column '{vector_column_name}' holds "
-                                   f"{schema.field(vector_column_name).type}, not vectors (a fixed-size list of "
-                                   "floats)")
-    try:
-        vector = np.asarray(query, dtype=np.float32)
-    except (TypeError, ValueError):
-        vector = None
-    if vector is None or vector.ndim != 1 or not vector.size:
-        raise InvalidArgumentError(f"{subject}: the query must be None or a vector (a list or array of numbers), "
-                                   f"got {query!r}")
+        raise not_vectors(subject, vector_column_name, schema.field(vector_column_name).type)
+    vector = query_vector(query, subject)
     dim = schema.field(vector_column_name).type.list_size
     if vector.size != dim:
         raise InvalidArgumentError(f"{subject}: column '{vector_column_name}' holds vectors of {dim} values, the "
                                    f"query has {vector.size}")
-    return Query(table, vector, vector_column_name)
+    return Query(table, vector, vector_column_name, version=table.checked_out_version)

@@ -101,6 +101,11 @@ class Table:
         self.dataset(version)  # the version exists (InvalidArgumentError naming it), the table too
         self._version = version
 
+    @property
+    def checked_out_version(self) -> int | None:
+        """The version this handle is checked out at (:meth:`checkout`); None when it reads the latest."""
+        return self._version
+
     def checkout_latest(self) -> None:
         """Back to the latest version (ends :meth:`checkout`): reads see every commit again, writes are allowed."""
         self._version = None
@@ -314,12 +319,13 @@ class Table:
         A value is valid while its stored fingerprint equals that of its row's current inputs; a row whose inputs
         were updated since its backfill keeps its old value, counted stale, until the next backfill.  Judged
         here as that backfill's plan judges it -- the inputs are read and fingerprinted in this process, with no
-        Spark job and no change to the table.  ``print(tbl.status())`` shows a table.
+        Spark job and no change to the table.  ``print(tbl.status())`` shows a table.  A handle checked out at a
+        version (:meth:`checkout`) reports that version.
         """
         from geneva_provider.pipeline.table_report import table_report
 
-        self.dataset()  # TableNotFoundError if the table was dropped
-        return table_report(self.ref, self._conn.catalog.resolve)
+        # TableNotFoundError if the table was dropped
+        return table_report(self.ref, self._conn.catalog.resolve, self.dataset())
 
     # ------------------------------------------------------------------ queries and views
     def search(self, query: Any = None, vector_column_name: str | None = None, query_type: str = "auto") -> Query:
@@ -330,7 +336,9 @@ class Table:
         A vector (a list or array of numbers) is a nearest-neighbour search over ``vector_column_name``
         (default: the table's one vector column), as LanceDB's: the ``limit`` (default 10) nearest rows,
         nearest first, with a ``_distance`` column (squared L2 unless ``.distance_type(...)``); ``where``
-        filters before the search.  Exact without a vector index (Lance's flat search).
+        filters before the search.  Exact without a vector index (Lance's flat search; a float64 or integer column
+        ranked in float64).  A handle checked out at a version (:meth:`checkout`) makes queries of that version,
+        which they keep reading after ``checkout_latest()``, and a materialized view of one stays at it.
         """
         from geneva_provider.facade.query import Query, vector_query
 
@@ -343,7 +351,7 @@ class Table:
         if query is None:
             if query_type == "vector":
                 raise InvalidArgumentError(f"search on table '{self.name}': query_type 'vector' needs a vector")
-            return Query(self)
+            return Query(self, version=self._version)
         if isinstance(query, str):
             raise InvalidArgumentError(f"search on table '{self.name}': a text query is a full-text search, which "
                                        "this package does not do; pass None or a vector")

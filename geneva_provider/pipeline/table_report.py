@@ -22,14 +22,15 @@ if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
 
 
-def table_report(table: TableRef, resolve: TableResolver | None = None) -> TableReport:
-    """The table's version and rows, each UDF column's rows valid / stale / missing, and a view's lag.
+def table_report(table: TableRef, resolve: TableResolver | None = None, ds: Dataset | None = None) -> TableReport:
+    """The table's version and rows, each UDF column's rows valid / stale / missing, and a view's lag; of ``ds``,
+    the table at the version a handle is checked out at, when given (else the latest).
 
     What the table is, the job kind that makes its rows says (:func:`table_kind`): a view's kind names the source
     and version its rows hold; a kind that computes its UDF columns from that source (a query view's refresh) has
     them judged by the view's lag, not by fingerprints.
     """
-    ds = table.dataset()
+    ds = ds if ds is not None else table.dataset()
     kind = table_kind(ds.schema.metadata)
     held = kind.held_source(ds, table)
     lag: ViewLag | None = None

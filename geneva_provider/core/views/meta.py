@@ -23,9 +23,10 @@ SOURCE_ROW_ID = "__source_row_id"
 IS_SET = "__is_set"
 ROW_FINGERPRINT = fingerprint_column(None)  # a view row's fingerprint: of every source column the view reads
 # The schema-metadata keys; "source_next_row_id": source rows below this id have been considered.
-META_QUERY, META_BASE_TABLE, META_BASE_DB_URI, META_BASE_VERSION, META_VERSION, META_SCANNED_ROW_ID = (
+# "pinned" (a view made of a checked-out version): a refresh without a source version stays at the one it holds.
+META_QUERY, META_BASE_TABLE, META_BASE_DB_URI, META_BASE_VERSION, META_VERSION, META_SCANNED_ROW_ID, META_PINNED = (
     f"geneva::view::{key}" for key in ("query", "base_table", "base_table_db_uri", "base_table_version", "version",
-                                       "source_next_row_id"))
+                                       "source_next_row_id", "pinned"))
 
 
 class UdfColumnSpec(BaseModel):
@@ -145,6 +146,12 @@ class ViewInfo:
     base_table_version: int
     format: str
     next_row_id: int
+    pinned: bool = False
+
+    @property
+    def refresh_version(self) -> int | None:
+        """The source version a refresh without one refreshes at: the one a pinned view holds; None: the latest."""
+        return self.base_table_version if self.pinned else None
 
     @property
     def stable(self) -> bool:
@@ -152,9 +159,11 @@ class ViewInfo:
         return self.format == "2"
 
 
-def view_metadata(query: ViewQuery, base_version: int, stable: bool, next_row_id: int) -> dict[str, str]:
-    """The schema metadata that makes a table a view of ``query``."""
+def view_metadata(query: ViewQuery, base_version: int, stable: bool, next_row_id: int, *,
+                  pinned: bool = False) -> dict[str, str]:
+    """The schema metadata that makes a table a view of ``query`` (``pinned``: it stays at ``base_version``)."""
     return {
+        **({META_PINNED: "true"} if pinned else {}),
         META_QUERY: query.to_json(),
         META_BASE_TABLE: query.base_table,
         META_BASE_DB_URI: query.base_table_db_uri,
@@ -172,4 +181,5 @@ def view_info(schema_metadata: dict[Any, Any] | None, name: str) -> ViewInfo:
         raise InvalidArgumentError(f"table '{name}' is not a materialized view")
     return ViewInfo(query=StoredViewQuery.model_validate_json(md[META_QUERY]), base_table=md[META_BASE_TABLE],
                     base_table_db_uri=md[META_BASE_DB_URI], base_table_version=int(md[META_BASE_VERSION]),
-                    format=md[META_VERSION], next_row_id=int(md.get(META_SCANNED_ROW_ID, "0")))
+                    format=md[META_VERSION], next_row_id=int(md.get(META_SCANNED_ROW_ID, "0")),
+                    pinned=md.get(META_PINNED) == "true")

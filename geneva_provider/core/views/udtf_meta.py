@@ -35,6 +35,7 @@ META_UDTF_GENERATION = "geneva::udtf::generation"  # completed refreshes: names 
 META_UDTF_SOURCE_TXN = "geneva::udtf::source_transaction"  # the uuid of the held source version's commit
 META_UDTF_VIEW_VERSION = "geneva::udtf::view_version"  # the view's version when the metadata was written
 META_UDTF_FINGERPRINTS = "geneva::udtf::fingerprints"  # the DigestScheme of the parents' fingerprints
+META_UDTF_PINNED = "geneva::udtf::pinned_version"  # made of a checked-out source version: where it stays
 NOT_REFRESHED = -1
 
 
@@ -79,10 +80,19 @@ class UdtfViewState(BaseModel):
     source_transaction: str | None = None  # which table the held version belongs to (a re-created one differs)
     view_version: int | None = None       # rows created in the view after this came from an unfinished refresh
     fingerprints: DigestScheme = DigestScheme.BLAKE2B  # how its parents are fingerprinted (unrecorded: BLAKE2b)
+    pinned_version: int | None = None     # made of a checked-out source version: refreshed there until moved
 
     @property
     def refreshed(self) -> bool:
         return self.base_version != NOT_REFRESHED
+
+    @property
+    def refresh_version(self) -> int | None:
+        """The source version a refresh without one expands: a pinned view's (the one it holds once refreshed,
+        which ``refresh(src_version=N)`` moves); None: the latest."""
+        if self.pinned_version is None:
+            return None
+        return self.base_version if self.refreshed else self.pinned_version
 
     def seed(self) -> str:
         """What seeds a parent's fingerprint: the UDTF's version and the view's spec."""
@@ -111,14 +121,16 @@ def udtf_view_state(schema_metadata: dict[Any, Any] | None, name: str) -> UdtfVi
                          generation=int(md.get(META_UDTF_GENERATION, 0)),
                          source_transaction=md.get(META_UDTF_SOURCE_TXN) or None,
                          view_version=int(md[META_UDTF_VIEW_VERSION]) if META_UDTF_VIEW_VERSION in md else None,
-                         fingerprints=DigestScheme(md.get(META_UDTF_FINGERPRINTS, DigestScheme.BLAKE2B.value)))
+                         fingerprints=DigestScheme(md.get(META_UDTF_FINGERPRINTS, DigestScheme.BLAKE2B.value)),
+                         pinned_version=int(md[META_UDTF_PINNED]) if md.get(META_UDTF_PINNED) else None)
 
 
-def udtf_view_metadata(spec: UdtfViewSpec, pickle_b64: str) -> dict[str, str]:
+def udtf_view_metadata(spec: UdtfViewSpec, pickle_b64: str, pinned_version: int | None = None) -> dict[str, str]:
     """The schema metadata that makes a new table a UDTF view of ``spec`` (not refreshed yet), its parents
-    fingerprinted with XXH3."""
+    fingerprinted with XXH3; ``pinned_version``: made of that source version (a checked-out handle's query)."""
     return {META_UDTF_VIEW: spec.model_dump_json(), META_UDTF_PICKLE: pickle_b64,
-            META_UDTF_BASE_VERSION: str(NOT_REFRESHED), META_UDTF_FINGERPRINTS: DigestScheme.XXH3.value}
+            META_UDTF_BASE_VERSION: str(NOT_REFRESHED), META_UDTF_FINGERPRINTS: DigestScheme.XXH3.value,
+            **({META_UDTF_PINNED: str(pinned_version)} if pinned_version is not None else {})}
 
 
 def refreshed_metadata(base_version: int, pending: list[int], partitions: dict[str, int] | None, *,

@@ -93,7 +93,8 @@ def plan_query_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) 
     ds = view.dataset()
     info = view_info(ds.schema.metadata, view.name)
     source = view_source(view, info.base_table_db_uri, info.base_table, call.resolve)
-    src = readable_source(view.name, source, options.src_version, info.query.source_columns(), info.query.where)
+    version = options.src_version if options.src_version is not None else info.refresh_version
+    src = readable_source(view.name, source, version, info.query.source_columns(), info.query.where)
     if not info.stable and src.version != info.base_table_version:
         raise InvalidArgumentError(
             f"view '{view.name}' stores source row addresses (format 1), valid only at source version "

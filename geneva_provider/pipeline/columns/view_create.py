@@ -29,8 +29,12 @@ log = logging.getLogger(__name__)
 
 
 def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery, *,
-                max_rows_per_fragment: int | None = None) -> TableRef:
-    """Creates view ``name`` in ``catalog`` over ``source`` (placeholders only: refresh computes it)."""
+                max_rows_per_fragment: int | None = None, source_version: int | None = None) -> TableRef:
+    """Creates view ``name`` in ``catalog`` over ``source`` (placeholders only: refresh computes it).
+
+    ``source_version`` (a query of a handle checked out at it): the view is made of that version and pinned to it --
+    a refresh without a version refreshes at the one it holds -- else of the latest, which its refreshes follow.
+    """
     if not query.columns and not query.udf_columns:
         raise InvalidArgumentError(f"view '{name}': the query selects no columns; call .select(...)")
     if max_rows_per_fragment is not None and (not isinstance(max_rows_per_fragment, int)
@@ -39,7 +43,7 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
                                    f"{max_rows_per_fragment!r}")
     if catalog.exists(name):
         raise InvalidArgumentError(f"table '{name}' already exists in {catalog.uri}")
-    src = source.dataset()
+    src = source.dataset(source_version)
     check_where(src, query.where, f"view '{name}' on table '{source.name}'")
     stable = bool(src.has_stable_row_ids)
     if not stable:
@@ -49,7 +53,7 @@ def create_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery,
     ids, next_id = matching_row_ids(src, query.where, stable)
     ids = query.stored().rows(ids)
 
-    metadata = view_metadata(query, src.version, stable, next_id)
+    metadata = view_metadata(query, src.version, stable, next_id, pinned=source_version is not None)
     # Only __source_row_id is written; the view columns and __is_set start as all-NULL virtual
     # columns (NULL __is_set: not refreshed yet), so a refresh lands them as one new file per fragment.
     schema = pa.schema([pa.field(SOURCE_ROW_ID, pa.int64(), nullable=False)], metadata=metadata)

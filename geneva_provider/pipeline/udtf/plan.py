@@ -70,7 +70,8 @@ def plan_udtf_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) -
     state = udtf_view_state(ds.schema.metadata, view.name)
     spec = state.spec
     source = view_source(view, spec.base_table_db_uri, spec.base_table, call.resolve)
-    src = readable_source(view.name, source, options.src_version, spec.read_columns(), spec.where)
+    version = options.src_version if options.src_version is not None else state.refresh_version
+    src = readable_source(view.name, source, version, spec.read_columns(), spec.where)
     fn = load_udtf(state.pickle)
     seed = state.seed()
     work = UdtfWork(source_uri=source.uri, source_version=src.version, base_version=state.base_version,

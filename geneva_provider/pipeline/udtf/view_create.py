@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 
 
 def create_udtf_view(catalog: Catalog, name: str, source: TableRef, query: ViewQuery, fn: UDTF, *,
-                     max_rows_per_fragment: int | None = None) -> TableRef:
-    """Creates view ``name`` of ``fn`` over ``query`` on ``source`` (empty: ``refresh()`` expands it)."""
+                     max_rows_per_fragment: int | None = None, source_version: int | None = None) -> TableRef:
+    """Creates view ``name`` of ``fn`` over ``query`` on ``source`` (empty: ``refresh()`` expands it); of
+    ``source_version`` and pinned to it when given (a checked-out handle's query), else of the latest."""
     if not isinstance(fn, UDTF):
         raise UDFDefinitionError(f"create_udtf_view '{name}': udtf must be a @chunker or @udtf function, got {fn!r}")
     subject = f"view '{name}' of {fn.label}"
@@ -44,7 +45,7 @@ def create_udtf_view(catalog: Catalog, name: str, source: TableRef, query: ViewQ
     if shaped:
         raise InvalidArgumentError(f"{subject}: {', '.join(shaped)} is not supported on a UDTF view's source query "
                                    "(only where and select)")
-    src = source.dataset()
+    src = source.dataset(source_version)
     if not src.has_stable_row_ids:
         raise InvalidArgumentError(f"{subject}: source table '{source.name}' has no stable row ids, so its rows "
                                    "cannot be followed across updates and compaction; create it with "
@@ -82,7 +83,7 @@ def create_udtf_view(catalog: Catalog, name: str, source: TableRef, query: ViewQ
                         partition_by=fn.partition_by, max_rows_per_fragment=max_rows_per_fragment)
     fields = [pa.field(out, src.schema.field(col).type, nullable=True) for out, col in carried.items()]
     schema = pa.schema([*fields, *fn.output_schema, *spec.reserved_fields()],
-                       metadata=udtf_view_metadata(spec, fn.pickled_b64()))
+                       metadata=udtf_view_metadata(spec, fn.pickled_b64(), source_version))
     write_options: dict[str, Any] = {"enable_stable_row_ids": True}
     if max_rows_per_fragment:
         write_options["max_rows_per_file"] = max_rows_per_fragment
