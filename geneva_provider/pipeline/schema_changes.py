@@ -336,13 +336,21 @@ class UpdateColumns:
         return self
 
     def _landed_rename(self, path: str, rename: str) -> bool:
-        """True when column ``rename`` was ``path`` before a rename that landed: the rename records it, or (a rename
-        an older version of the package left half done) ``rename``'s fingerprint column still names ``path``."""
+        """True when column ``rename`` was ``path`` before a rename that landed: the rename records it, or an older
+        version of the package left it half done -- ``rename``'s fingerprint column still owned by ``path``, or
+        its multi-output group still naming ``path`` where ``rename`` now is."""
+        import json
+
         if rename not in self._schema.names:
             return False
-        if (self._schema.field(rename).metadata or {}).get(RENAMED_FROM.encode()) == path.encode():
+        metadata = self._schema.field(rename).metadata or {}
+        if metadata.get(RENAMED_FROM.encode()) == path.encode() or left_by_a_rename(self._schema, rename) == path:
             return True
-        return left_by_a_rename(self._schema, rename) == path
+        lead = metadata.get(META_OUTPUT_OF.encode())
+        if lead is not None and lead.decode() in self._schema.names:  # a member: its lead still lists ``path``
+            metadata = self._schema.field(lead.decode()).metadata or {}
+        outputs = json.loads(metadata.get(META_OUTPUTS.encode(), b"[]"))
+        return path in outputs and rename not in outputs
 
     def _check_rename(self, path: str, rename: str, is_udf: bool) -> None:
         name, names = self.table.name, self._schema.names

@@ -191,3 +191,25 @@ def test_a_group_member_is_not_made_non_nullable_or_retyped(grouped, alteration,
     assert grouped.version == version and grouped.schema == schema
     grouped.add(events_table(1, start=ROWS))  # add() still works
     assert _backfill(grouped, "p_right").rows_computed == 1
+
+
+@pytest.mark.parametrize(("renamed", "to"), [("p_right", "q"), ("p_left", "q")])
+def test_a_group_rename_an_older_version_left_half_done_is_named_by_the_backfill_and_finished_by_the_rerun(
+        grouped, renamed, to):
+    # What an older version's rename left: the columns renamed in Lance, the metadata naming them not.
+    moved = [{"path": renamed, "name": to}]
+    if renamed == "p_left":
+        moved.append({"path": fingerprint_column("p_left"), "name": fingerprint_column(to)})
+    grouped.dataset().alter_columns(*moved)
+    with pytest.raises(ColumnError, match=r"'events'.*UDF 'pair' computes the columns.*run that alter_columns again"):
+        _backfill(grouped, to)
+
+    grouped.alter_columns({"path": renamed, "rename": to})  # the rerun finishes it
+    columns = ["q", "p_right"] if renamed == "p_left" else ["p_left", "q"]
+    assert udf_column_info(grouped.schema.field(columns[0]).metadata).outputs == columns
+    assert _states(grouped) == {columns[0]: (ROWS, 0, 0)}
+    grouped.add(events_table(1, start=ROWS))
+    assert _backfill(grouped, to).rows_computed == 1
+    t = grouped.to_arrow(["x", *columns]).to_pydict()
+    assert t[columns[0]] == [x + 1 for x in t["x"]] and t[columns[1]] == [f"r{x}" for x in t["x"]]
+    grouped.dataset().validate()

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset, Fragment
 
 log = logging.getLogger(__name__)
+_HALF_RENAMED = ("renamed outside the package, or by an alter_columns an earlier version of the package left half "
+                 "done; run that alter_columns again to finish it")
 
 
 def plan_backfill(
@@ -65,10 +67,17 @@ def plan_backfill(
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"backfill of table '{table.name}': read_version {options.read_version}: "
                                    f"{exc}") from None
-    column = lead_column(ds.schema, column)  # any column of a multi-output group backfills the group
+    named, column = column, lead_column(ds.schema, column)  # any column of a multi-output group backfills the group
+    if named != column and column not in ds.schema.names:
+        raise ColumnError(f"column '{named}' of table '{table.name}' belongs to the multi-output group of column "
+                          f"'{column}', which is not in the table: {_HALF_RENAMED}")
     info = udf_with_inputs(ds, table.name, column)
     options = with_udf_defaults(options, info, job)
     outputs = info.columns(column)
+    gone = [c for c in outputs if c not in ds.schema.names]
+    if gone:
+        raise ColumnError(f"column '{column}' of table '{table.name}': UDF '{info.name}' computes the columns "
+                          f"{outputs} in one call, but {gone} are not in the table: {_HALF_RENAMED}")
     inputs = info.input_columns or []
     where = options.where or None
     check_where(ds, where, f"table '{table.name}'")
