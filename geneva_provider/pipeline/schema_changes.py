@@ -636,7 +636,6 @@ class UpdateColumns:
                                          commit_message=f"{OWN_COMMIT_PREFIX}schema change {uuid.uuid4().hex}").version
 
 
-
 def followed_metadata(metadata: Mapping[str, bytes], moves: Mapping[str, str]) -> dict[str, bytes] | None:
     """A field's metadata with every column name the package records in it -- a fingerprint column's owner, a
     group's columns, a group member's lead -- moved as ``moves`` renames them; None when none is moved."""

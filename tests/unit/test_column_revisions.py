@@ -45,14 +45,19 @@ class _Killed(BaseException):
     """The process dying: no ``except Exception`` on the way out catches it."""
 
 
-def _kill_after_first_commit(monkeypatch):
-    """Makes the next schema change "die" right after its first commit landed, as a SIGKILL would."""
+def _kill_after_first_commit(monkeypatch, commits: int = 1):
+    """Makes the next schema change "die" right after its first (or ``commits``-th) commit landed, as a SIGKILL
+    would."""
     real = schema_changes.commit
+    made = []
 
     def commit_then_die(*args, **kwargs):
         landed = real(*args, **kwargs)
-        monkeypatch.setattr(schema_changes, "commit", real)
-        raise _Killed(f"killed after the commit of version {landed.value}")
+        made.append(landed)
+        if len(made) == commits:
+            monkeypatch.setattr(schema_changes, "commit", real)
+            raise _Killed(f"killed after the commit of version {landed.value}")
+        return landed
 
     monkeypatch.setattr(schema_changes, "commit", commit_then_die)
 
@@ -121,18 +126,37 @@ def test_the_rerun_of_a_half_done_rename_finishes_it(tbl):
         tbl.alter_columns({"path": "y", "rename": "y3"})  # another alteration of a column that is gone
 
 
-def test_a_rename_and_a_revised_udf_land_together(tbl):
-    @gp.udf(data_type=pa.int64())
-    def triple(x: int) -> int:
-        return 3 * x
+@gp.udf(data_type=pa.int64())
+def triple(x: int) -> int:
+    return 3 * x
 
+
+def test_a_rename_and_a_revised_udf_land_together_and_their_rerun_after_a_kill_finds_them_landed(tbl, monkeypatch):
     version = tbl.version
-    tbl.alter_columns({"path": "y", "rename": "y2", "udf": triple})
+    _kill_after_first_commit(monkeypatch)
+    with pytest.raises(_Killed):
+        tbl.alter_columns({"path": "y", "rename": "y2", "udf": triple})
     assert tbl.version == version + 1
+    assert tbl.alter_columns({"path": "y", "rename": "y2", "udf": triple}) == version + 1 == tbl.version
     assert udf_column_info(tbl.schema.field("y2").metadata).name == "triple"
     assert _states(tbl) == {"y2": (0, ROWS, 0)}
     assert _backfill(tbl, "y2").rows_computed == ROWS
     assert tbl.to_arrow(["y2"]).column("y2").to_pylist() == [3 * x for x in range(ROWS)]
+
+
+@pytest.mark.parametrize("commits_before_the_kill", [1, 2])
+def test_a_plain_column_made_non_nullable_and_renamed_is_finished_by_the_rerun_after_a_kill(
+        db, monkeypatch, commits_before_the_kill):
+    t = db.create_table("events", events_table(ROWS), max_rows_per_file=3)
+    version = t.version
+    _kill_after_first_commit(monkeypatch, commits_before_the_kill)  # the nullability's commit, or the rename's
+    with pytest.raises(_Killed):
+        t.alter_columns({"path": "x", "rename": "x1", "nullable": False})
+    t.alter_columns({"path": "x", "rename": "x1", "nullable": False})
+    assert t.schema.names == ["id", "x1"] and not t.schema.field("x1").nullable
+    assert t.to_arrow(["x1"]).column("x1").to_pylist() == list(range(ROWS))
+    assert t.version == version + 2  # the nullability, then the rename: each landed once
+    t.dataset().validate()
 
 
 # ---------------------------------------------------------------------- multi-output groups
