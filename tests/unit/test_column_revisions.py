@@ -159,6 +159,20 @@ def test_a_plain_column_made_non_nullable_and_renamed_is_finished_by_the_rerun_a
     t.dataset().validate()
 
 
+def test_the_alter_columns_operator_run_again_after_its_rename_landed_succeeds_changing_nothing(lance_db):
+    from geneva_provider.operators.backfill import GenevaAlterColumnsOperator
+    from tests.helpers import context
+
+    t = lance_db.create_table("events", events_table(ROWS), max_rows_per_file=3)
+    t.add_columns({"y": double})
+    _backfill(t, "y")
+    op = GenevaAlterColumnsOperator(task_id="alter", table="events", alterations=[{"path": "y", "rename": "y2"}])
+    first = op.execute(context())
+    again = op.execute(context())  # a retry whose try before died after the commit
+    assert again["version"] == first["version"] == t.version
+    assert _states(t) == {"y2": (ROWS, 0, 0)}
+
+
 # ---------------------------------------------------------------------- multi-output groups
 @pytest.fixture
 def grouped(db):
