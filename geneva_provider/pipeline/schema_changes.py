@@ -304,7 +304,8 @@ class UpdateColumns:
         lead = lead_column(self._schema, path)
         info = udf_column_info(self._schema.field(lead).metadata) if lead in names else None
         group = info.columns(lead) if info is not None and info.outputs else None
-        computed = f"{where} is computed with {group} by UDF '{info.name}' in one call" if group and info else None
+        computed = f"{where} is in the multi-output group {group} that UDF '{info.name}' computes in one call" \
+            if group and info else None
         change: dict[str, Any] = {}
         if data_type is not None:
             if not isinstance(data_type, pa.DataType):

@@ -26,8 +26,9 @@ def test_a_group_renamed_member_by_member_backfills_exactly_the_new_rows(db, spa
     tbl.alter_columns({"path": "label", "rename": "name"})  # a member
     tbl.alter_columns({"path": "height", "rename": "tall"})  # the lead, with the group's fingerprint column
     version, schema = tbl.version, tbl.schema
-    with pytest.raises(ColumnError, match=r"column 'ratio' of table 'events' is computed with \['tall', 'name', "
-                                          r"'ratio'\] by UDF 'dims' in one call: it must stay nullable"):
+    with pytest.raises(ColumnError, match=r"column 'ratio' of table 'events' is in the multi-output group \['tall', "
+                                          r"'name', 'ratio'\] that UDF 'dims' computes in one call: it must stay "
+                                          r"nullable"):
         tbl.alter_columns({"path": "ratio", "nullable": False})
     assert tbl.version == version and tbl.schema == schema
     assert read_calls(call_dir) == [] and _states(tbl) == {"tall": (ROWS, 0, 0)}

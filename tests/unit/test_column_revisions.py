@@ -216,11 +216,14 @@ def test_a_whole_group_renamed_in_one_call_stays_one_group(grouped):
 
 
 @pytest.mark.parametrize(("alteration", "message"), [
-    ({"path": "p_right", "nullable": False}, r"column 'p_right' of table 'events' is computed with \['p_left', "
-                                             r"'p_right'\] by UDF 'pair' in one call: it must stay nullable"),
-    ({"path": "p_left", "nullable": False}, r"column 'p_left' of table 'events' .*UDF 'pair'.*must stay nullable"),
+    ({"path": "p_right", "nullable": False}, r"column 'p_right' of table 'events' is in the multi-output group "
+                                             r"\['p_left', 'p_right'\] that UDF 'pair' computes in one call: it must "
+                                             r"stay nullable"),
+    ({"path": "p_left", "nullable": False}, r"column 'p_left' of table 'events' is in the multi-output group "
+                                            r".*must stay nullable"),
     ({"path": "p_right", "data_type": pa.large_string()},
-     r"column 'p_right' of table 'events' is computed with \['p_left', 'p_right'\] by UDF 'pair'"),
+     r"column 'p_right' of table 'events' is in the multi-output group \['p_left', 'p_right'\] that UDF 'pair' "
+     r"computes in one call and holds its type \(string\)"),
 ])
 def test_a_group_member_is_not_made_non_nullable_or_retyped(grouped, alteration, message):
     version, schema = grouped.version, grouped.schema
