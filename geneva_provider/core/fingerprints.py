@@ -168,6 +168,25 @@ def holds_fingerprints_of(field: pa.Field, column: str | None = None) -> bool:
         of == (column or "*").encode()
 
 
+def left_by_a_rename(schema: pa.Schema, column: str) -> str | None:
+    """The name ``column`` had before a rename left half done, else None.
+
+    Earlier versions of the package renamed a UDF column and its fingerprint column in one commit and set
+    the fingerprint column's owner to the new name in a second: a kill between them left ``column``'s
+    fingerprint column owned by its former name, which no column has any more.  Its fingerprints are
+    ``column``'s (the rename kept every value), so a backfill or ``status()`` reads them as such, and the next
+    change of the schema (the rerun of the rename, or the backfill) sets the owner.
+    """
+    fp = fingerprint_column(column)
+    if column not in schema.names or fp not in schema.names or not pa.types.is_uint64(schema.field(fp).type):
+        return None
+    of = (schema.field(fp).metadata or {}).get(FINGERPRINT_OF.encode())
+    former = of.decode() if of is not None else None
+    if former is None or former in ("*", column) or former in schema.names:
+        return None
+    return former
+
+
 def is_fingerprint_column(name: str) -> bool:
     return name == FINGERPRINT_PREFIX or name.startswith(FINGERPRINT_PREFIX + "__")
 

@@ -287,10 +287,10 @@ class Table:
         update = UpdateColumns(self.ref, subject=subject)
         for alteration in items:
             path, fn, inputs, change = _alteration(alteration, subject)
-            if fn is not None:
-                update.revise_udf(path, fn, inputs)
-            if change:
+            if change:  # first: a rename that landed before (a rerun) is recognised under its former name
                 update.alter_column(path, **change)
+            if fn is not None:
+                update.revise_udf(change.get("rename", path), fn, inputs)
         return update.commit()
 
     def udf_columns(self) -> dict[str, dict[str, Any]]:

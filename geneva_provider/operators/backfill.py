@@ -107,7 +107,8 @@ class GenevaAlterColumnsOperator(_SchemaOperator):
     A revised UDF column keeps its values, now stale, until a backfill computes them again: put this task
     before the column's backfill task group, which then computes exactly the rows whose value an older
     version of the UDF computed (or, with ``where``, those it selects).  Running it again changes nothing
-    more: the same UDF recorded again leaves the column's values as stale or valid as they are.
+    more: the same UDF recorded again leaves the column's values as stale or valid as they are, and a rename
+    that landed (a retry after the try before died) is found landed.
 
     :param alterations: a list of dicts, each with a ``path`` (the column) and any of ``udf`` (a
         ``"package.module:name"`` reference to the new UDF), ``input_columns``, ``rename`` (or ``name``),

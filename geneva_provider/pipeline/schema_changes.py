@@ -8,10 +8,13 @@ one is stale -- still stored and read -- until a backfill computes it again.
 :class:`UpdateColumns` gathers such changes and checks each against the schema as changed so far
 when it is added, so a bad one fails before anything is committed.  ``commit()`` lands them through
 the committer (:mod:`geneva_provider.pipeline.committer`): drops, then additions, then
-alterations (renames, nullability, types), then metadata -- each rebuilt from the latest version on a
-conflict, and each recognised when it had already landed (the dropped columns gone, the added ones there
-with this change's incarnation ids, the renamed ones under their new names, the metadata in place), so a
-retried change is never made twice.
+nullability and type changes, then renames with every metadata change (or the metadata alone) -- each
+rebuilt from the latest version on a conflict, and each recognised when it had already landed (the dropped
+columns gone, the added ones there with this change's incarnation ids, the renamed ones under their new
+names, the metadata in place), so a retried change is never made twice.  A rename is one commit with the
+metadata naming its column -- its fingerprint column's owner, its multi-output group's columns -- so a kill
+never leaves one without the other; a rename asked again after it landed (a rerun after a kill) finishes it,
+as it does one an older version of the package left half done (:func:`left_by_a_rename`).
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ from geneva_provider.core.fingerprints import (
     fingerprint_column,
     fingerprint_field,
     holds_fingerprints_of,
+    left_by_a_rename,
 )
 from geneva_provider.core.fragments import column_field
 from geneva_provider.core.functions.udf import (
     META_COLUMN_UID,
     META_NAME,
+    META_OUTPUT_OF,
+    META_OUTPUTS,
     META_VERSION,
     UDF,
     UnpackedUDF,
@@ -44,6 +50,7 @@ from geneva_provider.core.functions.udf import (
 )
 from geneva_provider.core.views.meta import META_QUERY
 from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX, Attempt, CommitPolicy, commit, conflict_of
+from geneva_provider.pipeline.schema_edit import SchemaField, edited_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,6 +61,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _UID = META_COLUMN_UID.encode()
+RENAMED_FROM = "geneva::renamed_from"  # a renamed column's name before its last rename: a rerun knows it landed
 _Landed: TypeAlias = "Callable[[Dataset], int | None]"
 _Apply: TypeAlias = "Callable[[Dataset], int]"
 
@@ -80,14 +88,16 @@ class UpdateColumns:
         self.subject = subject or f"schema change of table '{table.name}'"
         self.policy = policy
         ds = table.dataset()
+        self._read = ds  # the version the changes are built on (a rename names its column's field id in it)
         self._schema: pa.Schema = ds.schema  # as the changes so far leave it
         self._existing = set(ds.schema.names)  # what a UDF added without inputs reads: the table's columns
         self._drops: list[str] = []
         self._addition = _Addition()
         self._field_metadata: dict[str, tuple[str, dict[str, str]]] = {}  # column -> (its incarnation, metadata)
         self._table_metadata: dict[str, str | None] = {}
-        self._alterations: list[dict[str, Any]] = []  # Lance's alter_columns: path, name, nullable, data_type
-        self._fp_owners: dict[str, str] = {}  # a renamed fingerprint column -> the column it now belongs to
+        self._alterations: list[dict[str, Any]] = []  # Lance's alter_columns: path (as read), nullable, data_type
+        self._renames: dict[str, tuple[int | None, str]] = {}  # a column as read -> (its field id, its new name)
+        self._finished: dict[str, str] = {}  # a rename that landed before (a rerun): its former name -> its name
         self._done: set[str] = set()  # the steps of commit() that landed
 
     # ------------------------------------------------------------------ building
@@ -268,50 +278,80 @@ class UpdateColumns:
 
     def alter_column(self, path: str, *, rename: str | None = None, nullable: bool | None = None,
                      data_type: pa.DataType | None = None) -> Self:
-        """Renames a top-level column (a UDF column with its fingerprint column), or changes its nullability or
-        type, with Lance's ``alter_columns``: a schema change, the values stay.
+        """Renames a top-level column (a UDF column with its fingerprint column; a column of a multi-output group
+        with its group), or changes its nullability or type (with Lance's ``alter_columns``): the values stay.
 
+        A rename lands in one commit with the metadata that names the column (:meth:`commit`), and the same
+        rename asked again once it landed (a rerun after a kill) finishes it if need be and changes nothing else.
         Refused, changing nothing: the package's own columns, a name that exists, renaming a column a UDF
-        column reads, renaming a view's column, making a UDF column non-nullable (its rows are NULL until
-        computed) and changing a UDF column's type (the UDF's type decides it).
+        column reads, renaming a view's column, making a UDF column (or any column of a group) non-nullable (its
+        rows are NULL until computed) and changing a UDF column's type (the UDF's type decides it).
         """
         import pyarrow as pa
 
         name, names = self.table.name, self._schema.names
+        if path not in names and rename is not None and self._landed_rename(path, rename):
+            log.info("%s: column '%s' was already renamed to '%s'; finishing that rename", self.subject, path, rename)
+            self._finished[path] = rename
+            path, rename = rename, None
         where = f"{self.subject}: column '{path}' of table '{name}'"
         if path not in names:
             raise ColumnError(f"{self.subject}: column '{path}' not found in table '{name}' "
                               f"(columns: {user_columns(names)})")
         if is_internal_column(path):
             raise ColumnError(f"{where} is the package's own (it follows its UDF column)")
-        info = udf_column_info(self._schema.field(path).metadata)
+        current = self._schema.field(path)
+        lead = lead_column(self._schema, path)
+        info = udf_column_info(self._schema.field(lead).metadata) if lead in names else None
+        group = info.columns(lead) if info is not None and info.outputs else None
+        computed = f"{where} is in the multi-output group {group} that UDF '{info.name}' computes in one call" \
+            if group and info else None
         change: dict[str, Any] = {}
         if data_type is not None:
             if not isinstance(data_type, pa.DataType):
                 raise InvalidArgumentError(f"{where}: data_type must be a pyarrow DataType, got {data_type!r}")
             if info is not None:
-                raise ColumnError(f"{where} is computed by UDF '{info.name}' and holds its type "
-                                  f"({self._schema.field(path).type}); drop it and add a UDF of the new type")
-            change["data_type"] = data_type
+                raise ColumnError(f"{computed or f'{where} is computed by UDF {info.name!r}'} and holds its type "
+                                  f"({current.type}); drop it and add a UDF of the new type")
+            if data_type != current.type:
+                change["data_type"] = data_type
         if nullable is not None:
             if not isinstance(nullable, bool):
                 raise InvalidArgumentError(f"{where}: nullable must be True or False, got {nullable!r}")
             if info is not None and not nullable:
-                raise ColumnError(f"{where} is a UDF column: it must stay nullable (its rows are NULL until computed)")
-            change["nullable"] = nullable
+                raise ColumnError(f"{computed or f'{where} is a UDF column'}: it must stay nullable (its rows are NULL "
+                                  "until computed)")
+            if nullable != current.nullable:
+                change["nullable"] = nullable
         if rename is not None:
-            change["name"] = rename
-            self._check_rename(path, rename, info is not None)
-        if not change:
+            self._check_rename(path, rename, path == lead and info is not None)
+        elif data_type is None and nullable is None and path not in self._finished.values():
             raise InvalidArgumentError(f"{where}: nothing to alter (give rename, nullable or data_type)")
-        self._alterations.append({"path": path, **change})
+        if change:
+            self._alterations.append({"path": self._as_read(path), **change})
+            field = current.with_nullable(change.get("nullable", current.nullable))
+            self._schema = self._schema.set(self._schema.get_field_index(path),
+                                            field.with_type(change.get("data_type", field.type)))
         if rename is not None:
             self._rename(path, rename)
-        field = self._schema.field(change.get("name", path))
-        field = field.with_nullable(change.get("nullable", field.nullable))
-        field = field.with_type(change.get("data_type", field.type))
-        self._schema = self._schema.set(self._schema.get_field_index(field.name), field)
         return self
+
+    def _landed_rename(self, path: str, rename: str) -> bool:
+        """True when column ``rename`` was ``path`` before a rename that landed: the rename records it, or an older
+        version of the package left it half done -- ``rename``'s fingerprint column still owned by ``path``, or
+        its multi-output group still naming ``path`` where ``rename`` now is."""
+        import json
+
+        if rename not in self._schema.names:
+            return False
+        metadata = self._schema.field(rename).metadata or {}
+        if metadata.get(RENAMED_FROM.encode()) == path.encode() or left_by_a_rename(self._schema, rename) == path:
+            return True
+        lead = metadata.get(META_OUTPUT_OF.encode())
+        if lead is not None and lead.decode() in self._schema.names:  # a member: its lead still lists ``path``
+            metadata = self._schema.field(lead.decode()).metadata or {}
+        outputs = json.loads(metadata.get(META_OUTPUTS.encode(), b"[]"))
+        return path in outputs and rename not in outputs
 
     def _check_rename(self, path: str, rename: str, is_udf: bool) -> None:
         name, names = self.table.name, self._schema.names
@@ -329,18 +369,32 @@ class UpdateColumns:
             raise ColumnError(f"{self.subject}: cannot rename column '{path}' of table '{name}': UDF column(s) "
                               f"{readers} read it")
 
+    def _as_read(self, column: str) -> str:
+        """The name ``column`` (as the changes so far name it) had when this change read the table."""
+        return next((was for was, (_, now) in self._renames.items() if now == column), column)
+
     def _rename(self, path: str, rename: str) -> None:
-        """Renames in the schema as changed so far; a UDF column's fingerprint column and pending swap follow it."""
+        """Renames in the schema as changed so far; a UDF column's fingerprint column, a pending swap and the
+        metadata naming the column (its group's, its fingerprint column's owner) follow it."""
+        import pyarrow as pa
+
+        moves = {path: rename}
         fp = fingerprint_column(path)
         if fp in self._schema.names and holds_fingerprints_of(self._schema.field(fp), path):
-            self._alterations.append({"path": fp, "name": fingerprint_column(rename)})
-            self._fp_owners[fingerprint_column(rename)] = rename
-            i = self._schema.get_field_index(fp)
-            self._schema = self._schema.set(i, self._schema.field(fp).with_name(fingerprint_column(rename)))
+            moves[fp] = fingerprint_column(rename)
+        for old, new in moves.items():
+            was = self._as_read(old)
+            field_id = column_field(self._read, was).id() if was in self._read.schema.names else None
+            self._renames[was] = (field_id, new)
         if path in self._field_metadata:
             self._field_metadata[rename] = self._field_metadata.pop(path)
-        i = self._schema.get_field_index(path)
-        self._schema = self._schema.set(i, self._schema.field(path).with_name(rename))
+        fields = []
+        for f in self._schema:
+            metadata = {k.decode(): v for k, v in (f.metadata or {}).items()}
+            followed = followed_metadata(metadata, moves)
+            f = f.with_metadata(followed) if followed is not None else f
+            fields.append(f.with_name(moves.get(f.name, f.name)))
+        self._schema = pa.schema(fields, self._schema.metadata)
         self._existing = (self._existing - {path}) | {rename}
 
     def set_table_metadata(self, values: Mapping[str, str | None]) -> Self:
@@ -418,8 +472,13 @@ class UpdateColumns:
 
     # ------------------------------------------------------------------ committing
     def commit(self) -> int:
-        """Lands the changes -- drops, additions, alterations, metadata: one commit each -- and returns the table's
-        version."""
+        """Lands the changes -- drops, additions, nullability and type changes, then the renames with every metadata
+        change (or the metadata changes alone): one commit each -- and returns the table's version.
+
+        A rename is one commit with the metadata that names the column (its fingerprint column's owner, its group's
+        columns, a new UDF): a kill leaves it all or nothing, never a fingerprint column owned by a name that is
+        gone (:mod:`geneva_provider.pipeline.schema_edit`).
+        """
         steps: list[tuple[str, _Landed, _Apply]] = []
         if self._drops:
             steps.append((f"drop of column(s) {self._drops}", self._landed_drops, self._apply_drops))
@@ -429,7 +488,9 @@ class UpdateColumns:
         if self._alterations:
             steps.append((f"alteration of column(s) {[a['path'] for a in self._alterations]}",
                           self._landed_alterations, self._apply_alterations))
-        if self._field_metadata or self._table_metadata or self._fp_owners:
+        if self._renames or self._finished:
+            steps.append((f"rename of column(s) {self._moves()}", self._landed_metadata, self._apply_renames))
+        elif self._field_metadata or self._table_metadata:
             steps.append((f"metadata change of column(s) {list(self._field_metadata)}", self._landed_metadata,
                           self._apply_metadata))
         version = None
@@ -479,10 +540,9 @@ class UpdateColumns:
     def _landed_alterations(self, ds: Dataset) -> int | None:
         names = ds.schema.names
         for alt in self._alterations:
-            target = alt.get("name", alt["path"])
-            if target not in names or ("name" in alt and alt["path"] in names):
+            if alt["path"] not in names:
                 return None
-            f = ds.schema.field(target)
+            f = ds.schema.field(alt["path"])
             if f.nullable != alt.get("nullable", f.nullable) or f.type != alt.get("data_type", f.type):
                 return None
         return ds.version
@@ -497,20 +557,68 @@ class UpdateColumns:
             raise InvalidArgumentError(f"{self.subject}: {lance_reason(exc)}") from None
         return ds.version  # the method moves ``ds`` to the version it committed
 
+    def _moves(self) -> dict[str, str]:
+        """Every name this change moves: a column as read (or as a rename that landed before left it) -> its name."""
+        return {**self._finished, **{was: now for was, (_, now) in self._renames.items()}}
+
     def _landed_metadata(self, ds: Dataset) -> int | None:
-        for fp, owner in self._fp_owners.items():
-            if fp not in ds.schema.names or (ds.schema.field(fp).metadata or {}).get(FINGERPRINT_OF.encode()) != \
-                    owner.encode():
+        names, moves = ds.schema.names, self._moves()
+        for was, (field_id, now) in self._renames.items():
+            if now not in names or was in names or (field_id is not None and column_field(ds, now).id() != field_id):
                 return None
+        if any(followed_metadata({k.decode(): v for k, v in (f.metadata or {}).items()}, moves) is not None
+               for f in ds.schema):
+            return None
         table_md = ds.schema.metadata or {}
         if any(table_md.get(k.encode()) != (v.encode() if v is not None else None)
                for k, v in self._table_metadata.items()):
             return None
         for column, (_, metadata) in self._field_metadata.items():
-            if column not in ds.schema.names or (ds.schema.field(column).metadata or {}) != {
-                    k.encode(): v.encode() for k, v in metadata.items()}:
+            held = {k: v for k, v in (ds.schema.field(column).metadata or {}).items() if k != RENAMED_FROM.encode()} \
+                if column in names else None
+            if held != {k.encode(): v.encode() for k, v in metadata.items()}:
                 return None
         return ds.version
+
+    def _check_swapped(self, ds: Dataset, column: str, incarnation: str) -> None:
+        """ColumnError, nothing changed, when ``column`` (as ``ds`` names it) is no longer the UDF column swapped."""
+        info = udf_column_info(ds.schema.field(column).metadata) if column in ds.schema.names else None
+        if info is None or info.column_uid != incarnation:
+            raise ColumnError(f"column '{column}' of table '{self.table.name}' was dropped or replaced while "
+                              "its UDF was being swapped; nothing was changed")
+
+    def _apply_renames(self, ds: Dataset) -> int:
+        """One ``Project`` commit: the renamed columns under their names, every metadata naming them following,
+        the swapped UDFs' metadata, the table metadata; built on ``ds`` (the latest version)."""
+        import lance
+
+        names, moves = ds.schema.names, self._moves()
+        for was, (field_id, now) in self._renames.items():
+            if was not in names or (field_id is not None and column_field(ds, was).id() != field_id):
+                raise ColumnError(f"{self.subject}: column '{was}' of table '{self.table.name}' was dropped, renamed "
+                                  f"or replaced while it was being renamed to '{now}'; nothing was changed")
+            if now in names:  # another writer added a column of that name meanwhile
+                raise ColumnError(f"{self.subject}: cannot rename column '{was}' of table '{self.table.name}' to "
+                                  f"'{now}': column '{now}' exists")
+        swaps = {}
+        for column, (incarnation, metadata) in self._field_metadata.items():
+            self._check_swapped(ds, self._as_read(column), incarnation)
+            swaps[column] = {k: v.encode() for k, v in metadata.items()}
+
+        def edit(field: SchemaField) -> tuple[str, dict[str, bytes]] | None:
+            if field.parent_id != -1:
+                return None
+            name = moves[field.name] if field.name in self._renames else field.name
+            metadata = dict(swaps.get(name, field.metadata))
+            metadata = followed_metadata(metadata, moves) or metadata
+            if field.name in self._renames:
+                metadata[RENAMED_FROM] = field.name.encode()  # a rerun of this rename knows it landed
+            return None if (name, metadata) == (field.name, field.metadata) else (name, metadata)
+
+        op = lance.LanceOperation.Project(edited_schema(ds, edit, self._table_metadata), preserves_nullability=True)
+        return lance.LanceDataset.commit(self.table.uri, op, read_version=ds.version,
+                                         storage_options=self.table.storage_options,
+                                         commit_message=f"{OWN_COMMIT_PREFIX}schema change {uuid.uuid4().hex}").version
 
     def _apply_metadata(self, ds: Dataset) -> int:
         import lance
@@ -518,14 +626,9 @@ class UpdateColumns:
         op = lance.LanceOperation
         updates = {}
         for column, (incarnation, metadata) in self._field_metadata.items():
-            info = udf_column_info(ds.schema.field(column).metadata) if column in ds.schema.names else None
-            if info is None or info.column_uid != incarnation:
-                raise ColumnError(f"column '{column}' of table '{self.table.name}' was dropped or replaced while "
-                                  "its UDF was being swapped; nothing was changed")
+            self._check_swapped(ds, column, incarnation)
             values: dict[str, str | None] = dict(metadata)
             updates[column_field(ds, column).id()] = op.UpdateMap(values, replace=True)
-        for fp, owner in self._fp_owners.items():  # a renamed column's fingerprints: now of its new name
-            updates[column_field(ds, fp).id()] = op.UpdateMap({FINGERPRINT_OF: owner}, replace=False)
         config = op.UpdateConfig(field_metadata_updates=updates or None,
                                  schema_metadata_updates=op.UpdateMap(self._table_metadata)
                                  if self._table_metadata else None)
@@ -533,3 +636,20 @@ class UpdateColumns:
                                          storage_options=self.table.storage_options,
                                          commit_message=f"{OWN_COMMIT_PREFIX}schema change {uuid.uuid4().hex}").version
 
+
+def followed_metadata(metadata: Mapping[str, bytes], moves: Mapping[str, str]) -> dict[str, bytes] | None:
+    """A field's metadata with every column name the package records in it -- a fingerprint column's owner, a
+    group's columns, a group member's lead -- moved as ``moves`` renames them; None when none is moved."""
+    import json
+
+    followed = dict(metadata)
+    for key in (FINGERPRINT_OF, META_OUTPUT_OF):
+        value = metadata.get(key)
+        if value is not None and value.decode() in moves:
+            followed[key] = moves[value.decode()].encode()
+    outputs = metadata.get(META_OUTPUTS)
+    if outputs is not None:
+        columns = json.loads(outputs)
+        if any(c in moves for c in columns):
+            followed[META_OUTPUTS] = json.dumps([moves.get(c, c) for c in columns]).encode()
+    return followed if followed != dict(metadata) else None

@@ -9,6 +9,7 @@ input fails before any JVM starts and changes nothing.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from geneva_provider.core.fingerprints import (
     fingerprint_column,
     fingerprint_field,
     holds_fingerprints_of,
+    left_by_a_rename,
     row_fingerprints,
 )
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, live_row_addresses
@@ -39,6 +41,10 @@ from geneva_provider.pipeline.stages.planning import Exam, PlanCall, plan_fragme
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset, Fragment
+
+log = logging.getLogger(__name__)
+_HALF_RENAMED = ("renamed outside the package, or by an alter_columns an earlier version of the package left half "
+                 "done; run that alter_columns again to finish it")
 
 
 def plan_backfill(
@@ -61,10 +67,17 @@ def plan_backfill(
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"backfill of table '{table.name}': read_version {options.read_version}: "
                                    f"{exc}") from None
-    column = lead_column(ds.schema, column)  # any column of a multi-output group backfills the group
+    named, column = column, lead_column(ds.schema, column)  # any column of a multi-output group backfills the group
+    if named != column and column not in ds.schema.names:
+        raise ColumnError(f"column '{named}' of table '{table.name}' belongs to the multi-output group of column "
+                          f"'{column}', which is not in the table: {_HALF_RENAMED}")
     info = udf_with_inputs(ds, table.name, column)
     options = with_udf_defaults(options, info, job)
     outputs = info.columns(column)
+    gone = [c for c in outputs if c not in ds.schema.names]
+    if gone:
+        raise ColumnError(f"column '{column}' of table '{table.name}': UDF '{info.name}' computes the columns "
+                          f"{outputs} in one call, but {gone} are not in the table: {_HALF_RENAMED}")
     inputs = info.input_columns or []
     where = options.where or None
     check_where(ds, where, f"table '{table.name}'")
@@ -143,7 +156,8 @@ def column_state(ds: Dataset, table: str, column: str) -> ColumnState:
     info = udf_with_inputs(ds, table, column)
     fp = fingerprint_column(column)
     live = ds.count_rows()
-    if fp not in ds.schema.names or not holds_fingerprints_of(ds.schema.field(fp), column):
+    if fp not in ds.schema.names or not (holds_fingerprints_of(ds.schema.field(fp), column)
+                                         or left_by_a_rename(ds.schema, column)):
         return ColumnState(column=column, rows_valid=0, rows_stale=0, rows_missing=live)
     examiner = BackfillExaminer(ds, info.input_columns or [], None, info.version, fp)
     computed = valid = 0
@@ -182,8 +196,14 @@ def udf_with_inputs(ds: Dataset, table: str, column: str) -> UdfColumnInfo:
 def _with_fingerprints(table: TableRef, ds: Dataset, column: str, read_version: int | None) -> Dataset:
     """The dataset with ``column``'s fingerprint column (declared by add_columns; added here for older tables)."""
     fp = fingerprint_column(column)
+    former = left_by_a_rename(ds.schema, column)
+    if former is not None and read_version is None:  # a rename left half done: finished, its values kept
+        log.warning("column '%s' of table '%s': finishing its rename from '%s' (its fingerprint column still named "
+                    "the former name)", column, table.name, former)
+        UpdateColumns(table, subject=f"backfill of table '{table.name}'").alter_column(former, rename=column).commit()
+        ds = table.dataset()
     if fp in ds.schema.names:
-        if not holds_fingerprints_of(ds.schema.field(fp), column):
+        if not (holds_fingerprints_of(ds.schema.field(fp), column) or left_by_a_rename(ds.schema, column)):
             raise ColumnError(f"column '{column}' of table '{table.name}': the column '{fp}' holding its fingerprints "
                               "was replaced outside the package by a column of that name: rename or drop it")
         return ds
