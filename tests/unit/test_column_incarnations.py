@@ -1,0 +1,150 @@
+"""A column dropped and added again between a backfill's plan and its commit: the commit is refused, nothing lands.
+
+Lance gives a column re-added after the highest-numbered columns were dropped the very field ids they had, so a
+stale plan's column file would land in the new column and be read as its type.  The stages run through the
+in-process task runner (no JVM); tests/spark/test_column_incarnations.py runs the same on Spark.
+"""
+
+from __future__ import annotations
+
+import lance
+import pyarrow as pa
+import pytest
+
+import geneva_provider as gp
+from geneva_provider.core.contracts.models import ColumnIncarnation
+from geneva_provider.core.errors import ColumnReplacedError
+from geneva_provider.core.incarnations import check_incarnations, incarnations
+from geneva_provider.core.store.layout import JobStore
+from geneva_provider.stages import BackfillOptions, InProcessRunner, load_plan, plan_backfill, run_apply, \
+    run_write_commit
+from tests.helpers import events_table
+
+ROWS = 300
+NEW = {
+    "string": (pa.string(), lambda x: f"#{x}"),
+    "float64": (pa.float64(), lambda x: x / 4),
+    "int64": (pa.int64(), lambda x: 3 * x),  # the same type: another incarnation all the same
+}
+
+
+def new_udf(kind: str, name: str = "recreated", version: str | None = None) -> gp.UDF:
+    """A UDF of the type ``kind`` names, computing its values of x."""
+    data_type, fn = NEW[kind]
+
+    def recreated(x: int):  # noqa: ANN202 -- the type is the decorator's
+        return fn(x)
+
+    return gp.udf(data_type=data_type, name=name, version=version)(recreated)
+
+
+@gp.udf(data_type=pa.int64(), name="doubled", version="1")
+def doubled(x: int) -> int:
+    return 2 * x
+
+
+def planned_and_applied(db: gp.Connection, runner: InProcessRunner) -> tuple[gp.Table, str]:
+    """A table whose column ``y``'s backfill is planned and applied, not yet written; the plan's URI."""
+    tbl = db.create_table("events", events_table(ROWS), max_rows_per_file=100)
+    tbl.add_columns({"y": doubled})
+    summary = plan_backfill(tbl.ref, "y", BackfillOptions(checkpoint_size=50), parallelism=runner.parallelism())
+    assert run_apply(summary.plan_uri, runner).rows_computed == ROWS
+    return tbl, summary.plan_uri
+
+
+def field_ids(tbl: gp.Table) -> dict[str, int]:
+    return {f.name(): f.id() for f in tbl.dataset().lance_schema.fields()}
+
+
+def test_lance_gives_a_column_re_added_after_the_highest_ids_were_dropped_the_same_field_ids(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    ds = lance.write_dataset(pa.table({"x": [1, 2, 3]}), uri)
+    ds.add_columns([pa.field("a", pa.int64()), pa.field("c", pa.int64())])
+    lance.dataset(uri).drop_columns(["a"])  # not the highest: its id stays taken
+    lance.dataset(uri).add_columns(pa.field("a", pa.string()))
+    assert {f.name(): f.id() for f in lance.dataset(uri).lance_schema.fields()} == {"x": 0, "c": 2, "a": 3}
+    lance.dataset(uri).drop_columns(["a"])  # the highest: its id is free again
+    lance.dataset(uri).add_columns(pa.field("a", pa.float64()))
+    assert {f.name(): f.id() for f in lance.dataset(uri).lance_schema.fields()} == {"x": 0, "c": 2, "a": 3}
+
+
+@pytest.mark.parametrize("kind", list(NEW))
+def test_the_check_tells_a_re_created_column_from_the_planned_one_whatever_its_type(db, kind):
+    tbl = db.create_table("events", events_table(10))
+    tbl.add_columns({"y": doubled})
+    planned = incarnations(tbl.dataset(), ["y"])
+    check_incarnations(tbl.dataset(), ["y"], planned[0].field_ids, planned, "events", "commit")  # the same: passes
+    ids = field_ids(tbl)
+    tbl.drop_columns(["y"])
+    tbl.add_columns({"y": new_udf(kind)})
+    assert field_ids(tbl) == ids  # Lance reused the ids: names and ids cannot tell
+    now = incarnations(tbl.dataset(), ["y"])[0]
+    with pytest.raises(ColumnReplacedError) as err:
+        check_incarnations(tbl.dataset(), ["y"], planned[0].field_ids, planned, "events", "commit of column(s) 'y'")
+    message = str(err.value)
+    assert "column 'y' of table 'events' was dropped and re-created" in message
+    assert planned[0].describe() in message and now.describe() in message
+    assert planned[0].uid != now.uid and planned[0].uid in message and now.uid in message
+    assert not err.value.retryable  # a retry of the same plan meets the same column
+
+
+def test_a_column_re_added_by_pylance_as_a_plain_column_of_the_same_type_is_another_incarnation(db):
+    tbl = db.create_table("events", events_table(10))
+    tbl.add_columns({"y": doubled})
+    planned = incarnations(tbl.dataset(), ["y"])
+    lance.dataset(tbl.uri).drop_columns(["y", "__geneva_fp__y"])
+    lance.dataset(tbl.uri).add_columns(pa.field("y", pa.int64()))
+    assert incarnations(tbl.dataset(), ["y"])[0] == ColumnIncarnation(
+        column="y", uid="", field_ids=planned[0].field_ids, type="int64")
+    with pytest.raises(ColumnReplacedError, match=r"column_uid \(none\)"):
+        check_incarnations(tbl.dataset(), ["y"], planned[0].field_ids, planned, "events", "commit")
+
+
+@pytest.mark.parametrize("kind", list(NEW))
+def test_a_write_commit_after_its_column_was_re_created_is_refused_and_a_rerun_computes_the_new_column(db, kind):
+    runner = InProcessRunner(parallelism=2)
+    tbl, plan_uri = planned_and_applied(db, runner)
+    plan, store = load_plan(plan_uri)
+    ids = field_ids(tbl)
+    tbl.drop_columns(["y"])
+    tbl.add_columns({"y": new_udf(kind)})
+    assert field_ids(tbl) == ids  # the same field ids: only the incarnation tells
+    before = tbl.dataset().version
+    now = incarnations(tbl.dataset(), ["y"])[0]
+
+    with pytest.raises(ColumnReplacedError) as err:
+        run_write_commit(plan_uri, runner)  # an Airflow retry, a slow writer, a notebook's next cell
+    message = str(err.value)
+    assert "column 'y' of table 'events' was dropped and re-created" in message
+    assert plan.incarnations[0].describe() in message and now.describe() in message
+    assert "nothing was committed" in message
+    ds = tbl.dataset()
+    assert ds.version == before  # nothing committed
+    ds.validate()
+    assert ds.schema.field("y").type == NEW[kind][0]
+    assert ds.to_table(columns=["y"]).column("y").to_pylist() == [None] * ROWS  # readable, all NULL
+    assert not JobStore(store).is_committed(plan.job_id)
+
+    job = tbl.backfill("y", spark=runner)  # the rerun plans afresh
+    assert job.rows_computed == ROWS
+    got = tbl.to_arrow(["x", "y"])
+    assert got.column("y").type == NEW[kind][0]
+    fn = NEW[kind][1]
+    assert dict(zip(got.column("x").to_pylist(), got.column("y").to_pylist(), strict=True)) == {
+        x: fn(x) for x in range(ROWS)}
+    tbl.dataset().validate()
+
+
+@pytest.mark.parametrize("kind", ["string", "float64"])
+def test_values_checkpointed_for_another_type_are_never_written_into_the_re_created_column(db, kind):
+    """The same UDF name and version (the user's) with another type: the old checkpoints are not reused."""
+    runner = InProcessRunner(parallelism=2)
+    tbl, _ = planned_and_applied(db, runner)  # checkpoints of int64 values under name 'doubled', version '1'
+    tbl.drop_columns(["y"])
+    tbl.add_columns({"y": new_udf(kind, name="doubled", version="1")})
+    job = tbl.backfill("y", spark=runner, checkpoint_size=50)
+    assert job.rows_computed == ROWS and job.rows_reused == 0
+    got = tbl.to_arrow(["x", "y"])
+    assert dict(zip(got.column("x").to_pylist(), got.column("y").to_pylist(), strict=True)) == {
+        x: NEW[kind][1](x) for x in range(ROWS)}
+    tbl.dataset().validate()
