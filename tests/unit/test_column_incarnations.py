@@ -16,8 +16,14 @@ from geneva_provider.core.contracts.models import ColumnIncarnation
 from geneva_provider.core.errors import ColumnReplacedError
 from geneva_provider.core.incarnations import check_incarnations, incarnations
 from geneva_provider.core.store.layout import JobStore
-from geneva_provider.stages import BackfillOptions, InProcessRunner, load_plan, plan_backfill, run_apply, \
-    run_write_commit
+from geneva_provider.stages import (
+    BackfillOptions,
+    InProcessRunner,
+    load_plan,
+    plan_backfill,
+    run_apply,
+    run_write_commit,
+)
 from tests.helpers import events_table
 
 ROWS = 300
@@ -32,7 +38,7 @@ def new_udf(kind: str, name: str = "recreated", version: str | None = None) -> g
     """A UDF of the type ``kind`` names, computing its values of x."""
     data_type, fn = NEW[kind]
 
-    def recreated(x: int):  # noqa: ANN202 -- the type is the decorator's
+    def recreated(x: int):
         return fn(x)
 
     return gp.udf(data_type=data_type, name=name, version=version)(recreated)
