@@ -45,24 +45,20 @@ def check_incarnations(ds: Dataset, columns: Sequence[str], output_field_ids: Se
 
     ``planned`` empty (a plan of an earlier release): the columns' field ids must still be
     ``output_field_ids``.  Raises :class:`ColumnReplacedError` naming the table, the column and both
-    incarnations.
+    incarnations (or that the column is gone).
     """
-    for column in columns:
-        if column not in ds.schema.names:
-            raise ColumnReplacedError(
-                f"{what}: column '{column}' of table '{table}' is gone at version {ds.version} (dropped or renamed "
-                "since the job was planned); nothing was committed")
-    if not planned:
-        if [i for c in columns for i in column_leaf_ids(ds, c)] != list(output_field_ids):
-            raise ColumnReplacedError(
-                f"{what}: columns {list(columns)} of table '{table}' were dropped and re-created (other field ids) "
-                "since the job was planned; nothing was committed: rerun the job for a new plan")
-        return
-    for was in planned:
+    for was in planned or [ColumnIncarnation(column=c, field_ids=[], type="") for c in columns]:
         now = incarnation_of(ds, was.column)
-        if now != was:
-            found = "no such column" if now is None else now.describe()
+        if now is None:
+            raise ColumnReplacedError(
+                f"{what}: column '{was.column}' of table '{table}' is gone at version {ds.version} (dropped or "
+                "renamed since the job was planned); nothing was committed")
+        if planned and now != was:
             raise ColumnReplacedError(
                 f"{what}: column '{was.column}' of table '{table}' was dropped and re-created since the job was "
-                f"planned: planned incarnation ({was.describe()}), now at version {ds.version} ({found}); nothing "
-                "was committed into the new column: rerun the job, which plans the new column afresh")
+                f"planned: planned incarnation ({was.describe()}), now at version {ds.version} ({now.describe()}); "
+                "nothing was committed into the new column: rerun the job, which plans the new column afresh")
+    if not planned and [i for c in columns for i in column_leaf_ids(ds, c)] != list(output_field_ids):
+        raise ColumnReplacedError(
+            f"{what}: columns {list(columns)} of table '{table}' were dropped and re-created (other field ids) "
+            "since the job was planned; nothing was committed: rerun the job for a new plan")
