@@ -21,10 +21,12 @@ from geneva_provider.stages import (
     InProcessRunner,
     load_plan,
     plan_backfill,
+    plan_refresh,
     run_apply,
     run_write_commit,
 )
-from tests.helpers import events_table
+from tests.helpers import counting_split, events_table
+from tests.unit.test_udtf_views import docs_table
 
 ROWS = 300
 NEW = {
@@ -154,3 +156,32 @@ def test_values_checkpointed_for_another_type_are_never_written_into_the_re_crea
     assert dict(zip(got.column("x").to_pylist(), got.column("y").to_pylist(), strict=True)) == {
         x: NEW[kind][1](x) for x in range(ROWS)}
     tbl.dataset().validate()
+
+
+def test_a_chunker_views_commit_refuses_new_rows_under_a_column_re_created_since_its_plan(db, tmp_path):
+    """A UDTF refresh adds fragments whose files hold the view's columns as planned: never under a new column."""
+    runner = InProcessRunner()
+    calls = tmp_path / "split"
+    calls.mkdir()
+    docs = db.create_table("docs", docs_table(range(60)), stable_row_ids=True)
+    view = db.create_udtf_view("chunks", source=docs.search(None).select(["doc_id", "text"]),
+                               udtf=counting_split(str(calls)))
+    summary = plan_refresh(view.ref, parallelism=runner.parallelism())
+    assert run_apply(summary.plan_uri, runner).rows_computed == 60
+    plan, store = load_plan(summary.plan_uri)
+    ds = view.dataset()
+    last = max(ds.lance_schema.fields(), key=lambda f: f.id())  # the highest id: Lance gives it to the new column
+    old_type = ds.schema.field(last.name()).type
+    lance.dataset(view.uri).drop_columns([last.name()])
+    lance.dataset(view.uri).add_columns(pa.field(last.name(), pa.string()))
+    assert view.dataset().lance_schema.field(last.name()).id() == last.id()
+    before, rows = view.dataset().version, view.count_rows()
+
+    with pytest.raises(ColumnReplacedError) as err:
+        run_write_commit(summary.plan_uri, runner)
+    message = str(err.value)
+    assert f"column '{last.name()}' of table 'chunks' was dropped and re-created" in message
+    assert f"type {old_type}" in message and "type string" in message
+    assert view.dataset().version == before and view.count_rows() == rows  # no row added
+    assert not JobStore(store).is_committed(plan.job_id)
+    view.dataset().validate()
