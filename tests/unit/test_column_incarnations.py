@@ -14,8 +14,11 @@ import pytest
 import geneva_provider as gp
 from geneva_provider.core.contracts.models import ColumnIncarnation
 from geneva_provider.core.errors import ColumnReplacedError
+from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field
+from geneva_provider.core.fragments import column_leaf_ids
 from geneva_provider.core.incarnations import check_incarnations, incarnations
 from geneva_provider.core.store.layout import JobStore
+from geneva_provider.pipeline.columns.layout import complete_output_layout, missing_outputs
 from geneva_provider.stages import (
     BackfillOptions,
     InProcessRunner,
@@ -25,7 +28,7 @@ from geneva_provider.stages import (
     run_apply,
     run_write_commit,
 )
-from tests.helpers import counting_split, events_table
+from tests.helpers import counting_double, counting_split, events_table
 from tests.unit.test_udtf_views import docs_table
 
 ROWS = 300
@@ -185,3 +188,52 @@ def test_a_chunker_views_commit_refuses_new_rows_under_a_column_re_created_since
     assert view.dataset().version == before and view.count_rows() == rows  # no row added
     assert not JobStore(store).is_committed(plan.job_id)
     view.dataset().validate()
+
+
+def test_a_view_refresh_write_commit_after_its_udf_column_was_re_created_is_refused(db, call_dir):
+    runner = InProcessRunner(parallelism=2)
+    src = db.create_table("events", events_table(ROWS), max_rows_per_file=100)
+    view = db.create_materialized_view("evens", src.search(None).where("x % 2 = 0").select(
+        {"x": "x", "y": counting_double(call_dir)}))
+    summary = plan_refresh(view.ref, parallelism=runner.parallelism())
+    assert run_apply(summary.plan_uri, runner).rows_computed == ROWS // 2
+    plan, store = load_plan(summary.plan_uri)
+    ds = view.dataset()
+    last = max(ds.lance_schema.fields(), key=lambda f: f.id())  # the highest id: Lance gives it to the new column
+    lance.dataset(view.uri).drop_columns([last.name()])
+    lance.dataset(view.uri).add_columns(pa.field(last.name(), pa.string()))
+    assert view.dataset().lance_schema.field(last.name()).id() == last.id()
+    before = view.dataset().version
+
+    with pytest.raises(ColumnReplacedError, match=rf"column '{last.name()}' of table 'evens' was dropped and "
+                                                  r"re-created.*type string"):
+        run_write_commit(summary.plan_uri, runner)
+    assert view.dataset().version == before and not JobStore(store).is_committed(plan.job_id)
+    view.dataset().validate()
+    assert view.dataset().to_table(columns=[last.name()]).column(last.name()).null_count == ROWS // 2
+
+
+def test_a_layout_repair_never_commits_into_a_column_re_created_after_it_looked(db):
+    """The repair gives fragments missing a fingerprint an all-NULL file for it, built from the table as it
+    looked: a fingerprint column re-created with another type since is refused, not filled with uint64 NULLs."""
+    runner = InProcessRunner(parallelism=2)
+    tbl = db.create_table("events", events_table(ROWS), max_rows_per_file=100)
+    tbl.add_columns({"y": doubled})
+    tbl.backfill("y", spark=runner)
+    fp = fingerprint_column("y")
+    lance.dataset(tbl.uri).drop_columns([fp])  # outside the package: the values stay, their fingerprints go
+    lance.dataset(tbl.uri).add_columns(fingerprint_field("y"))
+    looked = tbl.dataset()  # every fragment stores y without fp: the repair's case
+    assert all(missing_outputs(f.metadata, {c: column_leaf_ids(looked, c) for c in ["y", fp]}) == (fp,)
+               for f in looked.get_fragments())
+    fp_id = looked.lance_schema.field(fp).id()
+    lance.dataset(tbl.uri).drop_columns([fp])
+    lance.dataset(tbl.uri).add_columns(pa.field(fp, pa.string()))  # re-created, with the same (the highest) id
+    assert tbl.dataset().lance_schema.field(fp).id() == fp_id
+    before = tbl.dataset().version
+
+    with pytest.raises(ColumnReplacedError, match=rf"column '{fp}' of table 'events' was dropped and re-created"):
+        complete_output_layout(tbl.ref, looked, ["y", fp])
+    assert tbl.dataset().version == before
+    tbl.dataset().validate()
+    assert tbl.dataset().to_table(columns=[fp]).column(fp).null_count == ROWS

@@ -72,7 +72,7 @@ def complete_output_layout(table: TableRef, ds: Dataset, columns: list[str]) -> 
                                   file_minor_version=minor, file_size_bytes=w.size_bytes)
         outcome = commit_column_files(table.uri, list(missing), files, version, output_field_ids=ids,
                                       incarnations=incarnations(ds, missing), base_files=dict.fromkeys(fragments),
-                                      storage_options=table.storage_options)
+                                      storage_options=table.storage_options, table=table.name)
         version = outcome.version
         log.warning("table '%s': fragments %s stored columns %s without %s (changed outside airflow-provider-geneva);"
                     " gave them empty %s so their rows are recomputed and their fingerprints restored",
