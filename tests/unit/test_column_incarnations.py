@@ -28,7 +28,7 @@ from geneva_provider.stages import (
     run_apply,
     run_write_commit,
 )
-from tests.helpers import counting_double, counting_split, events_table
+from tests.helpers import counting_dims, counting_double, counting_split, dims_of, events_table
 from tests.unit.test_udtf_views import docs_table
 
 ROWS = 300
@@ -237,3 +237,25 @@ def test_a_layout_repair_never_commits_into_a_column_re_created_after_it_looked(
     assert tbl.dataset().version == before
     tbl.dataset().validate()
     assert tbl.dataset().to_table(columns=[fp]).column(fp).null_count == ROWS
+
+
+def test_a_multi_output_groups_write_commit_after_the_group_was_re_created_is_refused(db, call_dir):
+    runner = InProcessRunner(parallelism=2)
+    tbl = db.create_table("events", events_table(ROWS), max_rows_per_file=100)
+    tbl.add_columns(counting_dims(call_dir))  # height, label, ratio: one incarnation
+    summary = plan_backfill(tbl.ref, "label", parallelism=runner.parallelism())
+    assert run_apply(summary.plan_uri, runner).rows_computed == ROWS
+    ids = field_ids(tbl)
+    tbl.drop_columns(["height", "label", "ratio"])
+    tbl.add_columns(counting_dims(call_dir))  # the same UDF declared again: a new incarnation, the same ids
+    assert field_ids(tbl) == ids
+    before = tbl.dataset().version
+
+    with pytest.raises(ColumnReplacedError, match=r"column 'height' of table 'events' was dropped and re-created"):
+        run_write_commit(summary.plan_uri, runner)
+    assert tbl.dataset().version == before
+    tbl.dataset().validate()
+    assert tbl.to_arrow(["label"]).column("label").null_count == ROWS
+    assert tbl.backfill("label", spark=runner).rows_computed == ROWS
+    got = tbl.to_arrow(["x", "height", "label", "ratio"]).to_pydict()
+    assert list(zip(got["height"], got["label"], got["ratio"], strict=True)) == [dims_of(x) for x in got["x"]]
