@@ -54,6 +54,12 @@ def doubled(x: int) -> int:
     return 2 * x
 
 
+@gp.udf(data_type=pa.float64(), name="quartered")
+def quartered(x: int) -> float:
+    """x / 4: what column ``y`` becomes when it is declared again as float64 (importable by the DAG tests)."""
+    return x / 4
+
+
 def planned_and_applied(db: gp.Connection, runner: InProcessRunner) -> tuple[gp.Table, str]:
     """A table whose column ``y``'s backfill is planned and applied, not yet written; the plan's URI."""
     tbl = db.create_table("events", events_table(ROWS), max_rows_per_file=100)
