@@ -18,7 +18,7 @@ from geneva_provider.core.incarnations import incarnations
 from geneva_provider.core.store.layout import JobStore
 from geneva_provider.stages import BackfillOptions, load_plan, plan_backfill, run_apply, run_write_commit
 from tests.helpers import events_table
-from tests.unit.test_column_incarnations import NEW, ROWS, doubled, field_ids, new_udf
+from tests.unit.test_column_incarnations import NEW, ROWS, data_files, doubled, field_ids, new_udf
 
 
 def values(tbl: gp.Table) -> dict[int, object]:
@@ -42,11 +42,12 @@ def test_a_write_commit_into_a_column_re_created_since_its_plan_is_refused_and_t
         lance.dataset(tbl.uri).drop_columns(["y", "__geneva_fp__y"])
         lance.dataset(tbl.uri).add_columns(pa.field("y", NEW[kind][0]))
     assert {c: i for c, i in field_ids(tbl).items() if c == "y"} == {"y": ids["y"]}  # Lance reused the id
-    before = tbl.dataset().version
+    before, files = tbl.dataset().version, data_files(tbl)
     now = incarnations(tbl.dataset(), ["y"])[0]
 
     with pytest.raises(ColumnReplacedError) as err:
         run_write_commit(summary.plan_uri, spark)
+    assert data_files(tbl) == files  # refused before any column file was written
     message = str(err.value)
     assert "column 'y' of table 'events' was dropped and re-created" in message
     assert plan.incarnations[0].describe() in message and now.describe() in message

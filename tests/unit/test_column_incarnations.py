@@ -7,6 +7,8 @@ in-process task runner (no JVM); tests/spark/test_column_incarnations.py runs th
 
 from __future__ import annotations
 
+import os
+
 import lance
 import pyarrow as pa
 import pytest
@@ -69,6 +71,11 @@ def planned_and_applied(db: gp.Connection, runner: InProcessRunner) -> tuple[gp.
     return tbl, summary.plan_uri
 
 
+def data_files(tbl: gp.Table) -> list[str]:
+    """The files in the table's data directory (committed or not)."""
+    return sorted(os.listdir(os.path.join(tbl.uri, "data")))
+
+
 def field_ids(tbl: gp.Table) -> dict[str, int]:
     return {f.name(): f.id() for f in tbl.dataset().lance_schema.fields()}
 
@@ -126,11 +133,12 @@ def test_a_write_commit_after_its_column_was_re_created_is_refused_and_a_rerun_c
     tbl.drop_columns(["y"])
     tbl.add_columns({"y": new_udf(kind)})
     assert field_ids(tbl) == ids  # the same field ids: only the incarnation tells
-    before = tbl.dataset().version
+    before, files = tbl.dataset().version, data_files(tbl)
     now = incarnations(tbl.dataset(), ["y"])[0]
 
     with pytest.raises(ColumnReplacedError) as err:
         run_write_commit(plan_uri, runner)  # an Airflow retry, a slow writer, a notebook's next cell
+    assert data_files(tbl) == files  # refused before any column file was written
     message = str(err.value)
     assert "column 'y' of table 'events' was dropped and re-created" in message
     assert plan.incarnations[0].describe() in message and now.describe() in message
