@@ -273,3 +273,40 @@ def test_a_multi_output_groups_write_commit_after_the_group_was_re_created_is_re
     assert tbl.backfill("label", spark=runner).rows_computed == ROWS
     got = tbl.to_arrow(["x", "height", "label", "ratio"]).to_pydict()
     assert list(zip(got["height"], got["label"], got["ratio"], strict=True)) == [dims_of(x) for x in got["x"]]
+
+
+class RecreateAfterWriting(InProcessRunner):
+    """Runs the write stage's tasks, then drops column ``y`` and adds it again as ``kind`` -- after the column
+    files were written, before the driver commits them: the slow writer's race, at its exact point."""
+
+    def __init__(self, tbl: gp.Table, kind: str) -> None:
+        super().__init__(parallelism=2)
+        self.tbl, self.kind = tbl, kind
+
+    def run_tasks(self, tasks, partition_fn, **kwargs):
+        results = super().run_tasks(tasks, partition_fn, **kwargs)
+        if kwargs.get("description", "").startswith("geneva write "):
+            self.tbl.drop_columns(["y"])
+            self.tbl.add_columns({"y": new_udf(self.kind)})
+        return results
+
+
+@pytest.mark.parametrize("kind", ["string", "float64"])
+def test_a_column_re_created_while_its_files_were_written_is_refused_at_the_commit(db, kind):
+    runner = InProcessRunner(parallelism=2)
+    tbl, plan_uri = planned_and_applied(db, runner)
+    plan, _ = load_plan(plan_uri)
+    racing = RecreateAfterWriting(tbl, kind)
+    with pytest.raises(ColumnReplacedError) as err:
+        run_write_commit(plan_uri, racing)
+    now = incarnations(tbl.dataset(), ["y"])[0]
+    assert now.field_ids == plan.incarnations[0].field_ids and now.type == str(NEW[kind][0])
+    message = str(err.value)
+    assert message.startswith("commit of column(s) 'y, __geneva_fp__y': column 'y' of table 'events' was dropped "
+                              "and re-created")
+    assert plan.incarnations[0].describe() in message and now.describe() in message
+    ds = tbl.dataset()
+    ds.validate()
+    assert ds.to_table(columns=["y"]).column("y").null_count == ROWS  # readable, nothing landed
+    assert tbl.backfill("y", spark=runner).rows_computed == ROWS
+    assert tbl.to_arrow(["y"]).column("y").to_pylist() == [NEW[kind][1](x) for x in range(ROWS)]
