@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from geneva_provider.core.contracts.models import ColumnIncarnation
+from geneva_provider.core.contracts.models import ColumnIncarnation, JobPlan
 from geneva_provider.core.errors import ColumnReplacedError
 from geneva_provider.core.fragments import column_leaf_ids
 from geneva_provider.core.functions.udf import META_COLUMN_UID
+from geneva_provider.core.refs import TableRef
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -62,3 +63,13 @@ def check_incarnations(ds: Dataset, columns: Sequence[str], output_field_ids: Se
         raise ColumnReplacedError(
             f"{what}: columns {list(columns)} of table '{table}' were dropped and re-created (other field ids) "
             "since the job was planned; nothing was committed: rerun the job for a new plan")
+
+
+def check_planned_columns(job: JobPlan, storage_options: dict[str, str] | None, stage: str) -> None:
+    """Refuses a ``stage`` of ``job`` (before it computes or writes anything) when an output column of its table is
+    no longer the incarnation planned: :func:`check_incarnations` at the table's latest version."""
+    if not job.incarnations:  # a plan of an earlier release records none: its commits compare field ids
+        return
+    latest = TableRef(job.table, job.table_uri, storage_options).dataset()
+    check_incarnations(latest, [i.column for i in job.incarnations], job.output_field_ids, job.incarnations,
+                       job.table, f"{stage} of job {job.job_id} ({job.label()})")

@@ -30,7 +30,7 @@ from geneva_provider.stages import (
     run_apply,
     run_write_commit,
 )
-from tests.helpers import counting_dims, counting_double, counting_split, dims_of, events_table
+from tests.helpers import counting_dims, counting_double, counting_split, dims_of, events_table, read_calls
 from tests.unit.test_udtf_views import docs_table
 
 ROWS = 300
@@ -310,3 +310,20 @@ def test_a_column_re_created_while_its_files_were_written_is_refused_at_the_comm
     assert ds.to_table(columns=["y"]).column("y").null_count == ROWS  # readable, nothing landed
     assert tbl.backfill("y", spark=runner).rows_computed == ROWS
     assert tbl.to_arrow(["y"]).column("y").to_pylist() == [NEW[kind][1](x) for x in range(ROWS)]
+
+
+def test_an_apply_after_its_column_was_re_created_computes_nothing_and_is_refused(db, call_dir):
+    runner = InProcessRunner(parallelism=2)
+    tbl = db.create_table("events", events_table(ROWS), max_rows_per_file=100)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    summary = plan_backfill(tbl.ref, "y", parallelism=runner.parallelism())
+    plan, store = load_plan(summary.plan_uri)
+    tbl.drop_columns(["y"])
+    tbl.add_columns({"y": quartered})
+    with pytest.raises(ColumnReplacedError, match=rf"apply of job {plan.job_id} .*column 'y' of table 'events' was "
+                                                  r"dropped and re-created.*type int64.*type double"):
+        run_apply(summary.plan_uri, runner)
+    assert read_calls(call_dir) == [] and list(JobStore(store).batches(plan.job_prefix)) == []  # nothing computed
+    assert JobStore(store).record(plan.job_id).status == "FAILED"
+    assert tbl.backfill("y", spark=runner).rows_computed == ROWS
+    assert tbl.to_arrow(["y"]).column("y").to_pylist() == [x / 4 for x in range(ROWS)]

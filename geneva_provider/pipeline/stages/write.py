@@ -12,9 +12,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from geneva_provider.core.contracts.kinds import Stage
-from geneva_provider.core.contracts.models import JobPlan, WriteResult
-from geneva_provider.core.incarnations import check_incarnations
-from geneva_provider.core.refs import TableRef
+from geneva_provider.core.contracts.models import WriteResult
+from geneva_provider.core.incarnations import check_planned_columns
 from geneva_provider.pipeline.spark.task_runner import task_runner
 from geneva_provider.pipeline.stages.kinds import job_kind
 from geneva_provider.pipeline.stages.planning import load_plan
@@ -38,13 +37,5 @@ def run_write_commit(plan_uri: str, spark: Compute, storage_options: dict[str, s
     kind.check_applied(plan, store)
     runner = task_runner(spark)
     with spark_stage(plan, store, Stage.WRITE_COMMIT, runner, storage_options):
-        _check_columns(plan, storage_options)
+        check_planned_columns(plan, storage_options, "write+commit")  # before any file is written
         return kind.write_commit(plan, store, runner, storage_options)
-
-
-def _check_columns(plan: JobPlan, storage_options: dict[str, str] | None) -> None:
-    """ColumnReplacedError, before any file is written, when an output column is not the incarnation planned."""
-    if plan.incarnations:  # a plan of an earlier release records none: its commits compare field ids
-        latest = TableRef(plan.table, plan.table_uri, storage_options).dataset()
-        check_incarnations(latest, [i.column for i in plan.incarnations], plan.output_field_ids, plan.incarnations,
-                           plan.table, f"write+commit of job {plan.job_id} ({plan.label()})")
