@@ -1,4 +1,5 @@
-"""A column's incarnation, and the one check every commit into an existing column makes of it.
+"""A column's incarnation, and the one check every commit into an existing column (and every stage before
+the commit) makes of it.
 
 A plan records the incarnation of each column it writes (:class:`ColumnIncarnation`); a commit that
 finds another incarnation under the name -- the column was dropped and added again since, whatever its
@@ -48,15 +49,17 @@ def check_incarnations(ds: Dataset, columns: Sequence[str], output_field_ids: Se
     ``output_field_ids``.  Raises :class:`ColumnReplacedError` naming the table, the column and both
     incarnations (or that the column is gone).
     """
-    for was in planned or [ColumnIncarnation(column=c, field_ids=[], type="") for c in columns]:
-        now = incarnation_of(ds, was.column)
+    as_planned = {was.column: was for was in planned}
+    for column in as_planned or columns:
+        now = incarnation_of(ds, column)
         if now is None:
             raise ColumnReplacedError(
-                f"{what}: column '{was.column}' of table '{table}' is gone at version {ds.version} (dropped or "
+                f"{what}: column '{column}' of table '{table}' is gone at version {ds.version} (dropped or "
                 "renamed since the job was planned); nothing was committed")
-        if planned and now != was:
+        was = as_planned.get(column)
+        if was is not None and now != was:
             raise ColumnReplacedError(
-                f"{what}: column '{was.column}' of table '{table}' was dropped and re-created since the job was "
+                f"{what}: column '{column}' of table '{table}' was dropped and re-created since the job was "
                 f"planned: planned incarnation ({was.describe()}), now at version {ds.version} ({now.describe()}); "
                 "nothing was committed into the new column: rerun the job, which plans the new column afresh")
     if not planned and [i for c in columns for i in column_leaf_ids(ds, c)] != list(output_field_ids):
