@@ -7,6 +7,7 @@ in-process task runner (no JVM); tests/spark/test_column_incarnations.py runs th
 
 from __future__ import annotations
 
+import json
 import os
 
 import lance
@@ -327,3 +328,17 @@ def test_an_apply_after_its_column_was_re_created_computes_nothing_and_is_refuse
     assert JobStore(store).record(plan.job_id).status == "FAILED"
     assert tbl.backfill("y", spark=runner).rows_computed == ROWS
     assert tbl.to_arrow(["y"]).column("y").to_pylist() == [x / 4 for x in range(ROWS)]
+
+
+def test_a_plan_stored_by_an_earlier_release_without_incarnations_still_writes_and_commits(db):
+    runner = InProcessRunner(parallelism=2)
+    tbl, plan_uri = planned_and_applied(db, runner)
+    plan, store = load_plan(plan_uri)
+    jobs = JobStore(store)
+    document = json.loads(jobs.plan_text(plan.job_id))
+    assert [i["column"] for i in document.pop("incarnations")] == ["y", "__geneva_fp__y"]
+    jobs.put_plan(plan.job_id, json.dumps(document))  # what the release before this one stored
+    assert load_plan(plan_uri)[0].incarnations == []
+    assert run_write_commit(plan_uri, runner).rows_committed == ROWS
+    assert tbl.to_arrow(["y"]).column("y").to_pylist() == [2 * x for x in range(ROWS)]
+    tbl.dataset().validate()
