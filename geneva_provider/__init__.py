@@ -63,14 +63,14 @@ _EXPORTS = {
         "GenevaError", "InvalidArgumentError", "TableNotFoundError", "TableExistsError", "ColumnError",
         "UDFDefinitionError",
         "UDFExecutionError", "UDFWorkerDiedError", "PlanFormatError", "CheckpointMissingError", "CommitError",
-        "VerificationError",
+        "ColumnReplacedError", "VerificationError",
         "SparkEnvironmentError", "SparkServerUnreachableError", "ResourceUnavailableError", "StorageUnreachableError",
         "TableVersionGoneError")},
 }
 
 __all__ = [
     "UDF", "BackfillOptions", "BackfillResult", "CheckpointMissingError", "CheckpointStore", "ColumnError", "Columns",
-    "UnpackedUDF",
+    "UnpackedUDF", "ColumnReplacedError",
     "CommitError", "Connection", "GenevaError", "GenevaQueryBuilder", "InMemoryCheckpointStore", "InvalidArgumentError",
     "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "ResourceUnavailableError",
     "SparkEnvironmentError", "SparkServerUnreachableError",
@@ -99,6 +99,7 @@ if TYPE_CHECKING:
     from geneva_provider.core.errors import (
         CheckpointMissingError,
         ColumnError,
+        ColumnReplacedError,
         CommitError,
         GenevaError,
         InvalidArgumentError,

@@ -160,6 +160,16 @@ class ConcurrentOverwriteError(CommitError):
     retryable = False
 
 
+class ColumnReplacedError(CommitError):
+    """A column a job writes into was dropped and re-created (another incarnation) since the job was planned.
+
+    Nothing of the job was committed into the new column.  Not retryable: every retry of the same plan
+    meets the same new column; a new plan (a rerun of the job) computes the new column's values.
+    """
+
+    retryable = False
+
+
 class VerificationError(GenevaError):
     """Planned rows did not end up committed in the table."""
 

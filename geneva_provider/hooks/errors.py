@@ -113,6 +113,10 @@ class ConcurrentOverwriteError(errors.ConcurrentOverwriteError, AirflowFailExcep
     """A ConcurrentOverwriteError that fails its task once."""
 
 
+class ColumnReplacedError(errors.ColumnReplacedError, AirflowFailException, register=False):
+    """A ColumnReplacedError that fails its task once."""
+
+
 class VerificationError(errors.VerificationError, AirflowFailException, register=False):
     """A VerificationError that fails its task once."""
 
@@ -160,8 +164,8 @@ FAILS_ONCE: dict[type[errors.GenevaError], type[errors.GenevaError]] = {
         GenevaError, InvalidArgumentError, TableNotFoundError, TableExistsError, ColumnError, UDFDefinitionError,
         UDFImportError,
         UDFExecutionError, SparkEnvironmentError, ResourceUnavailableError, PlanFormatError, CheckpointMissingError,
-        ConcurrentOverwriteError, VerificationError, MalformedEventError, JobNotFoundError, JobCancelledError,
-        CorruptCheckpointError, TableVersionGoneError)}
+        ConcurrentOverwriteError, ColumnReplacedError, VerificationError, MalformedEventError, JobNotFoundError,
+        JobCancelledError, CorruptCheckpointError, TableVersionGoneError)}
 
 
 # Exceptions from outside the package that a retry can fix: the storage or the network was away for a moment.

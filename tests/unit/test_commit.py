@@ -14,6 +14,7 @@ from lance.fragment import DataFile
 
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.fragments import leaf_field_ids, output_files
+from geneva_provider.core.incarnations import incarnations
 from geneva_provider.pipeline.columns.commit import commit_column_files
 from geneva_provider.pipeline.committer import CommitPolicy, is_retryable_conflict
 
@@ -39,7 +40,8 @@ def table(tmp_path):
 def _concurrent_writer_wins(uri: str, version: int, ids: list[int]) -> str:
     """Another backfill of the same column commits first; returns its file."""
     other = _staged(uri, [10, 20, 30], ids[0])
-    commit_column_files(uri, ["y"], {0: other}, version, output_field_ids=ids, base_files={0: None})
+    commit_column_files(uri, ["y"], {0: other}, version, output_field_ids=ids,
+                        incarnations=incarnations(lance.dataset(uri), ["y"]), base_files={0: None})
     return output_files(lance.dataset(uri).get_fragments()[0].metadata, ids)
 
 
@@ -52,7 +54,8 @@ def test_a_conflict_is_lances_retryable_error_and_is_retried_at_the_latest_versi
         lance.LanceDataset.commit(uri, op, read_version=version)
     assert is_retryable_conflict(conflict.value)  # recognised by type (CommitConflictError.retryable)
 
-    outcome = commit_column_files(uri, ["y"], {0: mine}, version, output_field_ids=ids, base_files={0: None},
+    outcome = commit_column_files(uri, ["y"], {0: mine}, version, output_field_ids=ids,
+                        incarnations=incarnations(lance.dataset(uri), ["y"]), base_files={0: None},
                                   policy=CommitPolicy(max_retries=3, backoff_seconds=0.01))
     # Retried at the latest version, which shows the other writer's file: not overwritten, reported.
     assert outcome.retries == 1 and outcome.changed == [0] and outcome.committed == []
@@ -66,7 +69,8 @@ def test_retries_stop_at_the_configured_count_and_name_it(table):
     _concurrent_writer_wins(uri, version, ids)
     mine = _staged(uri, [1, 2, 3], ids[0])
     with pytest.raises(CommitError, match=r"still conflicted after 0 retries.*commit_retries=0"):
-        commit_column_files(uri, ["y"], {0: mine}, version, output_field_ids=ids, base_files={0: None},
+        commit_column_files(uri, ["y"], {0: mine}, version, output_field_ids=ids,
+                        incarnations=incarnations(lance.dataset(uri), ["y"]), base_files={0: None},
                             policy=CommitPolicy(max_retries=0))
     assert lance.dataset(uri).to_table().column("y").to_pylist() == [10, 20, 30]
 
@@ -79,7 +83,8 @@ def test_retries_stop_within_the_time_budget(table):
     # again only if someone keeps committing: a budget of 0 s stops after the first attempt.
     t0 = time.monotonic()
     with pytest.raises(CommitError, match=r"commit_timeout=0"):
-        commit_column_files(uri, ["y"], {0: mine}, version, output_field_ids=ids, base_files={0: None},
+        commit_column_files(uri, ["y"], {0: mine}, version, output_field_ids=ids,
+                        incarnations=incarnations(lance.dataset(uri), ["y"]), base_files={0: None},
                             policy=CommitPolicy(max_retries=100, budget_seconds=0, backoff_seconds=5))
     assert time.monotonic() - t0 < 5  # never slept the 5 s backoff: the budget was spent
 

@@ -26,6 +26,7 @@ from lance.fragment import DataFile
 import geneva_provider as gp
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.fragments import leaf_field_ids, output_files
+from geneva_provider.core.incarnations import incarnations
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.columns.commit import commit_column_files
 from geneva_provider.pipeline.committer import (
@@ -184,12 +185,14 @@ def test_column_files_committed_again_by_a_retried_stage_land_once(table):
     ds = table.dataset()
     ids = leaf_field_ids(ds.lance_schema.field("y"))
     mine = _file(table, [1, 2, 3])
-    first = commit_column_files(table.uri, ["y"], {0: mine}, start, output_field_ids=ids, base_files={0: None},
+    first = commit_column_files(table.uri, ["y"], {0: mine}, start, output_field_ids=ids,
+                                incarnations=incarnations(ds, ["y"]), base_files={0: None},
                                 table="events")
     assert first.committed == [0] and first.version == start + 1
     # The stage runs again with the same staged file and read version (its record of the commit was lost):
     # Lance refuses the stale replacement, and the retry finds the fragment already holds the file.
-    again = commit_column_files(table.uri, ["y"], {0: mine}, start, output_field_ids=ids, base_files={0: None},
+    again = commit_column_files(table.uri, ["y"], {0: mine}, start, output_field_ids=ids,
+                                incarnations=incarnations(ds, ["y"]), base_files={0: None},
                                 table="events", policy=CommitPolicy(**FAST))
     assert again.committed == [0] and again.changed == [] and again.retries == 1
     assert table.dataset().version == start + 1  # nothing committed twice

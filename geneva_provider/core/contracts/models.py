@@ -234,6 +234,26 @@ def output_layout(groups: Sequence[OutputGroup], row_fingerprint: str | None) ->
             *(c for g in rows for c in g.columns), *(g.fingerprint for g in rows if g.fingerprint is not None)]
 
 
+class ColumnIncarnation(_Model):
+    """Which column of its name a job planned to write into: its incarnation, as the plan saw it.
+
+    Lance may give a column dropped and added again the very field ids it had (the highest ids are
+    free again once their column is dropped), so names and field ids alone cannot tell a re-created
+    column from the one planned: the package's ``column_uid`` (new at every ``add_columns``) and the
+    Arrow type can.  Every commit into an existing column compares them
+    (:func:`~geneva_provider.core.incarnations.check_incarnations`).
+    """
+
+    column: str
+    uid: str = ""          # the package's column_uid on the field ("" for a column that has none)
+    field_ids: list[int]   # its leaf field ids
+    type: str              # its Arrow type
+
+    def describe(self) -> str:
+        """The incarnation as errors name it."""
+        return f"column_uid {self.uid or '(none)'}, field ids {self.field_ids}, type {self.type}"
+
+
 class JobSpec(_Model):
     """What a job computes and where: everything a stage needs except the per-fragment plan."""
 
@@ -250,6 +270,9 @@ class JobSpec(_Model):
     column_uid: str
     data_storage_version: str
     job_prefix: str
+    # The output columns' incarnations when planned: a commit into a column re-created since is refused
+    # (empty: a plan of an earlier release, whose commits compare field ids alone).
+    incarnations: list[ColumnIncarnation] = Field(default_factory=list)
     udf: UdfRef | None = None
     source: SourceSpec | None = None
     rows_appended: int = 0

@@ -12,7 +12,8 @@ import os
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from geneva_provider.core.errors import CorruptCheckpointError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
@@ -73,6 +74,10 @@ class CheckpointStore(ABC):
     def get_columns(self, key: str, columns: list[str]) -> pa.Table:
         """Some columns of a stored table (a store may read only those)."""
         return self[key].select(columns)
+
+    def schema(self, key: str) -> pa.Schema:
+        """The schema of a stored table (a store may read only its footer)."""
+        return self[key].schema
 
     def put_text(self, key: str, text: str) -> None:
         """Stores a document (plans, staged-files records, stage reports) as a one-row table."""
@@ -180,8 +185,13 @@ class LanceCheckpointStore(CheckpointStore):
     def get_columns(self, key: str, columns: list[str]) -> pa.Table:
         return self._read(key, columns)
 
-    def _read(self, key: str, columns: list[str] | None) -> pa.Table:
-        """Reads a key; KeyError when absent, CorruptCheckpointError when truncated or unreadable."""
+    def schema(self, key: str) -> pa.Schema:
+        schema: pa.Schema = self._read(key, None, lambda reader: reader.metadata().schema)
+        return schema
+
+    def _read(self, key: str, columns: list[str] | None, what: Callable[[Any], Any] | None = None) -> Any:
+        """Reads a key (``what`` of its reader: by default its table); KeyError when absent,
+        CorruptCheckpointError when truncated or unreadable."""
         name = key + KEY_SUFFIX
         if self._local is not None:
             try:
@@ -191,7 +201,8 @@ class LanceCheckpointStore(CheckpointStore):
             if size < _MIN_FILE_BYTES:  # Lance panics on a file too short to hold a footer
                 raise CorruptCheckpointError(f"checkpoint {key} in {self._root} is truncated ({size} bytes)")
         try:
-            return self._session.open_reader(name, columns=columns).read_all().to_table()
+            reader = self._session.open_reader(name, columns=columns)
+            return what(reader) if what is not None else reader.read_all().to_table()
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
                 raise

@@ -60,6 +60,10 @@ class UdtfViewSpec(BaseModel):
         cols = [*self.columns.values(), *self.input_columns, *([self.partition_by] if self.partition_by else [])]
         return list(dict.fromkeys(cols))
 
+    def fragment_columns(self, outputs: list[str]) -> list[str]:
+        """The columns a refresh's new fragments hold: the copied ones, the UDTF's ``outputs``, the package's own."""
+        return [*self.columns, *outputs, *(f.name for f in self.reserved_fields())]
+
     def reserved_fields(self) -> list[pa.Field]:
         """The columns the package keeps beside the UDTF's output, by view kind."""
         if self.kind is UDTFKind.CHUNKER:

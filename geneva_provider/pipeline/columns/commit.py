@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from geneva_provider.core.errors import CommitError
 from geneva_provider.core.filters import lance_reason
-from geneva_provider.core.fragments import column_leaf_ids, output_files
+from geneva_provider.core.fragments import output_files
+from geneva_provider.core.incarnations import check_incarnations
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.committer import (
     OWN_COMMIT_PREFIX,
@@ -27,6 +28,7 @@ from geneva_provider.pipeline.committer import (
 )
 
 if TYPE_CHECKING:
+    from geneva_provider.core.contracts.models import ColumnIncarnation
     from geneva_provider.core.lib_types import DataFile, Dataset
 
 
@@ -48,6 +50,7 @@ def commit_column_files(
     read_version: int,
     *,
     output_field_ids: list[int],
+    incarnations: list[ColumnIncarnation],
     base_files: dict[int, str | None] | None = None,
     storage_options: dict[str, str] | None = None,
     policy: CommitPolicy | None = None,
@@ -61,9 +64,13 @@ def commit_column_files(
     since the read version are dropped from the commit and reported in ``vanished``.  Conflicts
     are retried at the latest version with jittered backoff, within ``policy``'s retries and time.
     ``table`` names the table in errors (by default its URI).
+
+    Every attempt first checks that ``columns`` are still the ``incarnations`` the files were written for
+    (:func:`~geneva_provider.core.incarnations.check_incarnations`): a column dropped and re-created since,
+    whatever its type, is ``ColumnReplacedError`` and nothing is committed.
     """
     change = _ColumnFiles(TableRef(table or table_uri, table_uri, storage_options), columns, dict(files),
-                          output_field_ids, base_files, CommitOutcome(version=read_version))
+                          output_field_ids, incarnations, base_files, CommitOutcome(version=read_version))
     done = commit(change.table, f"commit of column(s) '{', '.join(columns)}'", change.apply, landed=change.landed,
                   policy=policy, reapplies=True)
     done.value.retries = done.retries
@@ -78,6 +85,7 @@ class _ColumnFiles:
     columns: list[str]
     pending: dict[int, DataFile]
     output_field_ids: list[int]
+    incarnations: list[ColumnIncarnation]
     base_files: dict[int, str | None] | None
     outcome: CommitOutcome
 
@@ -96,6 +104,9 @@ class _ColumnFiles:
     def apply(self, attempt: Attempt) -> CommitOutcome:
         import lance
 
+        # Lance rebases a stale DataReplacement over a drop and re-add of its column by itself, so the column's
+        # incarnation is checked at the latest version before every attempt, the first included.
+        self._check_columns(attempt.latest if attempt.latest is not None else self.table.dataset())
         if attempt.latest is not None:  # a retry: move to the latest version first
             self._rebase(attempt.latest)
         if not self.pending:
@@ -120,6 +131,10 @@ class _ColumnFiles:
         self.pending.clear()
         return self.outcome
 
+    def _check_columns(self, latest: Dataset) -> None:
+        check_incarnations(latest, self.columns, self.output_field_ids, self.incarnations, self.table.name,
+                           f"commit of column(s) '{', '.join(self.columns)}'")
+
     def _vanished_at(self, version: int) -> bool:
         """True when a pending fragment does not exist at ``version`` (deleted or compacted away before it)."""
         live = {f.fragment_id for f in self.table.dataset(version).get_fragments()}
@@ -127,7 +142,6 @@ class _ColumnFiles:
 
     def _rebase(self, latest: Dataset) -> None:
         """Moves the commit to the latest version, dropping fragments it may no longer replace."""
-        _check_columns(latest, self.columns, self.output_field_ids, self.table.name)
         live = {f.fragment_id: f.metadata for f in latest.get_fragments()}
         for fid in sorted(self.pending):
             if fid not in live:
@@ -138,11 +152,3 @@ class _ColumnFiles:
                 self.outcome.changed.append(fid)
                 del self.pending[fid]
         self.outcome.version = latest.version
-
-
-def _check_columns(ds: Dataset, columns: list[str], output_field_ids: list[int], table: str) -> None:
-    names = ds.schema.names
-    if any(c not in names for c in columns) or [
-            i for c in columns for i in column_leaf_ids(ds, c)] != output_field_ids:
-        raise CommitError(f"column(s) {columns} of table '{table}' were dropped or replaced while the job ran; "
-                          "rerun it")

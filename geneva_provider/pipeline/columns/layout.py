@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from geneva_provider.core.fragments import column_leaf_ids
+from geneva_provider.core.incarnations import incarnations
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.columns.commit import commit_column_files
 
@@ -70,7 +71,8 @@ def complete_output_layout(table: TableRef, ds: Dataset, columns: list[str]) -> 
             files[fid] = DataFile(rel, fields=ids, column_indices=list(range(len(ids))), file_major_version=major,
                                   file_minor_version=minor, file_size_bytes=w.size_bytes)
         outcome = commit_column_files(table.uri, list(missing), files, version, output_field_ids=ids,
-                                      base_files=dict.fromkeys(fragments), storage_options=table.storage_options)
+                                      incarnations=incarnations(ds, missing), base_files=dict.fromkeys(fragments),
+                                      storage_options=table.storage_options, table=table.name)
         version = outcome.version
         log.warning("table '%s': fragments %s stored columns %s without %s (changed outside airflow-provider-geneva);"
                     " gave them empty %s so their rows are recomputed and their fingerprints restored",

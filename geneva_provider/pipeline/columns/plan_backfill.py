@@ -30,6 +30,7 @@ from geneva_provider.core.fingerprints import (
 )
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, live_row_addresses
 from geneva_provider.core.functions.udf import UdfColumnInfo, lead_column, udf_column_info
+from geneva_provider.core.incarnations import incarnations
 from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store.checkpoint import CheckpointStore
@@ -96,6 +97,7 @@ def plan_backfill(
         outputs=[OutputGroup(columns=outputs, fingerprint=fp)], row_fingerprint=fp,
         input_columns=inputs, where=where, read_version=ds.version, output_field_ids=out_leaves,
         column_uid=info.column_uid, data_storage_version=str(ds.data_storage_version), job_prefix=prefix,
+        incarnations=incarnations(ds, [*outputs, fp]),
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,
         max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows(),
         resource_asks=[ResourceAsk(udf=info.name, column=column, resources=info.resources)] if info.resources else [])

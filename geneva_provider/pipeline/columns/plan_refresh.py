@@ -33,6 +33,7 @@ from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_field, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding
 from geneva_provider.core.functions.udf import udf_column_info
+from geneva_provider.core.incarnations import incarnations
 from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store.checkpoint import CheckpointStore
@@ -124,6 +125,7 @@ def plan_query_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) 
         kind=JobKind.REFRESH, table=view.name, table_uri=view.uri, outputs=outputs, row_fingerprint=FP,
         read_version=ds.version,
         output_field_ids=out_leaves, column_uid=column_uid, data_storage_version=str(ds.data_storage_version),
+        incarnations=incarnations(ds, output_columns),
         job_prefix=prefix, rows_appended=added, max_failed_rows=min(rows_limits, default=None),
         max_failed_fraction=min(fraction_limits, default=None), rows_total=ds.count_rows(),
         resource_asks=[ResourceAsk(udf=u.name, column=c, resources=u.resources)

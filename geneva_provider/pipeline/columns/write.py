@@ -255,7 +255,7 @@ class _Committer:
         plan = self.plan
         outcome = commit_column_files(
             plan.table_uri, plan.output_columns, {fid: ref.to_lance() for fid, ref in files.items()},
-            self.version, output_field_ids=plan.output_field_ids, base_files=self.base,
+            self.version, output_field_ids=plan.output_field_ids, incarnations=plan.incarnations, base_files=self.base,
             storage_options=self.storage_options, policy=CommitPolicy.of(plan.settings), table=plan.table)
         self.version = outcome.version
         self.committed += outcome.committed

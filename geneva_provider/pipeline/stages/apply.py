@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from geneva_provider.core.contracts.kinds import RowOutcome, Stage
 from geneva_provider.core.contracts.models import ApplyResult, ApplyTaskResult, JobPlan
 from geneva_provider.core.errors import UDFExecutionError
+from geneva_provider.core.incarnations import check_planned_columns
 from geneva_provider.core.store.error_store import ErrorStore
 from geneva_provider.pipeline.spark.runner import describe_profile, job_tag, most_at_once
 from geneva_provider.pipeline.spark.task_runner import task_runner
@@ -56,6 +57,7 @@ def run_apply(plan_uri: str, spark: Compute, storage_options: dict[str, str] | N
     runner = task_runner(spark)
     profile = runner.resource_profile(plan.resource_asks, plan.label())  # refused before any Spark job
     with spark_stage(plan, store, Stage.APPLY, runner, storage_options):
+        check_planned_columns(plan, storage_options, "apply")  # no value is computed for a column re-created since
         return _apply(job_kind(plan.kind), plan, store, runner, storage_options, profile)
 
 

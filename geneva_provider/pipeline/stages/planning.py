@@ -176,7 +176,7 @@ def plan_fragments(
         src_key = src_files_key(src_files)
         needed_runs = runs_of(exam.needed)
         todo = exam.needed
-        keys = keys_by_frag.get((batch_prefix(job, src_key=src_key), fid))
+        keys = of_current_types(store, keys_by_frag.get((batch_prefix(job, src_key=src_key), fid), []), ds)
         if keys:
             todo = todo & ~np.isin(live_row_addresses(frag), checkpointed_addresses(store, keys))
         computing += 1
@@ -187,6 +187,35 @@ def plan_fragments(
             work.append((fid, todo_runs))
     record_valid(store, job, newly_valid)
     return fragments, work
+
+
+def of_current_types(store: CheckpointStore, keys: list[BatchKey], ds: Dataset) -> list[BatchKey]:
+    """The checkpoints among ``keys`` whose columns have the types they have in ``ds``; the others are removed.
+
+    Checkpoints are keyed by the UDF's name and version, not by the column's incarnation: a column dropped
+    and added again with another type under the same UDF name and version (a version the user gave) finds
+    the values computed for the old type.  They are never written into the new column (a cast would keep
+    values the new UDF did not compute): removed here, their rows are computed again.
+    """
+    kept = []
+    for bk in keys:
+        try:
+            schema = store.schema(bk.key())
+        except KeyError:
+            continue
+        except CorruptCheckpointError as exc:
+            discard_corrupt(store, bk.key(), exc)
+            continue
+        other = [f"{f.name}: {f.type}, now {ds.schema.field(f.name).type}" for f in schema
+                 if f.name in ds.schema.names and not f.type.equals(ds.schema.field(f.name).type)]
+        if other:
+            log.warning("checkpoint %s holds values of other types than the table's columns (%s): the column was "
+                        "re-created with another type; removing it: its rows will be computed again", bk.key(),
+                        "; ".join(other))
+            store.delete(bk.key())
+            continue
+        kept.append(bk)
+    return kept
 
 
 def checkpointed_addresses(store: CheckpointStore, keys: list[BatchKey]) -> np.ndarray:

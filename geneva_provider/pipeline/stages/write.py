@@ -2,7 +2,8 @@
 
 What is written and how it is committed is the job kind's; here is what every kind shares: a plan
 with nothing to do is a no-op, a plan whose apply has not ended is refused before any Spark job
-(changing nothing), and the kind's work runs inside the stage's record.
+(changing nothing), a plan whose output columns were dropped and re-created since is refused before any
+file is written (each commit checks them again), and the kind's work runs inside the stage's record.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.contracts.models import WriteResult
+from geneva_provider.core.incarnations import check_planned_columns
 from geneva_provider.pipeline.spark.task_runner import task_runner
 from geneva_provider.pipeline.stages.kinds import job_kind
 from geneva_provider.pipeline.stages.planning import load_plan
@@ -35,4 +37,5 @@ def run_write_commit(plan_uri: str, spark: Compute, storage_options: dict[str, s
     kind.check_applied(plan, store)
     runner = task_runner(spark)
     with spark_stage(plan, store, Stage.WRITE_COMMIT, runner, storage_options):
+        check_planned_columns(plan, storage_options, "write+commit")  # before any file is written
         return kind.write_commit(plan, store, runner, storage_options)

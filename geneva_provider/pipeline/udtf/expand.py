@@ -206,8 +206,7 @@ class Expander:
         return result
 
     def _columns(self) -> list[str]:
-        fields = [*self.spec.columns, *self.fn.output_schema.names]
-        return [*fields, *(f.name for f in self.spec.reserved_fields())]
+        return self.spec.fragment_columns(self.fn.output_schema.names)
 
     def _checkpoint(self, part: ExpandPart, ids: np.ndarray, failures: list[RowError]) -> tuple[int, TaskError | None]:
         """Expands the parents ``ids`` of a part (a batch UDTF: runs its partition) into one checkpoint;

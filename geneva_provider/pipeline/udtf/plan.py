@@ -28,6 +28,7 @@ from geneva_provider.core.contracts.options import RefreshOptions
 from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding
 from geneva_provider.core.functions.udtf import UDTFKind, load_udtf
+from geneva_provider.core.incarnations import incarnations
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.resources import ResourceAsk
@@ -110,6 +111,7 @@ def plan_udtf_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) -
         kind=JobKind.UDTF, table=view.name, table_uri=view.uri,
         outputs=[OutputGroup(columns=list(fn.output_schema.names))],
         read_version=ds.version, output_field_ids=[], column_uid=seed,
+        incarnations=incarnations(ds, spec.fragment_columns(fn.output_schema.names)),
         data_storage_version=str(ds.data_storage_version), job_prefix=prefix, rows_total=src.count_rows(),
         resource_asks=[ResourceAsk(udf=fn.name, column=view.name, resources=fn.resources)] if fn.resources else [],
         max_failed_rows=fn.on_error.skip_limits[0], max_failed_fraction=fn.on_error.skip_limits[1],

@@ -32,6 +32,7 @@ from geneva_provider.core.contracts.models import (
     WriteResult,
 )
 from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError
+from geneva_provider.core.incarnations import check_incarnations
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.checkpoint import CheckpointStore
@@ -260,6 +261,9 @@ def _commit(plan: ExpandPlan, group: GroupFragments, replaced: tuple[str, np.nda
 
     def apply(attempt: Attempt) -> tuple[int, int]:
         ds = attempt.latest if attempt.latest is not None else _open(plan.table_uri, storage_options)  # look_first
+        # The new fragments' files hold the view's columns as planned: never added under a column re-created since.
+        check_incarnations(ds, [i.column for i in plan.incarnations], [], plan.incarnations, plan.table,
+                           f"commit '{message}'")
         updated, removed, deleted = deletions(ds, *replaced)
         if not (new or updated or removed):
             return ds.version, deleted
