@@ -113,6 +113,14 @@ class Table:
                 "read-only; call checkout_latest() to write")
 
     @property
+    def primary_key(self) -> list[str]:
+        """The columns ``create_table(primary_key=...)`` declared to identify a row (Lance's unenforced primary
+        key), ``[]`` for none."""
+        from geneva_provider.core.primary_key import primary_key
+
+        return primary_key(self.schema)
+
+    @property
     def schema(self) -> pa.Schema:
         return self.dataset().schema
 
