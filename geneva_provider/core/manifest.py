@@ -15,7 +15,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from geneva_provider.core.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from geneva_provider.core.manifest_builder import PipManifestBuilder, SiteManifestBuilder
 
 
 def _strings(value: object, what: str) -> tuple[str, ...]:
@@ -43,6 +48,10 @@ class GenevaManifest:
       shipped (the workers run their own environment; list what they need in ``pip``).
     * ``local_zip_output_dir``: where the zips of package directories are written (a temporary directory
       by default); ``delete_local_zips`` removes them when the context ends.
+    * ``version``: the user's label for this revision of the manifest, recorded with it.
+
+    The reference's builders make the same manifest step by step: ``GenevaManifest.create_pip(name)`` and
+    ``create_site(name)`` (:mod:`geneva_provider.core.manifest_builder`).
     """
 
     name: str | None = None
@@ -53,11 +62,28 @@ class GenevaManifest:
     skip_site_packages: bool = True
     local_zip_output_dir: str | None = None
     delete_local_zips: bool = True
+    version: str | None = None
+
+    @staticmethod
+    def create_pip(name: str) -> PipManifestBuilder:
+        """The reference's builder of a pip manifest: ``GenevaManifest.create_pip("deps").pip([...]).build()``."""
+        from geneva_provider.core.manifest_builder import PipManifestBuilder
+
+        return PipManifestBuilder.create(name)
+
+    @staticmethod
+    def create_site(name: str) -> SiteManifestBuilder:
+        """The reference's builder of a manifest of the user's modules (``.py_modules([...])``) alone."""
+        from geneva_provider.core.manifest_builder import SiteManifestBuilder
+
+        return SiteManifestBuilder.create(name)
 
     def __post_init__(self) -> None:
         label = f"GenevaManifest {self.name!r}" if self.name else "GenevaManifest"
         if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
             raise InvalidArgumentError(f"{label}: name must be a non-empty string, got {self.name!r}")
+        if self.version is not None and (not isinstance(self.version, str) or not self.version.strip()):
+            raise InvalidArgumentError(f"{label}: version must be a non-empty string, got {self.version!r}")
         for attr in ("pip", "py_modules", "files", "archives"):
             object.__setattr__(self, attr, _strings(getattr(self, attr), f"{label}: {attr}"))
         for attr in ("skip_site_packages", "delete_local_zips"):

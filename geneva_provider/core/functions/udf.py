@@ -34,6 +34,7 @@ from geneva_provider.core.functions.base import (
     UDFCallError,
     UserFunction,
     check_constructible,
+    check_manifest,
     dumps_by_value,
     options,
 )
@@ -504,11 +505,7 @@ def udf(
         raise UDFDefinitionError("@udf: on_error and error_handling are one setting (the reference's two names); "
                                  "give one")
     on_error = on_error if on_error is not None else error_handling
-    if manifest is not None:
-        from geneva_provider.core.manifest import GenevaManifest
-
-        if not isinstance(manifest, GenevaManifest):
-            raise UDFDefinitionError(f"@udf: manifest must be a GenevaManifest, got {manifest!r}")
+    check_manifest(manifest, "@udf")
     sizes = dict(zip(JOB_DEFAULTS, (checkpoint_size if checkpoint_size is not None else batch_size, task_size,
                                     min_checkpoint_size, max_checkpoint_size), strict=True))
 
