@@ -256,7 +256,7 @@ class Connection:
         """Records of the backfills, refreshes and compactions run on this database's tables, newest first.
 
         ``table`` (or, as the reference names it, ``table_name``), ``status`` (PENDING, RUNNING, DONE, FAILED,
-        ABANDONED) and ``kind`` (backfill, refresh, compaction, udtf: a chunker or batch-UDTF view refresh)
+        CANCELLED, ABANDONED) and ``kind`` (backfill, refresh, compaction, udtf: a chunker or batch-UDTF view refresh)
         narrow the list.  A PENDING or RUNNING job whose process stopped heartbeating (killed) is listed
         ABANDONED, with the stage and counts it had reached.  Each record also answers to the reference's
         field names (``table_name``, ``column_name``, ``job_type``, ``launched_at``, ``completed_at``,
@@ -297,7 +297,7 @@ class Connection:
         """Asks the running job ``job_id`` to stop, from any process; returns its record as it was.
 
         A backfill or refresh run by ``Table.backfill`` / ``refresh`` (or ``*_async``) in another process sees
-        the request within a second, cancels its tasks and records itself FAILED with the error "cancelled";
+        the request within a second, cancels its tasks and records itself CANCELLED;
         nothing it had not committed lands.  A job whose stages run as Airflow tasks does not watch for the
         request: stop it from Airflow.  JobNotFoundError for an unknown job, InvalidArgumentError for one that
         is no longer running.

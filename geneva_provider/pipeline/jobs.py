@@ -6,6 +6,7 @@ same stage functions the Airflow operators and ``spark_apps`` call one per task.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -213,7 +214,8 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
                 update_record(store, summary.job_id, status=JobStatus.FAILED,
                               error=f"{type(exc).__name__}: {exc}"[:2_000])
             raise
-        update_record(store, summary.job_id, status=JobStatus.FAILED, error="cancelled")
+        update_record(store, summary.job_id, status=JobStatus.CANCELLED, error="cancelled",
+                      finished_at=dt.datetime.now(dt.UTC).isoformat())
         if isinstance(exc, JobCancelledError):
             raise
         raise JobCancelledError(f"job {summary.job_id} was cancelled while running") from None

@@ -721,9 +721,11 @@ class ViewCheck(_Model):
 
 
 class JobStatus(StrEnum):
-    """Where a job is: planned, running a stage, finished, failed, or abandoned.
+    """Where a job is: planned, running a stage, finished, failed, cancelled, or abandoned.
 
-    ABANDONED is how a PENDING or RUNNING record reads once its process stopped heartbeating (killed,
+    CANCELLED is a job stopped on request (``db.cancel_job``, a handle's ``cancel()``, the CLI's ``jobs
+    cancel``, an Airflow task killed while its stage ran), as the reference names it; FAILED is a job whose
+    stage raised.  ABANDONED is how a PENDING or RUNNING record reads once its process stopped heartbeating (killed,
     its machine lost) for longer than its lease; the next plan of the same column, view or table
     takes it over and stores the status for good.
     """
@@ -732,6 +734,7 @@ class JobStatus(StrEnum):
     RUNNING = "RUNNING"
     DONE = "DONE"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
     ABANDONED = "ABANDONED"
 
 
