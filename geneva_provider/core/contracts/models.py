@@ -205,6 +205,9 @@ class PlanSettings(_Model):
     commit_timeout: int | None = None
     intra_applier_concurrency: int | None = None  # a backfill's UDF calls in flight per task (None: the UDF's own)
     deadline: float | None = None  # epoch seconds past which apply's tasks stop at their next checkpoint (timeout)
+    # Seconds of work per batch checkpoint (batch_checkpoint_flush_interval_seconds; None: the sizer's default,
+    # 0: every checkpoint is min_checkpoint_size rows, written at once).
+    checkpoint_seconds: float | None = None
 
 
 class OutputGroup(_Model):
