@@ -14,7 +14,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
 from typing import TYPE_CHECKING
 
 from geneva_provider.core.errors import InvalidArgumentError

@@ -209,7 +209,8 @@ def _no_overflow(given: pa.Array, out: pa.Array) -> pa.Array:
     b = dst.to_numpy(zero_copy_only=False)
     bad = np.flatnonzero(np.isfinite(a) & ~np.isfinite(b))
     if bad.size:
-        raise pa.ArrowInvalid(f"the value {a[bad[0]].item()!r} does not fit {dst.type} (it would become {b[bad[0]].item()!r})")
+        value, became = a[bad[0]].item(), b[bad[0]].item()
+        raise pa.ArrowInvalid(f"the value {value!r} does not fit {dst.type} (it would become {became!r})")
     return out
 
 
