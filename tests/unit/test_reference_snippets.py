@@ -211,7 +211,7 @@ def test_the_manifest_builder_methods(tmp_path):
 
     with pytest.raises(geneva.InvalidArgumentError, match="'both': give pip requirements or a requirements_path"):
         GenevaManifest.create_pip("both").pip(["a==1"]).requirements_path(str(requirements)).build()
-    with pytest.raises(geneva.InvalidArgumentError, match="requirements_path .*missing.txt' is not a file"):
+    with pytest.raises(geneva.InvalidArgumentError, match=r"requirements_path .*missing\.txt' is not a file"):
         GenevaManifest.create_pip("x").requirements_path(str(tmp_path / "missing.txt"))
     with pytest.raises(geneva.InvalidArgumentError, match="GenevaManifest 'x': pip must be a list"):
         GenevaManifest.create_pip("x").pip("numpy")

@@ -470,7 +470,7 @@ class LocalLimit:
     tasks: int
 
     def describe(self) -> str:
-        return f"of a local master: at most {self.tasks} task{'s' if self.tasks > 1 else ''} at once"
+        return f"of a local master (at most {self.tasks} task{'s' if self.tasks > 1 else ''} at once)"
 
 
 @dataclass(frozen=True)
