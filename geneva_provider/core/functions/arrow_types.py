@@ -165,6 +165,8 @@ def convert_exactly(values: Any, data_type: pa.DataType) -> pa.Array:
             as_given = pa.array(values)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             raise exc from None
+        if not numeric_alike(as_given.type, data_type):
+            raise exc from None
         return cast_exactly(as_given, data_type)
     try:
         as_given = pa.array(values)
@@ -183,6 +185,17 @@ def convert_exactly(values: Any, data_type: pa.DataType) -> pa.Array:
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
     return _no_overflow(as_given, typed)
+
+
+def numeric_alike(given: pa.DataType, declared: pa.DataType) -> bool:
+    """Whether ``given`` is numbers where ``declared`` is numbers, in lists as deep (float64 values for a float32
+    vector): what :func:`cast_exactly` converts.  Strings are never parsed into numbers, nor numbers into text."""
+    def is_list(t: pa.DataType) -> bool:
+        return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+    while is_list(given) and is_list(declared):
+        given, declared = given.value_type, declared.value_type
+    return all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t) for t in (given, declared))
 
 
 def cast_exactly(array: pa.Array, data_type: pa.DataType) -> pa.Array:

@@ -29,7 +29,13 @@ from geneva_provider.core.column_paths import path_column, select_paths
 from geneva_provider.core.contracts.options import JobOptions
 from geneva_provider.core.error_policy import RowFailure, call_with_policy
 from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
-from geneva_provider.core.functions.arrow_types import arrow_type, cast_exactly, convert_exactly, schema_of_row_type
+from geneva_provider.core.functions.arrow_types import (
+    arrow_type,
+    cast_exactly,
+    convert_exactly,
+    numeric_alike,
+    schema_of_row_type,
+)
 from geneva_provider.core.functions.base import (
     UDFCallError,
     UserFunction,
@@ -237,6 +243,8 @@ class UDF(UserFunction):
                     f"returned values that do not convert to the declared type {self.data_type}: {exc}"
                 ) from exc
         if out.type != self.data_type:
+            if not numeric_alike(out.type, self.data_type):
+                raise UDFCallError(f"returned an array of type {out.type}, expected the declared type {self.data_type}")
             try:  # float64 embeddings for a float32 list column: pyarrow's safe cast decides
                 out = cast_exactly(out, self.data_type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
