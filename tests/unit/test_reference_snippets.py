@@ -101,6 +101,24 @@ def test_a_float64_value_a_float32_column_cannot_hold_is_refused_naming_udf_colu
     tbl.to_lance().validate()
 
 
+def test_a_chunker_yielding_float64_or_arrow_values_fills_its_float32_embedding_column(db):
+    @geneva.chunker(output_schema=pa.schema([("word", pa.string()), ("emb", pa.list_(pa.float32(), 2))]))
+    def embedded_words(text: str) -> Iterator[dict]:
+        for i, w in enumerate(text.split()):
+            if i % 2:  # values read from an Arrow array: pyarrow double scalars
+                yield {"word": w, "emb": list(pa.array([float(len(w)), 0.5]))}
+            else:  # a model's numpy float64 row
+                yield {"word": w, "emb": np.array([len(w), 0.5], dtype=np.float64)}
+
+    docs = db.create_table("docs", pa.table({"id": [1, 2], "text": ["ab c def", "gh"]}))
+    view = db.create_udtf_view("doc_words", docs.search(None).select(["id", "text"]), udtf=embedded_words)
+    db.refresh("doc_words", spark=RUNNER)
+    rows = sorted(view.to_arrow(["id", "word", "emb"]).to_pylist(), key=lambda r: (r["id"], r["word"]))
+    assert rows == [{"id": 1, "word": "ab", "emb": [2.0, 0.5]}, {"id": 1, "word": "c", "emb": [1.0, 0.5]},
+                    {"id": 1, "word": "def", "emb": [3.0, 0.5]}, {"id": 2, "word": "gh", "emb": [2.0, 0.5]}]
+    assert view.schema.field("emb").type == pa.list_(pa.float32(), 2)
+
+
 # ---------------------------------------------------------------------- create_table(primary_key=...)
 def test_create_table_with_a_primary_key_records_it_for_upserts(db):
     tbl = db.create_table("users", [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}], primary_key="id")
