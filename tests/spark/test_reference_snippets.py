@@ -131,3 +131,30 @@ def test_a_chunker_declared_with_a_manifest_ships_it_to_every_refresh_of_its_vie
         with pytest.raises(geneva.SparkEnvironmentError, match=r"geneva-no-such-package-7c1d \(not installed\)"):
             db.refresh("doc_words2", spark=spark, progress=False)
     assert other.version == version and other.count_rows() == 0
+
+
+def test_an_embedding_udf_of_float64_values_fills_a_float32_vector_column_on_spark(db, spark):
+    """The reference's embedding UDF (a model's float64 output) for a ``pa.list_(pa.float32(), N)`` column, on the
+    Spark executors' Python workers; a value float32 cannot hold fails naming the UDF, the column and the value."""
+    import numpy as np
+
+    @geneva.udf(data_type=pa.list_(pa.float32(), 3))
+    def embed(text: pa.Array) -> pa.Array:
+        return np.array([[len(t), 0.25, 1 / 3] for t in text.to_pylist()], dtype=np.float64)
+
+    @geneva.udf(data_type=pa.list_(pa.float32(), 3))
+    def blows_up(text: str) -> list[float]:
+        return [np.float64(1e300 if text == "aa" else 1.0), 0.0, 0.0]
+
+    tbl = db.create_table("docs", [{"text": "a" * (i % 5 + 1)} for i in range(40)], max_rows_per_file=10)
+    tbl.add_columns({"e": embed, "f": blows_up})
+    tbl.backfill("e", spark=spark, progress=False)
+    third = float(np.float32(1 / 3))
+    t = tbl.to_arrow(["text", "e"]).to_pylist()
+    assert [r["e"] for r in t] == [[float(len(r["text"])), 0.25, third] for r in t]
+    version = tbl.version
+    with pytest.raises(geneva.UDFExecutionError) as caught:
+        tbl.backfill("f", spark=spark, progress=False)
+    assert all(s in str(caught.value) for s in ("UDF 'blows_up'", "column 'f'", "1e+300")), str(caught.value)
+    assert tbl.version == version and tbl.count_rows("f IS NOT NULL") == 0
+    tbl.to_lance().validate()
