@@ -167,6 +167,61 @@ def test_a_bad_primary_key_is_refused_naming_it_and_creates_nothing(db, rows, ke
     assert db.table_names() == []
 
 
+def test_merge_insert_upserts_on_the_primary_key_and_the_next_backfill_computes_only_the_changed_rows(db, tmp_path):
+    """LanceDB's upsert builder on a keyed table: ``on`` defaults to the declared primary key."""
+    log = tmp_path / "calls.log"
+
+    @geneva.udf
+    def name_len(name: str) -> int:
+        with open(log, "a") as f:
+            f.write(name + "\n")
+        return len(name)
+
+    tbl = db.create_table("users", [{"id": i, "name": "x" * i} for i in range(1, 5)], primary_key="id")
+    tbl.add_columns({"n": name_len})
+    tbl.backfill("n", spark=RUNNER)
+    log.unlink()
+
+    result = (tbl.merge_insert().when_matched_update_all().when_not_matched_insert_all()
+              .execute([{"id": 2, "name": "changed"}, {"id": 9, "name": "new"}]))
+    assert (result.num_updated_rows, result.num_inserted_rows, result.num_deleted_rows) == (1, 1, 0)
+    assert result.version == tbl.version
+    rows = {r["id"]: (r["name"], r["n"]) for r in tbl.to_arrow(["id", "name", "n"]).to_pylist()}
+    assert rows == {1: ("x", 1), 2: ("changed", 2), 3: ("xxx", 3), 4: ("xxxx", 4), 9: ("new", None)}
+    tbl.backfill("n", spark=RUNNER)
+    assert sorted(log.read_text().split()) == ["changed", "new"]  # the updated row (stale) and the new one
+    assert {r["id"]: r["n"] for r in tbl.to_arrow(["id", "n"]).to_pylist()} == {1: 1, 2: 7, 3: 3, 4: 4, 9: 3}
+
+    # Rows the data lacks deleted, on an explicit key too.
+    gone = tbl.merge_insert(on="id").when_not_matched_by_source_delete("id > 3").execute(pa.table({"id": [1]}))
+    assert gone.num_deleted_rows == 2 and sorted(tbl.to_arrow(["id"]).column("id").to_pylist()) == [1, 2, 3]
+    tbl.to_lance().validate()
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda t: t.merge_insert("nope"), "on names column(s) ['nope'] the table lacks"),
+    (lambda t: t.merge_insert().execute([{"id": 1}]), "say what to do first"),
+    (lambda t: t.merge_insert().when_not_matched_insert_all().execute([{"name": "a"}]),
+     "the data lacks the key column(s) ['id']"),
+    (lambda t: t.merge_insert().when_not_matched_insert_all().execute([{"id": 7, "age": 3}]),
+     "column(s) ['age'] are not columns of the table"),
+    (lambda t: t.merge_insert().when_not_matched_insert_all().execute([{"id": "seven"}]),
+     "column 'id' holds string, which does not convert to the table's int64"),
+    (lambda t: t.merge_insert().when_not_matched_insert_all().execute(pa.table({"id": pa.array([None], pa.int64())})),
+     "key column 'id' holds NULL values"),
+])
+def test_a_bad_merge_insert_names_the_table_and_changes_nothing(db, call, message):
+    tbl = db.create_table("users", [{"id": 1, "name": "a"}], primary_key="id")
+    version = tbl.version
+    with pytest.raises(geneva.InvalidArgumentError) as caught:
+        call(tbl)
+    assert "merge_insert into table 'users'" in str(caught.value) and message in str(caught.value)
+    assert tbl.version == version and tbl.to_arrow().to_pylist() == [{"id": 1, "name": "a"}]
+    plain = db.create_table("plain", [{"id": 1}])
+    with pytest.raises(geneva.InvalidArgumentError, match=r"declares no primary key .*pass on="):
+        plain.merge_insert()
+
+
 def test_exist_ok_with_another_primary_key_is_refused(db):
     db.create_table("users", [{"id": 1, "email": "a"}], primary_key="id")
     with pytest.raises(geneva.InvalidArgumentError, match=r"existing table's primary key is \['id'\], not "
