@@ -12,7 +12,7 @@ a column the table lacks, the package's own columns, a type that does not conver
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +40,8 @@ class MergeInsert:
     """The builder ``table.merge_insert(on)`` returns: say what happens to matched and unmatched rows, then
     ``execute(data)``."""
 
-    def __init__(self, table: Table, on: list[str]) -> None:
-        self._table, self._on = table, on
+    def __init__(self, table: Table, on: list[str], as_arrow: Callable[[Any, str], pa.Table]) -> None:
+        self._table, self._on, self._as_arrow = table, on, as_arrow  # the data as Arrow, as ``Table.add`` takes it
         self._update: tuple[bool, str | None] = (False, None)
         self._insert = False
         self._delete: tuple[bool, str | None] = (False, None)
@@ -67,14 +67,12 @@ class MergeInsert:
 
     def execute(self, data: Any) -> MergeResult:
         """Runs the merge in one Lance commit; the result counts the rows inserted, updated and deleted."""
-        from geneva_provider.facade.table import as_arrow
-
         self._table._writable("merge_insert")
         if not (self._update[0] or self._insert or self._delete[0]):
             raise InvalidArgumentError(f"{self._what}: say what to do first (when_matched_update_all(), "
                                        "when_not_matched_insert_all(), when_not_matched_by_source_delete())")
         ds = self._table.dataset()
-        rows = _fitted(as_arrow(data, self._what), ds.schema, self._on, self._what)
+        rows = _fitted(self._as_arrow(data, self._what), ds.schema, self._on, self._what)
         builder = ds.merge_insert(self._on)
         if self._update[0]:
             builder = builder.when_matched_update_all(self._update[1])

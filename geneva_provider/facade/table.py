@@ -175,7 +175,7 @@ class Table:
 
         what = f"merge_insert into table '{self.name}'"
         self._writable("merge_insert")
-        return MergeInsert(self, merge_keys(on, self.primary_key, self.schema, what))
+        return MergeInsert(self, merge_keys(on, self.primary_key, self.schema, what), as_arrow)
 
     def delete(self, where: str) -> None:
         """Deletes the rows matching ``where`` (required: delete everything with ``"true"``)."""
