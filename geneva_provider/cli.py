@@ -149,7 +149,7 @@ def parser() -> argparse.ArgumentParser:
         dest="action", required=True)
     listing = jobs.add_parser("list", help="the jobs, newest first")
     listing.add_argument("--table", help="only this table's jobs")
-    listing.add_argument("--status", help="PENDING, RUNNING, DONE, FAILED or ABANDONED")
+    listing.add_argument("--status", help="PENDING, RUNNING, DONE, FAILED, CANCELLED or ABANDONED")
     listing.set_defaults(run=jobs_list)
     show = jobs.add_parser("show", help="a job's record and the first rows its UDF failed on")
     show.add_argument("job_id")

@@ -9,6 +9,7 @@ from geneva_provider.core.catalog import DIRECTORY, Catalog
 from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.errors import GenevaError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
+from geneva_provider.core.primary_key import key_columns, keyed
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,6 +48,15 @@ class Connection:
     def __repr__(self) -> str:  # storage options may hold secrets: never shown
         return f"Connection(uri={self.uri!r})"
 
+    def is_remote(self) -> bool:
+        """Whether the tables are reached through a server (a ``"rest"`` Lance namespace) rather than read directly.
+
+        The reference answers True for a LanceDB Cloud (``db://``) connection, whose tables live behind a
+        server.  Here every job reads and writes Lance files itself: a local directory or an object-store
+        prefix (``s3://``, ``gs://``, ``az://``) is False -- the storage is remote, the connection is not.
+        """
+        return self.catalog.impl == "rest"
+
     def table_uri(self, name: str) -> str:
         """Where the existing table ``name`` lives."""
         return self.catalog.ref(name).uri
@@ -65,6 +75,7 @@ class Connection:
         storage_options: dict[str, str] | None = None,
         stable_row_ids: bool = True,
         max_rows_per_file: int | None = None,
+        primary_key: str | list[str] | None = None,
     ) -> Table:
         """Writes ``data`` (Arrow table, record batches, a list of dicts or a dict of columns) as table ``name``.
 
@@ -72,7 +83,11 @@ class Connection:
         table; with both, the data is cast to the schema.  ``mode`` is "create" (TableExistsError naming
         the table if it exists), "overwrite" (replaces it) or "exist_ok" (opens the existing table, checking
         that ``schema``'s columns are in it with their types; ``data`` is then not written).
-        ``storage_options`` are added to the connection's for this table.
+        ``storage_options`` are added to the connection's for this table.  ``primary_key`` (a column or a
+        list of them) declares the columns that identify a row, as Lance's unenforced primary key (what its
+        ``merge_insert`` matches rows on by default; ``table.primary_key`` lists it): each must be a column of
+        plain values, without NULLs or duplicates in ``data`` (InvalidArgumentError naming it, nothing
+        created); with "exist_ok" the existing table must declare the same key.
         """
         from geneva_provider.facade.table import Table
 
@@ -87,6 +102,7 @@ class Connection:
             raise InvalidArgumentError(f"{what}: stable_row_ids must be True or False, got {stable_row_ids!r}")
         if storage_options is not None and not isinstance(storage_options, dict):
             raise InvalidArgumentError(f"{what}: storage_options must be a dict of strings")
+        keys = key_columns(primary_key, what) if primary_key is not None else None
         target = arrow_schema(schema, what) if schema is not None else None
         if data is None and target is None:
             raise InvalidArgumentError(f"{what}: pass data, a schema, or both")
@@ -97,8 +113,13 @@ class Connection:
             table = Table(self, catalog.ref(name))
             if target is not None:
                 check_schema_fits(target, table.schema, what)
+            if keys is not None and table.primary_key != keys:
+                raise InvalidArgumentError(f"{what}: the existing table's primary key is {table.primary_key}, not "
+                                           f"{keys}")
             return table
         rows = _rows(data, target, what)
+        if keys is not None:
+            rows = keyed(rows, keys, what)
         options: dict[str, Any] = {"enable_stable_row_ids": stable_row_ids}
         if max_rows_per_file is not None:
             options["max_rows_per_file"] = max_rows_per_file
@@ -243,7 +264,7 @@ class Connection:
         """Records of the backfills, refreshes and compactions run on this database's tables, newest first.
 
         ``table`` (or, as the reference names it, ``table_name``), ``status`` (PENDING, RUNNING, DONE, FAILED,
-        ABANDONED) and ``kind`` (backfill, refresh, compaction, udtf: a chunker or batch-UDTF view refresh)
+        CANCELLED, ABANDONED) and ``kind`` (backfill, refresh, compaction, udtf: a chunker or batch-UDTF view refresh)
         narrow the list.  A PENDING or RUNNING job whose process stopped heartbeating (killed) is listed
         ABANDONED, with the stage and counts it had reached.  Each record also answers to the reference's
         field names (``table_name``, ``column_name``, ``job_type``, ``launched_at``, ``completed_at``,
@@ -284,7 +305,7 @@ class Connection:
         """Asks the running job ``job_id`` to stop, from any process; returns its record as it was.
 
         A backfill or refresh run by ``Table.backfill`` / ``refresh`` (or ``*_async``) in another process sees
-        the request within a second, cancels its tasks and records itself FAILED with the error "cancelled";
+        the request within a second, cancels its tasks and records itself CANCELLED;
         nothing it had not committed lands.  A job whose stages run as Airflow tasks does not watch for the
         request: stop it from Airflow.  JobNotFoundError for an unknown job, InvalidArgumentError for one that
         is no longer running.

@@ -57,15 +57,21 @@ class JobHandle:
         summary = self.control.summary
         error = self._error()
         if summary is None:
-            return self._record("", JobStatus.FAILED if error else JobStatus.PENDING, Stage.PLAN, error=error)
+            return self._record("", self._failed() if error else JobStatus.PENDING, Stage.PLAN, error=error)
         record = read_record(self.store, summary.job_id)
         if record is not None:
             return record
         if summary.nothing_to_do:
             return self._record(summary.job_id, JobStatus.DONE, "done", read_version=summary.read_version,
                                 version=summary.read_version)
-        return self._record(summary.job_id, JobStatus.FAILED if error else JobStatus.PENDING, Stage.PLAN, error=error,
+        return self._record(summary.job_id, self._failed() if error else JobStatus.PENDING, Stage.PLAN, error=error,
                             read_version=summary.read_version, rows_planned=summary.rows_to_compute)
+
+    def _failed(self) -> JobStatus:
+        """How the job ended, once it raised: CANCELLED when it was stopped on request, else FAILED."""
+        from geneva_provider.core.errors import JobCancelledError
+
+        return JobStatus.CANCELLED if isinstance(self.future.exception(), JobCancelledError) else JobStatus.FAILED
 
     def _error(self) -> str | None:
         """The job's error once it failed (None while it runs or after it succeeded)."""
@@ -77,7 +83,7 @@ class JobHandle:
     def _record(self, job_id: str, status: JobStatus, stage: Stage | Literal["done"], **fields: Any) -> JobRecord:
         """A record built here for a moment the store holds none of (before the plan, or nothing to do)."""
         now = _now()
-        ended = now if status in (JobStatus.DONE, JobStatus.FAILED) else None
+        ended = now if status in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED) else None
         return JobRecord(job_id=job_id, kind=self.kind, table=self.table, column=self.column, status=status,
                          stage=stage, created_at=self.created_at, updated_at=now, finished_at=ended, **fields)
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from geneva_provider.core.table_status import TableReport
     from geneva_provider.facade.connection import Connection
     from geneva_provider.facade.job_handle import JobHandle
+    from geneva_provider.facade.merge_insert import MergeInsert
     from geneva_provider.facade.query import Query
     from geneva_provider.pipeline.jobs import JobControl
     from geneva_provider.pipeline.maintenance.cleanup import CleanupResult
@@ -118,6 +119,14 @@ class Table:
                 "read-only; call checkout_latest() to write")
 
     @property
+    def primary_key(self) -> list[str]:
+        """The columns ``create_table(primary_key=...)`` declared to identify a row (Lance's unenforced primary
+        key), ``[]`` for none."""
+        from geneva_provider.core.primary_key import primary_key
+
+        return primary_key(self.schema)
+
+    @property
     def schema(self) -> pa.Schema:
         return self.dataset().schema
 
@@ -162,6 +171,16 @@ class Table:
         except (OSError, ValueError) as exc:
             raise InvalidArgumentError(f"add to table '{self.name}': {lance_reason(exc)}") from None
         return ds.version
+
+    def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsert:
+        """LanceDB's upsert builder, matching rows on ``on`` -- by default the table's primary key
+        (:mod:`geneva_provider.facade.merge_insert`): ``.when_matched_update_all()``,
+        ``.when_not_matched_insert_all()``, ``.when_not_matched_by_source_delete()``, then ``.execute(rows)``."""
+        from geneva_provider.facade.merge_insert import MergeInsert, merge_keys
+
+        what = f"merge_insert into table '{self.name}'"
+        self._writable("merge_insert")
+        return MergeInsert(self, merge_keys(on, self.primary_key, self.schema, what), as_arrow)
 
     def delete(self, where: str) -> None:
         """Deletes the rows matching ``where`` (required: delete everything with ``"true"``)."""

@@ -6,6 +6,7 @@ same stage functions the Airflow operators and ``spark_apps`` call one per task.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -86,7 +87,19 @@ def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: T
             ) -> BackfillResult:
     """Refreshes a materialized view in this process: new source rows, then every stale fragment."""
     return run_job(view, "*", lambda parallelism: plan_refresh(
-        view, options, resolve=resolve, store=store, parallelism=parallelism), spark, control)
+        view, options, resolve=resolve, store=store, parallelism=parallelism), spark, control,
+        manifest=udtf_manifest(view))
+
+
+def udtf_manifest(view: TableRef) -> Any:
+    """The manifest a chunker or batch-UDTF view's function was declared with (``@chunker(manifest=...)``), if any."""
+    from geneva_provider.core.functions.udtf import load_udtf
+    from geneva_provider.core.views.udtf_meta import is_udtf_view, udtf_view_state
+
+    metadata = view.dataset().schema.metadata
+    if not is_udtf_view(metadata):
+        return None
+    return getattr(load_udtf(udtf_view_state(metadata, view.name).pickle), "manifest", None)
 
 
 def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Compute | None = None,
@@ -180,7 +193,8 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         with keep_alive(store, summary.job_id), watch_cancel(store, summary.job_id, control.cancel):
             control.runner = runner = _runner(spark)
             if manifest is not None:
-                ship_manifest(runner, manifest, f"job on table '{table.name}' column '{column}'")
+                ship_manifest(runner, manifest, f"job on table '{table.name}'"
+                              + (f" column '{column}'" if column != "*" else ""))
             seconds["session"] = time.perf_counter() - t
             if control.on_plan is not None:  # once the session is up: what it prints starting comes before a bar
                 control.on_plan(summary)
@@ -200,7 +214,8 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
                 update_record(store, summary.job_id, status=JobStatus.FAILED,
                               error=f"{type(exc).__name__}: {exc}"[:2_000])
             raise
-        update_record(store, summary.job_id, status=JobStatus.FAILED, error="cancelled")
+        update_record(store, summary.job_id, status=JobStatus.CANCELLED, error="cancelled",
+                      finished_at=dt.datetime.now(dt.UTC).isoformat())
         if isinstance(exc, JobCancelledError):
             raise
         raise JobCancelledError(f"job {summary.job_id} was cancelled while running") from None

@@ -247,7 +247,7 @@ def test_backfill_async_reports_progress_and_can_be_cancelled(db, spark, call_di
     with pytest.raises(gp.GenevaError, match="cancelled"):
         handle.result(timeout=60)
     record = handle.status()
-    assert record.status is JobStatus.FAILED and record.error == "cancelled"
+    assert record.status is JobStatus.CANCELLED and record.error == "cancelled"
     version = tbl.version
 
     # The same job run again to the end: its checkpoints are kept, the table lands complete.

@@ -126,15 +126,19 @@ def test_cancel_a_running_backfill_from_the_command_line(db, capsys):
     code, out, err = run(capsys, "--db", db.uri, "jobs", "cancel", running[0].job_id, "--wait", "--timeout", "30")
     thread.join(30)
     assert code == 0 and not err, err
-    assert f"job {running[0].job_id}: cancel requested; it ended FAILED (cancelled)" in out
+    assert f"job {running[0].job_id}: cancel requested; it ended CANCELLED (cancelled)" in out
     assert len(raised) == 1 and isinstance(raised[0], JobCancelledError)
     assert time.monotonic() - started < 30
     record = db.get_job(running[0].job_id)
-    assert (record.status, record.error, record.rows_committed) == ("FAILED", "cancelled", 0)
+    assert (record.status, record.error, record.rows_committed) == ("CANCELLED", "cancelled", 0)
+    assert [r.job_id for r in db.list_jobs("slow", status="CANCELLED")] == [running[0].job_id]  # the reference's
+    assert not db.list_jobs("slow", status="FAILED")
+    code, out, err = run(capsys, "--db", db.uri, "jobs", "list", "--status", "cancelled")
+    assert code == 0 and running[0].job_id in out and "CANCELLED" in out, (out, err)
     assert tbl.to_arrow(["y"]).column("y").null_count == 2_000  # nothing of it landed
     # A job that ended cannot be cancelled: bad input, changing nothing.
     code, out, err = run(capsys, "--db", db.uri, "jobs", "cancel", running[0].job_id)
-    assert code == 2 and "is FAILED, not running: nothing to cancel" in err
+    assert code == 2 and "is CANCELLED, not running: nothing to cancel" in err
 
 
 def test_table_status_counts_the_rows_whose_inputs_were_updated_as_stale(db, capsys):

@@ -205,6 +205,9 @@ class PlanSettings(_Model):
     commit_timeout: int | None = None
     intra_applier_concurrency: int | None = None  # a backfill's UDF calls in flight per task (None: the UDF's own)
     deadline: float | None = None  # epoch seconds past which apply's tasks stop at their next checkpoint (timeout)
+    # Seconds of work per batch checkpoint (batch_checkpoint_flush_interval_seconds; None: the sizer's default,
+    # 0: every checkpoint is min_checkpoint_size rows, written at once).
+    checkpoint_seconds: float | None = None
 
 
 class OutputGroup(_Model):
@@ -744,9 +747,11 @@ class ViewCheck(_Model):
 
 
 class JobStatus(StrEnum):
-    """Where a job is: planned, running a stage, finished, failed, or abandoned.
+    """Where a job is: planned, running a stage, finished, failed, cancelled, or abandoned.
 
-    ABANDONED is how a PENDING or RUNNING record reads once its process stopped heartbeating (killed,
+    CANCELLED is a job stopped on request (``db.cancel_job``, a handle's ``cancel()``, the CLI's ``jobs
+    cancel``, an Airflow task killed while its stage ran), as the reference names it; FAILED is a job whose
+    stage raised.  ABANDONED is how a PENDING or RUNNING record reads once its process stopped heartbeating (killed,
     its machine lost) for longer than its lease; the next plan of the same column, view or table
     takes it over and stores the status for good.
     """
@@ -755,6 +760,7 @@ class JobStatus(StrEnum):
     RUNNING = "RUNNING"
     DONE = "DONE"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
     ABANDONED = "ABANDONED"
 
 

@@ -24,13 +24,15 @@ DEFAULT_CHECKPOINT_SIZE = 10_000  # a UDTF refresh's parents per part (apply siz
 _POSITIVE = "positive"
 _NON_NEGATIVE = "non-negative"
 _SECONDS = "seconds"  # a positive number of seconds, or a timedelta (stored as seconds)
+_SECONDS_OR_ZERO = "seconds or zero"  # the same, or 0
 _UNSET = ("", "None", "none", "null")  # what an unset templated value renders as
 
 
 def _option(doc: str, *, positive: bool = True, zero: bool = False, seconds: bool = False) -> Any:
     """An option field: None by default (sized to the data), with its doc and whether it must be > 0 (or >= 0),
     or be a duration (``seconds``)."""
-    check = _SECONDS if seconds else (_NON_NEGATIVE if zero else _POSITIVE) if positive else None
+    check = (_SECONDS_OR_ZERO if zero else _SECONDS) if seconds else (_NON_NEGATIVE if zero else _POSITIVE) \
+        if positive else None
     return dataclasses.field(default=None, metadata={"doc": doc, "check": check})
 
 
@@ -50,6 +52,11 @@ class JobOptions:
     concurrency: int | None = _option("Spark partitions the tasks are dealt over")
     commit_retries: int | None = _option("retries of a conflicting commit (default 8; 0: none)", zero=True)
     commit_timeout: int | None = _option("seconds a commit may spend retrying conflicts (default 300)")
+    batch_checkpoint_flush_interval_seconds: float | None = _option(
+        "seconds of UDF work each batch checkpoint holds, so at most this much per running task is computed again "
+        "after a kill (default 3; the sizes stay within the min/max bounds); 0: every checkpoint holds "
+        "min_checkpoint_size rows and is written at once.  The reference's and the Lance Namespace backfill "
+        "request's name", seconds=True, zero=True)
 
     # ------------------------------------------------------------------ declaration
     @classmethod
@@ -113,8 +120,8 @@ class JobOptions:
                 if not isinstance(value, str):
                     raise InvalidArgumentError(f"{job}: {f.name} must be a string, got {value!r}")
                 continue
-            if check == _SECONDS:
-                check_seconds(value, f.name, job)
+            if check in (_SECONDS, _SECONDS_OR_ZERO):
+                check_seconds(value, f.name, job, zero=check == _SECONDS_OR_ZERO)
                 continue
             check_count(value, f.name, job, zero=check == _NON_NEGATIVE)
         lo, hi = _bounds(values.get("checkpoint_size"), values.get("min_checkpoint_size"),
@@ -192,13 +199,16 @@ def check_count(value: Any, name: str, job: str, *, zero: bool = False) -> int |
     return value
 
 
-def check_seconds(value: Any, name: str, job: str) -> float | None:
-    """``value`` as positive seconds (a number or a timedelta); else InvalidArgumentError naming ``name``."""
+def check_seconds(value: Any, name: str, job: str, *, zero: bool = False) -> float | None:
+    """``value`` as positive seconds (a number or a timedelta; 0 too with ``zero``); else InvalidArgumentError
+    naming ``name``."""
     if value is None:
         return None
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidArgumentError(f"{job}: {name} must be a positive number of seconds or a datetime.timedelta, "
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds < 0 \
+            or (seconds == 0 and not zero):
+        kind = "non-negative" if zero else "positive"
+        raise InvalidArgumentError(f"{job}: {name} must be a {kind} number of seconds or a datetime.timedelta, "
                                    f"got {value!r}")
     return float(seconds)
 

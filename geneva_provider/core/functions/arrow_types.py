@@ -149,10 +149,25 @@ def convert_exactly(values: Any, data_type: pa.DataType) -> pa.Array:
     Exact conversions (``1.0`` or ``1`` for int64, ints for float64, None) pass; when the values have no
     single Arrow type or no cast exists to check with, the typed conversion stands alone.  Values of a
     struct type may be dataclasses or NamedTuples as well as dicts.
+
+    What the typed conversion alone refuses but pyarrow's safe cast takes is converted as the cast does:
+    an embedding's Python or numpy float64 values (pyarrow scalars, a 2-D numpy array of rows) for a
+    ``list<float32>[N]`` column, ints for floats (see :func:`cast_exactly`).
     """
+    if isinstance(values, np.ndarray) and values.ndim > 1:
+        values = list(values)  # one row per item: a model's (rows, dims) output
     if has_struct(data_type) and isinstance(values, list):
         values = [plain(v) for v in values]
-    typed = pa.array(values, type=data_type)
+    try:
+        typed = pa.array(values, type=data_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        try:  # e.g. pyarrow double scalars for a float32 list: converted as they are, then cast safely
+            as_given = pa.array(values)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            raise exc from None
+        if not numeric_alike(as_given.type, data_type):
+            raise exc from None
+        return cast_exactly(as_given, data_type)
     try:
         as_given = pa.array(values)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
@@ -169,4 +184,62 @@ def convert_exactly(values: Any, data_type: pa.DataType) -> pa.Array:
         raise pa.ArrowInvalid(f"{exc} (a {as_given.type} value does not fit {data_type} exactly)") from None
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
-    return typed
+    return _no_overflow(as_given, typed)
+
+
+def numeric_alike(given: pa.DataType, declared: pa.DataType) -> bool:
+    """Whether ``given`` is numbers where ``declared`` is numbers, in lists as deep (float64 values for a float32
+    vector): what :func:`cast_exactly` converts.  Strings are never parsed into numbers, nor numbers into text."""
+    def is_list(t: pa.DataType) -> bool:
+        return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+    while is_list(given) and is_list(declared):
+        given, declared = given.value_type, declared.value_type
+    return all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t) for t in (given, declared))
+
+
+def cast_exactly(array: pa.Array, data_type: pa.DataType) -> pa.Array:
+    """``array`` cast to ``data_type`` as pyarrow's safe cast does (float64 to float32, int to float, list to
+    fixed-size list); ArrowInvalid naming the first value the cast refuses or turns from finite to infinite.
+
+    The types' own mismatch (a string for a float list) raises ArrowNotImplementedError / ArrowTypeError.
+    """
+    try:
+        out = array.cast(data_type, safe=True)
+    except pa.ArrowInvalid as exc:
+        raise pa.ArrowInvalid(f"{exc}{_first_misfit(array, data_type)}") from None
+    return _no_overflow(array, out)
+
+
+def _no_overflow(given: pa.Array, out: pa.Array) -> pa.Array:
+    """``out`` unless a finite float of ``given`` became infinite in it (float64 1e40 as float32): ArrowInvalid
+    naming the value.  pyarrow's safe cast lets that through; it loses the value entirely."""
+    src, dst = _leaf_values(given), _leaf_values(out)
+    if src is None or dst is None or len(src) != len(dst) or not pa.types.is_floating(src.type) \
+            or not pa.types.is_floating(dst.type) or src.type.bit_width <= dst.type.bit_width:
+        return out
+    a = src.to_numpy(zero_copy_only=False)
+    b = dst.to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(np.isfinite(a) & ~np.isfinite(b))
+    if bad.size:
+        value, became = a[bad[0]].item(), b[bad[0]].item()
+        raise pa.ArrowInvalid(f"the value {value!r} does not fit {dst.type} (it would become {became!r})")
+    return out
+
+
+def _leaf_values(array: pa.Array) -> pa.Array | None:
+    """The innermost values of a (nested) list array, or the array itself; None for other nested types."""
+    while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(
+            array.type):
+        array = array.flatten()
+    return None if pa.types.is_nested(array.type) else array
+
+
+def _first_misfit(array: pa.Array, data_type: pa.DataType) -> str:
+    """`` (value 0.5 of row 3)``: the first value the safe cast refuses, for an error message ('' if not found)."""
+    for i in range(len(array)):
+        try:
+            array.slice(i, 1).cast(data_type, safe=True)
+        except pa.ArrowException:
+            return f" (value {array[i].as_py()!r} of row {i} does not fit {data_type})"
+    return ""

@@ -206,6 +206,17 @@ def options(f: Any, noun: str, *, name: Any, version: Any, on_error: Any, num_cp
     return Options(name=fn_name, label=label, version=version, on_error=policy, resources=resources)
 
 
+def check_manifest(manifest: Any, label: str) -> Any:
+    """``manifest=`` of ``@udf`` / ``@chunker`` / ``@udtf``: None or a GenevaManifest (UDFDefinitionError naming the
+    function otherwise).  It is pickled with the function, so every job computing it ships the manifest."""
+    from geneva_provider.core.manifest import GenevaManifest
+
+    if manifest is not None and not isinstance(manifest, GenevaManifest):
+        raise UDFDefinitionError(f"{label}: manifest must be a GenevaManifest (e.g. GenevaManifest.create_pip(name)"
+                                 f".pip([...]).build()), got {manifest!r}")
+    return manifest
+
+
 def check_name(value: Any, arg: str, label: str) -> None:
     """UDFDefinitionError unless ``value`` (an optional ``name=``, ``version=``...) is a non-empty string."""
     if value is not None and (not isinstance(value, str) or not value.strip()):

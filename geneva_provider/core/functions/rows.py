@@ -53,7 +53,12 @@ class RowSchema:
         try:
             table = self._convert(out)
         except CONVERSION_ERRORS as exc:
-            raise self._explain(out, exc) from None
+            try:  # pyarrow scalars in the rows (values taken from an Arrow array): as Python values
+                table = self._convert(python_values(out)) if any(map(holds_scalars, out)) else None
+            except CONVERSION_ERRORS:
+                table = None
+            if table is None:
+                raise self._explain(out, exc) from None
         if self.declared is not None and any(has_required(f) for f in self.declared):
             for f in self.declared:
                 path = null_path(table.column(f.name), f, f.name)
@@ -180,6 +185,27 @@ def as_rows(result: Any, label: str) -> list[Any]:
         raise TypeError(f"{label} must yield its rows (or return a list of them), but returned a "
                         f"{type(result).__name__}: {str(result)[:80]!r}")
     return list(result)
+
+
+def holds_scalars(row: Any) -> bool:
+    """Whether a pyarrow scalar is among a row's values, or the items of its list values."""
+    values = row.values() if isinstance(row, dict) else row if isinstance(row, tuple) else (
+        [getattr(row, f.name) for f in dataclasses.fields(row)] if dataclasses.is_dataclass(row) else [])
+    return any(isinstance(v, pa.Scalar) or (isinstance(v, list) and any(isinstance(i, pa.Scalar) for i in v))
+               for v in values)
+
+
+def python_values(value: Any) -> Any:
+    """``value`` with every pyarrow scalar in it as its Python value (rows as dicts; lists and tuples kept)."""
+    if isinstance(value, pa.Scalar):
+        return value.as_py()
+    if isinstance(value, list):
+        return [python_values(v) for v in value]
+    if isinstance(value, dict):
+        return {k: python_values(v) for k, v in value.items()}
+    if (dataclasses.is_dataclass(value) and not isinstance(value, type)) or is_namedtuple(value):
+        return python_values(plain(value))
+    return value
 
 
 def is_namedtuple(obj: Any) -> bool:

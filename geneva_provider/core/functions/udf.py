@@ -29,11 +29,18 @@ from geneva_provider.core.column_paths import path_column, select_paths
 from geneva_provider.core.contracts.options import JobOptions
 from geneva_provider.core.error_policy import RowFailure, call_with_policy
 from geneva_provider.core.errors import InvalidArgumentError, UDFDefinitionError
-from geneva_provider.core.functions.arrow_types import arrow_type, convert_exactly, schema_of_row_type
+from geneva_provider.core.functions.arrow_types import (
+    arrow_type,
+    cast_exactly,
+    convert_exactly,
+    numeric_alike,
+    schema_of_row_type,
+)
 from geneva_provider.core.functions.base import (
     UDFCallError,
     UserFunction,
     check_constructible,
+    check_manifest,
     dumps_by_value,
     options,
 )
@@ -236,7 +243,13 @@ class UDF(UserFunction):
                     f"returned values that do not convert to the declared type {self.data_type}: {exc}"
                 ) from exc
         if out.type != self.data_type:
-            raise UDFCallError(f"returned an array of type {out.type}, expected the declared type {self.data_type}")
+            if not numeric_alike(out.type, self.data_type):
+                raise UDFCallError(f"returned an array of type {out.type}, expected the declared type {self.data_type}")
+            try:  # float64 embeddings for a float32 list column: pyarrow's safe cast decides
+                out = cast_exactly(out, self.data_type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise UDFCallError(f"returned an array of type {out.type}, which does not convert to the declared "
+                                   f"type {self.data_type}: {exc}") from exc
         if len(out) != n:
             raise UDFCallError(f"returned {len(out)} values for {n} input rows")
         return out
@@ -500,11 +513,7 @@ def udf(
         raise UDFDefinitionError("@udf: on_error and error_handling are one setting (the reference's two names); "
                                  "give one")
     on_error = on_error if on_error is not None else error_handling
-    if manifest is not None:
-        from geneva_provider.core.manifest import GenevaManifest
-
-        if not isinstance(manifest, GenevaManifest):
-            raise UDFDefinitionError(f"@udf: manifest must be a GenevaManifest, got {manifest!r}")
+    check_manifest(manifest, "@udf")
     sizes = dict(zip(JOB_DEFAULTS, (checkpoint_size if checkpoint_size is not None else batch_size, task_size,
                                     min_checkpoint_size, max_checkpoint_size), strict=True))
 

@@ -33,7 +33,7 @@ from geneva_provider.core.contracts.kinds import RowOutcome, UDTFKind
 from geneva_provider.core.error_policy import RowFailure, call_with_policy, format_trace
 from geneva_provider.core.errors import UDFDefinitionError
 from geneva_provider.core.functions.arrow_types import row_type_of_return, schema_of_row_type
-from geneva_provider.core.functions.base import UDFCallError, UserFunction, check_name, options
+from geneva_provider.core.functions.base import UDFCallError, UserFunction, check_manifest, check_name, options
 from geneva_provider.core.functions.binding import Binding, bind, input_list
 from geneva_provider.core.functions.identity import udf_fingerprint
 from geneva_provider.core.functions.rows import RowSchema, UDTFRowError, as_rows, check_schema
@@ -66,6 +66,8 @@ class UDTF(UserFunction):
     # A batch UDTF: how it takes its partition (:func:`source_kind`), read from its annotation where it is
     # declared (a worker may not resolve it); None for one pickled before it was recorded: read it there.
     source: str | None = None
+    # A GenevaManifest (``@chunker(manifest=...)``) shipped to the workers of every refresh of its view.
+    manifest: Any = None
 
     @property
     def label(self) -> str:
@@ -360,6 +362,7 @@ def chunker(
     num_cpus: int | None = None,
     num_gpus: float | None = None,
     memory: int | str | None = None,
+    manifest: Any = None,
 ) -> Any:
     """Declares a chunker (a scalar UDTF): one source row in, zero or more output rows out.
 
@@ -375,8 +378,9 @@ def chunker(
     read to call it): a large input (a document, a video) is then not copied onto each of its rows, and an
     output column may take an input's name.
 
-    ``on_error``, ``num_cpus``, ``num_gpus`` and ``memory`` mean what they mean for ``@udf``; none of them
-    changes the chunker's version, which is a hash of what it computes.  Every argument is checked here,
+    ``on_error``, ``num_cpus``, ``num_gpus``, ``memory`` and ``manifest`` (a GenevaManifest shipped to the
+    workers of every refresh of the view) mean what they mean for ``@udf``; none of them changes the
+    chunker's version, which is a hash of what it computes.  Every argument is checked here,
     at decoration (UDFDefinitionError naming the chunker and the argument), not at the first refresh.
     """
 
@@ -384,6 +388,7 @@ def chunker(
         opts = options(f, "chunker", name=name, version=version, on_error=on_error, num_cpus=num_cpus,
                        num_gpus=num_gpus, memory=memory, default="chunker")
         label = opts.label
+        check_manifest(manifest, label)
         _check_bool(batch, "batch", label)
         _check_bool(inherit_input_columns, "inherit_input_columns", label)
         given = input_list(input_columns, label, distinct=True)
@@ -409,7 +414,7 @@ def chunker(
         return UDTF(func=f, kind=UDTFKind.CHUNKER, output_schema=schema, input_columns=inputs, name=opts.name,
                     version=opts.version or udf_fingerprint(f, str(schema), "chunker", batch), batch=batch,
                     stateful=binding.stateful, on_error=opts.on_error, resources=opts.resources,
-                    declared_schema=declared, inherit_input_columns=inherit_input_columns)
+                    declared_schema=declared, inherit_input_columns=inherit_input_columns, manifest=manifest)
 
     return wrap(func) if func is not None else wrap
 
@@ -431,6 +436,7 @@ def udtf(
     num_cpus: int | None = None,
     num_gpus: float | None = None,
     memory: int | str | None = None,
+    manifest: Any = None,
 ) -> Any:
     """Declares a batch UDTF: the rows of a partition in, any rows out (N:M).
 
@@ -441,13 +447,14 @@ def udtf(
     yields ``RecordBatch``es (or returns a table) of ``output_schema``.  ``partition_by`` names a source
     column: one call per distinct value, the partitions spread over Spark tasks, and a refresh runs
     again only the partitions whose rows changed; without it, one call over the whole selection.
-    Every argument is checked at decoration, as for :func:`chunker`.
+    Every argument is checked at decoration, as for :func:`chunker` (``manifest`` too).
     """
 
     def wrap(f: Callable[..., Any] | type) -> UDTF:
         opts = options(f, UDTF.noun, name=name, version=version, on_error=on_error, num_cpus=num_cpus,
                        num_gpus=num_gpus, memory=memory, default="udtf")
         label = opts.label
+        check_manifest(manifest, label)
         check_name(partition_by, "partition_by", label)
         inputs = input_list(input_columns, label, distinct=True)
         if output_schema is None:
@@ -460,6 +467,7 @@ def udtf(
         return UDTF(func=f, kind=UDTFKind.UDTF, output_schema=schema, input_columns=inputs, name=opts.name,
                     version=opts.version or udf_fingerprint(f, str(schema), "udtf", partition_by),
                     stateful=binding.stateful, partition_by=partition_by, on_error=opts.on_error,
-                    resources=opts.resources, declared_schema=declared, source=source_kind(binding))
+                    resources=opts.resources, declared_schema=declared, source=source_kind(binding),
+                    manifest=manifest)
 
     return wrap(func) if func is not None else wrap

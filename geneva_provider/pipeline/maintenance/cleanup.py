@@ -80,7 +80,7 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
             _remove(store, key, "plans" if isinstance(k, PlanKey) else "plan results", result)
     for record in read_records(store):  # history of finished jobs, kept for older_than
         ended = record.finished_at or record.updated_at
-        if record.status in (JobStatus.DONE, JobStatus.FAILED, JobStatus.ABANDONED) and \
+        if record.status in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ABANDONED) and \
                 dt.datetime.fromisoformat(ended) < now - older_than:
             _remove(store, JobRecordKey(record.job_id).key(), "job records", result)
 

@@ -346,6 +346,9 @@ def run_tasks(
     if not tasks:
         return []
     partition_fn = returning_errors(partition_fn)
+    limit = profile if isinstance(profile, LocalLimit) else None
+    if limit is not None:  # a local master's cores and memory: fewer partitions, no profile (Spark runs none there)
+        concurrency, profile = min(concurrency or limit.tasks, limit.tasks), None
     per_slice = partitions(tasks, concurrency)
     slices = len(per_slice)
     if is_connect(spark):
@@ -358,7 +361,7 @@ def run_tasks(
         sc.addJobTag(tag)
     try:
         with explained(per_slice, explain), reporting(description, progress, sc, group):
-            if profile is not None:
+            if profile is not None or limit is not None:
                 return raise_task_errors(_collect_partitions(spark, per_slice, partition_fn, profile, description,
                                                              spans))
             rdd = sc.parallelize(per_slice, slices)
@@ -460,6 +463,17 @@ def _collect_partitions(spark: SparkSession, per_slice: Sequence[Sequence[T]],
 
 
 @dataclass(frozen=True)
+class LocalLimit:
+    """What a UDF's cores and memory become on a plain ``local[N]`` master, where Spark runs no task resource
+    profile: at most ``tasks`` partitions, so at most that many tasks run at once on this machine."""
+
+    tasks: int
+
+    def describe(self) -> str:
+        return f"of a local master (at most {self.tasks} task{'s' if self.tasks > 1 else ''} at once)"
+
+
+@dataclass(frozen=True)
 class _Span:
     """A partition's start and end wall time (``time.time()`` on its executor)."""
 
@@ -479,6 +493,8 @@ def most_at_once(spans: Iterable[tuple[float, float]]) -> int:
 
 def describe_profile(profile: Any) -> str:
     """A task resource profile as its per-task asks, e.g. ``1 cpus, 1 gpu per task``."""
+    if isinstance(profile, LocalLimit):
+        return profile.describe()
     asks = [f"{req.amount:g} {name}" for name, req in sorted(getattr(profile, "taskResources", {}).items())]
     return ", ".join(asks) + " per task" if asks else "(no task resources)"
 

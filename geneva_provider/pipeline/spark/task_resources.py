@@ -13,18 +13,24 @@ job, with :class:`ResourceUnavailableError` naming the UDF, its ask, the offer a
 
 Memory is honoured as a per-task budget: executors must have at least the asked memory, and the
 task's cores are raised so that no more tasks share an executor than its memory holds.
+
+On a plain local master (``local[N]``, a notebook's session) Spark runs no profile, but every task runs on
+this machine: cores and memory are met by running at most ``min(N // num_cpus, machine memory // memory)``
+tasks at once (at least one), with a warning saying so (:class:`~geneva_provider.pipeline.spark.runner.LocalLimit`).
+GPUs stay refused there: no task would be given one.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import ResourceUnavailableError
 from geneva_provider.core.resources import ResourceAsk, UDFResources, format_size, parse_size, task_resources
-from geneva_provider.pipeline.spark.runner import is_connect
+from geneva_provider.pipeline.spark.runner import LocalLimit, is_connect
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import SparkSession
@@ -35,7 +41,8 @@ DEFAULT_EXECUTOR_MEMORY = "1g"  # Spark's default spark.executor.memory
 
 
 def resource_profile(spark: SparkSession, asks: list[ResourceAsk], label: str) -> Any | None:
-    """The task-only ResourceProfile a job's tasks run under; None when no UDF asks for anything.
+    """The task-only ResourceProfile a job's tasks run under (on a plain local master a LocalLimit of the tasks run at
+    once); None when no UDF asks for anything.
 
     ResourceUnavailableError (before any Spark job) when the session cannot give an ask.
     """
@@ -45,6 +52,8 @@ def resource_profile(spark: SparkSession, asks: list[ResourceAsk], label: str) -
     offer = SessionOffer.of(spark)
     for ask in asks:
         offer.check(ask, label)
+    if offer.plain_local:
+        return offer.local_limit(resources, asks, label)
     cpus = offer.cpus_for(resources)
     offer.warn_if_cores_limit(resources, cpus, asks, label)
     from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
@@ -75,6 +84,14 @@ def _register_over_connect(spark: Any, profile: Any) -> None:
     profile._id = spark.client._create_profile(pb2.ResourceProfile(task_resources=tasks))
 
 
+def machine_memory() -> int:
+    """This machine's physical memory in bytes (0 when the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 def gpu_slots(executor_gpus: float, num_gpus: float) -> int:
     """How many tasks asking ``num_gpus`` each an executor's GPUs hold at once, by Spark's rule.
 
@@ -103,13 +120,50 @@ class SessionOffer:
         conf = spark.sparkContext.getConf()
         return cls({k: conf.get(k, None) for k in cls.KEYS})
 
+    @property
+    def plain_local(self) -> bool:
+        """A ``local`` / ``local[N]`` master: every task on this machine, no resource profiles."""
+        master = self.conf["spark.master"] or ""
+        return master.startswith("local") and not master.startswith("local-cluster")
+
+    def local_cores(self) -> int:
+        """The cores of a ``local[N]`` / ``local[*]`` / ``local[N,F]`` master."""
+        inside = (self.conf["spark.master"] or "").partition("[")[2].rstrip("]").split(",")[0].strip()
+        if inside in ("", "*"):
+            return (os.cpu_count() or 1) if inside == "*" else 1
+        return max(int(inside), 1) if inside.isdigit() else (os.cpu_count() or 1)
+
+    def local_limit(self, resources: UDFResources, asks: list[ResourceAsk], label: str) -> LocalLimit:
+        """How many tasks a local master runs at once so that each has the cores and memory asked (at least one);
+        warned about (log and UserWarning): Spark itself would run one per core."""
+        cores, memory = self.local_cores(), machine_memory()
+        by_cores = cores // (resources.num_cpus or 1)
+        by_memory = memory // resources.memory if resources.memory and memory else by_cores
+        tasks = max(min(by_cores, by_memory), 1)
+        short = [f"{cores} cores" if (resources.num_cpus or 1) > cores else "",
+                 f"{format_size(memory)} of memory" if resources.memory and memory and resources.memory > memory
+                 else ""]
+        shown = f"{memory / (1 << 30):.1f} GiB" if memory else "unknown"
+        message = (f"{label}: {'; '.join(a.describe() for a in asks)}; the session's master is "
+                   f"'{self.conf['spark.master']}', where Spark runs no task resource profiles: its tasks run on this "
+                   f"machine ({cores} cores, {shown} of memory), at most "
+                   f"{tasks} at once" + (f" (it has only {' and '.join(p for p in short if p)}: each task gets what "
+                                          "there is)" if any(short) else "")
+                   + "; a cluster master schedules the ask itself")
+        log.warning(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
+        return LocalLimit(tasks)
+
     def check(self, ask: ResourceAsk, label: str) -> None:
         """ResourceUnavailableError naming the UDF when this session cannot give ``ask``."""
         master = self.conf["spark.master"] or ""
-        if master.startswith("local") and not master.startswith("local-cluster"):
-            self._refuse(ask, label, f"the session's master is '{master}', where Spark runs no task resource "
-                         "profiles", "run it on a standalone, YARN or Kubernetes cluster, or on this machine with "
-                         "geneva_provider.stages.local_session(gpus=N) (a local-cluster master with GPUs)")
+        if self.plain_local:
+            if ask.resources.num_gpus is not None:
+                self._refuse(ask, label, f"the session's master is '{master}', where Spark runs no task resource "
+                             "profiles and no task is given a GPU", "run it on a standalone, YARN or Kubernetes "
+                             "cluster, or on this machine with geneva_provider.stages.local_session(gpus=N) (a "
+                             "local-cluster master with GPUs)")
+            return  # cores and memory: met by running fewer tasks at once (local_limit)
         if (self.conf["spark.dynamicAllocation.enabled"] or "").lower() == "true":
             self._refuse(ask, label, "the session has dynamic allocation on (spark.dynamicAllocation.enabled=true), "
                          "under which Spark runs no task-only resource profiles",

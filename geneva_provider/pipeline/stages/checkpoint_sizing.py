@@ -12,6 +12,9 @@ So the size is measured, not guessed, by one rule shared by the backfill and vie
 * otherwise the first checkpoint is a probe of ``min(min bound, PROBE_ROWS)`` rows, then each next one
   holds ``TARGET_CHECKPOINT_SECONDS`` of work at the measured speed, within the bounds, growing at most
   ``MAX_GROWTH`` times per checkpoint and shrinking at once.
+* the job option ``batch_checkpoint_flush_interval_seconds`` (the reference's name: how long its workers
+  buffer computed batches before a checkpoint is written) sets that target instead; 0 means no buffering:
+  after the probe every checkpoint holds the min bound, written as soon as it is computed.
 
 Figures: at 1.5 ms/row the sizes are 100, 1,000 (the min bound), then ~1,960 -- a kill loses at most ~3 s
 of work per task in flight; at 1 us/row (a vectorised UDF, where the per-checkpoint costs dominate) 100,
@@ -52,8 +55,9 @@ class CheckpointSizer:
     def __init__(self, lo: int, hi: int, *, target_seconds: float = TARGET_CHECKPOINT_SECONDS) -> None:
         if not 1 <= lo <= hi:
             raise ValueError(f"checkpoint bounds must satisfy 1 <= min <= max, got min {lo}, max {hi}")
-        if target_seconds <= 0:
-            raise ValueError(f"target_seconds must be positive, got {target_seconds}")
+        if target_seconds < 0:
+            raise ValueError(f"target_seconds must be positive (or 0: every checkpoint the min bound), got "
+                             f"{target_seconds}")
         self.lo, self.hi, self.target_seconds = lo, hi, target_seconds
         self._size = lo if lo == hi else min(lo, PROBE_ROWS)
         self._rows = 0.0     # decayed sums of the observed checkpoints
@@ -68,7 +72,9 @@ class CheckpointSizer:
         ``settings.checkpoint_size`` is not the first size: unless the bounds fix it, it is 10,000 by
         default, which is the very size that cost a slow UDF its whole task.
         """
-        return cls(settings.min_checkpoint_size, settings.max_checkpoint_size)
+        seconds = settings.checkpoint_seconds
+        return cls(settings.min_checkpoint_size, settings.max_checkpoint_size,
+                   target_seconds=TARGET_CHECKPOINT_SECONDS if seconds is None else seconds)
 
     @property
     def fixed(self) -> bool:
@@ -111,6 +117,9 @@ class CheckpointSizer:
         little time it took; one that took over twice the target replaces the estimate.
         """
         if rows <= 0 or self.fixed:
+            return
+        if not self.target_seconds:  # no time target: every checkpoint after the probe is the min bound
+            self._size = self.lo
             return
         seconds = max(seconds, 0.0)
         if seconds > 2 * self.target_seconds:

@@ -193,17 +193,20 @@ def keep_alive(store: CheckpointStore, job_id: str) -> Iterator[None]:
 
 @contextmanager
 def job_stage(store: CheckpointStore, job_id: str, stage: str) -> Iterator[None]:
-    """Marks the job RUNNING in ``stage`` and heartbeats it; a stage that raises marks it FAILED with the error.
+    """Marks the job RUNNING in ``stage`` and heartbeats it; a stage that raises marks it FAILED with the error
+    (CANCELLED when it was stopped on request: a JobCancelledError).
 
-    A FAILED record holds nothing: a compaction may rewrite the job's fragments at once.
+    A FAILED or CANCELLED record holds nothing: a compaction may rewrite the job's fragments at once.
     """
+    from geneva_provider.core.errors import JobCancelledError
+
     update_record(store, job_id, status=JobStatus.RUNNING, stage=stage, error=None)
     try:
         with keep_alive(store, job_id):
             yield
     except BaseException as exc:
-        update_record(store, job_id, status=JobStatus.FAILED, finished_at=_now(),
-                      error=f"{stage}: {type(exc).__name__}: {exc}"[:2_000])
+        update_record(store, job_id, status=JobStatus.CANCELLED if isinstance(exc, JobCancelledError)
+                      else JobStatus.FAILED, finished_at=_now(), error=f"{stage}: {type(exc).__name__}: {exc}"[:2_000])
         raise
 
 
@@ -251,10 +254,10 @@ def _write(store: CheckpointStore, record: JobRecord) -> None:
 
 def request_cancel(store: CheckpointStore, job_id: str) -> JobRecord:
     """Asks job ``job_id`` to stop, from any process: the job, watching its store while it runs
-    (:func:`watch_cancel`), cancels its tasks and records itself FAILED with the error "cancelled".
+    (:func:`watch_cancel`), cancels its tasks and records itself CANCELLED.
 
     JobNotFoundError when the store holds no record of it; InvalidArgumentError when it is no longer live
-    (done, failed or abandoned: nothing is running to cancel).
+    (done, failed, cancelled or abandoned: nothing is running to cancel).
     """
     from geneva_provider.core.errors import JobNotFoundError
 

@@ -302,7 +302,9 @@ def save_plan(
                             max_checkpoint_size=hi, task_size=options.task_size,
                             commit_granularity=options.commit_granularity, concurrency=options.concurrency,
                             parallelism=call.parallelism, commit_retries=options.commit_retries,
-                            commit_timeout=options.commit_timeout, **options.task_settings(now.timestamp()))
+                            commit_timeout=options.commit_timeout,
+                            checkpoint_seconds=options.batch_checkpoint_flush_interval_seconds,
+                            **options.task_settings(now.timestamp()))
     planned = {"fragments": fragments} if fragments is not None else {}  # a column kind's fragment plans
     plan = plan_of({**job.model_dump(), "job_id": job_id, "created_at": now.isoformat(), "store_uri": store.uri,
                     "settings": settings, "tasks": tasks, "rows_to_compute": rows_to_compute, "rows_reused": reused,
