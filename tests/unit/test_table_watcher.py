@@ -224,3 +224,28 @@ def test_every_lance_operation_is_a_known_operation_name():
     assert names <= set(LANCE_OPERATIONS)
     trigger = LanceTableChangedTrigger(table="events", operations=["Append", "Rewrite"], poll_interval=5)
     assert trigger.operations == ["Append", "Rewrite"] and trigger.poll_interval == 5.0
+
+
+@pytest.mark.parametrize(("example", "setup", "table"), [
+    ("on_change_backfill.py", "setup_comments", "comments"),
+    ("on_change_chunks_embeddings.py", "setup_articles", "articles"),
+])
+def test_the_watcher_examples_snippet_runs_as_pasted(lance_db, example, setup, table):
+    import ast
+    import subprocess
+    import sys
+
+    from geneva_provider import examples
+
+    source = (Path(__file__).parents[2] / "dags_examples" / example).read_text()
+    doc = ast.get_docstring(ast.parse(source)) or ""
+    block = doc.split("::\n\n", 1)[1].split("\n\nThe file")[0]  # the docstring's one literal block
+    snippet = "\n".join(line.removeprefix("    ") for line in block.splitlines())
+    assert "/path/to/lake" in snippet
+    getattr(examples, setup)(lance_db)
+    before = lance_db.open_table(table).count_rows()
+    lake = lance_db.uri.removeprefix("file://")
+    done = subprocess.run([sys.executable, "-c", snippet.replace("/path/to/lake", lake)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert lance_db.open_table(table).count_rows() > before
