@@ -16,6 +16,7 @@ refreshes every view after its source.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,8 @@ def look_at(open_dataset: Callable[[], Dataset]) -> TableLook:
 
 def commit_time(ds: Dataset) -> str:
     """When ``ds``'s version was committed, from its manifest (already loaded): its table's incarnation."""
-    return ds.get_version()["timestamp"].isoformat()
+    stamp = ds.get_version()["timestamp"]  # a datetime (Lance's stubs also allow an int)
+    return stamp.isoformat() if isinstance(stamp, dt.datetime) else str(stamp)
 
 
 def watched_change(ds: Dataset, table: str, cursor: WatchCursor, operations: Sequence[str] | None = None,
