@@ -21,7 +21,7 @@ from geneva_provider.core.contracts.options import check_seconds
 from geneva_provider.core.errors import InvalidArgumentError
 
 LANCE_OPERATIONS = ("Append", "Delete", "Update", "Overwrite", "DataReplacement", "Merge", "Project", "Rewrite",
-                    "CreateIndex", "Restore", "Clone", "DataOverlay", "UpdateConfig", "ReserveFragments")
+                    "CreateIndex", "Restore", "Clone", "DataOverlay", "UpdateConfig")
 """The Lance operation names a watcher's ``operations`` may name (a commit's ``type(tx.operation).__name__``)."""
 CHANGE_OPERATIONS = ("Append", "Delete", "Update", "Overwrite", "DataReplacement")
 """The Lance operations that change rows, hence what a watcher reports by default."""

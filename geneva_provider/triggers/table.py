@@ -274,12 +274,27 @@ class LanceTableChangedTrigger(BaseEventTrigger):
         await self.set_cursor(nxt)
 
     # ------------------------------------------------------------------ the two ways of polling
+    async def _step(self, look: TableLook) -> TriggerEvent | None:
+        """:meth:`on_look`, with any failure of its own (the asset state store's, say) logged: the watcher lives on
+        and looks again at the next poll."""
+        try:
+            return await self.on_look(look)
+        except Exception:  # a watcher never dies; the cursor is unmoved, so nothing is lost
+            self.log.exception("The look at table '%s' failed (looking again in %ss)", self.table, self.poll_interval)
+            return None
+
+    async def _handed_over(self, event: TriggerEvent) -> None:
+        try:
+            await self.advance(event)
+        except Exception:  # the cursor stays: the change is reported again (at least once)
+            self.log.exception("Could not store the cursor of table '%s' after its event", self.table)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
-            event = await self.on_look(await asyncio.to_thread(self.look))
+            event = await self._step(await asyncio.to_thread(self.look))
             if event is not None:
                 yield event
-                await self.advance(event)
+                await self._handed_over(event)
             await asyncio.sleep(self.poll_interval)
 
     def shared_stream_key(self) -> tuple[str, ...]:
@@ -306,10 +321,10 @@ class LanceTableChangedTrigger(BaseEventTrigger):
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
         async for looks in shared_stream:
-            event = await self.on_look(looks.get(self.table) or TableLook())
+            event = await self._step(looks.get(self.table) or TableLook())
             if event is not None:
                 yield event
-                await self.advance(event)
+                await self._handed_over(event)
 
 
 def _table_looks(lance_conn_id: str) -> dict[str, TableLook]:

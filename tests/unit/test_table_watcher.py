@@ -221,7 +221,7 @@ def test_every_lance_operation_is_a_known_operation_name():
     ops = lance.LanceOperation
     names = {n for n, c in vars(ops).items() if inspect.isclass(c) and issubclass(c, ops.BaseOperation)
              and c is not ops.BaseOperation}
-    assert names <= set(LANCE_OPERATIONS)
+    assert names == set(LANCE_OPERATIONS)
     trigger = LanceTableChangedTrigger(table="events", operations=["Append", "Rewrite"], poll_interval=5)
     assert trigger.operations == ["Append", "Rewrite"] and trigger.poll_interval == 5.0
 
@@ -249,3 +249,29 @@ def test_the_watcher_examples_snippet_runs_as_pasted(lance_db, example, setup, t
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert lance_db.open_table(table).count_rows() > before
+
+
+class FlakyStateStore(DictStateStore):
+    """The asset state store failing its first two reads (an API server restarting), then answering."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 2
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("the API server is restarting")
+        return await super().aget(key, default)
+
+
+def test_a_failing_state_store_neither_ends_run_nor_loses_a_change(lance_db):
+    lance_db.create_table("events", events_table(10))
+    trigger, store = LanceTableChangedTrigger(table="events", poll_interval=0.01), FlakyStateStore()
+
+    def append() -> None:
+        lance_db.open_table("events").add(events_table(4, start=10))
+
+    events = collect_run(trigger, store, [append])
+    assert store.failures == 0
+    assert [(e["operations"], e["rows_added"]) for e in events] == [(["Append"], 4)]
