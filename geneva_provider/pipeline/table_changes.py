@@ -50,9 +50,13 @@ def look_at(open_dataset: Callable[[], Dataset]) -> TableLook:
 
 
 def commit_time(ds: Dataset) -> str:
-    """When ``ds``'s version was committed, from its manifest (already loaded): its table's incarnation."""
+    """When ``ds``'s version was committed, from its manifest (already loaded), in UTC: its table's incarnation.
+
+    Lance gives it as a naive datetime in the process's local time zone: turned into UTC, so triggerers in
+    different time zones read one value for one commit.
+    """
     stamp = ds.get_version()["timestamp"]  # a datetime (Lance's stubs also allow an int)
-    return stamp.isoformat() if isinstance(stamp, dt.datetime) else str(stamp)
+    return stamp.astimezone(dt.UTC).isoformat() if isinstance(stamp, dt.datetime) else str(stamp)
 
 
 def watched_change(ds: Dataset, table: str, cursor: WatchCursor, operations: Sequence[str] | None = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -275,3 +276,17 @@ def test_a_failing_state_store_neither_ends_run_nor_loses_a_change(lance_db):
     events = collect_run(trigger, store, [append])
     assert store.failures == 0
     assert [(e["operations"], e["rows_added"]) for e in events] == [(["Append"], 4)]
+
+
+def test_a_tables_incarnation_reads_the_same_in_every_time_zone(lance_db):
+    """Lance gives a version's commit time in local time: a triggerer moved to another zone sees the same table."""
+    import subprocess
+    import sys
+
+    tbl = lance_db.create_table("events", events_table(3))
+    code = ("import lance, sys; from geneva_provider.pipeline.table_changes import commit_time; "
+            "print(commit_time(lance.dataset(sys.argv[1])))")
+    seen = {tz: subprocess.run([sys.executable, "-c", code, tbl.uri], capture_output=True, text=True, check=True,
+                               env={**os.environ, "TZ": tz}, timeout=120).stdout.strip()
+            for tz in ("UTC", "America/New_York", "Asia/Tokyo")}
+    assert len(set(seen.values())) == 1 and seen["UTC"].endswith("+00:00"), seen
