@@ -14,8 +14,11 @@ table ``comments`` (``id``, ``x``, ``text``) with the UDF column ``words`` of
 (``geneva_provider.examples.setup_comments``).  Then, with a scheduler and a triggerer running, any write
 starts the DAG, e.g. from a plain Python process::
 
-    db = geneva_provider.connect("/path/to/lake")
-    db.open_table("comments").add(geneva_provider.examples.sample(1_000, start=0))
+    import geneva_provider as gp
+    from geneva_provider.examples import sample
+
+    db = gp.connect("/path/to/lake")  # the lance_default connection's database
+    db.open_table("comments").add(sample(1_000, start=0))
 
 The file opens no table when parsed: the DAG parses before the table exists (the watcher waits for it).
 Connections: ``lance_default`` (host = database directory or URI) and ``spark_default``.

@@ -17,8 +17,11 @@ makes, if missing, the documents table ``articles`` (``doc_id``, ``text``; stabl
 ``geneva_provider.examples:embed_chunk`` (``geneva_provider.examples.setup_articles``).  Then, with a scheduler
 and a triggerer running, append documents from anywhere::
 
-    db = geneva_provider.connect("/path/to/lake")
-    db.open_table("articles").add(geneva_provider.examples.documents(100, start=0))
+    import geneva_provider as gp
+    from geneva_provider.examples import documents
+
+    db = gp.connect("/path/to/lake")  # the lance_default connection's database
+    db.open_table("articles").add(documents(100, start=0))
 
 The file opens no table when parsed: the DAG parses before the tables exist (the watcher waits for them).
 Connections: ``lance_default`` (host = database directory or URI) and ``spark_default``.

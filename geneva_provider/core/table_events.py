@@ -117,7 +117,13 @@ class TableChanged(_Event):
     ``operations`` names those commits' Lance operations, oldest first (``Append``, ``Delete``, ``Update`` ...);
     the package's own commits in between are counted in ``own_commits`` and left out of everything else.
     ``rows_added`` is exact (the appended fragments' rows); ``rows_deleted`` and ``rows_updated`` are what
-    Lance's change feed says (``ds.delta``), which needs stable row ids: None on a table without them.
+    Lance's change feed says (``ds.delta``), which needs stable row ids: None on a table without them, and
+    None too when a commit's transaction or the version before it is gone (``cleanup_old_versions``).  A
+    commit whose transaction Lance no longer has is named ``Unknown`` (its rows are not counted).
+
+    ``created``: the table appeared, or was dropped and re-created (a new incarnation, see
+    :mod:`geneva_provider.core.table_watch`): ``from_version`` is 0, ``rows_added`` every row it holds, and
+    ``operations`` the commits of its history (own ones left out).
     """
 
     table: str
@@ -128,10 +134,14 @@ class TableChanged(_Event):
     rows_added: int = 0
     rows_deleted: int | None = None
     rows_updated: int | None = None
+    created: bool = False
 
     def describe(self) -> str:
         counts = ", ".join(f"{k.removeprefix('rows_')} {v}" for k, v in
                            (("rows_added", self.rows_added), ("rows_deleted", self.rows_deleted),
                             ("rows_updated", self.rows_updated)) if v)
+        if self.created:
+            return (f"table '{self.table}' appeared (or was re-created) at v{self.to_version} with "
+                    f"{self.rows_added} rows: {', '.join(self.operations) or 'its own commits only'}")
         return (f"table '{self.table}' v{self.from_version} -> v{self.to_version}: {', '.join(self.operations)}"
                 + (f" ({counts})" if counts else ""))

@@ -20,7 +20,7 @@ from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.table_events import TableChanged
 from geneva_provider.pipeline.table_changes import change_followers, changes_since
 from geneva_provider.stages import InProcessRunner
-from geneva_provider.triggers.table import CURSOR_KEY, LanceTableChangedTrigger
+from geneva_provider.triggers.table import CURSOR_KEY, INCARNATION_KEY, LanceTableChangedTrigger
 from tests.helpers import counting_double, events_table, read_calls
 
 
@@ -98,7 +98,7 @@ def run_once(trigger: LanceTableChangedTrigger, store: DictStateStore) -> list[d
         trigger.asset_state_store = store  # type: ignore[assignment]
         import geneva_provider.triggers.table as t
 
-        event = await trigger.on_version(await asyncio.to_thread(trigger.version))
+        event = await trigger.on_look(await asyncio.to_thread(trigger.look))
         if event is None:
             return []
         await trigger.advance(event)
@@ -119,7 +119,8 @@ def test_the_cursor_lives_in_the_state_store_so_a_restarted_trigger_reports_each
 
     first = LanceTableChangedTrigger(**kwargs)
     assert run_once(first, store) == []  # the first look records the version
-    assert store.values == {CURSOR_KEY: tbl.dataset().version}
+    assert store.values[CURSOR_KEY] == tbl.dataset().version
+    assert store.values[INCARNATION_KEY].startswith(f"{tbl.dataset().version}@")
     tbl.backfill("y", spark=runner)
     assert run_once(first, store) == []  # own commits: the cursor moves past them, no event
     assert store.values[CURSOR_KEY] == tbl.dataset().version
@@ -167,8 +168,9 @@ def test_triggers_of_one_connection_share_one_poll_of_every_table(lance_db):
                 [e.payload async for e in tb.filter_shared_stream(replay())]]
 
     first, second, events_a, events_b = asyncio.run(two_polls())
-    assert set(first) == {"a", "b"} and second["a"] == first["a"] + 1 and second["b"] == first["b"]
-    assert [(e["from_version"], e["to_version"], e["rows_added"]) for e in events_a] == [(first["a"], second["a"], 5)]
+    assert set(first) == {"a", "b"} and second["a"].version == first["a"].version + 1 and second["b"] == first["b"]
+    assert [(e["from_version"], e["to_version"], e["rows_added"]) for e in events_a] == [
+        (first["a"].version, second["a"].version, 5)]
     assert events_b == []
 
 
