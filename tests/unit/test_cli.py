@@ -191,8 +191,92 @@ def test_cleanup_and_compact_through_the_command_line(db, capsys):
     assert len(tbl.dataset().get_fragments()) == 1 and tbl.status().columns[0].rows_valid == 30
     code, out, _ = run(capsys, "--db", db.uri, "--json", "cleanup", "--older-than-days", "0")
     assert code == 0 and sum(json.loads(out)["t"]["removed"].values()) > 0
-    code, _, err = run(capsys, "--db", db.uri, "cleanup", "--older-than-days", "-1")
-    assert code == 2 and "--older-than-days must not be negative" in err
+    with pytest.raises(SystemExit) as usage:
+        main(["--db", db.uri, "cleanup", "--older-than-days", "-1"])
+    err = capsys.readouterr().err
+    assert usage.value.code == 2 and "--older-than-days: must be a finite number of days from 0 to 999999999" in err
+
+
+def test_a_database_directory_that_does_not_exist_is_refused_naming_it_not_taken_for_an_empty_lake(tmp_path, capsys):
+    """A typo in ``--db`` is not a healthy empty database: every command says the directory does not exist (exit 2,
+    one line) and creates nothing."""
+    missing = tmp_path / "no-such-lake"
+    for argv in (["jobs", "list"], ["jobs", "show", "20260101T000000-deadbeef"], ["table", "status", "t"],
+                 ["cleanup"], ["compact", "t", "--in-process"]):
+        code, out, err = run(capsys, "--db", str(missing), *argv)
+        assert (code, out) == (2, ""), (argv, out, err)
+        assert err.count("\n") == 1 and f"--db {missing}: no such database directory" in err, (argv, err)
+    assert not missing.exists()
+    empty = tmp_path / "empty-lake"
+    empty.mkdir()
+    code, out, err = run(capsys, "--db", str(empty), "jobs", "list")  # an existing, empty database: no jobs
+    assert (code, out, err) == (0, "no jobs\n", "")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e9", "-1", "seven"])
+def test_cleanup_refuses_a_number_of_days_that_is_not_finite_or_out_of_range_naming_it(db, capsys, value):
+    """``--older-than-days nan / inf / 1e9``: a usage error (exit 2) naming the argument and the value, on one line,
+    before any table is touched (no traceback)."""
+    tbl = db.create_table("t", events_table(10))
+    tbl.add_columns({"y": cli_double})
+    tbl.backfill("y", spark=InProcessRunner())
+    kept = db.list_jobs()
+    with pytest.raises(SystemExit) as usage:
+        main(["--db", db.uri, "cleanup", f"--older-than-days={value}"])
+    out, err = capsys.readouterr()
+    assert usage.value.code == 2 and out == ""
+    assert err.count("\n") == 1 and "argument --older-than-days" in err and repr(value) in err, err
+    assert db.list_jobs() == kept
+
+
+def test_cleanup_takes_the_longest_age_python_can_hold_and_removes_no_recent_job(db, capsys):
+    """999999999 days reaches back before the year 1: nothing is that old, so no job's history goes."""
+    tbl = db.create_table("t", events_table(10))
+    tbl.add_columns({"y": cli_double})
+    done = tbl.backfill("y", spark=InProcessRunner())
+    code, out, err = run(capsys, "--db", db.uri, "--json", "cleanup", "--older-than-days", "999999999")
+    assert (code, err) == (0, ""), err
+    assert json.loads(out)["t"]["removed"].get("job records", 0) == 0
+    assert [r.job_id for r in db.list_jobs()] == [done.job_id]
+
+
+def test_cancel_refuses_a_timeout_that_is_not_a_finite_number_of_seconds(db, capsys):
+    for value in ("nan", "-5", "inf"):
+        with pytest.raises(SystemExit) as usage:
+            main(["--db", db.uri, "jobs", "cancel", "20260101T000000-deadbeef", "--wait", "--timeout", value])
+        err = capsys.readouterr().err
+        assert usage.value.code == 2 and "argument --timeout" in err and repr(value) in err, err
+
+
+def test_a_bad_command_line_and_a_missing_directory_end_without_a_traceback_in_a_process_of_its_own(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv, code, said in [(["--db", str(tmp_path / "typo"), "jobs", "list"], 2, str(tmp_path / "typo")),
+                             (["--db", str(tmp_path), "cleanup", "--older-than-days", "nan"], 2, "'nan'"),
+                             (["--db", str(tmp_path), "cleanup", "--older-than-days", "1e9"], 2, "'1e9'")]:
+        done = subprocess.run([sys.executable, "-m", "geneva_provider.cli", *argv], capture_output=True, text=True,
+                              env=env, timeout=120, check=False)
+        assert (done.returncode, done.stdout) == (code, ""), (argv, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["jobs"], ["jobs", "list"], ["jobs", "show"], ["jobs", "cancel"], ["table"],
+                                  ["table", "status"], ["cleanup"], ["compact"]])
+def test_the_help_is_plain_text_not_restructured_text(capsys, argv):
+    with pytest.raises(SystemExit) as shown:
+        main([*argv, "--help"])
+    out = capsys.readouterr().out
+    assert shown.value.code == 0 and out.startswith("usage: geneva-provider")
+    assert "`" not in out and not re.search(r":(class|func|mod|meth|attr):", out), out
+    if not argv:
+        assert "geneva-provider: the jobs and tables of a database" in out and "LanceHook" in out
+
+
+@pytest.mark.parametrize("module", ["geneva_provider.demo", "geneva_provider.connect_server"])
+def test_the_other_programs_help_is_plain_text_too(module):
+    shown = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert shown.returncode == 0 and shown.stdout.startswith("usage:"), shown.stderr
+    assert "`" not in shown.stdout and not re.search(r":(class|func|mod|meth|attr):", shown.stdout), shown.stdout
 
 
 def test_the_console_script_module_runs_in_a_process_of_its_own(db):
