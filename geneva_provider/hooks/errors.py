@@ -154,6 +154,10 @@ def airflow_connection(conn_id: str, argument: str, define: str) -> Connection:
             f"AIRFLOW_CONN_{conn_id.upper()}") from None
 
 
+class StorageAccessError(errors.StorageAccessError, AirflowFailException, register=False):
+    """A StorageAccessError that fails its task once."""
+
+
 # package class -> its fail-once twin
 FAILS_ONCE: dict[type[errors.GenevaError], type[errors.GenevaError]] = {
     twin.__mro__[1]: twin for twin in (
@@ -161,7 +165,7 @@ FAILS_ONCE: dict[type[errors.GenevaError], type[errors.GenevaError]] = {
         UDFImportError,
         UDFExecutionError, SparkEnvironmentError, ResourceUnavailableError, PlanFormatError, CheckpointMissingError,
         ConcurrentOverwriteError, VerificationError, MalformedEventError, JobNotFoundError, JobCancelledError,
-        CorruptCheckpointError, TableVersionGoneError)}
+        CorruptCheckpointError, TableVersionGoneError, StorageAccessError)}
 
 
 # Exceptions from outside the package that a retry can fix: the storage or the network was away for a moment.
