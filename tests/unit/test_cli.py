@@ -137,6 +137,50 @@ def test_cancel_a_running_backfill_from_the_command_line(db, capsys):
     assert code == 2 and "is FAILED, not running: nothing to cancel" in err
 
 
+def test_every_job_id_the_package_shows_is_found_by_jobs_show(db, capsys, caplog, monkeypatch):
+    """A backfill, refresh or compaction with nothing to do still has an id -- in its result, its handle, its log line
+    and an Airflow plan's XCom -- and ``jobs show`` / ``db.get_job`` find it: a DONE record with nothing planned."""
+    import logging
+
+    runner = InProcessRunner()
+    tbl = db.create_table("t", events_table(20))
+    tbl.add_columns({"y": cli_double})
+    done = tbl.backfill("y", spark=runner)
+    view = db.create_materialized_view("v", tbl.search(None).select({"x": "x"}))
+    view.refresh(spark=runner)
+    caplog.set_level(logging.INFO, logger="geneva_provider")
+    shown = {
+        "backfill": tbl.backfill("y", spark=runner).job_id,
+        "handle": (handle := tbl.backfill_async("y", spark=runner)).result().job_id,
+        "refresh": view.refresh(spark=runner).job_id,
+        "compaction": tbl.compact(spark=runner).job_id,
+    }
+    assert handle.job_id == shown["handle"]
+    logged = re.findall(r"job (\S+) on table 't': up to date", caplog.text)
+    assert shown["backfill"] in logged, caplog.text
+    assert len(set(shown.values()) | {done.job_id}) == 5
+    for what, job_id in shown.items():
+        code, out, err = run(capsys, "--db", db.uri, "--json", "jobs", "show", job_id)
+        assert (code, err) == (0, ""), (what, err)
+        record = json.loads(out)["job"]
+        assert (record["job_id"], record["status"], record["stage"], record["rows_planned"]) == (
+            job_id, "DONE", "done", 0), (what, record)
+        assert record["table"] == ("v" if what == "refresh" else "t"), (what, record)
+        assert db.get_job(job_id).status == "DONE"
+        code, out, err = run(capsys, "--db", db.uri, "jobs", "cancel", job_id)  # nothing runs: bad input
+        assert code == 2 and "is DONE, not running: nothing to cancel" in err, (what, err)
+    assert db.get_job(shown["backfill"]).column == "y"
+    # The job link an Airflow plan task shows (a plan with nothing to do has one too) opens its record.
+    from geneva_provider.plugin import job_record
+
+    monkeypatch.setenv("AIRFLOW_CONN_CLI_LAKE", json.dumps({"conn_type": "lance", "host": db.uri}))
+    assert job_record(shown["backfill"], "t", "cli_lake")["status"] == "DONE"
+    # The history lists the jobs that did work; an id that was never shown is still not found.
+    assert [r.job_id for r in db.list_jobs("t", kind="backfill")] == [done.job_id]
+    code, _, err = run(capsys, "--db", db.uri, "jobs", "show", "20260101T000000-deadbeef")
+    assert code == 2 and "20260101T000000-deadbeef" in err
+
+
 def test_table_status_counts_the_rows_whose_inputs_were_updated_as_stale(db, capsys):
     tbl = db.create_table("t", events_table(100), max_rows_per_file=40)
     tbl.add_columns({"y": cli_double})
