@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from geneva_provider.core.catalog import DIRECTORY
+from geneva_provider.core.docstrings import plain_text
 from geneva_provider.core.errors import (
     ColumnError,
     GenevaError,
@@ -28,7 +29,6 @@ from geneva_provider.core.errors import (
     JobNotFoundError,
     TableNotFoundError,
 )
-from geneva_provider.core.docstrings import plain_text
 from geneva_provider.core.table_status import format_rows
 
 if TYPE_CHECKING:

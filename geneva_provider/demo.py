@@ -30,7 +30,6 @@ from geneva_provider.core.docstrings import plain_text
 from geneva_provider.examples import embed, sample, word_count
 from geneva_provider.stages import local_session
 
-
 DEMO_TABLE = "events"
 
 
@@ -169,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m geneva_provider.demo", description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=["dags", "notebook"])
-    parser.add_argument("--db", default=".demo/lake", help="database directory of the notebook mode (its table 'events' is replaced)")
+    parser.add_argument("--db", default=".demo/lake",
+                        help="database directory of the notebook mode (its table 'events' is replaced)")
     parser.add_argument("--rows", type=int, default=100_000)
     args = parser.parse_args(argv)
     (run_dags if args.mode == "dags" else run_notebook)(args)

@@ -23,8 +23,9 @@ _NO_CONNECTION = ("error sending request", "connection refused", "tcp connect er
 _UNKNOWN_HOST = ("dns error", "failed to lookup address", "name or service not known", "nodename nor servname")
 _REFUSED = ("connection refused",)
 # What the object-store clients say when no credentials were found (AWS's chain, Google's and Azure's).
-_NO_CREDENTIALS = ("failed to get aws credentials", "credentialsnotloaded", "no providers in chain provided credentials",
-                   "could not find default credentials", "no credentials", "missing credentials")
+_NO_CREDENTIALS = ("failed to get aws credentials", "credentialsnotloaded",
+                   "no providers in chain provided credentials", "could not find default credentials", "no credentials",
+                   "missing credentials")
 _RETRIES = re.compile(r"after (\d+) retries")
 
 
