@@ -102,7 +102,8 @@ class JobHandle:
 def with_progress(store: CheckpointStore, label: str, run: Callable[[JobControl], BackfillResult],
                   progress: bool | None) -> BackfillResult:
     """Runs a job in the foreground, showing its progress where it runs unless ``progress=False``: a notebook
-    widget, a terminal bar, or else log lines (:mod:`geneva_provider.facade.progress`)."""
+    widget, a terminal bar, or else log lines (:mod:`geneva_provider.facade.progress`).  Ctrl-C cancels the job
+    and ends the call with one ``KeyboardInterrupt`` line (:mod:`geneva_provider.facade.interrupts`)."""
     from geneva_provider.facade.interrupts import cancel_on_interrupt
 
     control = JobControl()
@@ -115,6 +116,7 @@ def with_progress(store: CheckpointStore, label: str, run: Callable[[JobControl]
 
         def planned(summary: PlanSummary) -> None:  # the Spark session is up: it may have taken SIGINT over
             guard.install()
+            control.check(Stage.APPLY)  # Ctrl-C while the session started: no apply stage
             if shown is not None:
                 shown.attach(summary)
 
