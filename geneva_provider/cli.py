@@ -3,8 +3,9 @@ staleness, checkpoint clean-up and compaction.
 
 The database is ``--db URI`` (what ``geneva_provider.connect`` takes) or ``--conn-id ID`` (an Airflow ``lance``
 connection, read through :class:`~geneva_provider.hooks.lance.LanceHook`; Airflow is imported only then, so the
-tool runs without it).  Output is a text table for people, or JSON with ``--json`` for scripts.  The package's
-errors are one line on stderr: exit code 2 for bad input (an unknown table, job or argument), 1 for a failure.
+tool runs without it); a local directory that does not exist is refused, not read as an empty database.  Output
+is a text table for people, or JSON with ``--json`` for scripts.  The package's errors, and a bad command line,
+are one line on stderr: exit code 2 for bad input (an unknown table, job or argument), 1 for a failure.
 Storage options are never printed: they may hold credentials.
 """
 
