@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
-from geneva_provider.core.errors import GenevaError, StorageAccessError, StorageUnreachableError
+from geneva_provider.core.errors import GenevaError, InvalidArgumentError, StorageAccessError, StorageUnreachableError
 
 # What Lance's HTTP client says when no connection could be made (refused, DNS, unreachable host).
 _NO_CONNECTION = ("error sending request", "connection refused", "tcp connect error", "dns error",
@@ -39,6 +39,26 @@ def lacks_credentials(exc: BaseException) -> bool:
     """True when ``exc`` says the store's client found no credentials to sign its requests with."""
     text = str(exc).lower()
     return any(marker in text for marker in _NO_CREDENTIALS)
+
+
+def check_endpoints(storage_options: dict[str, str] | None, subject: str) -> None:
+    """InvalidArgumentError naming an endpoint option that is not an http(s) URL with a host: the object-store
+    client panics on one (a Rust backtrace on stderr) instead of saying so."""
+    for key, value in (storage_options or {}).items():
+        if "endpoint" not in key.lower() or not isinstance(value, str):
+            continue
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            shown = value.rsplit("@", 1)[-1]  # never user info
+            raise InvalidArgumentError(f"{subject}: storage option {key!r} must be an http:// or https:// URL "
+                                       f"such as http://127.0.0.1:9000, got {shown!r}")
+
+
+def _plain_http_refused(exc: BaseException, endpoint: str | None) -> bool:
+    """True when the client refused to send a request to an ``http://`` endpoint (no ``allow_http``)."""
+    text = str(exc).lower()
+    return endpoint is not None and endpoint.startswith("http://") and (
+        "badscheme" in text or "builder error" in text or "url scheme is not allowed" in text)
 
 
 def endpoint_of(storage_options: dict[str, str] | None) -> str | None:
@@ -111,4 +131,8 @@ def reaching(subject: str, storage_options: dict[str, str] | None) -> Iterator[N
             raise unreachable_error(exc, subject, storage_options) from None
         if lacks_credentials(exc):
             raise credentials_error(subject, storage_options) from None
+        endpoint = endpoint_of(storage_options)
+        if _plain_http_refused(exc, endpoint):
+            raise InvalidArgumentError(f"{subject}: the object store endpoint {endpoint} is plain http: add "
+                                       "allow_http='true' to the storage options (or use https)") from None
         raise

@@ -160,6 +160,28 @@ def test_missing_credentials_and_an_unknown_host_are_the_packages_errors_naming_
         assert db.table_names() == ["events"] and db.open_table("events").count_rows() == 10  # nothing changed
 
 
+def test_an_endpoint_that_is_not_a_url_or_an_http_one_without_allow_http_is_bad_input_naming_the_option(
+        tmp_path, monkeypatch, capfd):
+    """An endpoint without its scheme made the object-store client panic (a Rust backtrace on stderr, then
+    ``PanicException``); an ``http://`` endpoint without ``allow_http`` gave a Rust error dump.  Both are the
+    package's InvalidArgumentError naming the option, before any request."""
+    _no_ambient_aws_credentials(monkeypatch, tmp_path)
+    creds = {"aws_access_key_id": "k", "aws_secret_access_key": "s3cr3t-value", "aws_region": "us-east-1"}
+    for endpoint in ("no-such-host.invalid:9000", "127.0.0.1:9000", "ftp://127.0.0.1:9000"):
+        with pytest.raises(gp.InvalidArgumentError, match=r"storage option 'aws_endpoint' must be an http:// or "
+                                                          r"https:// URL") as info:
+            gp.connect("s3://lake/db", storage_options=dict(creds, aws_endpoint=endpoint, allow_http="true"))
+        assert repr(endpoint) in str(info.value) and "s3cr3t-value" not in str(info.value)
+    plain_http = gp.connect("s3://lake/db", storage_options=dict(creds, aws_endpoint="http://127.0.0.1:9"))
+    for attempt in (plain_http.table_names, lambda: plain_http.open_table("events"),
+                    lambda: plain_http.create_table("t", events_table(3))):
+        with pytest.raises(gp.InvalidArgumentError, match=r"http://127\.0\.0\.1:9 is plain http: add "
+                                                          r"allow_http='true'") as info:
+            attempt()
+        assert "s3://lake/db" in str(info.value) and len(str(info.value)) < 300, str(info.value)
+    assert "panicked" not in capfd.readouterr().err
+
+
 def test_a_task_meeting_a_cleaned_up_version_names_the_version_in_either_manifest_naming_scheme(db):
     """Lance names a manifest by its version (``_versions/2.manifest``) or, in a table with V2 manifest names, by
     ``2**64 - 1 - version`` in 20 digits: the package's error names the table's version either way."""
