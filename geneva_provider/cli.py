@@ -226,21 +226,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns the exit code (0, 1 for a failure, 2 for bad input)."""
     args = parser().parse_args(argv)  # exits 2 on a bad command line, as argparse does
     run: Callable[[Connection, argparse.Namespace], Any] = args.run
+    db: Connection | None = None
     try:
-        out = run(connection(args), args)
+        db = connection(args)
+        out = run(db, args)
     except BAD_INPUT as exc:
         _error(exc)
         return 2
     except GenevaError as exc:
         _error(exc)
         return 1
+    except Exception as exc:  # noqa: BLE001 - Lance's or the file system's (a table half-made): one line as well
+        _error(exc, hide=list((db.storage_options or {}).values()) if db is not None else [])
+        return 1
     print(json.dumps(out, indent=2, default=str) if args.json else out)
     return 0
 
 
-def _error(exc: BaseException) -> None:
-    """The error as one line (its message names what is at fault; the package's messages carry no secrets)."""
-    message = " ".join(str(exc).split())
+def _error(exc: BaseException, hide: Sequence[str] = ()) -> None:
+    """The error as one line (its message names what is at fault; the package's messages carry no secrets, and
+    another library's is cut short, without Rust source paths, and any storage option value in it masked)."""
+    from geneva_provider.core.filters import lance_reason
+
+    message = " ".join(str(exc).split()) if isinstance(exc, GenevaError) else " ".join(lance_reason(exc, 300).split())
+    for value in hide:
+        if len(value) >= 4:
+            message = message.replace(value, "***")
     print(f"geneva-provider: {type(exc).__name__}: {message}", file=sys.stderr)
 
 

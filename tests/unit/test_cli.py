@@ -257,6 +257,18 @@ def test_a_database_directory_that_does_not_exist_is_refused_naming_it_not_taken
     assert (code, out, err) == (0, "no jobs\n", "")
 
 
+def test_a_failure_outside_the_packages_errors_is_one_line_too(db, capsys):
+    """A table directory another process is still creating (no manifest yet): Lance's error, on one line, exit 1,
+    without its Rust source paths -- not a traceback."""
+    db.create_table("t", events_table(3))
+    (Path(db.uri) / "half.lance" / "_versions").mkdir(parents=True)
+    code, out, err = run(capsys, "--db", db.uri, "table", "status", "half")
+    assert (code, out) == (1, "") and err.count("\n") == 1, err
+    assert err.startswith("geneva-provider: ") and "half.lance" in err and "/rust/" not in err, err
+    code, out, err = run(capsys, "--db", db.uri, "table", "status", "t")  # the other tables are fine
+    assert code == 0 and "table t:" in out
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e9", "-1", "seven"])
 def test_cleanup_refuses_a_number_of_days_that_is_not_finite_or_out_of_range_naming_it(db, capsys, value):
     """``--older-than-days nan / inf / 1e9``: a usage error (exit 2) naming the argument and the value, on one line,
