@@ -65,7 +65,7 @@ _EXPORTS = {
         "UDFExecutionError", "UDFWorkerDiedError", "PlanFormatError", "CheckpointMissingError", "CommitError",
         "ColumnReplacedError", "VerificationError",
         "SparkEnvironmentError", "SparkServerUnreachableError", "ResourceUnavailableError", "StorageUnreachableError",
-        "TableVersionGoneError")},
+        "TableVersionGoneError", "StorageAccessError")},
 }
 
 __all__ = [
@@ -73,7 +73,7 @@ __all__ = [
     "UnpackedUDF", "ColumnReplacedError",
     "CommitError", "Connection", "GenevaError", "GenevaQueryBuilder", "InMemoryCheckpointStore", "InvalidArgumentError",
     "LanceCheckpointStore", "PlanFormatError", "Query", "RefreshOptions", "ResourceUnavailableError",
-    "SparkEnvironmentError", "SparkServerUnreachableError",
+    "SparkEnvironmentError", "SparkServerUnreachableError", "StorageAccessError",
     "StorageUnreachableError", "Table", "TableExistsError", "TableNotFoundError", "TableVersionGoneError",
     "UDFDefinitionError", "UDFExecutionError", "UDFKind", "UDFWorkerDiedError", "VerificationError", "__version__",
     "connect", "local_session", "task_device", "task_gpus", "udf",
@@ -107,6 +107,7 @@ if TYPE_CHECKING:
         ResourceUnavailableError,
         SparkEnvironmentError,
         SparkServerUnreachableError,
+        StorageAccessError,
         StorageUnreachableError,
         TableExistsError,
         TableNotFoundError,

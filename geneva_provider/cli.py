@@ -3,8 +3,9 @@ staleness, checkpoint clean-up and compaction.
 
 The database is ``--db URI`` (what ``geneva_provider.connect`` takes) or ``--conn-id ID`` (an Airflow ``lance``
 connection, read through :class:`~geneva_provider.hooks.lance.LanceHook`; Airflow is imported only then, so the
-tool runs without it).  Output is a text table for people, or JSON with ``--json`` for scripts.  The package's
-errors are one line on stderr: exit code 2 for bad input (an unknown table, job or argument), 1 for a failure.
+tool runs without it); a local directory that does not exist is refused, not read as an empty database.  Output
+is a text table for people, or JSON with ``--json`` for scripts.  The package's errors, and a bad command line,
+are one line on stderr: exit code 2 for bad input (an unknown table, job or argument), 1 for a failure.
 Storage options are never printed: they may hold credentials.
 """
 
@@ -13,11 +14,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from geneva_provider.core.catalog import DIRECTORY
+from geneva_provider.core.docstrings import plain_text
 from geneva_provider.core.errors import (
     ColumnError,
     GenevaError,
@@ -34,10 +39,25 @@ if TYPE_CHECKING:
 BAD_INPUT = (InvalidArgumentError, TableNotFoundError, ColumnError, JobNotFoundError)
 ERROR_ROWS = 5  # rows of the error store `jobs show` prints
 WAIT_POLL_SECONDS = 0.5
+MAX_DAYS = 999_999_999  # the longest datetime.timedelta
 
 
 def connection(args: argparse.Namespace) -> Connection:
-    """The database named by ``--db`` or ``--conn-id``."""
+    """The database named by ``--db`` or ``--conn-id``; a local directory that does not exist is refused.
+
+    No command creates a table, so a directory that is not there is a typo, not an empty database: listing
+    it would answer "no jobs" as if all were well.
+    """
+    db = _database(args)
+    if db.catalog.impl == DIRECTORY and "://" not in db.uri and not os.path.isdir(db.uri):
+        given = f"--db {args.db}" if args.conn_id is None else f"--conn-id {args.conn_id}"
+        raise InvalidArgumentError(f"{given}: no such database directory ({db.uri} does not exist); check the path")
+    return db
+
+
+def _database(args: argparse.Namespace) -> Connection:
+
+
     if args.conn_id is not None:
         try:
             from geneva_provider.hooks.lance import LanceHook
@@ -111,8 +131,6 @@ def table_status(db: Connection, args: argparse.Namespace) -> Any:
 
 
 def cleanup(db: Connection, args: argparse.Namespace) -> Any:
-    if args.older_than_days < 0:
-        raise InvalidArgumentError(f"cleanup: --older-than-days must not be negative, got {args.older_than_days}")
     names = [args.table] if args.table else db.table_names()
     older_than = dt.timedelta(days=args.older_than_days)
     results = {name: db.open_table(name).cleanup_checkpoints(older_than) for name in names}
@@ -136,9 +154,32 @@ def compact(db: Connection, args: argparse.Namespace) -> Any:
                                            if result.excluded else ""))
 
 
+def number(unit: str, most: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of ``unit`` from 0 to ``most``, else a usage error naming the value."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and 0 <= value <= most):
+            bounds = "0 or more" if math.isinf(most) else f"from 0 to {most:.0f}"
+            raise argparse.ArgumentTypeError(f"must be a finite number of {unit} {bounds}, got {text!r}")
+        return value
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line said on one line as the package's errors are (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="geneva-provider", description=__doc__.split("\n\n")[0],
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = _Parser(prog="geneva-provider", description=plain_text(__doc__),
+                  formatter_class=argparse.RawDescriptionHelpFormatter)
     where = top.add_mutually_exclusive_group(required=True)
     where.add_argument("--db", help="the database URI (a directory or an object-store prefix)")
     where.add_argument("--conn-id", help="an Airflow 'lance' connection id (needs Airflow)")
@@ -157,7 +198,8 @@ def parser() -> argparse.ArgumentParser:
     cancel = jobs.add_parser("cancel", help="ask a running job to stop")
     cancel.add_argument("job_id")
     cancel.add_argument("--wait", action="store_true", help="wait until the job has ended")
-    cancel.add_argument("--timeout", type=float, default=300.0, help="seconds --wait waits at most (300)")
+    cancel.add_argument("--timeout", type=number("seconds", math.inf), default=300.0,
+                        help="seconds --wait waits at most (300)")
     cancel.set_defaults(run=jobs_cancel)
 
     table = groups.add_parser("table", help="tables").add_subparsers(dest="action", required=True)
@@ -167,7 +209,7 @@ def parser() -> argparse.ArgumentParser:
 
     clean = groups.add_parser("cleanup", help="remove checkpoints no job can use (every table, or one)")
     clean.add_argument("--table", help="only this table")
-    clean.add_argument("--older-than-days", type=float, default=7.0,
+    clean.add_argument("--older-than-days", type=number("days", MAX_DAYS), default=7.0,
                        help="remove finished jobs' plans older than this (7)")
     clean.set_defaults(run=cleanup)
 
@@ -184,21 +226,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns the exit code (0, 1 for a failure, 2 for bad input)."""
     args = parser().parse_args(argv)  # exits 2 on a bad command line, as argparse does
     run: Callable[[Connection, argparse.Namespace], Any] = args.run
+    db: Connection | None = None
     try:
-        out = run(connection(args), args)
+        db = connection(args)
+        out = run(db, args)
     except BAD_INPUT as exc:
         _error(exc)
         return 2
     except GenevaError as exc:
         _error(exc)
         return 1
+    except Exception as exc:  # noqa: BLE001 - Lance's or the file system's (a table half-made): one line as well
+        _error(exc, hide=list((db.storage_options or {}).values()) if db is not None else [])
+        return 1
     print(json.dumps(out, indent=2, default=str) if args.json else out)
     return 0
 
 
-def _error(exc: BaseException) -> None:
-    """The error as one line (its message names what is at fault; the package's messages carry no secrets)."""
-    message = " ".join(str(exc).split())
+def _error(exc: BaseException, hide: Sequence[str] = ()) -> None:
+    """The error as one line (its message names what is at fault; the package's messages carry no secrets, and
+    another library's is cut short, without Rust source paths, and any storage option value in it masked)."""
+    from geneva_provider.core.filters import lance_reason
+
+    message = " ".join(str(exc).split()) if isinstance(exc, GenevaError) else " ".join(lance_reason(exc, 300).split())
+    for value in hide:
+        if len(value) >= 4:
+            message = message.replace(value, "***")
     print(f"geneva-provider: {type(exc).__name__}: {message}", file=sys.stderr)
 
 

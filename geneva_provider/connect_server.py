@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from geneva_provider.core.docstrings import plain_text
 from geneva_provider.core.errors import InvalidArgumentError, ResourceUnavailableError
 from geneva_provider.pipeline.spark.runner import LOCAL_JVM_OPTIONS, gpu_cluster, gpus_found
 
@@ -344,7 +345,7 @@ def _reap(pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m geneva_provider.connect_server", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m geneva_provider.connect_server", description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["start", "stop", "status"])
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"gRPC port on 127.0.0.1 ({DEFAULT_PORT})")

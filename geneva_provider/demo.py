@@ -9,7 +9,9 @@ Spark Connect server first and stops it at the end (it stops with the server's e
 DAG runs, when another process holds the port); a ``spark`` connection runs the stages with
 spark-submit instead.
 
-``python -m geneva_provider.demo notebook`` does the same work from Python, without Airflow.
+``python -m geneva_provider.demo notebook`` does the same work from Python, without Airflow, on the table
+``events`` of ``--db``: it replaces that table (and its checkpoints), and leaves every other table of the
+database as it is.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import geneva_provider as gp
+from geneva_provider.core.docstrings import plain_text
 from geneva_provider.examples import embed, sample, word_count
 from geneva_provider.stages import local_session
+
+DEMO_TABLE = "events"
 
 
 def run_notebook(args: argparse.Namespace) -> None:
@@ -34,9 +38,10 @@ def run_notebook(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
-    shutil.rmtree(args.db, ignore_errors=True)
     db = gp.connect(args.db)
-    tbl = db.create_table("events", sample(args.rows), max_rows_per_file=max(args.rows // 8, 1))
+    if DEMO_TABLE in db.table_names():  # the demo's own table only: other tables of the database stay
+        db.drop_table(DEMO_TABLE)
+    tbl = db.create_table(DEMO_TABLE, sample(args.rows), max_rows_per_file=max(args.rows // 8, 1))
     tbl.add_columns({"words": word_count, "embedding": embed})
     print(f"table {tbl.uri}: {tbl.count_rows()} rows in {len(tbl.dataset().get_fragments())} fragments")
 
@@ -160,9 +165,11 @@ def _run_dag_steps(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m geneva_provider.demo", description=plain_text(__doc__),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=["dags", "notebook"])
-    parser.add_argument("--db", default=".demo/lake", help="database directory for the notebook mode (recreated)")
+    parser.add_argument("--db", default=".demo/lake",
+                        help="database directory of the notebook mode (its table 'events' is replaced)")
     parser.add_argument("--rows", type=int, default=100_000)
     args = parser.parse_args(argv)
     (run_dags if args.mode == "dags" else run_notebook)(args)

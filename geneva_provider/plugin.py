@@ -28,13 +28,13 @@ def job_record(job_id: str, table: str, conn: str) -> dict[str, Any]:
     """The job's record as the page shows it; LookupError when the connection, table or job is unknown."""
     from geneva_provider.core.errors import GenevaError
     from geneva_provider.hooks.lance import LanceHook
-    from geneva_provider.pipeline.stages.job_records import read_record
+    from geneva_provider.pipeline.stages.job_records import find_record
 
     try:
         store = LanceHook(conn).open_table(table).checkpoint_store
     except GenevaError as exc:
         raise LookupError(str(exc)) from exc
-    record = read_record(store, job_id)
+    record = find_record(store, job_id)  # a plan with nothing to do links here too
     if record is None:
         raise LookupError(f"table '{table}' has no record of job {job_id!r}")
     fields = record.model_dump(mode="json")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from geneva_provider.core.errors import InvalidArgumentError, TableExistsError, TableNotFoundError
 from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.refs import TableRef
-from geneva_provider.core.storage_errors import reaching
+from geneva_provider.core.storage_errors import check_endpoints, reaching
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Namespace
@@ -45,6 +45,7 @@ class Catalog:
                  properties: dict[str, str] | None = None) -> None:
         self.uri = absolute_uri(uri) if impl == DIRECTORY else uri
         self.storage_options = {str(k): str(v) for k, v in storage_options.items()} if storage_options else None
+        check_endpoints(self.storage_options, f"database {self.uri}")
         self.impl = impl
         self._properties = dict(properties or {})
         self._ns: Namespace | None = None

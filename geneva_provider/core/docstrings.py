@@ -42,3 +42,24 @@ def inherit_params(doc: str | None, *bases_docs: str | None, extra: dict[str, st
             added[name] = entry
     text = inspect.cleandoc(doc or "")
     return text + ("\n\n" + "\n".join(added.values()) if added else "") + "\n"
+
+
+# reStructuredText markup a docstring uses, and what a terminal shows of it.
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)(?:\s*<[^>]*>)?`")  # :class:`~a.B` -> a.B's last part
+_LINK = re.compile(r"`([^`<]+?)\s*<[^>]*>`_{1,2}")                      # `text <url>`_ -> text
+_LITERAL = re.compile(r"``(.+?)``")                                      # ``code`` -> code
+_INTERPRETED = re.compile(r"`([^`]+)`")                                  # `text` -> text
+
+
+def plain_text(doc: str | None) -> str:
+    """``doc`` without its reStructuredText markup, for a program's ``--help`` (a terminal shows no markup)."""
+
+    def role(match: re.Match[str]) -> str:
+        target = match.group(1)
+        return target.rsplit(".", 1)[-1] if match.group(0).split("`", 1)[1].startswith("~") else target
+
+    text = _ROLE.sub(role, inspect.cleandoc(doc or ""))
+    text = _LINK.sub(r"\1", text)
+    text = _LITERAL.sub(r"\1", text)
+    text = _INTERPRETED.sub(r"\1", text)
+    return re.sub(r"::$", ":", text, flags=re.M)

@@ -198,3 +198,11 @@ class StorageUnreachableError(GenevaError, ConnectionError):
     """
 
     retryable = True
+
+
+class StorageAccessError(GenevaError, PermissionError):
+    """A table's storage cannot be used with the credentials at hand: none were found, or the store refused them.
+
+    Not retryable: the same storage options fail the same way; the message names the store and what to set
+    (never the options' values).
+    """

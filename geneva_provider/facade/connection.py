@@ -291,15 +291,16 @@ class Connection:
         return sorted(records, key=lambda r: r.created_at, reverse=True)
 
     def get_job(self, job_id: str) -> JobRecord:
-        """The record of job ``job_id``; JobNotFoundError naming it otherwise."""
+        """The record of job ``job_id`` (a DONE one for a job that had nothing to do); JobNotFoundError naming it
+        otherwise."""
         from geneva_provider.core.errors import JobNotFoundError
-        from geneva_provider.pipeline.stages.job_records import read_record
+        from geneva_provider.pipeline.stages.job_records import find_record
 
         for name in self.table_names():
-            record = read_record(self.catalog.ref(name).checkpoint_store(), job_id)
+            record = find_record(self.catalog.ref(name).checkpoint_store(), job_id)
             if record is not None:
                 return record
-        raise JobNotFoundError(f"no job {job_id!r} in database {self.uri} (jobs with nothing to do leave no record)")
+        raise JobNotFoundError(f"no job {job_id!r} in database {self.uri} (or its records were cleaned up)")
 
     def cancel_job(self, job_id: str) -> JobRecord:
         """Asks the running job ``job_id`` to stop, from any process; returns its record as it was.

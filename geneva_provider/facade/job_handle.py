@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from typing import Any, Literal
 
 from geneva_provider.core.contracts.kinds import JobKind, Stage
-from geneva_provider.core.contracts.models import BackfillResult, JobRecord, JobStatus
+from geneva_provider.core.contracts.models import BackfillResult, JobRecord, JobStatus, PlanSummary
 from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.pipeline.jobs import JobControl
 from geneva_provider.pipeline.stages.job_records import read_record
@@ -108,16 +108,35 @@ class JobHandle:
 def with_progress(store: CheckpointStore, label: str, run: Callable[[JobControl], BackfillResult],
                   progress: bool | None) -> BackfillResult:
     """Runs a job in the foreground, showing its progress where it runs unless ``progress=False``: a notebook
-    widget, a terminal bar, or else log lines (:mod:`geneva_provider.facade.progress`)."""
-    if progress is False:
-        return run(JobControl())
-    from geneva_provider.facade.progress import JobProgress
+    widget, a terminal bar, or else log lines (:mod:`geneva_provider.facade.progress`).  Ctrl-C cancels the job
+    and ends the call with one ``KeyboardInterrupt`` line (:mod:`geneva_provider.facade.interrupts`)."""
+    from geneva_provider.facade.interrupts import cancel_on_interrupt
 
-    shown = JobProgress(store, label)
-    try:
-        result = run(JobControl(on_plan=shown.attach))
-    except BaseException as exc:
-        shown.close(error=exc)
-        raise
-    shown.close(result)
-    return result
+    control = JobControl()
+    with cancel_on_interrupt(control, label) as guard:
+        shown = None
+        if progress is not False:
+            from geneva_provider.facade.progress import JobProgress
+
+            shown = JobProgress(store, label)
+
+        def planned(summary: PlanSummary) -> None:  # the Spark session is up: it may have taken SIGINT over
+            guard.install()
+            control.check(Stage.APPLY)  # Ctrl-C while the session started: no apply stage
+            if shown is not None:
+                shown.attach(summary)
+
+        control.on_plan = planned
+        try:
+            result = run(control)
+        except BaseException as exc:
+            if shown is not None:
+                shown.close(error=exc)
+            if guard.interrupted:
+                raise guard.stopped() from None
+            raise
+        if shown is not None:
+            shown.close(result)
+        if guard.interrupted:
+            raise guard.stopped(finished=True)
+        return result

@@ -578,13 +578,13 @@ class Table:
         """The table's error store, once ``column`` and ``job_id`` are known to name a column and a job."""
         from geneva_provider.core.errors import JobNotFoundError
         from geneva_provider.core.store.error_store import ErrorStore
-        from geneva_provider.pipeline.stages.job_records import read_record
+        from geneva_provider.pipeline.stages.job_records import find_record
 
         names = self.schema.names  # TableNotFoundError if the table was dropped: no errors of it are left
         if column is not None and column not in names:
             raise ColumnError(f"column '{column}' not found in table '{self.name}' (columns: {user_columns(names)})")
         store = ErrorStore(self.uri, self.storage_options)
-        if job_id is not None and read_record(self.checkpoint_store, job_id) is None and not store.read(
+        if job_id is not None and find_record(self.checkpoint_store, job_id) is None and not store.read(
                 job_id).num_rows:
             raise JobNotFoundError(f"no job {job_id!r} on table '{self.name}'")
         return store

@@ -158,6 +158,10 @@ def airflow_connection(conn_id: str, argument: str, define: str) -> Connection:
             f"AIRFLOW_CONN_{conn_id.upper()}") from None
 
 
+class StorageAccessError(errors.StorageAccessError, AirflowFailException, register=False):
+    """A StorageAccessError that fails its task once."""
+
+
 # package class -> its fail-once twin
 FAILS_ONCE: dict[type[errors.GenevaError], type[errors.GenevaError]] = {
     twin.__mro__[1]: twin for twin in (
@@ -165,7 +169,7 @@ FAILS_ONCE: dict[type[errors.GenevaError], type[errors.GenevaError]] = {
         UDFImportError,
         UDFExecutionError, SparkEnvironmentError, ResourceUnavailableError, PlanFormatError, CheckpointMissingError,
         ConcurrentOverwriteError, ColumnReplacedError, VerificationError, MalformedEventError, JobNotFoundError,
-        JobCancelledError, CorruptCheckpointError, TableVersionGoneError)}
+        JobCancelledError, CorruptCheckpointError, TableVersionGoneError, StorageAccessError)}
 
 
 # Exceptions from outside the package that a retry can fix: the storage or the network was away for a moment.

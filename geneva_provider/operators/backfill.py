@@ -172,6 +172,8 @@ class GenevaPlanBackfillOperator(BaseOperator):
         rendered from the run's ``partition_key`` (a partitioned timetable, or a trigger with a key) and
         ANDed with ``where``, so a daily partition recomputes only its rows.  ``{{ partition_key }}`` renders
         as a SQL string literal (``'2024-01-02'``, quotes in the key doubled); ``'{{ partition_key }}'`` is the same.
+        Jinja that could take the key out of its quotes (a filter but ``lower`` / ``upper``, an index, a call, an
+        expression, a statement) is refused when the DAG is parsed.
         Rendered by the operator, not templated by Airflow; a run without a partition key fails the plan
         task (InvalidArgumentError naming the run) before any Spark work.
     """

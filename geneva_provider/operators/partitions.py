@@ -6,8 +6,10 @@ or ``PartitionedAssetTimetable``, or a manual trigger with a key); the declared 
 text from outside the package (an upstream task, a REST call), so it enters the SQL only as a string
 literal: ``{{ partition_key }}`` renders as ``'2024-01-02'``, a quote in the key doubled.  The same mapping
 written with single quotes, ``date = '{{ partition_key }}'``, renders the same (the quotes are taken as the
-literal's own); any other quoting around it (double quotes, text inside the quotes) is refused.  The mapping is rendered
-here, not by Airflow's templating, which would paste the key in raw.
+literal's own); any other quoting around it (double quotes, text inside the quotes) is refused, and so is any
+Jinja that could take the key out of its quotes (a filter but ``lower`` / ``upper``, an index, a call, an
+expression, a statement).  The mapping is rendered here, not by Airflow's templating, which would paste the
+key in raw.
 
 Kept free of lance / pyarrow at module load (imported with the operators).
 """
@@ -24,6 +26,8 @@ KEY = "partition_key"
 EXAMPLE = "partition_where=\"date = {{ partition_key }}\""
 _QUOTED_KEY = re.compile(r"""['"`]\s*\{\{-?\s*partition_key\b|partition_key\s*-?\}\}\s*['"`]""")
 # '{{ partition_key }}' written as the issue's and Airflow's docs show it: the quotes are the literal's own
+_STATEMENTS = {"assign": "set", "assignblock": "set", "callblock": "call", "filterblock": "filter"}  # Jinja's names
+_CASE_FILTERS = ("lower", "upper")  # filters that change only letters: the quotes stay where they are
 _SINGLE_QUOTED_KEY = re.compile(r"""'(\{\{-?\s*partition_key\s*-?\}\})'""")
 
 
@@ -58,18 +62,72 @@ def check_partition_where(template: Any, subject: str) -> str:
 
     env = _environment()
     try:
-        names = meta.find_undeclared_variables(env.parse(template))
+        parsed = env.parse(template)
+        names = meta.find_undeclared_variables(parsed)
     except TemplateSyntaxError as exc:
         raise InvalidArgumentError(f"{subject}: partition_where {template!r} is not a valid template: {exc}") from None
     if names != {KEY}:
         raise InvalidArgumentError(f"{subject}: partition_where {template!r} may use only {{{{ {KEY} }}}} (the DAG "
                                    f"run's partition key), and must use it; it uses {sorted(names)}")
+    refused = _unsafe_part(parsed)
+    if refused is not None:
+        raise InvalidArgumentError(
+            f"{subject}: partition_where {template!r} holds {refused}, which could take the key out of the quotes it "
+            f"renders in; use {{{{ {KEY} }}}} as it is (| lower or | upper at most), as in {EXAMPLE}")
     if _QUOTED_KEY.search(_unquoted(template)):
         raise InvalidArgumentError(
             f"{subject}: partition_where {template!r} puts quotes or text around {{{{ {KEY} }}}}; write it alone, as "
             f"in {EXAMPLE} (or '{{{{ {KEY} }}}}'): the key renders as a quoted SQL string literal ('2024-01-02', "
             "a quote in it doubled)")
     return template
+
+
+def _unsafe_part(template: Any) -> str | None:
+    """What in the parsed ``template`` is more than SQL text and ``{{ partition_key }}`` (or one of the filters that
+    change only its letters' case), said for a message; None when nothing is.
+
+    A filter (``replace``, ``trim``), an index, a call, an expression or a statement can drop or unbalance the
+    quotes the key is rendered in, and the key's text then becomes SQL.
+    """
+    from jinja2 import nodes
+
+    for node in template.body:
+        if not isinstance(node, nodes.Output):
+            kind = type(node).__name__.lower()
+            return f"a {{% {_STATEMENTS.get(kind, kind)} %}} statement"
+        for part in node.nodes:
+            if not isinstance(part, nodes.TemplateData) and not _key(part):
+                return _described(part)
+    return None
+
+
+def _key(node: Any) -> bool:
+    """Whether ``node`` is ``partition_key``, through case filters without arguments at most."""
+    from jinja2 import nodes
+
+    while isinstance(node, nodes.Filter) and node.name in _CASE_FILTERS and not (
+            node.args or node.kwargs or node.dyn_args or node.dyn_kwargs):
+        node = node.node
+    return isinstance(node, nodes.Name) and node.name == KEY
+
+
+def _described(node: Any) -> str:
+    """The part of a template a message names: the outermost filter, index or call applied to the key, else the kind
+    of expression."""
+    from jinja2 import nodes
+
+    if isinstance(node, nodes.Filter):
+        chain = []
+        while isinstance(node, nodes.Filter):
+            chain.append(node)
+            node = node.node
+        refused = [f for f in chain if f.name not in _CASE_FILTERS or f.args or f.kwargs]
+        return f"the filter {refused[-1].name!r}" if refused else _described(node)
+    if isinstance(node, nodes.Getitem | nodes.Getattr) and not isinstance(node, nodes.Call):
+        return f"an index or attribute of {{{{ {KEY} }}}}"
+    if isinstance(node, nodes.Call):
+        return "a call"
+    return f"an expression ({type(node).__name__})"
 
 
 def render_partition_where(template: str, partition_key: str) -> str:

@@ -141,6 +141,50 @@ def test_cancel_a_running_backfill_from_the_command_line(db, capsys):
     assert code == 2 and "is CANCELLED, not running: nothing to cancel" in err
 
 
+def test_every_job_id_the_package_shows_is_found_by_jobs_show(db, capsys, caplog, monkeypatch):
+    """A backfill, refresh or compaction with nothing to do still has an id -- in its result, its handle, its log line
+    and an Airflow plan's XCom -- and ``jobs show`` / ``db.get_job`` find it: a DONE record with nothing planned."""
+    import logging
+
+    runner = InProcessRunner()
+    tbl = db.create_table("t", events_table(20))
+    tbl.add_columns({"y": cli_double})
+    done = tbl.backfill("y", spark=runner)
+    view = db.create_materialized_view("v", tbl.search(None).select({"x": "x"}))
+    view.refresh(spark=runner)
+    caplog.set_level(logging.INFO, logger="geneva_provider")
+    shown = {
+        "backfill": tbl.backfill("y", spark=runner).job_id,
+        "handle": (handle := tbl.backfill_async("y", spark=runner)).result().job_id,
+        "refresh": view.refresh(spark=runner).job_id,
+        "compaction": tbl.compact(spark=runner).job_id,
+    }
+    assert handle.job_id == shown["handle"]
+    logged = re.findall(r"job (\S+) on table 't': up to date", caplog.text)
+    assert shown["backfill"] in logged, caplog.text
+    assert len(set(shown.values()) | {done.job_id}) == 5
+    for what, job_id in shown.items():
+        code, out, err = run(capsys, "--db", db.uri, "--json", "jobs", "show", job_id)
+        assert (code, err) == (0, ""), (what, err)
+        record = json.loads(out)["job"]
+        assert (record["job_id"], record["status"], record["stage"], record["rows_planned"]) == (
+            job_id, "DONE", "done", 0), (what, record)
+        assert record["table"] == ("v" if what == "refresh" else "t"), (what, record)
+        assert db.get_job(job_id).status == "DONE"
+        code, out, err = run(capsys, "--db", db.uri, "jobs", "cancel", job_id)  # nothing runs: bad input
+        assert code == 2 and "is DONE, not running: nothing to cancel" in err, (what, err)
+    assert db.get_job(shown["backfill"]).column == "y"
+    # The job link an Airflow plan task shows (a plan with nothing to do has one too) opens its record.
+    from geneva_provider.plugin import job_record
+
+    monkeypatch.setenv("AIRFLOW_CONN_CLI_LAKE", json.dumps({"conn_type": "lance", "host": db.uri}))
+    assert job_record(shown["backfill"], "t", "cli_lake")["status"] == "DONE"
+    # The history lists the jobs that did work; an id that was never shown is still not found.
+    assert [r.job_id for r in db.list_jobs("t", kind="backfill")] == [done.job_id]
+    code, _, err = run(capsys, "--db", db.uri, "jobs", "show", "20260101T000000-deadbeef")
+    assert code == 2 and "20260101T000000-deadbeef" in err
+
+
 def test_table_status_counts_the_rows_whose_inputs_were_updated_as_stale(db, capsys):
     tbl = db.create_table("t", events_table(100), max_rows_per_file=40)
     tbl.add_columns({"y": cli_double})
@@ -195,8 +239,104 @@ def test_cleanup_and_compact_through_the_command_line(db, capsys):
     assert len(tbl.dataset().get_fragments()) == 1 and tbl.status().columns[0].rows_valid == 30
     code, out, _ = run(capsys, "--db", db.uri, "--json", "cleanup", "--older-than-days", "0")
     assert code == 0 and sum(json.loads(out)["t"]["removed"].values()) > 0
-    code, _, err = run(capsys, "--db", db.uri, "cleanup", "--older-than-days", "-1")
-    assert code == 2 and "--older-than-days must not be negative" in err
+    with pytest.raises(SystemExit) as usage:
+        main(["--db", db.uri, "cleanup", "--older-than-days", "-1"])
+    err = capsys.readouterr().err
+    assert usage.value.code == 2 and "--older-than-days: must be a finite number of days from 0 to 999999999" in err
+
+
+def test_a_database_directory_that_does_not_exist_is_refused_naming_it_not_taken_for_an_empty_lake(tmp_path, capsys):
+    """A typo in ``--db`` is not a healthy empty database: every command says the directory does not exist (exit 2,
+    one line) and creates nothing."""
+    missing = tmp_path / "no-such-lake"
+    for argv in (["jobs", "list"], ["jobs", "show", "20260101T000000-deadbeef"], ["table", "status", "t"],
+                 ["cleanup"], ["compact", "t", "--in-process"]):
+        code, out, err = run(capsys, "--db", str(missing), *argv)
+        assert (code, out) == (2, ""), (argv, out, err)
+        assert err.count("\n") == 1 and f"--db {missing}: no such database directory" in err, (argv, err)
+    assert not missing.exists()
+    empty = tmp_path / "empty-lake"
+    empty.mkdir()
+    code, out, err = run(capsys, "--db", str(empty), "jobs", "list")  # an existing, empty database: no jobs
+    assert (code, out, err) == (0, "no jobs\n", "")
+
+
+def test_a_failure_outside_the_packages_errors_is_one_line_too(db, capsys):
+    """A table directory another process is still creating (no manifest yet): Lance's error, on one line, exit 1,
+    without its Rust source paths -- not a traceback."""
+    db.create_table("t", events_table(3))
+    (Path(db.uri) / "half.lance" / "_versions").mkdir(parents=True)
+    code, out, err = run(capsys, "--db", db.uri, "table", "status", "half")
+    assert (code, out) == (1, "") and err.count("\n") == 1, err
+    assert err.startswith("geneva-provider: ") and "half.lance" in err and "/rust/" not in err, err
+    code, out, err = run(capsys, "--db", db.uri, "table", "status", "t")  # the other tables are fine
+    assert code == 0 and "table t:" in out
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e9", "-1", "seven"])
+def test_cleanup_refuses_a_number_of_days_that_is_not_finite_or_out_of_range_naming_it(db, capsys, value):
+    """``--older-than-days nan / inf / 1e9``: a usage error (exit 2) naming the argument and the value, on one line,
+    before any table is touched (no traceback)."""
+    tbl = db.create_table("t", events_table(10))
+    tbl.add_columns({"y": cli_double})
+    tbl.backfill("y", spark=InProcessRunner())
+    kept = db.list_jobs()
+    with pytest.raises(SystemExit) as usage:
+        main(["--db", db.uri, "cleanup", f"--older-than-days={value}"])
+    out, err = capsys.readouterr()
+    assert usage.value.code == 2 and out == ""
+    assert err.count("\n") == 1 and "argument --older-than-days" in err and repr(value) in err, err
+    assert db.list_jobs() == kept
+
+
+def test_cleanup_takes_the_longest_age_python_can_hold_and_removes_no_recent_job(db, capsys):
+    """999999999 days reaches back before the year 1: nothing is that old, so no job's history goes."""
+    tbl = db.create_table("t", events_table(10))
+    tbl.add_columns({"y": cli_double})
+    done = tbl.backfill("y", spark=InProcessRunner())
+    code, out, err = run(capsys, "--db", db.uri, "--json", "cleanup", "--older-than-days", "999999999")
+    assert (code, err) == (0, ""), err
+    assert json.loads(out)["t"]["removed"].get("job records", 0) == 0
+    assert [r.job_id for r in db.list_jobs()] == [done.job_id]
+
+
+def test_cancel_refuses_a_timeout_that_is_not_a_finite_number_of_seconds(db, capsys):
+    for value in ("nan", "-5", "inf"):
+        with pytest.raises(SystemExit) as usage:
+            main(["--db", db.uri, "jobs", "cancel", "20260101T000000-deadbeef", "--wait", "--timeout", value])
+        err = capsys.readouterr().err
+        assert usage.value.code == 2 and "argument --timeout" in err and repr(value) in err, err
+
+
+def test_a_bad_command_line_and_a_missing_directory_end_without_a_traceback_in_a_process_of_its_own(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv, code, said in [(["--db", str(tmp_path / "typo"), "jobs", "list"], 2, str(tmp_path / "typo")),
+                             (["--db", str(tmp_path), "cleanup", "--older-than-days", "nan"], 2, "'nan'"),
+                             (["--db", str(tmp_path), "cleanup", "--older-than-days", "1e9"], 2, "'1e9'")]:
+        done = subprocess.run([sys.executable, "-m", "geneva_provider.cli", *argv], capture_output=True, text=True,
+                              env=env, timeout=120, check=False)
+        assert (done.returncode, done.stdout) == (code, ""), (argv, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["jobs"], ["jobs", "list"], ["jobs", "show"], ["jobs", "cancel"], ["table"],
+                                  ["table", "status"], ["cleanup"], ["compact"]])
+def test_the_help_is_plain_text_not_restructured_text(capsys, argv):
+    with pytest.raises(SystemExit) as shown:
+        main([*argv, "--help"])
+    out = capsys.readouterr().out
+    assert shown.value.code == 0 and out.startswith("usage: geneva-provider")
+    assert "`" not in out and not re.search(r":(class|func|mod|meth|attr):", out), out
+    if not argv:
+        assert "geneva-provider: the jobs and tables of a database" in out and "LanceHook" in out
+
+
+@pytest.mark.parametrize("module", ["geneva_provider.demo", "geneva_provider.connect_server"])
+def test_the_other_programs_help_is_plain_text_too(module):
+    shown = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert shown.returncode == 0 and shown.stdout.startswith("usage:"), shown.stderr
+    assert "`" not in shown.stdout and not re.search(r":(class|func|mod|meth|attr):", shown.stdout), shown.stdout
 
 
 def test_the_console_script_module_runs_in_a_process_of_its_own(db):

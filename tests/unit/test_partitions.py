@@ -70,6 +70,39 @@ def test_a_bad_mapping_fails_when_the_dag_is_parsed(template, said):
     assert check_partition_where("day = {{ partition_key | lower }}", "x")  # filters are fine
 
 
+@pytest.mark.parametrize(("template", "said"), [
+    ("""date = {{ partition_key | replace("'", "") }}""", "the filter 'replace'"),
+    ("""date = {{ partition_key | trim("'") }}""", "the filter 'trim'"),
+    ("""date = {{ partition_key | lower | replace("''", "'") }}""", "the filter 'replace'"),
+    ("""date = {{ partition_key[1:-1] }}""", "an index"),
+    ("""date = {{ partition_key.strip("'") }}""", "a call"),
+    ("""date = {{ "'" ~ partition_key ~ "'" }}""", "an expression"),
+    ("""date = {{ "'" }}{{ partition_key }}""", "an expression"),
+    ("""{% set k = partition_key | replace("'", "") %}date = '{{ k }}'""", "a {% set %} statement"),
+    ("""date = {% if partition_key %}{{ partition_key | trim("'") }}{% endif %}""", "a {% if %} statement"),
+])
+def test_a_mapping_whose_jinja_can_take_the_key_out_of_its_quotes_fails_when_the_dag_is_parsed(template, said):
+    """Jinja filters, indexes, calls, expressions and statements can strip the quotes the key is rendered in, and a
+    key such as ``x' OR '1'='1`` then selects every row: refused when the DAG is parsed, naming the argument, the
+    template and what in it is refused."""
+    with pytest.raises(gp.InvalidArgumentError, match=said) as failed:
+        GenevaPlanBackfillOperator(task_id="plan", table="days", column="s", partition_where=template)
+    message = str(failed.value)
+    assert "partition_where" in message and repr(template) in message and "task_id 'plan'" in message, message
+    from airflow.sdk import DAG
+
+    with DAG("partitioned_group", schedule=None), pytest.raises(gp.InvalidArgumentError, match=said):
+        backfill_task_group("by_day", "days", "s", partition_where=template)
+
+
+def test_the_case_filters_keep_the_key_quoted():
+    """``| lower`` and ``| upper`` change only letters: the key stays one SQL string literal, its quotes doubled."""
+    for template, rendered in [("day = {{ partition_key | lower }}", "day = 'o''brien'"),
+                               ("day = {{ partition_key|upper }} AND x > 0", "day = 'O''BRIEN' AND x > 0")]:
+        assert check_partition_where(template, "x") == template
+        assert render_partition_where(template, "O'Brien") == rendered
+
+
 def test_the_plan_computes_only_the_runs_partition_anded_with_where(days):
     plan = GenevaPlanBackfillOperator(task_id="plan", table="days", column="s", partition_where=MAPPING)
     assert plan.execute(context("2024-01-02"))["rows_to_compute"] == 100

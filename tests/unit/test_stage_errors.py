@@ -100,6 +100,88 @@ def test_a_refused_object_store_connection_is_reported_as_such_not_as_throttling
         assert db.open_table("events").count_rows() == 10  # nothing was changed
 
 
+def _no_ambient_aws_credentials(monkeypatch, tmp_path):
+    """No credentials from the environment, the AWS files or an instance's metadata endpoint (no traffic beyond
+    127.0.0.1 and the resolver)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+
+
+def test_missing_credentials_and_an_unknown_host_are_the_packages_errors_naming_the_store_not_a_rust_dump(
+        tmp_path, monkeypatch):
+    """S3 storage options without credentials: StorageAccessError naming the database or table and the endpoint, in a
+    short message, for every first contact; an endpoint whose host does not resolve (``.invalid`` never does):
+    StorageUnreachableError saying the host is unknown.  No secret in either; nothing is changed."""
+    from tests.s3_server import S3Server
+
+    _no_ambient_aws_credentials(monkeypatch, tmp_path)
+    with S3Server() as s3:
+        db = gp.connect(f"s3://{s3.bucket}/db", storage_options=s3.storage_options)
+        db.create_table("events", events_table(10))
+        secret = s3.storage_options["aws_secret_access_key"]
+        keyless = {k: v for k, v in s3.storage_options.items() if k not in ("aws_access_key_id",
+                                                                             "aws_secret_access_key")}
+        unknown = dict(s3.storage_options, aws_endpoint="http://no-such-host.invalid:9000")
+        for options, error, said in [
+                (keyless, gp.StorageAccessError, f"no credentials for the object store at {s3.endpoint}"),
+                (unknown, gp.StorageUnreachableError,
+                 "could not connect to the object store at http://no-such-host.invalid:9000"),
+        ]:
+            elsewhere = gp.connect(f"s3://{s3.bucket}/db", storage_options=options)
+            for what, attempt in {
+                "open_table": lambda elsewhere=elsewhere: elsewhere.open_table("events"),
+                "table_names": elsewhere.table_names,
+                "list_jobs": elsewhere.list_jobs,
+                "create_table": lambda elsewhere=elsewhere: elsewhere.create_table("other", events_table(3)),
+            }.items():
+                with pytest.raises(error) as info:
+                    attempt()
+                message = str(info.value)
+                assert said in message and f"s3://{s3.bucket}/db" in message, (what, message)
+                assert len(message) < 400 and "rust" not in message.lower() and "location" not in message, message
+                assert secret not in message and "thrott" not in message.lower(), (what, message)
+                assert info.value.__cause__ is None and info.value.__suppress_context__, what
+                if error is gp.StorageUnreachableError:
+                    assert "the host 'no-such-host.invalid' is unknown" in message, (what, message)
+                    assert info.value.retryable
+                else:
+                    assert "aws_access_key_id and aws_secret_access_key" in message and not info.value.retryable
+                    assert isinstance(info.value, PermissionError)
+
+        from geneva_provider.core.refs import TableRef
+
+        with pytest.raises(gp.StorageAccessError, match=r"^table 'events': no credentials"):
+            TableRef("events", db.open_table("events").uri, keyless).dataset()
+        assert db.table_names() == ["events"] and db.open_table("events").count_rows() == 10  # nothing changed
+
+
+def test_an_endpoint_that_is_not_a_url_or_an_http_one_without_allow_http_is_bad_input_naming_the_option(
+        tmp_path, monkeypatch, capfd):
+    """An endpoint without its scheme made the object-store client panic (a Rust backtrace on stderr, then
+    ``PanicException``); an ``http://`` endpoint without ``allow_http`` gave a Rust error dump.  Both are the
+    package's InvalidArgumentError naming the option, before any request."""
+    _no_ambient_aws_credentials(monkeypatch, tmp_path)
+    creds = {"aws_access_key_id": "k", "aws_secret_access_key": "s3cr3t-value", "aws_region": "us-east-1"}
+    for endpoint in ("no-such-host.invalid:9000", "127.0.0.1:9000", "ftp://127.0.0.1:9000"):
+        with pytest.raises(gp.InvalidArgumentError, match=r"storage option 'aws_endpoint' must be an http:// or "
+                                                          r"https:// URL") as info:
+            gp.connect("s3://lake/db", storage_options=dict(creds, aws_endpoint=endpoint, allow_http="true"))
+        assert repr(endpoint) in str(info.value) and "s3cr3t-value" not in str(info.value)
+    plain_http = gp.connect("s3://lake/db", storage_options=dict(creds, aws_endpoint="http://127.0.0.1:9"))
+    for attempt in (plain_http.table_names, lambda: plain_http.open_table("events"),
+                    lambda: plain_http.create_table("t", events_table(3))):
+        with pytest.raises(gp.InvalidArgumentError, match=r"http://127\.0\.0\.1:9 is plain http: add "
+                                                          r"allow_http='true'") as info:
+            attempt()
+        assert "s3://lake/db" in str(info.value) and len(str(info.value)) < 300, str(info.value)
+    assert "panicked" not in capfd.readouterr().err
+
+
 def test_a_task_meeting_a_cleaned_up_version_names_the_version_in_either_manifest_naming_scheme(db):
     """Lance names a manifest by its version (``_versions/2.manifest``) or, in a table with V2 manifest names, by
     ``2**64 - 1 - version`` in 20 digits: the package's error names the table's version either way."""

@@ -57,6 +57,7 @@ class CleanupResult:
 def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.timedelta) -> CleanupResult:
     """Removes the plans, batch checkpoints, staged-files records and ledgers nothing can use any more."""
     now = dt.datetime.now(dt.UTC)
+    older_than = min(older_than, now - dt.datetime.min.replace(tzinfo=dt.UTC))  # nothing is older than the year 1
     keys = {key: parse_key(key) for key in store.list_keys("")}
     result = CleanupResult()
     live: dict[str, list[JobPlan]] = {}  # job prefix -> its live plans (which keep the checkpoints they need)

@@ -135,6 +135,33 @@ def read_record(store: CheckpointStore, job_id: str) -> JobRecord | None:
     return observed(record) if record is not None else None
 
 
+def find_record(store: CheckpointStore, job_id: str) -> JobRecord | None:
+    """The job's record; for a job that had nothing to do -- its plan is stored, it has no record -- a DONE record
+    made from the plan.
+
+    Such a job's id is shown like any other (its result, its handle, its log line, an Airflow plan's XCom), so
+    looking it up must find it; it is not listed among the jobs that did work (``list_jobs``).
+    """
+    from geneva_provider.core.contracts.models import plan_from_json
+    from geneva_provider.core.store.layout import PlanKey
+
+    record = read_record(store, job_id)
+    if record is not None:
+        return record
+    key = PlanKey(job_id).key()
+    try:
+        if key not in store:
+            return None
+        plan = plan_from_json(JobStore(store).plan_text(job_id), key)
+    except (ValueError, KeyError, OSError):  # unreadable, or removed meanwhile: not found
+        return None
+    if not plan.nothing_to_do:  # a job with work whose record is gone (cleaned up): not found
+        return None
+    return JobRecord(job_id=job_id, kind=plan.kind, table=plan.table, column=getattr(plan, "column", None),
+                     status=JobStatus.DONE, stage="done", created_at=plan.created_at, updated_at=plan.created_at,
+                     finished_at=plan.created_at, read_version=plan.read_version, version=plan.read_version)
+
+
 def read_records(store: CheckpointStore) -> list[JobRecord]:
     """Every job record in ``store``, as it stands now (unreadable ones are left out)."""
     records = []
@@ -261,7 +288,7 @@ def request_cancel(store: CheckpointStore, job_id: str) -> JobRecord:
     """
     from geneva_provider.core.errors import JobNotFoundError
 
-    record = read_record(store, job_id)
+    record = find_record(store, job_id)
     if record is None:
         raise JobNotFoundError(f"no job {job_id!r} in this table's store")
     if not is_live(record):
