@@ -10,7 +10,6 @@ Whole programs in their own processes: pip with its isolated build, make, Python
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
