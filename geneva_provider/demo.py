@@ -76,13 +76,16 @@ def run_dags(args: argparse.Namespace) -> None:
         print(f"Spark stages run with spark-submit on {spark_conn.get('host', 'the spark_default connection')}")
         _run_dag_steps(args)
         return
-    from geneva_provider.connect_server import ConnectServerError, LocalConnectServer
+    from geneva_provider.connect_server import ConnectServerError, LocalConnectServer, PortTakenError
 
     server = LocalConnectServer(int(spark_conn.get("port") or 15002), directory=".demo/connect")
     t0 = time.perf_counter()
     try:
         # The demo's own server, or none: start() refuses a port another process (another Connect server) holds.
         server.start()
+    except PortTakenError as exc:  # the demo's port is SPARK_CONN's (the Makefile's knob), not a --port
+        raise SystemExit(f"demo: {exc.held}: stop it, or run the demo on another port, e.g. "
+                         f"{_demo_command(spark_conn, exc.port)}") from None
     except ConnectServerError as exc:
         raise SystemExit(f"demo: {exc}") from None
     with server:  # stops the server at the end only if it started it here
@@ -91,6 +94,14 @@ def run_dags(args: argparse.Namespace) -> None:
         _run_dag_steps(args)
     if server.started_here:
         print("local Spark Connect server stopped")
+
+
+def _demo_command(spark_conn: dict[str, object], taken: int) -> str:
+    """``make demo`` with ``spark_conn`` on a port free now (after ``taken``), as the Makefile's SPARK_CONN takes it."""
+    from geneva_provider.connect_server import free_port_from
+
+    port = free_port_from(taken + 1) or taken + 1
+    return f"make demo SPARK_CONN='{json.dumps({**spark_conn, 'port': port})}'"
 
 
 _DAG_TEST_TASK = re.compile(r"^(\S+) .*\[DAG TEST\] (starting|end task) task_id=(\S+)")
