@@ -97,6 +97,7 @@ def test_compaction_logs_rewritten_rows_not_rows_to_compute(db, spark):
 
 # What Spark's JVM prints as it starts with its own log4j2 defaults: none of it is the user's business.
 JVM_BANNER = {
+    "Java's incubator-module notice": "WARNING: Using incubator modules",
     "log4j profile": "Using Spark's default log4j profile",
     "default log level": "Setting default log level to",
     "setLogLevel hint": "To adjust logging level use sc.setLogLevel",

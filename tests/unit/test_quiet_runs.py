@@ -204,3 +204,20 @@ def test_a_running_stage_logs_a_line_per_interval_only_while_rows_move(db):
     checkpointed = [int(re.search(r"; (\d+) of 1000 rows checkpointed", line)[1]) for line in lines]
     assert checkpointed[0] == 0 and checkpointed.count(0) == 1, lines
     assert checkpointed[1:] == [500] * (len(checkpointed) - 1) and len(checkpointed) in (2, 3), lines
+
+
+def test_a_local_jvm_s_stderr_loses_javas_incubator_notice_and_nothing_else():
+    """What the copy of a local session's JVM stderr keeps: every byte but Java's incubator-module notice, a
+    console bar's carriage-return redraws passed on as they come (never held for a newline)."""
+    from geneva_provider.pipeline.spark.jvm_logs import without_notice
+
+    notice = b"WARNING: Using incubator modules: jdk.incubator.vector\n"
+    warn = b"26/12/02 01:11:50 WARN TaskSetManager: Lost task 0.0\n"
+    assert without_notice(notice + warn) == (warn, b"")
+    assert without_notice(b"\r[Stage 0:>   (0 + 2) / 5]") == (b"\r[Stage 0:>   (0 + 2) / 5]", b"")
+    # the notice cut in two by the pipe: its first piece waits, then goes with the rest
+    data, held = without_notice(notice[:20])
+    assert (data, held) == (b"", notice[:20])
+    assert without_notice(held + notice[20:] + warn) == (warn, b"")
+    # a user's line that merely starts like it is passed on once it cannot be the notice
+    assert without_notice(b"WARNING: disk almost full\n") == (b"WARNING: disk almost full\n", b"")
