@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import geneva_provider as gp
+from geneva_provider.core.wording import counted
 from geneva_provider.examples import embed, sample, word_count
 from geneva_provider.stages import local_session
 
@@ -38,7 +39,8 @@ def run_notebook(args: argparse.Namespace) -> None:
     db = gp.connect(args.db)
     tbl = db.create_table("events", sample(args.rows), max_rows_per_file=max(args.rows // 8, 1))
     tbl.add_columns({"words": word_count, "embedding": embed})
-    print(f"table {tbl.uri}: {tbl.count_rows()} rows in {len(tbl.dataset().get_fragments())} fragments")
+    fragments = counted(len(tbl.dataset().get_fragments()), "fragment")
+    print(f"table {tbl.uri}: {counted(tbl.count_rows(), 'row')} in {fragments}")
 
     t = time.perf_counter()
     spark = local_session("local[*]", app_name="geneva-demo", conf={"spark.ui.showConsoleProgress": "false"})
@@ -164,7 +166,8 @@ def _run_dag_steps(args: argparse.Namespace) -> None:
             raise SystemExit(f"{dag_id} failed; see {log}")
     lake = json.loads(os.environ["AIRFLOW_CONN_LANCE_DEFAULT"])["host"]
     tbl = gp.connect(lake).open_table("events")
-    print(f"\ntable {tbl.uri}: {tbl.count_rows()} rows, {len(tbl.dataset().get_fragments())} fragments, "
+    fragments = counted(len(tbl.dataset().get_fragments()), "fragment")
+    print(f"\ntable {tbl.uri}: {counted(tbl.count_rows(), 'row')}, {fragments}, "
           f"version {tbl.version}; rows without 'words': {tbl.count_rows('words IS NULL')}")
     print(tbl.to_arrow(["id", "text", "words"]).slice(0, 5).to_pandas().to_string(index=False))
     print(f"\nDAG run logs: {logs}/")
