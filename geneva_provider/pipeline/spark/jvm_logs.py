@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 # geneva_provider/spark_log4j2.properties, shipped as package data
@@ -46,16 +46,11 @@ def quiet_jvm_start(launching: bool = True) -> Iterator[None]:
     added = quiet_log_environment()
     os.environ.update(added)
     try:
-        with _stderr_without_notice() if launching and os.name == "posix" else _nothing():
+        with _stderr_without_notice() if launching and os.name == "posix" else nullcontext():
             yield
     finally:
         for name in added:
             os.environ.pop(name, None)
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 @contextmanager
@@ -69,14 +64,20 @@ def _stderr_without_notice() -> Iterator[None]:
         return
     read, write = os.pipe()
     threading.Thread(target=_copy_without_notice, args=(read, out), daemon=True, name="geneva-jvm-stderr").start()
-    sys.stderr.flush()
+    _flush_stderr()
     os.dup2(write, 2)
     os.close(write)
     try:
         yield
     finally:
-        sys.stderr.flush()
+        _flush_stderr()
         os.dup2(out, 2)  # this process's own writes go straight to standard error again
+
+
+def _flush_stderr() -> None:
+    """What Python buffered for standard error, out before the descriptor under it changes (none: pythonw)."""
+    if sys.stderr is not None:
+        sys.stderr.flush()
 
 
 def _copy_without_notice(read: int, out: int) -> None:
