@@ -99,12 +99,12 @@ check-core: $(STAMP)
 	  cd "$$tmp" && "$$tmp/venv/bin/python" "$(CURDIR)/.ci/check_core.py"
 
 # dist/geneva_provider.zip: this package, pure Python, for the `py_files` of executors whose Python lacks it
-# (docs/deploying.md) -- the very zip the Spark stages ship themselves (package_zip), kept where a cluster can
-# be given it. The wheel is `python -m build`.
+# (docs/deploying.md) -- the very zip the Spark stages ship themselves (spark_apps/package.py), kept where a
+# cluster can be given it; built without importing Airflow, so nothing is written under $HOME. The wheel is
+# `python -m build`.
 py-files: $(STAMP)
 	mkdir -p dist
-	$(PY) -c 'import shutil, sys; from geneva_provider.operators.spark_backends import package_zip; \
-	  shutil.copyfile(package_zip(), sys.argv[1])' dist/geneva_provider.zip
+	$(PY) -m geneva_provider.spark_apps.package dist/geneva_provider.zip > /dev/null
 	@echo "py-files: dist/geneva_provider.zip"
 
 setup: $(STAMP)

@@ -149,9 +149,7 @@ def compact(db: Connection, args: argparse.Namespace) -> Any:
     result = db.open_table(args.table).compact(args.target_rows_per_fragment, spark=spark)
     if args.json:
         return result.model_dump(mode="json")
-    return (f"table {args.table}: version {result.version}, {result.fragments_removed} fragments rewritten into "
-            f"{result.fragments_added}" + (f"; fragments {result.excluded} left alone (held by live jobs)"
-                                           if result.excluded else ""))
+    return f"table {args.table}: {result.describe()}"
 
 
 def number(unit: str, most: float) -> Callable[[str], float]:

@@ -48,6 +48,15 @@ class ConnectServerError(RuntimeError):
     """The local server could not start (its log's last lines say why) or could not be stopped."""
 
 
+class PortTakenError(ConnectServerError):
+    """Another process holds the port (found before any JVM starts); ``held`` says so without the way out, which
+    depends on how the server was asked for (``--port`` here, ``SPARK_CONN`` for ``make demo``)."""
+
+    def __init__(self, held: str, port: int) -> None:
+        super().__init__(f"{held}: stop it, or start on another --port")
+        self.held, self.port = held, port
+
+
 class LocalConnectServer:
     """A Spark Connect server on 127.0.0.1:``port``; ``with LocalConnectServer() as server:`` starts and stops it.
 
@@ -109,8 +118,8 @@ class LocalConnectServer:
             self.port = state["port"]
             return self.url
         if not _bindable(self.port):
-            raise ConnectServerError(f"port {self.port} on 127.0.0.1 is held by another process (not a Spark Connect "
-                                     f"server started from {self.directory}): stop it, or start on another --port")
+            raise PortTakenError(f"port {self.port} on 127.0.0.1 is held by another process (not a Spark Connect "
+                                 f"server started from {self.directory})", self.port)
         import pyspark
 
         addresses = self._check_gpus()
@@ -293,6 +302,11 @@ def _listens(pid: int, port: int) -> bool:
         except OSError:
             continue
     return False
+
+
+def free_port_from(port: int, tries: int = 100) -> int | None:
+    """The first port from ``port`` on that 127.0.0.1 can bind now (None when none of ``tries`` can)."""
+    return next((p for p in range(port, min(port + tries, 65536)) if _bindable(p)), None)
 
 
 def _bindable(port: int) -> bool:

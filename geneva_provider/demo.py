@@ -27,6 +27,7 @@ from pathlib import Path
 
 import geneva_provider as gp
 from geneva_provider.core.docstrings import plain_text
+from geneva_provider.core.wording import counted
 from geneva_provider.examples import embed, sample, word_count
 from geneva_provider.stages import local_session
 
@@ -43,7 +44,8 @@ def run_notebook(args: argparse.Namespace) -> None:
         db.drop_table(DEMO_TABLE)
     tbl = db.create_table(DEMO_TABLE, sample(args.rows), max_rows_per_file=max(args.rows // 8, 1))
     tbl.add_columns({"words": word_count, "embedding": embed})
-    print(f"table {tbl.uri}: {tbl.count_rows()} rows in {len(tbl.dataset().get_fragments())} fragments")
+    fragments = counted(len(tbl.dataset().get_fragments()), "fragment")
+    print(f"table {tbl.uri}: {counted(tbl.count_rows(), 'row')} in {fragments}")
 
     t = time.perf_counter()
     spark = local_session("local[*]", app_name="geneva-demo", conf={"spark.ui.showConsoleProgress": "false"})
@@ -81,13 +83,16 @@ def run_dags(args: argparse.Namespace) -> None:
         print(f"Spark stages run with spark-submit on {spark_conn.get('host', 'the spark_default connection')}")
         _run_dag_steps(args)
         return
-    from geneva_provider.connect_server import ConnectServerError, LocalConnectServer
+    from geneva_provider.connect_server import ConnectServerError, LocalConnectServer, PortTakenError
 
     server = LocalConnectServer(int(spark_conn.get("port") or 15002), directory=".demo/connect")
     t0 = time.perf_counter()
     try:
         # The demo's own server, or none: start() refuses a port another process (another Connect server) holds.
         server.start()
+    except PortTakenError as exc:  # the demo's port is SPARK_CONN's (the Makefile's knob), not a --port
+        raise SystemExit(f"demo: {exc.held}: stop it, or run the demo on another port, e.g. "
+                         f"{_demo_command(spark_conn, exc.port)}") from None
     except ConnectServerError as exc:
         raise SystemExit(f"demo: {exc}") from None
     with server:  # stops the server at the end only if it started it here
@@ -96,6 +101,14 @@ def run_dags(args: argparse.Namespace) -> None:
         _run_dag_steps(args)
     if server.started_here:
         print("local Spark Connect server stopped")
+
+
+def _demo_command(spark_conn: dict[str, object], taken: int) -> str:
+    """``make demo`` with ``spark_conn`` on a port free now (after ``taken``), as the Makefile's SPARK_CONN takes it."""
+    from geneva_provider.connect_server import free_port_from
+
+    port = free_port_from(taken + 1) or taken + 1
+    return f"make demo SPARK_CONN='{json.dumps({**spark_conn, 'port': port})}'"
 
 
 _DAG_TEST_TASK = re.compile(r"^(\S+) .*\[DAG TEST\] (starting|end task) task_id=(\S+)")
@@ -158,7 +171,8 @@ def _run_dag_steps(args: argparse.Namespace) -> None:
             raise SystemExit(f"{dag_id} failed; see {log}")
     lake = json.loads(os.environ["AIRFLOW_CONN_LANCE_DEFAULT"])["host"]
     tbl = gp.connect(lake).open_table("events")
-    print(f"\ntable {tbl.uri}: {tbl.count_rows()} rows, {len(tbl.dataset().get_fragments())} fragments, "
+    fragments = counted(len(tbl.dataset().get_fragments()), "fragment")
+    print(f"\ntable {tbl.uri}: {counted(tbl.count_rows(), 'row')}, {fragments}, "
           f"version {tbl.version}; rows without 'words': {tbl.count_rows('words IS NULL')}")
     print(tbl.to_arrow(["id", "text", "words"]).slice(0, 5).to_pandas().to_string(index=False))
     print(f"\nDAG run logs: {logs}/")

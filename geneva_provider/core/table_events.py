@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from geneva_provider.core.contracts.error_payload import ErrorPayload
 from geneva_provider.core.contracts.kinds import EventStatus
 from geneva_provider.core.errors import MalformedEventError
+from geneva_provider.core.wording import noun
 
 
 class _Event(BaseModel):
@@ -49,10 +50,10 @@ class TableSeen(_Event):
             return f"table '{self.table}' does not exist (yet)"
         parts = [f"version {self.version}"]
         if self.rows is not None:
-            parts.append(f"{self.rows} rows in {self.fragments} fragments")
+            parts.append(f"{self.rows} {noun(self.rows, 'row')} in {self.fragments} {noun(self.fragments, 'fragment')}")
         if self.column is not None:
-            parts.append(f"{self.rows_pending} rows in {self.fragments_pending} fragments never computed "
-                         f"in column '{self.column}'")
+            parts.append(f"{self.rows_pending} {noun(self.rows_pending, 'row')} in {self.fragments_pending} "
+                         f"{noun(self.fragments_pending, 'fragment')} never computed in column '{self.column}'")
         return f"table '{self.table}' at " + ", ".join(parts)
 
 

@@ -142,9 +142,7 @@ class JobProgress:
             if self.bar is not None:
                 self.bar.close()
             elif result is not None:
-                log.info("%s: done: %s rows computed, %s reused, %s fragments committed, version %d, %.1fs",
-                         self.label, f"{result.rows_computed:,}", f"{result.rows_reused:,}",
-                         f"{result.fragments_committed:,}", result.version, result.seconds.get("total", 0.0))
+                log.info("%s: done: %s, %.1fs", self.label, result.describe(), result.seconds.get("total", 0.0))
             elif error is not None:
                 log.warning("%s: stopped at %s of %s rows (%s): %s", self.label, f"{self.rows:,}",
                          f"{self.summary.rows_to_compute:,}", record.stage if record else Stage.PLAN,

@@ -16,21 +16,17 @@ import os
 import re
 from collections import deque
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.pipeline.spark.jvm_logs import quiet_log_environment
 from geneva_provider.spark_apps._runner import STORAGE_OPTIONS_ENV
 
 TAIL_LINES = 20  # what a failure message quotes of spark-submit's output ...
 TAIL_LINES_AFTER_EXCEPTION = 500  # ... and, from a JVM exception on, its whole trace
 _JVM_EXCEPTION = re.compile(r'Exception in thread "[^"]*"')  # how the JVM's uncaught-exception handler starts
-# Spark's defaults with the root logger at WARN, for a driver that runs here (client mode, a local master) ...
-SPARK_LOG_CONFIG = Path(__file__).resolve().parent.parent / "spark_log4j2.properties"
-# ... named in log4j2's environment variable, which any -Dlog4j.configurationFile (or log4j2.) of the user's wins over.
-LOG_CONFIG_ENV = "LOG4J_CONFIGURATION_FILE"
 
 
 class GenevaSparkSubmitHook(SparkSubmitHook):
@@ -48,10 +44,10 @@ class GenevaSparkSubmitHook(SparkSubmitHook):
     ``spark.executor.resource.gpu.discoveryScript``), ``spark.dynamicAllocation.enabled=false`` --
     passed as ``--conf``: over ``conf_defaults`` (the package's own), under ``conf`` (the operator's).
 
-    A driver that runs in the spark-submit process (client mode, a local master) logs with
-    :data:`SPARK_LOG_CONFIG`: every spark-submit output line lands in the task log, and Spark's
-    INFO lines would drown the stage's own (two thirds of a stage's log).  It is named in
-    spark-submit's environment (``LOG4J_CONFIGURATION_FILE``), not in ``spark.driver.extraJavaOptions``,
+    A driver that runs in the spark-submit process (client mode, a local master) logs with the package's
+    quiet configuration (:mod:`~geneva_provider.pipeline.spark.jvm_logs`): every spark-submit output line
+    lands in the task log, and Spark's INFO lines would drown the stage's own (two thirds of a stage's log).
+    It is named in spark-submit's environment (``LOG4J_CONFIGURATION_FILE``), not in ``spark.driver.extraJavaOptions``,
     so no Java option of the user's (operator, connection, ``spark-defaults.conf``) is replaced, and
     their own ``-Dlog4j.configurationFile`` wins.  Cluster mode keeps Spark's INFO: the driver runs
     elsewhere, and the provider reads the application id / driver pod from spark-submit's INFO lines.
@@ -117,10 +113,10 @@ class GenevaSparkSubmitHook(SparkSubmitHook):
     def _build_spark_submit_command(self, application: str) -> list[str]:
         command = super()._build_spark_submit_command(application)
         deploy_mode = self._connection["deploy_mode"] or self._conf.get("spark.submit.deployMode")
-        if deploy_mode != "cluster" and LOG_CONFIG_ENV not in {**os.environ, **self.environment}:
+        if deploy_mode != "cluster":
             # Into the environment the provider gives spark-submit itself (set once the command is built, so
             # not a --conf of the cluster's, as env_vars become on YARN and Kubernetes).
-            self._env = {**(self._env or {}), LOG_CONFIG_ENV: SPARK_LOG_CONFIG.as_uri()}
+            self._env = {**(self._env or {}), **quiet_log_environment({**os.environ, **self.environment})}
         return command
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:

@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from geneva_provider.core.contracts.options import BackfillOptions, check_count
 from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.wording import counted, skipped_rows
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import (
@@ -278,9 +279,11 @@ class GenevaVerifyOperator(BaseOperator):
                  "job_id": result.job_id, "rows_computed": plan.rows_to_compute}
         for outlet in self.outlets or []:
             context["outlet_events"][outlet].extra = extra
-        self.log.info("Verified %s at version %d: %d rows in %d fragments",
+        skipped = skipped_rows(result.rows_failed)
+        self.log.info("Verified %s at version %d: %s in %s%s",
                       f"column '{result.column}' of table '{result.table}'" if result.column
-                      else f"view '{result.table}'", result.version, result.rows_verified, result.fragments_verified)
+                      else f"view '{result.table}'", result.version, counted(result.rows_verified, "row"),
+                      counted(result.fragments_verified, "fragment"), f"; {skipped}" if skipped else "")
         return result.model_dump(mode="json")
 
     def _check_matches(self, plan: Any) -> None:

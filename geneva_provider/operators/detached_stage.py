@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -35,9 +34,16 @@ if TYPE_CHECKING:
 
 
 def log_path(submission: StageSubmission) -> Path:
-    """Where the runner of a stage writes its log (on the worker that started it)."""
-    directory = Path(tempfile.gettempdir()) / f"geneva-stages-{os.getuid()}"
-    directory.mkdir(exist_ok=True)
+    """Where the runner of a stage writes its log, on the worker that started it: ``geneva-stages/`` in Airflow's
+    log folder (``[logging] base_log_folder``, ``$AIRFLOW_HOME/logs`` by default), one file per job and stage.
+
+    The task copies it into its own log when the stage has ended and removes it when the stage succeeded; a
+    failed or lost stage's stays for whoever looks into it (the task's error names it).
+    """
+    from airflow.sdk import conf
+
+    directory = Path(conf.get("logging", "base_log_folder")).expanduser() / "geneva-stages"
+    directory.mkdir(parents=True, exist_ok=True)
     return directory / f"{submission.job_id}-{submission.stage}.log"
 
 

@@ -282,6 +282,8 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
                     f"that ran it died (see {self._runner_log(submission)}); the next try resumes it from its "
                     "checkpoints")
             run = StageRun(run.report, succeeded=run.report.status == EventStatus.SUCCESS)
+            if run.succeeded:  # its log is in the task's now; a failed stage's stays where the error says
+                self._forget_runner_log(submission)
         else:
             run = self.backend.result(submission, store)
         if run.succeeded and run.report is not None:
@@ -305,6 +307,12 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         if path.is_file():
             self.log.info("The %s stage's runner logged (%s):\n%s", self.stage, path,
                           path.read_text(errors="replace").rstrip())
+
+    @staticmethod
+    def _forget_runner_log(submission: Any) -> None:
+        from geneva_provider.operators import detached_stage
+
+        detached_stage.log_path(submission).unlink(missing_ok=True)
 
     @staticmethod
     def _runner_log(submission: Any) -> str:

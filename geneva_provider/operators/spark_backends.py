@@ -41,6 +41,7 @@ from geneva_provider.hooks.errors import airflow_connection
 from geneva_provider.operators.progress import ProgressLogger
 from geneva_provider.pipeline.stages.progress_lines import PROGRESS_SECONDS
 from geneva_provider.spark_apps import app_path
+from geneva_provider.spark_apps.package import package_zip
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
@@ -368,28 +369,6 @@ class SparkSubmitBackend(SparkBackend):
     def on_kill(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
-
-
-def package_zip() -> str:
-    """A zip of the installed ``geneva_provider`` (pure Python) for ``--py-files``, built once per version."""
-    import tempfile
-    import zipfile
-    from pathlib import Path
-
-    import geneva_provider
-
-    target = Path(tempfile.gettempdir()) / f"geneva_provider-{geneva_provider.__version__}-{os.getuid()}.zip"
-    package = Path(geneva_provider.__file__).parent
-    apps = Path(app_path(Stage.APPLY)).parent  # packaged inside geneva_provider, or spark_apps/ in a source tree
-    tmp = target.with_suffix(f".{os.getpid()}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(package.rglob("*.py")):
-            if apps not in path.parents:
-                zf.write(path, f"geneva_provider/{path.relative_to(package)}")
-        for path in sorted(apps.glob("*.py")):
-            zf.write(path, f"geneva_provider/spark_apps/{path.name}")
-    os.replace(tmp, target)
-    return str(target)
 
 
 def _spark_submit_binary(env: dict[str, str]) -> str:

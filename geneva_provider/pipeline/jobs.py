@@ -237,9 +237,7 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         fragments_committed=written.fragments_committed, fragments_reused=summary.fragments_reused,
         version=written.version, fragments_vanished=written.fragments_vanished, rows_failed=applied.rows_failed,
         rows_retried=applied.rows_retried, seconds=_rounded(seconds))
-    log.info("job %s on table '%s' (%s): %d rows computed, %d reused, %d fragments committed, version %d",
-             result.job_id, table.name, column, result.rows_computed, result.rows_reused,
-             result.fragments_committed, result.version)
+    log.info("job %s on table '%s' (%s): %s", result.job_id, table.name, column, result.describe())
     return result
 
 

@@ -131,5 +131,5 @@ def test_sensors_under_airflow_fail_once_on_bad_input_and_keep_their_deadline(da
     assert later and len(set(later)) == 1 and dt.timedelta(0) <= later[0] - first <= dt.timedelta(seconds=5), deadlines
     assert re.search(r"Ended: GenevaTableChangedSensor on table 'team' waiting for table 'team' to reach more than "
                      rf"1000000000 rows: not met by the deadline {re.escape(deadlines[-1])}; last seen: table 'team' "
-                     rf"at version {version}, 20 rows in 1 fragments", out)
+                     rf"at version {version}, 20 rows in 1 fragment", out)
     assert team.version == version

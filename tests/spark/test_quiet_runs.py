@@ -93,3 +93,63 @@ def test_compaction_logs_rewritten_rows_not_rows_to_compute(db, spark):
     tbl.dataset().validate()
 
 
+
+
+# What Spark's JVM prints as it starts with its own log4j2 defaults: none of it is the user's business.
+JVM_BANNER = {
+    "Java's incubator-module notice": "WARNING: Using incubator modules",
+    "log4j profile": "Using Spark's default log4j profile",
+    "default log level": "Setting default log level to",
+    "setLogLevel hint": "To adjust logging level use sc.setLogLevel",
+    "native-hadoop warning": "NativeCodeLoader",
+}
+
+_NOTEBOOK = textwrap.dedent("""
+    import json, sys
+    import pyarrow as pa
+    import geneva_provider as gp
+
+    db = gp.connect(sys.argv[1])
+    tbl = db.create_table("t", pa.table({"x": list(range(4_000))}), max_rows_per_file=500)
+    tbl.add_columns({"y": gp.udf(data_type=pa.int64())(lambda x: x * 3)})
+    result = tbl.backfill("y", progress=False)  # no session given: the package starts its local one
+    compacted = tbl.compact(target_rows_per_fragment=2_000)
+    from pyspark.sql import SparkSession
+    jvm = SparkSession.getActiveSession().sparkContext._jvm
+    jvm.org.apache.logging.log4j.LogManager.getLogger("org.apache.spark.geneva.test").warn("a warning that matters")
+    print(json.dumps({"rows": result.rows_computed, "removed": compacted.fragments_removed}), flush=True)
+""")
+
+
+def _notebook(tmp_path, **env: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-c", _NOTEBOOK, str(tmp_path / "db")], capture_output=True, text=True,
+                          env=_child_env(**env), timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"rows": 4_000, "removed": 8}
+    tbl = gp.connect(str(tmp_path / "db")).open_table("t")
+    assert tbl.count_rows() == 4_000 and tbl.count_rows("y IS NULL OR y != x * 3") == 0
+    tbl.dataset().validate()
+    return proc
+
+
+def test_a_local_session_starts_without_the_jvm_banner(tmp_path):
+    """A backfill and a compaction given no session start the package's local one: stderr holds no JVM start-up
+    banner, and a Spark warning logged after the start still reaches it."""
+    proc = _notebook(tmp_path)
+    found = {what: text for what, text in JVM_BANNER.items() if text in proc.stderr}
+    assert not found, f"{found} in stderr:\n{proc.stderr[-3000:]}"
+    assert re.search(r"WARN test: a warning that matters", proc.stderr), proc.stderr[-3000:]
+
+
+def test_a_users_own_log4j_configuration_still_applies_to_a_local_session(tmp_path):
+    """LOG4J_CONFIGURATION_FILE set by the user is theirs: Spark logs with its layout and loggers (all of Hadoop's
+    warnings included)."""
+    mine = tmp_path / "log4j2.properties"
+    mine.write_text("rootLogger.level = info\nrootLogger.appenderRef.stdout.ref = console\n"
+                    "appender.console.type = Console\nappender.console.name = console\n"
+                    "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
+                    "appender.console.layout.pattern = MINE %p %c{1}: %m%n\n")
+    proc = _notebook(tmp_path, LOG4J_CONFIGURATION_FILE=mine.as_uri())
+    assert re.search(r"^MINE WARN NativeCodeLoader: ", proc.stderr, re.M), proc.stderr[-3000:]
+    assert re.search(r"^MINE WARN test: a warning that matters", proc.stderr, re.M), proc.stderr[-3000:]

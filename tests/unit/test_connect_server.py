@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from geneva_provider.connect_server import free_port_from
 from tests.unit.java_tripwire import JavaTripwire, java_descendants
 
 # A process of its own that listens on a free port of 127.0.0.1, prints it, and answers every connection with "hi".
@@ -114,6 +117,15 @@ def test_the_demo_stops_before_any_dag_when_another_process_holds_its_connect_po
                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert demo.returncode == 1, demo.stdout[-2000:] + demo.stderr[-2000:]
         assert f"demo: port {port} on 127.0.0.1 is held by another process" in demo.stderr, demo.stderr[-2000:]
+        # the way out names the Makefile's own knob (SPARK_CONN), with a port free now; make demo has no --port
+        hint = re.search(r"run the demo on another port, e\.g\. make demo SPARK_CONN='(\{.*\})'$", demo.stderr, re.M)
+        assert hint is not None and "--port" not in demo.stderr, demo.stderr[-2000:]
+        suggested = json.loads(hint[1])
+        assert suggested["conn_type"] == "spark_connect" and suggested["host"] == "sc://127.0.0.1"
+        assert suggested["port"] != port and free_port_from(suggested["port"]) == suggested["port"]
+        makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+        assert re.search(r"^SPARK_CONN \?= ", makefile, re.M)
+        assert "AIRFLOW_CONN_SPARK_DEFAULT='$(SPARK_CONN)'" in makefile
         assert "Spark stages run over Spark Connect" not in demo.stdout and not (tmp_path / ".demo" / "logs").exists()
         assert wire.calls() == [] and java_descendants() == []
         with socket.create_connection(("127.0.0.1", port), timeout=5):

@@ -149,3 +149,34 @@ def test_a_connection_without_spark_conf_adds_nothing_and_a_bad_one_is_refused(m
     for bad in (["spark.executor.resource.gpu.amount=1"], {"spark.x": {"nested": 1}}, "not json"):
         with pytest.raises(gp.InvalidArgumentError, match="'spark_gpus' has a spark_conf extra that is not a dict"):
             _submit_command(monkeypatch, {"spark_conf": bad})
+
+
+def test_verify_says_how_many_rows_the_error_policy_skipped(lance_db, caplog, capsys):
+    """A DAG's last word on a backfill (the verify task's line, and its XCom) counts the rows left NULL by the
+    UDF's error policy, as a notebook's done line does; and one fragment is "1 fragment"."""
+    import pyarrow as pa
+
+    from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
+    from geneva_provider.stages import InProcessRunner, run_apply, run_write_commit
+
+    tbl = lance_db.create_table("picky", pa.table({"x": list(range(100))}))
+
+    @gp.udf(data_type=pa.int64(), on_error=gp.skip_on_error())
+    def picky(x):
+        if x in (3, 50):
+            raise ValueError(f"bad row {x}")
+        return x * 3
+
+    tbl.add_columns({"y": picky})
+    summary = GenevaPlanBackfillOperator(task_id="plan", table="picky", column="y").execute(context())
+    run_apply(summary["plan_uri"], InProcessRunner())
+    run_write_commit(summary["plan_uri"], InProcessRunner())
+    capsys.readouterr()
+    with caplog.at_level("INFO"):
+        result = GenevaVerifyOperator(task_id="verify", plan=summary).execute(context())
+    assert result["rows_failed"] == 2 and result["rows_verified"] == 100
+    out = capsys.readouterr()  # once Airflow has set up logging its lines are printed, else they reach the handlers
+    log = "\n".join([out.out, out.err, caplog.text])
+    assert (f"Verified column 'y' of table 'picky' at version {result['version']}: 100 rows in 1 fragment; "
+            "2 rows skipped by the error policy (left NULL)") in log, log[-2000:]
+    assert tbl.to_arrow(filter="y IS NULL").column("x").to_pylist() == [3, 50]

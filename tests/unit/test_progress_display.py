@@ -60,10 +60,48 @@ def test_a_script_logging_nowhere_prints_progress_lines_and_the_outcome(tmp_path
     rows = [int(r) for r, _ in lines]
     assert rows == sorted(rows) and rows[-1] > rows[0]
     assert any(float(rate.replace(",", "")) > 0 for _, rate in lines)
-    assert re.search(rf"t\.y: done: {ROWS} rows computed, 0 reused, 1 fragments committed", proc.stderr)
+    # one fragment is "1 fragment" (issue 42: "1 fragments"); no row was skipped, so none is said to be
+    assert re.search(rf"t\.y: done: {ROWS} rows computed, 0 reused, 1 fragment committed, version \d+, [\d.]+s$",
+                     proc.stderr, re.M), proc.stderr[-3000:]
     assert "\r" not in proc.stderr and "\x1b" not in proc.stderr  # no bar, no cursor moves
     tbl = gp.connect(str(tmp_path / "db")).open_table("t")
     assert tbl.count_rows("y IS NULL OR y != x * 3") == 0
+
+
+_SKIPPING = textwrap.dedent("""
+    import sys
+    import pyarrow as pa
+    import geneva_provider as gp
+    from geneva_provider.stages import InProcessRunner
+
+    db = gp.connect(sys.argv[1])
+    tbl = db.create_table("t", pa.table({"x": list(range(1_000))}), max_rows_per_file=250)
+
+    @gp.udf(data_type=pa.int64(), on_error=gp.skip_on_error())
+    def picky(x):
+        if x % 400 == 7:
+            raise ValueError(f"bad row {x}")
+        return x * 3
+
+    tbl.add_columns({"y": picky})
+    result = tbl.backfill("y", spark=InProcessRunner())
+    print(result.rows_failed)
+""")
+
+
+def test_the_done_line_counts_the_rows_the_error_policy_skipped(tmp_path):
+    """The outcome a notebook prints, and the job's own line, say how many rows the error policy left NULL."""
+    proc = subprocess.run([sys.executable, "-c", _SKIPPING, str(tmp_path / "db")], capture_output=True, text=True,
+                          env=_child_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "3"  # x = 7, 407, 807
+    tbl = gp.connect(str(tmp_path / "db")).open_table("t")
+    assert tbl.to_arrow(filter="y IS NULL").column("x").to_pylist() == [7, 407, 807]
+    assert tbl.count_rows("y IS NOT NULL AND y != x * 3") == 0
+    done = re.search(r"t\.y: done: (.*)$", proc.stderr, re.M)
+    assert done is not None, proc.stderr[-3000:]
+    assert re.fullmatch(r"1,000 rows computed, 0 reused, 3 rows skipped by the error policy \(left NULL\), "
+                        r"4 fragments committed, version \d+, [\d.]+s", done[1]), done[1]
 
 
 def test_progress_moves_within_one_checkpoint(db, caplog, monkeypatch):

@@ -119,6 +119,28 @@ def test_a_stage_ending_before_the_first_tick_logs_its_real_rate(db):
     assert 800 / outer - 1 <= rate <= 800 / 0.05 + 1
 
 
+def test_a_stages_last_line_counts_the_rows_the_error_policy_skipped(db):
+    """The operator's final progress line of a stage says how many rows were skipped, and says nothing of it when
+    none were."""
+    from geneva_provider.operators.progress import ProgressLogger
+
+    tbl = db.create_table("t", pa.table({"x": [1]}))
+    store = tbl.checkpoint_store
+    for job_id, failed in (("j1", 3), ("j2", 0)):
+        start_record(store, JobRecord(job_id=job_id, kind="backfill", table="t", column="y",
+                                      created_at="2026-01-01T00:00:00", updated_at="2026-01-01T00:00:00",
+                                      rows_planned=1_000, rows_checkpointed=0))
+        log, lines = _collecting_logger(f"geneva_provider.tests.skipped.{job_id}")
+        with ProgressLogger(store, job_id, "write_commit", log, seconds=3_600):
+            update_record(store, job_id, rows_checkpointed=1_000, rows_ready=1_000, rows_committed=1_000,
+                          rows_failed=failed)
+        assert len(lines) == 1, lines
+        if failed:
+            assert "1000 committed, 3 rows skipped by the error policy (left NULL) (" in lines[0], lines[0]
+        else:
+            assert "skipped" not in lines[0] and "1000 committed (" in lines[0], lines[0]
+
+
 def test_a_missing_view_source_names_the_view_once(lance_db):
     from geneva_provider.operators.views import GenevaPlanRefreshOperator
 
@@ -182,3 +204,20 @@ def test_a_running_stage_logs_a_line_per_interval_only_while_rows_move(db):
     checkpointed = [int(re.search(r"; (\d+) of 1000 rows checkpointed", line)[1]) for line in lines]
     assert checkpointed[0] == 0 and checkpointed.count(0) == 1, lines
     assert checkpointed[1:] == [500] * (len(checkpointed) - 1) and len(checkpointed) in (2, 3), lines
+
+
+def test_a_local_jvm_s_stderr_loses_javas_incubator_notice_and_nothing_else():
+    """What the copy of a local session's JVM stderr keeps: every byte but Java's incubator-module notice, a
+    console bar's carriage-return redraws passed on as they come (never held for a newline)."""
+    from geneva_provider.pipeline.spark.jvm_logs import without_notice
+
+    notice = b"WARNING: Using incubator modules: jdk.incubator.vector\n"
+    warn = b"26/12/02 01:11:50 WARN TaskSetManager: Lost task 0.0\n"
+    assert without_notice(notice + warn) == (warn, b"")
+    assert without_notice(b"\r[Stage 0:>   (0 + 2) / 5]") == (b"\r[Stage 0:>   (0 + 2) / 5]", b"")
+    # the notice cut in two by the pipe: its first piece waits, then goes with the rest
+    data, held = without_notice(notice[:20])
+    assert (data, held) == (b"", notice[:20])
+    assert without_notice(held + notice[20:] + warn) == (warn, b"")
+    # a user's line that merely starts like it is passed on once it cannot be the notice
+    assert without_notice(b"WARNING: disk almost full\n") == (b"WARNING: disk almost full\n", b"")

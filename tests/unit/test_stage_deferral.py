@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from airflow.sdk import ExceptionRetryPolicy, RetryAction
@@ -218,3 +219,36 @@ def test_a_deferred_stage_logs_the_same_progress_lines_as_one_waited_for_in_its_
     counts = [int(re.match(pattern, line)[1]) for line in lines]  # every line in the task's format
     assert counts[0] == 100 and counts.count(100) == 1, lines  # no line while nothing moved
     assert 600 in counts and counts[-1] == 1_000, lines
+
+
+def test_a_detached_stage_s_runner_log_is_in_airflow_s_log_folder_and_goes_once_the_stage_succeeded(
+        stage, caplog, capsys, monkeypatch):
+    """Not the system temp dir, where every stage left one for good: ``geneva-stages/`` in Airflow's log folder;
+    copied into the task's log when the stage ends, removed when it succeeded, kept when it failed."""
+    from airflow.sdk import conf
+
+    from geneva_provider.operators import detached_stage
+
+    submission, store = stage
+    path = detached_stage.log_path(submission)
+    assert path == Path(conf.get("logging", "base_log_folder")) / "geneva-stages" / f"{submission.job_id}-apply.log"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_NOWHERE", json.dumps(
+        {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": 9}))  # never reached: the report is read
+    operator = GenevaSparkApplyOperator(task_id="apply", plan="{}", spark_conn_id="spark_connect_nowhere")
+    assert operator.detached  # durable over the spark_connect connection: the stage ran in a process of its own
+
+    path.write_text("the runner's own line\n")
+    submission.leave(store, StageReport.failed(errors.UDFExecutionError("UDF 'double' raised at x=7")))
+    with pytest.raises(errors.UDFExecutionError):
+        operator.get_job_result(submission.model_dump(mode="json"), {})
+    assert path.read_text() == "the runner's own line\n"  # a failed stage's log stays for whoever looks into it
+
+    submission.clear(store)
+    submission.leave(store, StageReport(status=EventStatus.SUCCESS))
+    caplog.clear()
+    capsys.readouterr()
+    with caplog.at_level("INFO"):
+        assert operator.get_job_result(submission.model_dump(mode="json"), {})["status"] == "success"
+    out = capsys.readouterr()  # once Airflow has set up logging its lines are printed, else they reach the handlers
+    assert "the runner's own line" in "\n".join([out.out, out.err, caplog.text])  # in the task's log now ...
+    assert not path.exists() and list(path.parent.glob(f"{submission.job_id}-*")) == []  # ... and nowhere else

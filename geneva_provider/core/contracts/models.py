@@ -20,6 +20,7 @@ from geneva_provider.core.contracts.error_payload import ErrorPayload
 from geneva_provider.core.contracts.kinds import DigestScheme, EventStatus, JobKind, RowOutcome, Stage
 from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
 from geneva_provider.core.resources import ResourceAsk
+from geneva_provider.core.wording import counted, skipped_rows
 
 PLAN_FORMAT = 4  # 4: plans are a union discriminated by kind; a UDTF refresh's tasks are ExpandTasks; outputs in groups
 
@@ -444,23 +445,20 @@ class PlanSummary(_Model):
                 else ""
             if self.nothing_to_do:
                 return f"nothing to do: nothing to compact at version {self.read_version}{left}"
-            return (f"{_count(self.tasks, 'rewrite task')} over {_count(self.fragments_to_compute, 'fragment')} "
+            return (f"{counted(self.tasks, 'rewrite task')} over {counted(self.fragments_to_compute, 'fragment')} "
                     f"at version {self.read_version}{left}")
-        valid = f"{_count(self.fragments_done, 'fragment')} already valid"
+        valid = f"{counted(self.fragments_done, 'fragment')} already valid"
         if self.nothing_to_do:
             return f"nothing to do: up to date at version {self.read_version} ({valid})"
         if self.kind == JobKind.UDTF:
-            return (f"{_count(self.rows_to_compute, 'source row')} to expand in {_count(self.tasks, 'task')} "
+            return (f"{counted(self.rows_to_compute, 'source row')} to expand in {counted(self.tasks, 'task')} "
                     f"(view version {self.read_version})")
-        appended = f" ({self.rows_appended:,} source rows appended)" if self.kind == JobKind.REFRESH else ""
-        return (f"{self.rows_to_compute:,} rows to compute{appended} in {_count(self.tasks, 'task')} over "
-                f"{_count(self.fragments_to_compute, 'fragment')} at version {self.read_version}; "
-                f"{_count(self.fragments_reused, 'staged fragment')} reused, {valid}, "
-                f"{self.rows_reused:,} rows already computed")
+        appended = f" ({counted(self.rows_appended, 'source row')} appended)" if self.kind == JobKind.REFRESH else ""
+        return (f"{counted(self.rows_to_compute, 'row')} to compute{appended} in {counted(self.tasks, 'task')} over "
+                f"{counted(self.fragments_to_compute, 'fragment')} at version {self.read_version}; "
+                f"{counted(self.fragments_reused, 'staged fragment')} reused, {valid}, "
+                f"{counted(self.rows_reused, 'row')} already computed")
 
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 class FragmentCheckpoint(_Model):
@@ -647,6 +645,12 @@ class CompactionResult(_Model):
     held_by: dict[str, list[int]] = Field(default_factory=dict)  # live job id -> its fragments, left alone
     seconds: float = 0.0
 
+    def describe(self) -> str:
+        """What it rewrote, in the one wording of its log line and the CLI's answer (without the holders' names)."""
+        left = f"; fragments {self.excluded} left alone (held by live jobs)" if self.excluded else ""
+        return (f"{counted(self.fragments_removed, 'fragment')} rewritten into {self.fragments_added:,} at version "
+                f"{self.version}{left}")
+
 
 # Every kind of stored plan, told apart by its ``kind``.
 Plan = Annotated[ColumnPlan | ExpandPlan | CompactionPlan, Field(discriminator="kind")]
@@ -698,6 +702,7 @@ class VerifyResult(_Model):
     fragments_verified: int
     rows_verified: int
     fragments_deleted: list[int] = Field(default_factory=list)
+    rows_failed: int = 0  # of the rows verified, those the UDF's error policy skipped (NULL; see the error store)
 
 
 class ViewCheck(_Model):
@@ -864,3 +869,11 @@ class BackfillResult(_Model):
     # The job's timeout passed: its tasks stopped at a checkpoint and nothing was committed (rows_computed are
     # checkpointed); the next backfill resumes from those checkpoints.
     timed_out: bool = False
+
+    def describe(self) -> str:
+        """What the job did, in the one wording of its "done" lines (the notebook's log, the job's own), the rows
+        its error policy skipped included when there are any."""
+        parts = [f"{counted(self.rows_computed, 'row')} computed", f"{self.rows_reused:,} reused",
+                 skipped_rows(self.rows_failed), f"{counted(self.fragments_committed, 'fragment')} committed",
+                 f"version {self.version}"]
+        return ", ".join(part for part in parts if part)

@@ -22,6 +22,7 @@ from geneva_provider.core.fragments import fragment_of
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.core.store.layout import JobStore
+from geneva_provider.core.wording import counted
 from geneva_provider.pipeline.stages.planning import staged_files
 
 if TYPE_CHECKING:
@@ -72,8 +73,8 @@ def verify_columns(plan: ColumnPlan, store: CheckpointStore, storage_options: di
     if deleted:
         log.warning("verify %s: fragments %s were deleted during the job (their rows need no value)",
                     plan.job_id, deleted)
-    log.info("verify %s: %d fragments, %d rows of %s committed at version %d",
-             plan.job_id, frags_ok, rows_ok, plan.label(), ds.version)
+    log.info("verify %s: %s, %s of %s committed at version %d",
+             plan.job_id, counted(frags_ok, "fragment"), counted(rows_ok, "row"), plan.label(), ds.version)
     return VerifyResult(job_id=plan.job_id, table=plan.table, column=plan.column, version=ds.version,
                         fragments_verified=frags_ok, rows_verified=rows_ok, fragments_deleted=deleted)
 

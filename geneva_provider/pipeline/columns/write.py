@@ -35,6 +35,7 @@ from geneva_provider.core.listing import shortened
 from geneva_provider.core.ranges import count_of, positions_of
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open_store
 from geneva_provider.core.store.layout import JobStore, batch_prefix
+from geneva_provider.core.wording import counted
 from geneva_provider.pipeline.columns.commit import commit_column_files
 from geneva_provider.pipeline.columns.compute import applied_files, unapplied_rows
 from geneva_provider.pipeline.columns.files import Stager, write_column_file
@@ -152,8 +153,8 @@ def write_commit(plan: ColumnPlan, runner: TaskRunner, storage_options: dict[str
         to_commit_now = {fid: ref for fid, ref in to_commit_now.items() if fid not in earlier}
         committer.committed += sorted(earlier)
         committer.ready += sum(committer.rows[f] for f in earlier)
-        log.info("write %s: %d fragments were committed by an earlier attempt of this plan", plan.job_id,
-                 len(earlier))
+        log.info("write %s: %s committed by an earlier attempt of this plan", plan.job_id,
+                 counted(len(earlier), "fragment was", "fragments were"))
     # Fragments the apply computed whole and staged its file for: committed as they are, no writer task.
     applied = {fid: ckpt for fid, ckpt in applied_files(plan, committer.store).items()
                if fid in {f.id for f in to_write}}
@@ -164,8 +165,8 @@ def write_commit(plan: ColumnPlan, runner: TaskRunner, storage_options: dict[str
         committer.complete.update(fid for fid, ckpt in applied.items() if ckpt.complete)
     ctx = StageContext.of(plan, runner.options_for_tasks(storage_options) if to_write else storage_options)
     groups = [to_write[i:i + granularity] for i in range(0, len(to_write), granularity)]
-    log.info("write %s: %d fragments to write in %d groups, %d staged fragments to commit",
-             plan.job_id, len(to_write), len(groups), len(to_commit_now))
+    log.info("write %s: %s to write in %s, %s to commit", plan.job_id, counted(len(to_write), "fragment"),
+             counted(len(groups), "group"), counted(len(to_commit_now), "staged fragment"))
     if to_commit_now:
         committer.complete.update(f.id for f in plan.fragments if f.action is Action.REUSE and f.complete)
         ready = sorted(to_commit_now)

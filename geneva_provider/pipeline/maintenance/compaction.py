@@ -35,6 +35,7 @@ from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.core.store.layout import JobStore, new_job_id
+from geneva_provider.core.wording import counted
 from geneva_provider.pipeline.committer import Attempt, CommitPolicy, RetryCommit, commit, conflict_of
 from geneva_provider.pipeline.spark.runner import job_tag
 from geneva_provider.pipeline.spark.task_runner import task_runner
@@ -235,8 +236,9 @@ def _compact(plan: CompactionPlan, store: CheckpointStore, storage_options: dict
                               seconds=round(time.perf_counter() - t0, 3),
                               **(zero if metrics is None else {k: getattr(metrics, k) for k in zero}))
     if metrics is not None:
-        log.info("compaction %s of table '%s': %d fragments rewritten into %d at version %d%s", plan.job_id,
-                 plan.table, result.fragments_removed, result.fragments_added, version,
+        log.info("compaction %s of table '%s': %s at version %d%s", plan.job_id, plan.table,
+                 f"{counted(result.fragments_removed, 'fragment')} rewritten into {result.fragments_added:,}",
+                 version,
                  f"; fragments {result.excluded} left alone{_holders(state.held_by)}" if result.excluded else "")
     return result
 

@@ -33,6 +33,7 @@ from geneva_provider.core.errors import (
     SparkEnvironmentError,
 )
 from geneva_provider.core.lance_logging import ignore_fork_warning
+from geneva_provider.pipeline.spark.jvm_logs import quiet_jvm_start
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -100,7 +101,9 @@ def local_session(master: str = "local[*]", app_name: str = "geneva", conf: dict
             **quiet_conf(), **(conf or {})}
     for key, value in conf.items():
         builder = builder.config(key, value)
-    with warnings.catch_warnings():  # the JVM's launch forks and execs at once: lance's fork warning is wrong there
+    # The JVM's launch forks and execs at once: lance's fork warning is wrong there.  The JVM starts with the
+    # package's quiet log4j2 configuration: no start-up banner, Spark's warnings and errors still shown.
+    with warnings.catch_warnings(), quiet_jvm_start(launching=jvm_launches()):
         ignore_fork_warning()
         spark = builder.getOrCreate()
     quiet_py4j()
@@ -163,6 +166,13 @@ def gpus_found(gpus: int, asked: str) -> list[str]:
             f"it asks nvidia-smi, or lists the addresses in GENEVA_FAKE_GPUS such as '0,1'): {change}, or set "
             "GENEVA_FAKE_GPUS to test without GPUs. Spark was not started.")
     return addresses[:gpus]  # Spark gives the executor the first N the script lists
+
+
+def jvm_launches() -> bool:
+    """Whether a session built now starts this process's JVM (none started yet, none given by a ``pyspark`` shell)."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
 
 
 def running_context() -> SparkContext | None:

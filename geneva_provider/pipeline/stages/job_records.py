@@ -268,8 +268,9 @@ def take_over(store: CheckpointStore, record: JobRecord) -> list[JobRecord]:
     return taken
 
 
-def finish_record(store: CheckpointStore, job_id: str, **changes: Any) -> None:
-    update_record(store, job_id, status=JobStatus.DONE, stage="done", finished_at=_now(), error=None, **changes)
+def finish_record(store: CheckpointStore, job_id: str, **changes: Any) -> JobRecord | None:
+    """Marks the job DONE; its record as it now stands (None when it has none)."""
+    return update_record(store, job_id, status=JobStatus.DONE, stage="done", finished_at=_now(), error=None, **changes)
 
 
 def _write(store: CheckpointStore, record: JobRecord) -> None:

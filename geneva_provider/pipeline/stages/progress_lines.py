@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from geneva_provider.core.contracts.kinds import JobKind
+from geneva_provider.core.wording import skipped_rows
 from geneva_provider.pipeline.stages.registry import spark_stage
 
 PROGRESS_SECONDS = 5.0  # the default interval between two looks (and at most one line per look)
@@ -50,9 +51,10 @@ class ProgressLines:
         if JobKind(record.kind).rewrites:  # a rewrite: no checkpoints, its rows land at its one commit
             return (f"{self.stage} {self.job_id}: {status}; {record.rows_committed} of {record.rows_planned} rows "
                     f"rewritten and committed ({rate:.0f} rows/s)")
+        skipped = skipped_rows(record.rows_failed)
         return (f"{self.stage} {self.job_id}: {status}; {record.rows_checkpointed} of {record.rows_planned} rows "
-                f"checkpointed, {record.rows_ready} ready to commit, {record.rows_committed} committed "
-                f"({rate:.0f} rows/s)")
+                f"checkpointed, {record.rows_ready} ready to commit, {record.rows_committed} committed"
+                f"{f', {skipped}' if skipped else ''} ({rate:.0f} rows/s)")
 
     def _done(self, record: Any) -> int:
         """The rows this stage moves forward: its registry entry names the counter (apply's checkpointed rows...)."""

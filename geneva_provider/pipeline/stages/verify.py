@@ -37,5 +37,5 @@ def verify(plan: str | PlanSummary | dict[str, Any], storage_options: dict[str, 
         return verify(doc.summary(uri), storage_options)
     with job_stage(store, doc.job_id, Stage.VERIFY):
         result = job_kind(doc.kind).verify(doc, store, storage_options)
-    finish_record(store, doc.job_id, version=result.version)
-    return result
+    record = finish_record(store, doc.job_id, version=result.version)
+    return result.model_copy(update={"rows_failed": record.rows_failed}) if record is not None else result

@@ -39,6 +39,7 @@ from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.core.store.layout import JobStore
 from geneva_provider.core.views.meta import SOURCE_ROW_ID
 from geneva_provider.core.views.udtf_meta import PARTITION
+from geneva_provider.core.wording import counted
 from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX, Attempt, CommitPolicy, commit, commit_messages
 from geneva_provider.pipeline.row_deletes import deletions
 from geneva_provider.pipeline.stages.job_records import update_record
@@ -197,8 +198,9 @@ def write_commit(plan: ExpandPlan, store: CheckpointStore, runner: TaskRunner,
                          commit_retries=retries, seconds=round(time.perf_counter() - t0, 3))
     jobs.put_committed(plan.job_id, CommitRecord(result=result))
     update_record(store, plan.job_id, rows_committed=plan.rows_to_compute)
-    log.info("write %s: view '%s' version %d: %d rows added in %d fragments, %d rows deleted, %d parents left to "
-             "expand again", plan.job_id, plan.table, result.version, rows, fragments, deleted, len(pending))
+    log.info("write %s: view '%s' version %d: %s added in %s, %s deleted, %s left to expand again", plan.job_id,
+             plan.table, result.version, counted(rows, "row"), counted(fragments, "fragment"), counted(deleted, "row"),
+             counted(len(pending), "parent"))
     return result
 
 
