@@ -65,7 +65,20 @@ def _terminal_width() -> int:
 
 
 class _PackageHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The handler :func:`ensure_log_handler` installs; it stands down once the root logger has one."""
+    """The handler :func:`ensure_log_handler` installs; it stands down once the root logger has one.
+
+    It writes to whatever ``sys.stderr`` is when a line is logged, as Python's last-resort handler does, not to the
+    stream that was stderr when it was installed: a notebook or a test harness that swaps stderr (and closes the
+    old one) would otherwise get "--- Logging error ---" tracebacks for every later progress line.
+    """
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:  # StreamHandler.__init__ sets it; the current sys.stderr is always used
+        pass
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not logging.getLogger().handlers and bool(super().filter(record))

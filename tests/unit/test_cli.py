@@ -22,6 +22,9 @@ import pytest
 import geneva_provider as gp
 from geneva_provider.cli import main
 from geneva_provider.core.errors import JobCancelledError, UDFExecutionError
+
+# Imported with the module: Airflow sets its logging up (a root handler on stderr) before any test captures stderr.
+from geneva_provider.plugin import job_record
 from geneva_provider.stages import InProcessRunner
 from tests.helpers import events_table
 
@@ -175,8 +178,6 @@ def test_every_job_id_the_package_shows_is_found_by_jobs_show(db, capsys, caplog
         assert code == 2 and "is DONE, not running: nothing to cancel" in err, (what, err)
     assert db.get_job(shown["backfill"]).column == "y"
     # The job link an Airflow plan task shows (a plan with nothing to do has one too) opens its record.
-    from geneva_provider.plugin import job_record
-
     monkeypatch.setenv("AIRFLOW_CONN_CLI_LAKE", json.dumps({"conn_type": "lance", "host": db.uri}))
     assert job_record(shown["backfill"], "t", "cli_lake")["status"] == "DONE"
     # The history lists the jobs that did work; an id that was never shown is still not found.
@@ -281,6 +282,7 @@ def test_cleanup_refuses_a_number_of_days_that_is_not_finite_or_out_of_range_nam
     tbl.add_columns({"y": cli_double})
     tbl.backfill("y", spark=InProcessRunner())
     kept = db.list_jobs()
+    capsys.readouterr()  # the backfill's own progress lines
     with pytest.raises(SystemExit) as usage:
         main(["--db", db.uri, "cleanup", f"--older-than-days={value}"])
     out, err = capsys.readouterr()
@@ -294,6 +296,7 @@ def test_cleanup_takes_the_longest_age_python_can_hold_and_removes_no_recent_job
     tbl = db.create_table("t", events_table(10))
     tbl.add_columns({"y": cli_double})
     done = tbl.backfill("y", spark=InProcessRunner())
+    capsys.readouterr()  # the backfill's own progress lines
     code, out, err = run(capsys, "--db", db.uri, "--json", "cleanup", "--older-than-days", "999999999")
     assert (code, err) == (0, ""), err
     assert json.loads(out)["t"]["removed"].get("job records", 0) == 0

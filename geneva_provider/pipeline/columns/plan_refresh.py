@@ -47,6 +47,7 @@ from geneva_provider.core.views.meta import (
     query_order,
     view_info,
 )
+from geneva_provider.core.wording import counted
 from geneva_provider.pipeline.columns.inputs import udf_info
 from geneva_provider.pipeline.columns.layout import complete_output_layout
 from geneva_provider.pipeline.columns.view_create import matching_row_ids
@@ -190,8 +191,8 @@ def sync_rows(view: TableRef, src: Dataset, info: ViewInfo, max_rows_per_fragmen
     UpdateColumns(view).set_table_metadata({META_BASE_VERSION: str(src.version),
                                             META_SCANNED_ROW_ID: str(next_id)}).commit()
     if removed:
-        log.info("view '%s': %d rows removed (their source rows were deleted, no longer match, or left the "
-                 "query's offset/limit window)", view.name, removed)
+        log.info("view '%s': %s removed (their source rows were deleted, no longer match, or left the "
+                 "query's offset/limit window)", view.name, counted(removed, "row"))
     return len(new), removed
 
 

@@ -272,8 +272,8 @@ class _Committer:
         committed_rows = sum(self.rows[f] for f in self.committed)
         update_record(self.store, plan.job_id, rows_ready=self.ready, rows_committed=committed_rows,
                       version=self.version)
-        log.info("commit %s: version %d, %d fragments (%d of %d rows) committed so far", plan.job_id, self.version,
-                 len(self.committed), committed_rows, self.total)
+        log.info("commit %s: version %d, %s (%d of %s) committed so far", plan.job_id, self.version,
+                 counted(len(self.committed), "fragment"), committed_rows, counted(self.total, "row"))
 
     def _record_valid(self, committed: list[int], version: int) -> None:
         """Fragments this commit made valid in every row go to the job's ledger, as of the commit's own version."""

@@ -150,7 +150,8 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
                           airflow_run_id=airflow_run_id)
         start_record(store, first)
         take_over(store, first)
-    log.info("compaction plan %s: table '%s': %s (%d rows)%s", doc.job_id, table.name, summary.describe(), doc.rows,
+    log.info("compaction plan %s: table '%s': %s (%s)%s", doc.job_id, table.name, summary.describe(),
+             counted(doc.rows, "row"),
              f"; fragments {excluded} left alone{_holders(held_by)}" if excluded else "")
     return summary
 

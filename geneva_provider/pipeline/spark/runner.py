@@ -33,6 +33,7 @@ from geneva_provider.core.errors import (
     SparkEnvironmentError,
 )
 from geneva_provider.core.lance_logging import ignore_fork_warning
+from geneva_provider.core.wording import counted
 from geneva_provider.pipeline.spark.jvm_logs import quiet_jvm_start
 
 if TYPE_CHECKING:
@@ -467,8 +468,8 @@ def _collect_partitions(spark: SparkSession, per_slice: Sequence[Sequence[T]],
     if spans is not None:
         spans.extend(found)
     if profile is not None:
-        log.info("%s: ran under the resource profile %s: at most %d tasks ran at once (%d tasks)", description,
-                 describe_profile(profile), most_at_once(found), len(found))
+        log.info("%s: ran under the resource profile %s: at most %d tasks ran at once (%s)", description,
+                 describe_profile(profile), most_at_once(found), counted(len(found), "task"))
     return results
 
 

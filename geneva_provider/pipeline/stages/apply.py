@@ -22,6 +22,7 @@ from geneva_provider.core.contracts.models import ApplyResult, ApplyTaskResult, 
 from geneva_provider.core.errors import UDFExecutionError
 from geneva_provider.core.incarnations import check_planned_columns
 from geneva_provider.core.store.error_store import ErrorStore
+from geneva_provider.core.wording import counted
 from geneva_provider.pipeline.spark.runner import describe_profile, job_tag, most_at_once
 from geneva_provider.pipeline.spark.task_runner import task_runner
 from geneva_provider.pipeline.spark.worker_deaths import clear_markers, death_error, read_call, worker_death
@@ -109,9 +110,9 @@ def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, r
         rows_retried=sum(1 for f in failures if f.outcome == RowOutcome.RECOVERED),
         seconds=round(time.perf_counter() - t0, 3), udtf_calls=calls if kind.counts_calls else None,
         max_tasks_at_once=most_at_once(spans) if profile is not None and spans else None, timed_out=timed_out)
-    log.info("apply %s: %d %s in %d checkpoints (%d skipped by the error policy, %d recovered by retries), "
+    log.info("apply %s: %d %s in %s (%d skipped by the error policy, %d recovered by retries), "
              "%.1fs%s", plan.job_id, calls if kind.counts_calls else computed, kind.computed_noun,
-             counts.checkpoints_written, failed, counts.rows_retried, counts.seconds,
+             counted(counts.checkpoints_written, "checkpoint"), failed, counts.rows_retried, counts.seconds,
              "" if counts.max_tasks_at_once is None else
              f"; under the resource profile {describe_profile(profile)}: at most {counts.max_tasks_at_once} tasks "
              "ran at once")

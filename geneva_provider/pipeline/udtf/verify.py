@@ -13,6 +13,7 @@ from geneva_provider.core.errors import VerificationError
 from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.core.store.layout import JobStore
 from geneva_provider.core.views.udtf_meta import udtf_view_state
+from geneva_provider.core.wording import counted
 from geneva_provider.pipeline.udtf.check import check_udtf_view
 from geneva_provider.pipeline.udtf.lineage import mark_for_rebuild
 
@@ -45,9 +46,9 @@ def verify_udtf(plan: ExpandPlan, store: CheckpointStore, storage_options: dict[
             mark_for_rebuild(ds)
             raise VerificationError(f"job {plan.job_id}: {problems}. The next refresh compares the view with its "
                                     "whole source and repairs it")
-    log.info("verify %s: view '%s' holds source version %d at version %d (%d rows added; no parent's rows twice, "
+    log.info("verify %s: view '%s' holds source version %d at version %d (%s added; no parent's rows twice, "
              "none of a parent the source does not select)", plan.job_id, plan.table, work.source_version,
-             ds.version, commit.result.rows_committed)
+             ds.version, counted(commit.result.rows_committed, "row"))
     return VerifyResult(job_id=plan.job_id, table=plan.table, column=None, version=ds.version,
                         fragments_verified=commit.result.fragments_committed,
                         rows_verified=commit.result.rows_committed)

@@ -187,8 +187,8 @@ def write_commit(plan: ExpandPlan, store: CheckpointStore, runner: TaskRunner,
         record.committed.append(g)
         jobs.put_appended(plan.job_id, record)
         if len(groups) > 1:
-            log.info("write %s: commit %d of %d: version %d, %d rows added, %d deleted", plan.job_id, g + 1,
-                     len(groups), version, record.groups[g].rows, n)
+            log.info("write %s: commit %d of %d: version %d, %s added, %d deleted", plan.job_id, g + 1,
+                     len(groups), version, counted(record.groups[g].rows, "row"), n)
     pending = sorted(i for grp in record.groups.values() for i in grp.pending)
     mark_refreshed(_open(plan.table_uri, storage_options), work, pending)
     rows = sum(grp.rows for grp in record.groups.values())
