@@ -142,8 +142,8 @@ def exact_nearest(ds: Dataset, column: str, vector: np.ndarray, metric: str, k: 
         best_d, best_ids, best_pos = best_d[order], best_ids[order], best_pos[order]
     if post is not None and len(best_ids):
         matching = ds.to_table(columns=[], filter=post, with_row_id=True).column("_rowid").to_numpy()
-        keep = np.isin(best_ids, matching)
-        best_d, best_ids = best_d[keep], best_ids[keep]
+        matches = np.isin(best_ids, matching)
+        best_d, best_ids = best_d[matches], best_ids[matches]
     rows = ds._take_rows(pa.array(best_ids, pa.uint64()), columns=columns) if len(best_ids) else \
         pa.schema([ds.schema.field(c) for c in columns]).empty_table()
     return rows.append_column(pa.field("_distance", pa.float64()), pa.array(best_d, pa.float64()))
