@@ -245,3 +245,37 @@ def test_a_materialized_view_and_a_chunker_view_are_searched_as_tables(db):
     want = sorted((r["id"], r["chunk"]) for r in pieces if "cherry" in r["chunk"].split())
     got = chunks.search("cherry").select(["id", "chunk"]).limit(len(pieces)).to_list()
     assert sorted((r["id"], r["chunk"]) for r in got) == want and want
+
+
+def test_the_cli_searches_through_the_same_seam_and_refuses_the_same_inputs(indexed, capsys):
+    import json
+
+    from geneva_provider.cli import main
+
+    tbl, vs = indexed
+    db = tbl.connection.uri
+    q = vs[9].tolist()
+    code = main(["--db", db, "--json", "table", "search", "indexed", "--vector", json.dumps(q), "--where", "id < 500",
+                 "--nprobes", "32", "--refine-factor", "20", "--select", "id,tag", "--limit", "4"])
+    out, _ = capsys.readouterr()
+    want = tbl.search(q).where("id < 500").nprobes(32).refine_factor(20).select(["id", "tag"]).limit(4).to_list()
+    assert code == 0 and json.loads(out) == want and want[0]["id"] == 9 and len(want) == 4
+    assert main(["--db", db, "table", "search", "indexed", "--vector", json.dumps(q), "--select", "id",
+                 "--limit", "2", "--nprobes", "32", "--refine-factor", "20"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["id", "_distance"] and lines[2].split()[0] == "9" and len(lines) == 4
+    before = tbl.version
+    assert main(["--db", db, "table", "search", "indexed", "--text", "apple"]) == 2
+    assert "a full-text search of 'apple' needs an FTS (INVERTED) index on column 'tag', 'text'" in \
+        capsys.readouterr().err
+    assert main(["--db", db, "table", "search", "indexed", "--vector", "[1, 2]"]) == 2
+    assert "column 'vec' holds vectors of 32 values, the query has 2: [1.0, 2.0]" in capsys.readouterr().err
+    assert main(["--db", db, "table", "search", "indexed", "--vector", json.dumps(q), "--metric", "manhattan"]) == 2
+    assert "column 'vec': distance_type (metric) must be one of" in capsys.readouterr().err
+    tbl.dataset().create_scalar_index("text", "INVERTED")
+    assert main(["--db", db, "--json", "table", "search", "indexed", "--text", "fig", "--where", "tag = 'c'",
+                 "--select", "id,text", "--limit", "1000"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    texts = tbl.to_arrow().column("text").to_pylist()
+    assert {r["id"] for r in got} == {i for i, t in enumerate(texts) if "fig" in t.split() and i % 3 == 2}
+    assert tbl.version == before + 1  # the index; no search wrote anything
