@@ -67,6 +67,7 @@ class SearchQuery(BaseModel):
     prefilter: bool = True
     select: dict[str, str] = {}              # output name -> source column; empty: every user column
     fast_search: bool = False                # only rows an index covers (rows added since are left out)
+    bypass_vector_index: bool = False        # an exact (flat) search even where the column has an index
     shuffle: bool = False                    # a plain read in a seeded random order
     seed: int | None = None
 
@@ -105,6 +106,8 @@ def check_search(ds: Dataset, query: SearchQuery, subject: str) -> None:
                                    "(table.search([...]))")
     if query.query_type == "plain" and query.fast_search:
         raise InvalidArgumentError(f"{subject}: fast_search is for a vector or full-text search")
+    if query.query_type != "vector" and query.bypass_vector_index:
+        raise InvalidArgumentError(f"{subject}: bypass_vector_index is for a vector search")
     if query.query_type == "vector":
         _check_vector(ds, query, subject)
     elif query.query_type == "fts":
@@ -186,7 +189,8 @@ def _nearest(ds: Dataset, query: SearchQuery, read: list[str]) -> pa.Table:
     assert query.vector is not None and query.column is not None and query.k is not None
     offset, limit, metric = query.offset or 0, query.k, query.metric
     vector = np.asarray(query.vector, dtype=np.float64)
-    if ranks_exactly(ds, query.column, metric):  # float64 / integer vectors, no index: ranked here
+    use_index = not query.bypass_vector_index
+    if ranks_exactly(ds, query.column, metric, use_index=use_index):  # float64 / integer vectors, no index: here
         if query.fast_search:  # only indexed rows, and none is
             rows = pa.schema([*(ds.schema.field(c) for c in read), pa.field(DISTANCE, pa.float64())]).empty_table()
         else:
@@ -194,7 +198,7 @@ def _nearest(ds: Dataset, query: SearchQuery, read: list[str]) -> pa.Table:
                                  prefilter=query.prefilter)
     else:
         nearest: dict[str, object] = {"column": query.column, "q": lance_query(vector, metric),
-                                      "k": max(limit + offset, 1), "metric": metric}
+                                      "k": max(limit + offset, 1), "metric": metric, "use_index": use_index}
         if query.nprobes is not None:
             nearest["nprobes"] = query.nprobes
         if query.refine_factor is not None:

@@ -95,13 +95,13 @@ def lance_query(vector: np.ndarray, metric: str) -> np.ndarray:
     return vector.astype(np.uint8 if metric == "hamming" else np.float32)
 
 
-def ranks_exactly(ds: Dataset, column: str, metric: str) -> bool:
+def ranks_exactly(ds: Dataset, column: str, metric: str, *, use_index: bool = True) -> bool:
     """Whether this module ranks the search (a float64 or integer column Lance would round or refuse, with no
-    vector index of its own) rather than Lance."""
+    vector index of its own, or with one the search bypasses) rather than Lance."""
     value_type = ds.schema.field(column).type.value_type
     if metric == "hamming" or not (pa.types.is_float64(value_type) or pa.types.is_integer(value_type)):
         return False
-    return not any(column in index.field_names for index in ds.describe_indices())
+    return not use_index or not any(column in index.field_names for index in ds.describe_indices())
 
 
 def distances(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:

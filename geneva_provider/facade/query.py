@@ -53,6 +53,7 @@ class Query(GenevaQueryBuilder):
     _refine_factor: int | None = None
     _prefilter: bool = True
     _fast_search: bool = False
+    _bypass_vector_index: bool = False
 
     def __init__(self, table: Table, vector: np.ndarray | None = None, vector_column: str | None = None, *,
                  version: int | None = None, text: str | None = None, fts_columns: list[str] | None = None) -> None:
@@ -117,6 +118,14 @@ class Query(GenevaQueryBuilder):
             raise InvalidArgumentError(f"{self._subject()}: fast_search is for a vector or full-text search")
         return self._with(fast_search=bool(flag))
 
+    def bypass_vector_index(self) -> Query:
+        """An exact (flat) vector search even where the column has an index, as LanceDB's: every row is
+        compared with the query (slower; the answer an index approximates)."""
+        if self._vector is None:
+            raise InvalidArgumentError(f"{self._subject()}: bypass_vector_index is for a vector search "
+                                       "(table.search([...]))")
+        return self._with(bypass_vector_index=True)
+
     def distance_type(self, distance_type: str) -> Query:
         """A vector search's distance: "l2" (the default: squared Euclidean, as Lance), "cosine", "dot" or
         "hamming"."""
@@ -167,8 +176,8 @@ class Query(GenevaQueryBuilder):
                            text=self._text, fts_columns=self._fts_columns, metric=self._distance_type,
                            limit=self._limit, offset=self._offset, nprobes=self._nprobes,
                            refine_factor=self._refine_factor, where=self._where, prefilter=self._prefilter,
-                           select=dict(self._columns), fast_search=self._fast_search, shuffle=self._shuffle,
-                           seed=self._seed)
+                           select=dict(self._columns), fast_search=self._fast_search,
+                           bypass_vector_index=self._bypass_vector_index, shuffle=self._shuffle, seed=self._seed)
 
     def _query_type(self) -> QueryType:
         return "vector" if self._vector is not None else "fts" if self._text is not None else "plain"

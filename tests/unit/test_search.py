@@ -74,6 +74,28 @@ def test_nprobes_and_refine_factor_reach_lances_index(indexed):
                            rtol=1e-2)
 
 
+def test_bypass_vector_index_answers_exactly_where_the_column_has_an_index(indexed, db):
+    tbl, vs = indexed
+    queries = np.random.default_rng(13).normal(size=(10, 32))
+    assert recall(tbl, vs, queries, lambda s: s) < 0.9  # the index's answer, approximate
+    assert recall(tbl, vs, queries, lambda s: s.bypass_vector_index()) == 1.0
+    q = queries[0]
+    got = tbl.search(q).bypass_vector_index().select(["id"]).limit(5).to_arrow()
+    exact = ((vs.astype(np.float64) - q) ** 2).sum(axis=1)
+    assert got.column("id").to_pylist() == exact_top(vs, q, 5)
+    assert np.allclose(got.column("_distance").to_numpy(), np.sort(exact)[:5], rtol=1e-5)
+    # a float64 column with an index: bypassing it ranks in float64, as without one
+    vs64 = np.random.default_rng(14).normal(size=(600, 4))
+    t64 = db.create_table("t64", pa.table({"id": pa.array(range(600), pa.int64()), "vec": pa.FixedSizeListArray
+                                           .from_arrays(pa.array(vs64.ravel(), pa.float64()), 4)}))
+    t64.to_lance().create_index("vec", "IVF_FLAT", num_partitions=2)
+    got64 = t64.search(vs64[3]).bypass_vector_index().select(["id"]).limit(4).to_arrow()
+    assert got64.column("id").to_pylist() == exact_top(vs64, vs64[3], 4)
+    assert got64.schema.field("_distance").type == pa.float64()
+    with pytest.raises(gp.InvalidArgumentError, match="bypass_vector_index is for a vector search"):
+        tbl.search(None).bypass_vector_index()
+
+
 def test_fast_search_leaves_out_rows_the_index_does_not_cover_and_a_plain_search_finds_them(indexed):
     tbl, vs = indexed
     q = vs[7]
