@@ -225,6 +225,8 @@ def test_search_inputs_that_cannot_run_are_refused_naming_the_column_and_value_a
         tbl.connection.create_materialized_view("near", tbl.search(vs[0]))
     with pytest.raises(gp.InvalidArgumentError, match=r"create_materialized_view.*full-text search"):
         tbl.connection.create_materialized_view("matches", tbl.search("apple"))
+    with pytest.raises(gp.InvalidArgumentError, match=r"create_udtf_view 'chunks'.*full-text search"):
+        tbl.connection.create_udtf_view("chunks", tbl.search("apple"), udtf=split)
     assert tbl.version == after == before + 1 and tbl.connection.table_names() == ["indexed"]
     tbl.dataset().validate()
 
