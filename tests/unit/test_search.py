@@ -238,6 +238,13 @@ def embed(text: str) -> list[float]:
     return [float(words.count(w)) for w in WORDS[:4]]
 
 
+@gp.udf(data_type=pa.list_(pa.float32(), 4))
+def embed_chunk(chunk: str) -> list[float]:
+    """The toy embedding of a chunk."""
+    words = chunk.split()
+    return [float(words.count(w)) for w in WORDS[:4]]
+
+
 @gp.chunker
 def split(text: str) -> Iterator[Chunk]:
     words = text.split()
@@ -269,6 +276,17 @@ def test_a_materialized_view_and_a_chunker_view_are_searched_as_tables(db):
     want = sorted((r["id"], r["chunk"]) for r in pieces if "cherry" in r["chunk"].split())
     got = chunks.search("cherry").select(["id", "chunk"]).limit(len(pieces)).to_list()
     assert sorted((r["id"], r["chunk"]) for r in got) == want and want
+    # chunk -> embed -> search: an embedding column on the chunker view, indexed, searched through its index
+    chunks.add_columns({"emb": embed_chunk})
+    chunks.backfill("emb", spark=InProcessRunner(), progress=False)
+    chunks.to_lance().create_index("emb", "IVF_FLAT", num_partitions=2)
+    rows = chunks.to_arrow(columns=["id", "chunk", "emb"]).to_pylist()
+    q = np.array([0.0, 1.0, 1.0, 0.0])
+    d = np.array([((np.array(r["emb"]) - q) ** 2).sum() for r in rows])
+    got = chunks.search(q, vector_column_name="emb").where("id >= 10").nprobes(2).select(["id", "chunk"]) \
+        .limit(6).to_list()
+    keep = np.array([r["id"] >= 10 for r in rows])
+    assert [r["_distance"] for r in got] == pytest.approx(sorted(d[keep])[:6]) and all(r["id"] >= 10 for r in got)
 
 
 def test_the_cli_searches_through_the_same_seam_and_refuses_the_same_inputs(indexed, capsys):
