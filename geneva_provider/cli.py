@@ -1,5 +1,6 @@
 """``geneva-provider``: the jobs and tables of a database from a shell -- list, show and cancel jobs, a table's
-staleness, checkpoint clean-up and compaction.
+staleness, a search of a table (vector or full-text, through the read seam ``tbl.search`` uses), checkpoint
+clean-up and compaction.
 
 The database is ``--db URI`` (what ``geneva_provider.connect`` takes) or ``--conn-id ID`` (an Airflow ``lance``
 connection, read through :class:`~geneva_provider.hooks.lance.LanceHook`; Airflow is imported only then, so the
@@ -130,6 +131,40 @@ def table_status(db: Connection, args: argparse.Namespace) -> Any:
     return report.model_dump(mode="json") if args.json else str(report)
 
 
+def table_search(db: Connection, args: argparse.Namespace) -> Any:
+    """The rows ``tbl.search(...)`` reads, built from the command line (the same builder, so the same checks)."""
+    tbl = db.open_table(args.name)
+    if args.vector is not None and args.text is not None:
+        raise InvalidArgumentError("table search: give --vector or --text, not both")
+    query: Any = None
+    if args.vector is not None:
+        try:
+            query = json.loads(args.vector)
+        except ValueError:
+            raise InvalidArgumentError(f"table search: --vector must be a JSON list of numbers, got {args.vector!r}") \
+                from None
+    query = args.text if args.text is not None else query
+    fts = args.fts_columns.split(",") if args.fts_columns else None
+    search = tbl.search(query, vector_column_name=args.column, query_type="fts" if args.text is not None else "auto",
+                        fts_columns=fts)
+    if args.metric is not None:
+        search = search.distance_type(args.metric)
+    if args.where is not None:
+        search = search.where(args.where, prefilter=not args.postfilter)
+    if args.nprobes is not None:
+        search = search.nprobes(args.nprobes)
+    if args.refine_factor is not None:
+        search = search.refine_factor(args.refine_factor)
+    if args.fast_search:
+        search = search.fast_search()
+    if args.select:
+        search = search.select(args.select.split(","))
+    rows = search.offset(args.offset).limit(args.limit).to_arrow()
+    if args.json:
+        return rows.to_pylist()
+    return format_rows(rows.column_names, [list(r.values()) for r in rows.to_pylist()])
+
+
 def cleanup(db: Connection, args: argparse.Namespace) -> Any:
     names = [args.table] if args.table else db.table_names()
     older_than = dt.timedelta(days=args.older_than_days)
@@ -204,6 +239,22 @@ def parser() -> argparse.ArgumentParser:
     status = table.add_parser("status", help="UDF columns' rows valid / stale / missing; a view's lag")
     status.add_argument("name")
     status.set_defaults(run=table_status)
+    search = table.add_parser("search", help="a table's rows nearest a vector, matching a text, or filtered")
+    search.add_argument("name")
+    search.add_argument("--vector", help="a vector search: the query vector as a JSON list, e.g. '[0.1, 0.2]'")
+    search.add_argument("--text", help="a full-text search over an FTS (INVERTED) index")
+    search.add_argument("--column", help="the vector column (default: the table's one vector column)")
+    search.add_argument("--fts-columns", help="the full-text columns, comma-separated (default: every indexed one)")
+    search.add_argument("--where", help="a SQL filter, applied before the search unless --postfilter")
+    search.add_argument("--postfilter", action="store_true", help="filter the nearest rows after the search")
+    search.add_argument("--select", help="the columns to print, comma-separated (default: all)")
+    search.add_argument("--limit", type=int, help="rows to read (a search: 10; a plain read: all)")
+    search.add_argument("--offset", type=int, help="rows to skip first")
+    search.add_argument("--metric", help="l2 (default), cosine, dot or hamming")
+    search.add_argument("--nprobes", type=int, help="IVF partitions a search through an index probes")
+    search.add_argument("--refine-factor", type=int, help="re-rank refine_factor * limit candidates exactly")
+    search.add_argument("--fast-search", action="store_true", help="only rows the index covers")
+    search.set_defaults(run=table_search)
 
     clean = groups.add_parser("cleanup", help="remove checkpoints no job can use (every table, or one)")
     clean.add_argument("--table", help="only this table")

@@ -76,7 +76,8 @@ def check_distance(subject: str, column: str, value_type: pa.DataType, vector: n
     """InvalidArgumentError when ``metric`` cannot rank ``column``'s vectors against ``vector``: cosine of a zero
     vector (undefined), hamming of anything but uint8 vectors and a query of byte values."""
     if metric not in METRICS:
-        raise InvalidArgumentError(f"{subject}: distance_type must be one of {list(METRICS)}, got {metric!r}")
+        raise InvalidArgumentError(f"{subject}: column '{column}': distance_type (metric) must be one of "
+                                   f"{list(METRICS)}, got {metric!r}")
     if metric == "cosine" and not vector.any():
         raise InvalidArgumentError(f"{subject}: the query vector is all zeros {vector.tolist()}; a cosine distance is "
                                    "undefined for it (it has no direction): use l2 or dot, or another query")
@@ -94,13 +95,13 @@ def lance_query(vector: np.ndarray, metric: str) -> np.ndarray:
     return vector.astype(np.uint8 if metric == "hamming" else np.float32)
 
 
-def ranks_exactly(ds: Dataset, column: str, metric: str) -> bool:
+def ranks_exactly(ds: Dataset, column: str, metric: str, *, use_index: bool = True) -> bool:
     """Whether this module ranks the search (a float64 or integer column Lance would round or refuse, with no
-    vector index of its own) rather than Lance."""
+    vector index of its own, or with one the search bypasses) rather than Lance."""
     value_type = ds.schema.field(column).type.value_type
     if metric == "hamming" or not (pa.types.is_float64(value_type) or pa.types.is_integer(value_type)):
         return False
-    return not any(column in index.field_names for index in ds.describe_indices())
+    return not use_index or not any(column in index.field_names for index in ds.describe_indices())
 
 
 def distances(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
@@ -115,10 +116,12 @@ def distances(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
 
 
 def exact_nearest(ds: Dataset, column: str, vector: np.ndarray, metric: str, k: int, where: str | None,
-                  columns: list[str]) -> pa.Table:
+                  columns: list[str], *, prefilter: bool = True) -> pa.Table:
     """The ``k`` rows of ``ds`` matching ``where`` nearest ``vector`` in ``column``, nearest first: ``columns``
-    and ``_distance`` (float64)."""
+    and ``_distance`` (float64).  ``prefilter=False``: the ``k`` nearest of all rows, then those matching
+    ``where`` (fewer than ``k``, maybe none), as Lance's post-filter."""
     dim = len(vector)
+    post, where = (where, None) if not prefilter else (None, where)
     best_d = np.empty(0, np.float64)
     best_ids = np.empty(0, np.uint64)
     best_pos = np.empty(0, np.int64)
@@ -137,6 +140,10 @@ def exact_nearest(ds: Dataset, column: str, vector: np.ndarray, metric: str, k: 
         seen += n
         order = np.lexsort((best_pos, best_d))[:k]
         best_d, best_ids, best_pos = best_d[order], best_ids[order], best_pos[order]
+    if post is not None and len(best_ids):
+        matching = ds.to_table(columns=[], filter=post, with_row_id=True).column("_rowid").to_numpy()
+        matches = np.isin(best_ids, matching)
+        best_d, best_ids = best_d[matches], best_ids[matches]
     rows = ds._take_rows(pa.array(best_ids, pa.uint64()), columns=columns) if len(best_ids) else \
         pa.schema([ds.schema.field(c) for c in columns]).empty_table()
     return rows.append_column(pa.field("_distance", pa.float64()), pa.array(best_d, pa.float64()))

@@ -347,7 +347,8 @@ class Table:
         return table_report(self.ref, self._conn.catalog.resolve, self.dataset())
 
     # ------------------------------------------------------------------ queries and views
-    def search(self, query: Any = None, vector_column_name: str | None = None, query_type: str = "auto") -> Query:
+    def search(self, query: Any = None, vector_column_name: str | None = None, query_type: str = "auto",
+               fts_columns: str | list[str] | None = None) -> Query:
         """A query over this table: ``where / select / limit / offset``, read with ``to_arrow / to_pandas /
         to_list``, or made a materialized view (``search(None)``).
 
@@ -355,25 +356,42 @@ class Table:
         A vector (a list or array of numbers) is a nearest-neighbour search over ``vector_column_name``
         (default: the table's one vector column), as LanceDB's: the ``limit`` (default 10) nearest rows,
         nearest first, with a ``_distance`` column (squared L2 unless ``.distance_type(...)``); ``where``
-        filters before the search.  Exact without a vector index (Lance's flat search; a float64 or integer column
-        ranked in float64).  A handle checked out at a version (:meth:`checkout`) makes queries of that version,
-        which they keep reading after ``checkout_latest()``, and a materialized view of one stays at it.
+        filters before the search (``.where(..., prefilter=False)``: after it).  Through the column's vector
+        index where it has one (``.nprobes(n)``, ``.refine_factor(r)``; rows added since the index was built
+        are searched flat beside it, unless ``.fast_search()``), exact where it has none (Lance's flat search;
+        a float64 or integer column ranked in float64).  A string (``query_type="fts"`` or ``"auto"``) is a
+        full-text search over the FTS (INVERTED) index of ``fts_columns`` (default: every FTS-indexed column):
+        the ``limit`` (default 10) best matches with their ``_score``.  A handle checked out at a version
+        (:meth:`checkout`) makes queries of that version, which they keep reading after ``checkout_latest()``,
+        and a materialized view of one stays at it.
         """
+        from geneva_provider.core.search_query import SearchQuery, fts_index_columns
         from geneva_provider.facade.query import Query, vector_query
 
-        if query_type not in ("auto", "vector"):
-            raise InvalidArgumentError(f"search on table '{self.name}': query_type must be 'auto' or 'vector' (no "
-                                       f"full-text search here), got {query_type!r}")
+        subject = f"search on table '{self.name}'"
+        if query_type not in ("auto", "vector", "fts"):
+            raise InvalidArgumentError(f"{subject}: query_type must be 'auto', 'vector' or 'fts', got {query_type!r}")
         if vector_column_name is not None and not isinstance(vector_column_name, str):
-            raise InvalidArgumentError(f"search on table '{self.name}': vector_column_name must be a column name, "
+            raise InvalidArgumentError(f"{subject}: vector_column_name must be a column name, "
                                        f"got {vector_column_name!r}")
         if query is None:
-            if query_type == "vector":
-                raise InvalidArgumentError(f"search on table '{self.name}': query_type 'vector' needs a vector")
+            if query_type != "auto":
+                raise InvalidArgumentError(f"{subject}: query_type {query_type!r} needs a query "
+                                           f"({'a vector' if query_type == 'vector' else 'a text'})")
             return Query(self, version=self._version)
-        if isinstance(query, str):
-            raise InvalidArgumentError(f"search on table '{self.name}': a text query is a full-text search, which "
-                                       "this package does not do; pass None or a vector")
+        if isinstance(query, str) or query_type == "fts":
+            if query_type == "vector" or not isinstance(query, str):
+                raise InvalidArgumentError(f"{subject}: query_type {query_type!r} takes "
+                                           f"{'a vector' if query_type == 'vector' else 'a text'}, got {query!r}")
+            columns = [fts_columns] if isinstance(fts_columns, str) else fts_columns
+            if columns is not None and (not isinstance(columns, list) or
+                                        not all(isinstance(c, str) for c in columns)):
+                raise InvalidArgumentError(f"{subject}: fts_columns must be a column name or a list of them, "
+                                           f"got {fts_columns!r}")
+            # the FTS index is checked now, before anything runs
+            fts_index_columns(self.dataset(), SearchQuery(query_type="fts", text=query, fts_columns=columns),
+                              subject)
+            return Query(self, version=self._version, text=query, fts_columns=columns)
         return vector_query(self, query, vector_column_name, self.dataset())
 
     def refresh(

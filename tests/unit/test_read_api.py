@@ -99,9 +99,9 @@ def test_a_vector_search_that_cannot_run_is_refused_naming_the_table_and_column(
         items.search([0.0] * DIM, vector_column_name="nope")
     with pytest.raises(gp.InvalidArgumentError, match="column 'tag' holds string, not vectors"):
         items.search([0.0] * DIM, vector_column_name="tag")
-    with pytest.raises(gp.InvalidArgumentError, match="full-text search"):
+    with pytest.raises(gp.InvalidArgumentError, match="full-text search of 'red shoes' needs an FTS"):
         items.search("red shoes")
-    with pytest.raises(gp.InvalidArgumentError, match="distance_type must be one of"):
+    with pytest.raises(gp.InvalidArgumentError, match=r"column 'vec': distance_type \(metric\) must be one of"):
         items.search([0.0] * DIM).distance_type("manhattan")
     with pytest.raises(gp.InvalidArgumentError, match="cannot be shuffled"):
         items.search([0.0] * DIM).shuffle(1)
