@@ -1,4 +1,4 @@
-"""Index builds on Spark: vector (IVF_*), scalar (BTREE, BITMAP, LABEL_LIST) and full-text (INVERTED) indexes (pipeline).
+"""Index builds on Spark: vector (IVF_*), scalar (BTREE, BITMAP, LABEL_LIST) and full-text indexes (pipeline).
 
 A build is planned on the driver -- checks (:mod:`.checks`), one pinned version, contiguous row-balanced
 fragment groups (:mod:`.groups`), IVF / PQ trained once on a sample (:mod:`.training`) -- its segments are

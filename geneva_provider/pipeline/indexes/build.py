@@ -33,7 +33,7 @@ from geneva_provider.core.errors import CheckpointMissingError, InvalidArgumentE
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.layout import IndexRecords, short_hash
 from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX, Attempt, commit, commit_messages
-from geneva_provider.pipeline.indexes.checks import IndexTarget, check_index
+from geneva_provider.pipeline.indexes.checks import IndexTarget, check_index, field_id_of
 from geneva_provider.pipeline.indexes.groups import fragment_groups
 from geneva_provider.pipeline.indexes.segments import build_segments
 from geneva_provider.pipeline.indexes.stats import index_segments, unindexed_fragments
@@ -104,7 +104,7 @@ def refresh_index(table: TableRef, index_name: str, spark: Compute, *, store: Ch
         log.info("index '%s' of table '%s' covers every fragment at version %d: nothing to refresh", index_name,
                  table.name, ds.version)
         return IndexBuildResult(index_name=index_name, version=ds.version, refresh=True)
-    target = IndexTarget(saved.spec, ds.lance_schema.field(saved.spec.column).id(), saved.dimension,
+    target = IndexTarget(saved.spec, field_id_of(ds, saved.spec.column, table.name), saved.dimension,
                          ds.count_rows())
     wanted = _groups_wanted(target_groups, runner, saved.spec, max_segments)
     groups = fragment_groups(ds, wanted, new)
@@ -177,7 +177,7 @@ class _Commit:
         latest = attempt.latest or self.table.dataset()
         gone = set(self.plan.replaces)
         removed = [Index(uuid=s["uuid"], name=s["name"], fields=[self.plan.field_id], dataset_version=s["version"],
-                         fragment_ids=set(s["fragment_ids"]), index_version=0)
+                         fragment_ids=s["fragment_ids"], index_version=0)
                    for s in index_segments(latest, self.plan.spec.index_name) if s["uuid"] in gone]
         done = lance.LanceDataset.commit(self.table.uri, lance.LanceOperation.CreateIndex(
             new_indices=self.segments, removed_indices=removed), read_version=self.plan.read_version,

@@ -38,7 +38,7 @@ def check_index(ds: Dataset, spec: IndexSpec, table: str) -> IndexTarget:
     if spec.column not in ds.schema.names:
         raise ColumnError(f"{subject}: no column '{spec.column}' (columns: {ds.schema.names})")
     field_type = ds.schema.field(spec.column).type
-    field_id = ds.lance_schema.field(spec.column).id()
+    field_id = field_id_of(ds, spec.column, table)
     rows = ds.count_rows()
     kind = spec.index_type
     if not kind.is_vector:
@@ -68,6 +68,14 @@ def check_index(ds: Dataset, spec: IndexSpec, table: str) -> IndexTarget:
                                    f"{kind.value}")
     resolved = spec.model_copy(update={"num_partitions": partitions, "num_sub_vectors": sub_vectors})
     return IndexTarget(resolved, field_id, dimension, rows)
+
+
+def field_id_of(ds: Dataset, column: str, table: str) -> int:
+    """The Lance field id of a top-level ``column`` (what an index's segments name)."""
+    field = ds.lance_schema.field(column)
+    if field is None:
+        raise ColumnError(f"table '{table}' has no column '{column}' (columns: {ds.schema.names})")
+    return int(field.id())
 
 
 def _default_sub_vectors(dimension: int) -> int:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
 
 
-def index_segments(ds: Dataset, index_name: str) -> list[dict[str, Any]]:
+def index_segments(ds: Dataset, index_name: str) -> list[Any]:
     """The committed segments of the index ``index_name`` (Lance's descriptions: uuid, fragment_ids, version)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
