@@ -55,3 +55,26 @@ def recall(ds: lance.LanceDataset, qs: np.ndarray, k: int = 10, **search) -> flo
                                    "refine_factor": search.get("refine_factor", REFINE)}, columns=["id"])
         hits += len(set(got.column("id").to_pylist()) & exact_ids(ds, q, k))
     return hits / (k * len(qs))
+
+
+def embedding(row_id: int, model: int) -> np.ndarray:
+    """Row ``row_id``'s clustered 64-d vector under embedding ``model``: each model puts a row in another of the
+    same 16 clusters (the distribution stays the one the index was trained on; every row moves far)."""
+    middle = np.random.default_rng(12345).normal(size=(16, DIM)) * 4.0
+    noise = np.random.default_rng(row_id).normal(size=DIM)
+    return (middle[(row_id + 7 * model) % 16] + noise).astype(np.float32)
+
+
+def make_embed():
+    """A UDF class computing ``embedding(id, model)`` into a fixed-size 64-d column."""
+    import geneva_provider as gp
+
+    @gp.udf(data_type=pa.list_(pa.float32(), DIM))
+    class Embed:
+        def __init__(self, model: int = 0):
+            self.model = model
+
+        def __call__(self, id: int) -> list[float]:  # noqa: A002 -- reads column "id"
+            return embedding(id, self.model).tolist()
+
+    return Embed

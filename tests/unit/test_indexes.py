@@ -278,3 +278,34 @@ def test_scalar_and_fts_indexes_answer_as_a_scan(tmp_path):
     assert index_stats(ds, "text_idx").num_unindexed_rows == 0
     expect = plain_fts + [n + i for i in plain_fts if i < 250]
     assert sorted(ds.to_table(full_text_query="banana", columns=["id"]).column("id").to_pylist()) == sorted(expect)
+
+
+def test_a_re_embed_unindexes_the_rewritten_fragments_and_a_refresh_reindexes_them(db):
+    """A backfill's DataReplacement of the indexed column un-indexes exactly the fragments it rewrote; the
+    refresh indexes them with the saved artifacts, and a search never returns an old vector."""
+    from tests.index_data import embedding, make_embed
+
+    runner = InProcessRunner(parallelism=2)
+    embed = make_embed()
+    tbl = db.create_table("docs", pa.table({"id": pa.array(range(4000), pa.int64())}), max_rows_per_file=500)
+    tbl.add_columns({"vec": embed(model=0)})
+    tbl.backfill("vec", spark=runner)
+    create_index(tbl.ref, pq_spec(), runner)
+    tbl.alter_columns({"path": "vec", "udf": embed(model=1)})
+    tbl.backfill("vec", where="id < 1000", spark=runner)  # fragments 0 and 1 rewritten
+    ds = tbl.dataset()
+    assert unindexed_fragments(ds, "vec_idx") == [0, 1]
+    result = refresh_index(tbl.ref, "vec_idx", runner)
+    assert result.fragments_indexed == [0, 1] and not result.trained
+    ds = tbl.dataset()
+    stats = index_stats(ds, "vec_idx")
+    assert (stats.num_unindexed_rows, stats.num_partitions) == (0, 16)
+    for row in (5, 777):
+        old, new = embedding(row, 0), embedding(row, 1)
+        stale = ds.to_table(nearest={"column": "vec", "q": old, "k": 10, "nprobes": 16}, columns=["id", "vec"])
+        assert row not in stale.column("id").to_pylist()  # the old vector is gone from the index
+        got = ds.to_table(nearest={"column": "vec", "q": new, "k": 1, "nprobes": NPROBES, "refine_factor": REFINE},
+                          columns=["id", "vec"])
+        assert got.column("id").to_pylist() == [row]
+        assert np.allclose(got.column("vec")[0].as_py(), new)
+    ds.validate()
