@@ -74,7 +74,40 @@ def make_embed():
         def __init__(self, model: int = 0):
             self.model = model
 
-        def __call__(self, id: int) -> list[float]:  # noqa: A002 -- reads column "id"
+        def __call__(self, id: int) -> list[float]:
             return embedding(id, self.model).tolist()
 
     return Embed
+
+
+class KilledAfter:
+    """A task runner whose segment tasks for groups >= ``finished`` die before building (raise): a deterministic
+    stand-in for a build killed after ``finished`` segments.  Everything else is the wrapped runner's."""
+
+    def __init__(self, runner, finished: int) -> None:
+        self.runner, self.finished = runner, finished
+
+    def run_tasks(self, tasks, partition_fn, **kwargs):
+        finished = self.finished
+
+        def dies(part):
+            for task in part:
+                if task >= finished:
+                    raise RuntimeError(f"killed before segment {task}")
+                yield from partition_fn(iter([task]))
+        return self.runner.run_tasks(tasks, dies, **kwargs)
+
+    def options_for_tasks(self, storage_options):
+        return self.runner.options_for_tasks(storage_options)
+
+    def resource_profile(self, asks, label):
+        return self.runner.resource_profile(asks, label)
+
+    def parallelism(self) -> int:
+        return self.runner.parallelism()
+
+    def cancel(self, job_id: str) -> None:
+        self.runner.cancel(job_id)
+
+    def retries(self):
+        return self.runner.retries()

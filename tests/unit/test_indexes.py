@@ -27,7 +27,7 @@ from geneva_provider.pipeline.indexes import (
 )
 from geneva_provider.pipeline.indexes.groups import balanced_groups
 from geneva_provider.stages import InProcessRunner
-from tests.index_data import DIM, NPROBES, REFINE, clustered, queries, recall, write_table
+from tests.index_data import DIM, NPROBES, REFINE, KilledAfter, clustered, queries, recall, write_table
 
 
 @pytest.fixture
@@ -191,28 +191,10 @@ def test_add_only_refresh_keeps_old_segments_and_partitions_and_compaction_coale
     ds.validate()
 
 
-class KilledAfter(InProcessRunner):
-    """A deterministic stand-in for a SIGKILL: the segment tasks of groups >= ``finished`` die before building."""
-
-    def __init__(self, finished: int, parallelism: int) -> None:
-        super().__init__(parallelism=parallelism)
-        self.finished = finished
-
-    def run_tasks(self, tasks, partition_fn, **kwargs):
-        finished = self.finished
-
-        def dies(part):
-            for task in part:
-                if task >= finished:
-                    raise RuntimeError(f"killed before segment {task}")
-                yield from partition_fn(iter([task]))
-        return super().run_tasks(tasks, dies, **kwargs)
-
-
 def test_a_killed_build_resumes_without_rebuilding_finished_segments(table):
     spec = IndexSpec.of("vec", "IVF_SQ", num_partitions=8)
     with pytest.raises(Exception, match="killed before segment 2"):
-        create_index(table, spec, KilledAfter(2, parallelism=4))
+        create_index(table, spec, KilledAfter(InProcessRunner(parallelism=4), 2))
     ds = table.dataset()
     assert not ds.describe_indices() and ds.version == 1
     finished = {k for k in table.checkpoint_store().list_keys("index-") if "-seg-" in k}
