@@ -10,7 +10,7 @@ from geneva_provider.core.refs import TableRef
 
 DIM = 64
 # The search settings the recall targets are documented at (docs/ARCHITECTURE.md, pipeline/indexes).
-NPROBES, REFINE = 4, 10
+NPROBES, REFINE = 4, 20
 
 
 def clustered(n: int, start: int = 0, seed: int = 0, centers: int = 16, scale: float = 4.0,
@@ -29,7 +29,7 @@ def write_table(path, data: pa.Table, rows_per_fragment: int) -> TableRef:
     return TableRef("t", uri)
 
 
-def queries(data: pa.Table, count: int = 25, seed: int = 7) -> np.ndarray:
+def queries(data: pa.Table, count: int = 50, seed: int = 7) -> np.ndarray:
     """Query vectors near rows of ``data``."""
     rng = np.random.default_rng(seed)
     x = vectors(data)

@@ -207,6 +207,32 @@ def test_a_killed_build_resumes_without_rebuilding_finished_segments(table):
     assert not [k for k in table.checkpoint_store().list_keys("index-") if "-seg-" in k]  # forgotten once committed
 
 
+def test_sq_refresh_of_small_fragments_is_one_segment_that_compaction_coalesces(table):
+    runner = InProcessRunner(parallelism=4)
+    assert create_index(table, IndexSpec.of("vec", "IVF_SQ", num_partitions=8), runner).segments_committed == 4
+    for i in range(4):
+        lance.write_dataset(clustered(100, start=4000 + 100 * i, seed=30 + i), table.uri, mode="append")
+    result = refresh_index(table, "vec_idx", runner)
+    assert (result.segments_committed, result.fragments_indexed) == (1, [8, 9, 10, 11])
+    ds = table.dataset()
+    qs = queries(ds.to_table())
+    before = recall(ds, qs)
+    assert ds.optimize.compact_files(target_rows_per_fragment=500).fragments_removed >= 3
+    ds = table.dataset()
+    assert ds.count_rows() == 4400 and index_stats(ds, "vec_idx").num_unindexed_rows == 0
+    assert recall(ds, qs) == pytest.approx(before, abs=0.01)
+    ds.validate()
+
+
+def test_an_index_name_taken_by_another_column_is_refused(tmp_path):
+    table = _bad_table(tmp_path)
+    create_index(table, IndexSpec.of("id", "BTREE", name="shared"), InProcessRunner())
+    before = table.dataset().version
+    with pytest.raises(InvalidArgumentError, match=r"'shared' exists on column\(s\) \['id'\], not 'name'"):
+        create_index(table, IndexSpec.of("name", "BITMAP", name="shared"), InProcessRunner())
+    assert table.dataset().version == before
+
+
 def test_sq_segments_on_skewed_fragments_are_never_merged_and_recall(tmp_path):
     parts = [clustered(600, start=600 * i, seed=i, shift=(0.0 if i < 4 else 25.0) * (i % 3 + 1)) for i in range(8)]
     data = pa.concat_tables(parts)
@@ -244,7 +270,7 @@ def test_scalar_and_fts_indexes_answer_as_a_scan(tmp_path):
     plain_fts = sorted(i for i, t in enumerate(data.column("text").to_pylist()) if "banana" in t.split())
     runner = InProcessRunner(parallelism=3)
     for column, kind in [("id", "BTREE"), ("cat", "BITMAP"), ("tags", "LABEL_LIST"), ("text", "FTS")]:
-        result = create_index(table, IndexSpec.of(column, kind), runner)
+        result = create_index(table, IndexSpec.of(column, kind), runner, target_groups=3)
         assert (result.segments_built, result.segments_committed) == (3, 1)
     ds = table.dataset()
     assert sorted(i.name for i in list_indices(ds)) == ["cat_idx", "id_idx", "tags_idx", "text_idx"]

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_SEGMENTS = 32  # segments one index may have; a query searches each one
+# Rows below which a fragment group is not worth a task and a segment of its own: a refresh of a few small
+# appended fragments makes one segment over them all (so compaction can coalesce them), not one per core.
+MIN_GROUP_ROWS = 1_000
 
 
 def create_index(table: TableRef, spec: IndexSpec, spark: Compute, *, store: CheckpointStore | None = None,
@@ -66,10 +69,14 @@ def create_index(table: TableRef, spec: IndexSpec, spark: Compute, *, store: Che
     store = store or table.checkpoint_store()
     name = spec.index_name
     existing = index_segments(ds, name)
+    on = sorted({c for s in existing for c in s["fields"]})
+    if existing and on != [spec.column]:
+        raise InvalidArgumentError(f"create_index on table '{table.name}': an index named '{name}' exists on "
+                                   f"column(s) {on}, not '{spec.column}'; give this one another name=")
     if existing and not spec.replace:
         raise InvalidArgumentError(f"create_index on table '{table.name}': an index named '{name}' exists on "
                                    f"column '{spec.column}'; pass replace=True to build it again")
-    groups = fragment_groups(ds, _groups_wanted(target_groups, runner, target.spec, max_segments))
+    groups = fragment_groups(ds, _groups_wanted(target_groups, runner, target.spec, max_segments, target.rows))
     plan = _plan(table, ds, store, target, groups, replaces=[s["uuid"] for s in existing], refresh=False)
     return _run(table, store, plan, runner)
 
@@ -106,14 +113,15 @@ def refresh_index(table: TableRef, index_name: str, spark: Compute, *, store: Ch
         return IndexBuildResult(index_name=index_name, version=ds.version, refresh=True)
     target = IndexTarget(saved.spec, field_id_of(ds, saved.spec.column, table.name), saved.dimension,
                          ds.count_rows())
-    wanted = _groups_wanted(target_groups, runner, saved.spec, max_segments)
-    groups = fragment_groups(ds, wanted, new)
+    new_rows = sum(f.count_rows() for f in ds.get_fragments() if f.fragment_id in set(new))
+    groups = fragment_groups(ds, _groups_wanted(target_groups, runner, saved.spec, max_segments, new_rows), new)
     adding = 1 if saved.spec.index_type.merges_segments else len(groups)
     replaces: list[str] = []
     if len(existing) + adding > max_segments:
         log.info("index '%s' of table '%s': %d segments + %d new would pass max_segments=%d; re-encoding every "
                  "fragment with the saved artifacts into new segments", index_name, table.name, len(existing),
                  adding, max_segments)
+        wanted = _groups_wanted(target_groups, runner, saved.spec, max_segments, target.rows)
         groups, replaces = fragment_groups(ds, wanted), [s["uuid"] for s in existing]
     plan = _plan(table, ds, store, target, groups, replaces=replaces, refresh=not replaces, saved=saved)
     return _run(table, store, plan, runner)
@@ -124,8 +132,12 @@ def _check_max(max_segments: int) -> None:
         raise InvalidArgumentError(f"max_segments must be a positive whole number, got {max_segments!r}")
 
 
-def _groups_wanted(target_groups: int | None, runner: TaskRunner, spec: IndexSpec, max_segments: int) -> int:
-    wanted = target_groups if target_groups is not None else runner.parallelism()
+def _groups_wanted(target_groups: int | None, runner: TaskRunner, spec: IndexSpec, max_segments: int,
+                   rows: int) -> int:
+    """How many segment tasks: ``target_groups``, else the runner's parallelism but no group under
+    :data:`MIN_GROUP_ROWS` rows; never more than ``max_segments`` for types whose segments stay apart."""
+    wanted = target_groups if target_groups is not None else \
+        max(1, min(runner.parallelism(), -(-rows // MIN_GROUP_ROWS)))
     if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
         raise InvalidArgumentError(f"index '{spec.index_name}': target_groups must be a positive whole number, "
                                    f"got {wanted!r}")
