@@ -317,3 +317,30 @@ def test_a_re_embed_unindexes_the_rewritten_fragments_and_a_refresh_reindexes_th
         assert got.column("id").to_pylist() == [row]
         assert np.allclose(got.column("vec")[0].as_py(), new)
     ds.validate()
+
+
+def test_a_compaction_landing_while_segments_are_built_makes_the_build_run_again(tmp_path):
+    """The build's segments index fragments the compaction rewrote: committing them would index rows that are
+    gone, so the build is planned and run again at the latest version (once here), and nothing is lost."""
+    table = write_table(tmp_path, clustered(2000), 250)
+
+    class CompactsOnce(InProcessRunner):
+        compacted = 0
+
+        def run_tasks(self, tasks, partition_fn, **kwargs):
+            out = super().run_tasks(tasks, partition_fn, **kwargs)
+            if not CompactsOnce.compacted:
+                CompactsOnce.compacted = table.dataset().optimize.compact_files(
+                    target_rows_per_fragment=1000).fragments_removed
+            return out
+
+    result = create_index(table, IndexSpec.of("vec", "IVF_FLAT", num_partitions=8), CompactsOnce(parallelism=2))
+    assert CompactsOnce.compacted == 8
+    ds = table.dataset()
+    assert result.fragments_indexed == sorted(f.fragment_id for f in ds.get_fragments()) and result.version == ds.version
+    stats = index_stats(ds, "vec_idx")
+    assert (stats.num_indexed_rows, stats.num_unindexed_rows, stats.num_segments) == (2000, 0, 1)
+    assert sorted(ds.to_table(columns=["id"]).column("id").to_pylist()) == list(range(2000))
+    assert not table.checkpoint_store().list_keys("index-") == []  # the artifacts stay
+    assert not [k for k in table.checkpoint_store().list_keys("index-") if "-seg-" in k]
+    ds.validate()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from geneva_provider.core.contracts.index_models import (
     IndexType,
     SegmentTaskResult,
 )
-from geneva_provider.core.errors import CheckpointMissingError, InvalidArgumentError
+from geneva_provider.core.errors import CheckpointMissingError, CommitError, InvalidArgumentError
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.layout import IndexRecords, short_hash
 from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX, Attempt, commit, commit_messages
@@ -52,6 +53,31 @@ DEFAULT_MAX_SEGMENTS = 32  # segments one index may have; a query searches each 
 # Rows below which a fragment group is not worth a task and a segment of its own: a refresh of a few small
 # appended fragments makes one segment over them all (so compaction can coalesce them), not one per core.
 MIN_GROUP_ROWS = 1_000
+# How many times a build whose fragments another writer rewrote (a compaction) while its tasks ran is planned
+# and run again at the latest version before it gives up (its segments then index fragments that are gone).
+REBUILDS = 2
+
+
+class _Stale(Exception):
+    """The fragments a build indexed were rewritten since its pinned version: its segments cannot be committed."""
+
+    def __init__(self, fragments: list[int]) -> None:
+        super().__init__(f"fragments {fragments} were rewritten")
+        self.fragments = fragments
+
+
+def _rebuilding(table: TableRef, name: str, once: Callable[[], IndexBuildResult]) -> IndexBuildResult:
+    """``once()``, planned and run again at the latest version when another writer (a compaction) rewrote the
+    fragments it indexed meanwhile -- at most :data:`REBUILDS` times; nothing half-committed either way."""
+    for attempt in range(REBUILDS + 1):
+        try:
+            return once()
+        except _Stale as stale:
+            log.warning("index '%s' of table '%s': %s by another writer while its segments were built; building "
+                        "them again at the latest version (attempt %d)", name, table.name, stale, attempt + 2)
+            last = stale
+    raise CommitError(f"index '{name}' of table '{table.name}': {last} by another writer during each of "
+                      f"{REBUILDS + 1} builds; nothing was committed: build it again when the table is quiet")
 
 
 def create_index(table: TableRef, spec: IndexSpec, spark: Compute, *, store: CheckpointStore | None = None,
@@ -63,6 +89,12 @@ def create_index(table: TableRef, spec: IndexSpec, spark: Compute, *, store: Che
     how many segment tasks (default: the runner's parallelism).  Rerun after a kill, it resumes.
     """
     _check_max(max_segments)
+    return _rebuilding(table, spec.index_name, partial(_create_once, table, spec, spark, store, target_groups,
+                                                       max_segments))
+
+
+def _create_once(table: TableRef, spec: IndexSpec, spark: Compute, store: CheckpointStore | None,
+                 target_groups: int | None, max_segments: int) -> IndexBuildResult:
     runner = task_runner(spark)
     ds = table.dataset()
     target = check_index(ds, spec, table.name)
@@ -91,6 +123,17 @@ def refresh_index(table: TableRef, index_name: str, spark: Compute, *, store: Ch
     job, no commit.
     """
     _check_max(max_segments)
+    if retrain:
+        saved = IndexRecords(store or table.checkpoint_store(), index_name).artifacts()
+        if saved is not None:
+            return create_index(table, saved.spec.model_copy(update={"replace": True}), spark, store=store,
+                                target_groups=target_groups, max_segments=max_segments)
+    return _rebuilding(table, index_name, partial(_refresh_once, table, index_name, spark, store, target_groups,
+                                                  max_segments))
+
+
+def _refresh_once(table: TableRef, index_name: str, spark: Compute, store: CheckpointStore | None,
+                  target_groups: int | None, max_segments: int) -> IndexBuildResult:
     runner = task_runner(spark)
     store = store or table.checkpoint_store()
     saved = IndexRecords(store, index_name).artifacts()
@@ -103,9 +146,6 @@ def refresh_index(table: TableRef, index_name: str, spark: Compute, *, store: Ch
         raise CheckpointMissingError(f"refresh of index '{index_name}' of table '{table.name}': no saved build "
                                      "of it in the checkpoint store (was it built by hand?); build it with "
                                      "create_index(..., replace=True)")
-    if retrain:
-        return create_index(table, saved.spec.model_copy(update={"replace": True}), runner, store=store,
-                            target_groups=target_groups, max_segments=max_segments)
     new = unindexed_fragments(ds, index_name)
     if not new:
         log.info("index '%s' of table '%s' covers every fragment at version %d: nothing to refresh", index_name,
@@ -187,6 +227,10 @@ class _Commit:
         from lance.dataset import Index
 
         latest = attempt.latest or self.table.dataset()
+        live = {f.fragment_id for f in latest.get_fragments()}
+        rewritten = sorted(f for group in self.plan.groups for f in group if f not in live)
+        if rewritten:
+            raise _Stale(rewritten)
         gone = set(self.plan.replaces)
         removed = [Index(uuid=s["uuid"], name=s["name"], fields=[self.plan.field_id], dataset_version=s["version"],
                          fragment_ids=s["fragment_ids"], index_version=0)
@@ -215,8 +259,12 @@ def _run(table: TableRef, store: CheckpointStore, plan: IndexBuildPlan, runner: 
     # A full-text segment is written as staged parts that only a merge turns into an index, even alone.
     if plan.spec.index_type.merges_segments and (len(segments) > 1 or plan.spec.index_type is IndexType.INVERTED):
         segments = [table.dataset(plan.read_version).merge_existing_index_segments(segments)]
-    done = commit(table, f"commit of index '{name}'", _Commit(table, plan, segments).apply,
-                  landed=_Commit(table, plan, segments).landed, look_first=True)
+    change = _Commit(table, plan, segments)
+    try:
+        done = commit(table, f"commit of index '{name}'", change.apply, landed=change.landed, look_first=True)
+    except _Stale:
+        records.drop_build(plan.build_id)
+        raise
     records.put_artifacts(plan.artifacts)
     records.drop_build(plan.build_id)
     built = sum(r.built for r in results)
