@@ -337,10 +337,11 @@ def test_a_compaction_landing_while_segments_are_built_makes_the_build_run_again
     result = create_index(table, IndexSpec.of("vec", "IVF_FLAT", num_partitions=8), CompactsOnce(parallelism=2))
     assert CompactsOnce.compacted == 8
     ds = table.dataset()
-    assert result.fragments_indexed == sorted(f.fragment_id for f in ds.get_fragments()) and result.version == ds.version
+    assert result.fragments_indexed == sorted(f.fragment_id for f in ds.get_fragments())
+    assert result.version == ds.version
     stats = index_stats(ds, "vec_idx")
     assert (stats.num_indexed_rows, stats.num_unindexed_rows, stats.num_segments) == (2000, 0, 1)
     assert sorted(ds.to_table(columns=["id"]).column("id").to_pylist()) == list(range(2000))
-    assert not table.checkpoint_store().list_keys("index-") == []  # the artifacts stay
+    assert table.checkpoint_store().list_keys("index-") != []  # the artifacts stay
     assert not [k for k in table.checkpoint_store().list_keys("index-") if "-seg-" in k]
     ds.validate()
