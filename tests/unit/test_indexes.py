@@ -278,6 +278,8 @@ def test_scalar_and_fts_indexes_answer_as_a_scan(tmp_path):
         assert f"@{column}_idx" in ds.scanner(filter=f, columns=["id"]).explain_plan()
         assert sorted(ds.to_table(filter=f, columns=["id"]).column("id").to_pylist()) == plain[f]
     assert sorted(ds.to_table(full_text_query="banana", columns=["id"]).column("id").to_pylist()) == plain_fts
+    params = [seg["params"] for seg in ds.stats.index_stats("text_idx")["segments"]]
+    assert params and all(p["base_tokenizer"] == "simple" and p["with_position"] is False for p in params)
     lance.write_dataset(data.slice(0, 250).set_column(0, "id", pa.array(range(n, n + 250), pa.int64())), uri,
                         mode="append")
     result = refresh_index(table, "text_idx", runner)
