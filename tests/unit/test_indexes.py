@@ -347,3 +347,26 @@ def test_a_compaction_landing_while_segments_are_built_makes_the_build_run_again
     assert table.checkpoint_store().list_keys("index-") != []  # the artifacts stay
     assert not [k for k in table.checkpoint_store().list_keys("index-") if "-seg-" in k]
     ds.validate()
+
+
+def test_a_refresh_past_max_segments_re_encodes_with_the_saved_artifacts_and_retrain_trains_anew(table):
+    runner = InProcessRunner(parallelism=2)
+    spec = IndexSpec.of("vec", "IVF_SQ", num_partitions=8)
+    assert create_index(table, spec, runner, max_segments=3).segments_committed == 2
+    saved = IndexRecords(table.checkpoint_store(), "vec_idx").artifacts()
+    lance.write_dataset(clustered(300, start=4000, seed=50), table.uri, mode="append")
+    assert refresh_index(table, "vec_idx", runner, max_segments=3).refresh  # 2 + 1 segments: within the cap
+    old = {s["uuid"] for s in table.dataset().list_indices()}
+    assert len(old) == 3
+    lance.write_dataset(clustered(300, start=4300, seed=51), table.uri, mode="append")
+    result = refresh_index(table, "vec_idx", runner, max_segments=3)  # 4 would pass the cap: all re-encoded
+    assert not result.refresh and not result.trained and result.fragments_indexed == list(range(10))
+    ds = table.dataset()
+    now = {s["uuid"] for s in ds.list_indices()}
+    assert len(now) <= 3 and not now & old
+    assert index_stats(ds, "vec_idx").num_unindexed_rows == 0 and index_stats(ds, "vec_idx").num_indexed_rows == 4600
+    assert IndexRecords(table.checkpoint_store(), "vec_idx").artifacts().centroids == saved.centroids
+    retrained = refresh_index(table, "vec_idx", runner, retrain=True)
+    assert retrained.trained and index_stats(table.dataset(), "vec_idx").num_indexed_rows == 4600
+    assert IndexRecords(table.checkpoint_store(), "vec_idx").artifacts().centroids != saved.centroids
+    table.dataset().validate()
