@@ -370,3 +370,20 @@ def test_a_refresh_past_max_segments_re_encodes_with_the_saved_artifacts_and_ret
     assert retrained.trained and index_stats(table.dataset(), "vec_idx").num_indexed_rows == 4600
     assert IndexRecords(table.checkpoint_store(), "vec_idx").artifacts().centroids != saved.centroids
     table.dataset().validate()
+
+
+def test_index_keys_parse_back_and_checkpoint_clean_up_keeps_the_artifacts(table):
+    import datetime as dt
+
+    from geneva_provider.core.store.layout import IndexArtifactsKey, IndexPlanKey, IndexSegmentKey, parse_key
+    from geneva_provider.pipeline.maintenance.cleanup import cleanup_checkpoints
+
+    for key in (IndexArtifactsKey.of("vec_idx"), IndexPlanKey("0" * 16, "a" * 16),
+                IndexSegmentKey("0" * 16, "b" * 16, 12)):
+        assert parse_key(key.key()) == key
+    create_index(table, pq_spec(), InProcessRunner(parallelism=2))
+    store = table.checkpoint_store()
+    cleanup_checkpoints(table, store, dt.timedelta(0))
+    assert IndexRecords(store, "vec_idx").artifacts() is not None
+    lance.write_dataset(clustered(100, start=4000, seed=60), table.uri, mode="append")
+    assert refresh_index(table, "vec_idx", InProcessRunner()).fragments_indexed == [8]
