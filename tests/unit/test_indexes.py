@@ -387,3 +387,20 @@ def test_index_keys_parse_back_and_checkpoint_clean_up_keeps_the_artifacts(table
     assert IndexRecords(store, "vec_idx").artifacts() is not None
     lance.write_dataset(clustered(100, start=4000, seed=60), table.uri, mode="append")
     assert refresh_index(table, "vec_idx", InProcessRunner()).fragments_indexed == [8]
+
+
+@pytest.mark.parametrize(("kind", "segments"), [("IVF_FLAT", 1), ("IVF_SQ", 4), ("IVF_HNSW_SQ", 4), ("IVF_HNSW_PQ", 1)])
+def test_every_vector_index_type_by_tasks_recalls_like_a_single_process_build(tmp_path, kind, segments):
+    table = write_table(tmp_path, clustered(4000), 500)
+    extra = {"num_sub_vectors": 8} if kind.endswith("PQ") else {}
+    result = create_index(table, IndexSpec.of("vec", kind, metric="l2", num_partitions=16, **extra),
+                          InProcessRunner(parallelism=4))
+    assert (result.segments_built, result.segments_committed) == (4, segments)  # SQ segments never merged
+    ds = table.dataset()
+    assert index_stats(ds, "vec_idx").num_unindexed_rows == 0
+    single_uri = str(tmp_path / "single.lance")
+    lance.write_dataset(clustered(4000), single_uri, max_rows_per_file=500)
+    single = lance.dataset(single_uri).create_index("vec", kind, metric="l2", num_partitions=16, **extra)
+    qs = queries(ds.to_table())
+    ours, theirs = recall(ds, qs), recall(single, qs)
+    assert ours >= 0.9 and ours >= theirs - 0.01, (ours, theirs)
