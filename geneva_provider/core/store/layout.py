@@ -18,6 +18,9 @@ The families (``<id>`` is a job id, :func:`new_job_id`)::
     <batch prefix>_frag-N_range-a-b[_partial]  BatchKey   one batch checkpoint
     <job prefix>_staged-<hex32>         StagedKey         one writer's staged-files record
     running-<id>-p<partition>           RunningKey        the UDF call a Spark partition is running, its rows so far
+    index-<hash(name)>-artifacts        IndexArtifactsKey an index's trained IVF centroids / PQ codebook
+    index-<hash(name)>-<build>-plan     IndexPlanKey      an index build's plan (pinned version, fragment groups)
+    index-<hash(name)>-<build>-seg-<g>  IndexSegmentKey   a finished, uncommitted segment of group g of a build
 
 A job prefix is ``udf-{name}_ver-{version}_col-{column}_where-{md5}_uri-{md5}`` and a batch prefix adds
 ``_srcfiles-{md5(input files)}``.  User strings are hashed, never used raw, and keys are parsed from
@@ -38,6 +41,7 @@ from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBuildPlan, SegmentRecord
     from geneva_provider.core.contracts.models import AppendedFragments, CommitRecord, JobRecord, Ledger, StagedFiles
     from geneva_provider.core.store.checkpoint import CheckpointStore
 
@@ -47,6 +51,7 @@ _PLAN = "plan-"
 _JOB = "job-"
 _LEDGER = "ledger-"
 _RUNNING = "running-"
+_INDEX = "index-"
 _SRCFILES = "_srcfiles-"
 _PLAN_RE = re.compile(rf"^{_PLAN}(?P<id>{JOB_ID})(?:(?P<committed>-committed)|-(?P<stage>[a-z_]+)-result"
                       r"|-(?P<leased>[a-z_]+)-lease"
@@ -54,6 +59,8 @@ _PLAN_RE = re.compile(rf"^{_PLAN}(?P<id>{JOB_ID})(?:(?P<committed>-committed)|-(
 _BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)(?P<partial>_partial)?$")
 _STAGED_RE = re.compile(r"^(?P<prefix>.+)_staged-(?P<token>[0-9a-f]{32})$")
 _RUNNING_RE = re.compile(rf"^{_RUNNING}(?P<id>.+)-p(?P<partition>\d+)$")
+_INDEX_RE = re.compile(rf"^{_INDEX}(?P<name>[0-9a-f]{{16}})-(?:(?P<artifacts>artifacts)"
+                       r"|(?P<build>[0-9a-f]{16})-(?:(?P<plan>plan)|seg-(?P<group>\d+)))$")
 _PLAIN_VERSION = re.compile(r"[0-9A-Za-z]{1,16}")
 
 
@@ -258,11 +265,58 @@ class RunningKey:
         return f"{self.prefix(self.job_id)}{self.partition}"
 
 
+@dataclass(frozen=True)
+class IndexArtifactsKey:
+    """An index's trained artifacts (IVF centroids, PQ codebook), reused by every refresh and resumed build."""
+
+    kind: ClassVar[Literal["index_artifacts"]] = "index_artifacts"
+    name_hash: str
+
+    @classmethod
+    def of(cls, index_name: str) -> IndexArtifactsKey:
+        return cls(short_hash(index_name))
+
+    def key(self) -> str:
+        return f"{_INDEX}{self.name_hash}-artifacts"
+
+
+@dataclass(frozen=True)
+class IndexPlanKey:
+    """The plan of one index build or refresh (``build_id``: 16 hex digits, a digest of the plan)."""
+
+    kind: ClassVar[Literal["index_plan"]] = "index_plan"
+    name_hash: str
+    build_id: str
+
+    def key(self) -> str:
+        return f"{_INDEX}{self.name_hash}-{self.build_id}-plan"
+
+
+@dataclass(frozen=True)
+class IndexSegmentKey:
+    """A finished (uncommitted) segment of one fragment group of a build: a rerun does not build it again."""
+
+    kind: ClassVar[Literal["index_segment"]] = "index_segment"
+    name_hash: str
+    build_id: str
+    group: int
+
+    @staticmethod
+    def prefix(name_hash: str, build_id: str) -> str:
+        return f"{_INDEX}{name_hash}-{build_id}-seg-"
+
+    def key(self) -> str:
+        return f"{self.prefix(self.name_hash, self.build_id)}{self.group}"
+
+
+IndexKey = IndexArtifactsKey | IndexPlanKey | IndexSegmentKey
+
 # A plan and what is kept beside it.
 PlanFamilyKey = (PlanKey | CommittedKey | StageResultKey | StageLeaseKey | ConnectSessionKey | AppendedKey
                  | CancelKey)
 StoreKey = (PlanKey | CommittedKey | StageResultKey | StageLeaseKey | ConnectSessionKey | AppendedKey | CancelKey
-            | JobRecordKey | LedgerKey | BatchKey | StagedKey | RunningKey)
+            | JobRecordKey | LedgerKey | BatchKey | StagedKey | RunningKey | IndexArtifactsKey | IndexPlanKey
+            | IndexSegmentKey)
 
 
 def parse_key(key: str) -> StoreKey | None:
@@ -297,6 +351,12 @@ def parse_key(key: str) -> StoreKey | None:
         return LedgerKey(key[len(_LEDGER):])
     if m := _RUNNING_RE.match(key):
         return RunningKey(m["id"], int(m["partition"]))
+    if m := _INDEX_RE.match(key):
+        if m["artifacts"]:
+            return IndexArtifactsKey(m["name"])
+        if m["plan"]:
+            return IndexPlanKey(m["name"], m["build"])
+        return IndexSegmentKey(m["name"], m["build"], int(m["group"]))
     return None
 
 
@@ -411,3 +471,50 @@ class JobStore:
     def put_staged(self, job: str, files: StagedFiles) -> None:
         """Stores one writer's staged-files record under a key of its own."""
         self.store.put_model(StagedKey(job).key(), files)
+
+
+class IndexRecords:
+    """The typed reads and writes of one index's records in a checkpoint store: artifacts, build plans, segments."""
+
+    def __init__(self, store: CheckpointStore, index_name: str) -> None:
+        self.store, self.name_hash = store, short_hash(index_name)
+
+    def artifacts(self) -> IndexArtifacts | None:
+        from geneva_provider.core.contracts.index_models import IndexArtifacts
+
+        key = IndexArtifactsKey(self.name_hash).key()
+        return self.store.get_model(key, IndexArtifacts) if key in self.store else None
+
+    def put_artifacts(self, artifacts: IndexArtifacts) -> None:
+        self.store.put_model(IndexArtifactsKey(self.name_hash).key(), artifacts)
+
+    def plan(self, build_id: str) -> IndexBuildPlan | None:
+        from geneva_provider.core.contracts.index_models import IndexBuildPlan
+
+        key = IndexPlanKey(self.name_hash, build_id).key()
+        return self.store.get_model(key, IndexBuildPlan) if key in self.store else None
+
+    def put_plan(self, plan: IndexBuildPlan) -> None:
+        self.store.put_model(IndexPlanKey(self.name_hash, plan.build_id).key(), plan)
+
+    def segment(self, build_id: str, group: int) -> SegmentRecord | None:
+        from geneva_provider.core.contracts.index_models import SegmentRecord
+
+        key = IndexSegmentKey(self.name_hash, build_id, group).key()
+        return self.store.get_model(key, SegmentRecord) if key in self.store else None
+
+    def put_segment(self, record: SegmentRecord) -> None:
+        self.store.put_model(IndexSegmentKey(self.name_hash, record.build_id, record.group).key(), record)
+
+    def segments(self, build_id: str) -> list[SegmentRecord]:
+        """The finished segments of a build, by group."""
+        from geneva_provider.core.contracts.index_models import SegmentRecord
+
+        keys = [(k.group, key) for key in self.store.list_keys(IndexSegmentKey.prefix(self.name_hash, build_id))
+                if isinstance(k := parse_key(key), IndexSegmentKey)]
+        return [self.store.get_model(key, SegmentRecord) for _, key in sorted(keys)]
+
+    def drop_build(self, build_id: str) -> None:
+        """Forgets a committed build's plan and segments (the artifacts stay, for refreshes)."""
+        for key in self.store.list_keys(f"{_INDEX}{self.name_hash}-{build_id}-"):
+            self.store.delete(key)
