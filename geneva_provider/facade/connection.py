@@ -351,8 +351,8 @@ def _check_flag(value: Any, name: str, what: str) -> None:
 def _refreshed_on_change(view: Table, refresh_on_change: bool) -> Table:
     """``view``, marked to be refreshed after each change of its source when asked (a schema-metadata key)."""
     if refresh_on_change:
+        from geneva_provider.pipeline.followers import META_REFRESH_ON_CHANGE
         from geneva_provider.pipeline.schema_changes import UpdateColumns
-        from geneva_provider.pipeline.table_changes import META_REFRESH_ON_CHANGE
 
         UpdateColumns(view.ref).set_table_metadata({META_REFRESH_ON_CHANGE: "true"}).commit()
     return view
