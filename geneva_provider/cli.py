@@ -130,6 +130,18 @@ def table_status(db: Connection, args: argparse.Namespace) -> Any:
     return report.model_dump(mode="json") if args.json else str(report)
 
 
+def table_followers(db: Connection, args: argparse.Namespace) -> Any:
+    """What a change of the table is followed by (the follower graph): each step, after the steps it waits for."""
+    plan = db.followers(args.name)
+    if args.json:
+        return plan.model_dump(mode="json")
+    labels = [f.step.label(args.name) for f in plan.followers]
+    if not labels:
+        return f"nothing follows a change of table {args.name}"
+    return format_rows(["step", "kind", "after"], [[labels[i], f.step.kind, ", ".join(labels[j] for j in f.after)]
+                                                   for i, f in enumerate(plan.followers)])
+
+
 def cleanup(db: Connection, args: argparse.Namespace) -> Any:
     names = [args.table] if args.table else db.table_names()
     older_than = dt.timedelta(days=args.older_than_days)
@@ -206,6 +218,9 @@ def parser() -> argparse.ArgumentParser:
     status = table.add_parser("status", help="UDF columns' rows valid / stale / missing; a view's lag")
     status.add_argument("name")
     status.set_defaults(run=table_status)
+    follows = table.add_parser("followers", help="what a change of the table is followed by (table_change_dag's steps)")
+    follows.add_argument("name")
+    follows.set_defaults(run=table_followers)
 
     clean = groups.add_parser("cleanup", help="remove checkpoints no job can use (every table, or one)")
     clean.add_argument("--table", help="only this table")
