@@ -165,6 +165,18 @@ def table_search(db: Connection, args: argparse.Namespace) -> Any:
     return format_rows(rows.column_names, [list(r.values()) for r in rows.to_pylist()])
 
 
+def table_followers(db: Connection, args: argparse.Namespace) -> Any:
+    """What a change of the table is followed by (the follower graph): each step, after the steps it waits for."""
+    plan = db.followers(args.name)
+    if args.json:
+        return plan.model_dump(mode="json")
+    labels = [f.step.label(args.name) for f in plan.followers]
+    if not labels:
+        return f"nothing follows a change of table {args.name}"
+    return format_rows(["step", "kind", "after"], [[labels[i], f.step.kind, ", ".join(labels[j] for j in f.after)]
+                                                   for i, f in enumerate(plan.followers)])
+
+
 def cleanup(db: Connection, args: argparse.Namespace) -> Any:
     names = [args.table] if args.table else db.table_names()
     older_than = dt.timedelta(days=args.older_than_days)
@@ -255,6 +267,9 @@ def parser() -> argparse.ArgumentParser:
     search.add_argument("--refine-factor", type=int, help="re-rank refine_factor * limit candidates exactly")
     search.add_argument("--fast-search", action="store_true", help="only rows the index covers")
     search.set_defaults(run=table_search)
+    follows = table.add_parser("followers", help="what a change of the table is followed by (table_change_dag's steps)")
+    follows.add_argument("name")
+    follows.set_defaults(run=table_followers)
 
     clean = groups.add_parser("cleanup", help="remove checkpoints no job can use (every table, or one)")
     clean.add_argument("--table", help="only this table")

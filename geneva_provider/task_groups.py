@@ -8,7 +8,7 @@ tasks, and everything else (``pool``, ``queue``, ``execution_timeout``, ``priori
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -87,17 +87,17 @@ def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_nam
     ``refresh_on_change=True`` over it, and those over them (source -> view -> view), each after its source,
     and backfills each such view's own ``auto_backfill`` columns (a chunk view's embedding) after its refresh.
 
-    ``columns``, ``views`` ((view, source) pairs, each after its source) and ``view_columns`` ((view, column)
-    pairs) default to what the tables say (:func:`~geneva_provider.pipeline.table_changes.change_followers`),
-    read when the DAG file is parsed: the DAG's shape follows a new ``auto_backfill`` column or view at the next
-    parse.  Pass ``columns`` and ``views`` (and ``view_columns``, else none) to parse without opening the
-    database.  ``kwargs`` go to every task group (job and Spark options, ``retries`` ...);
+    Its tasks are the follower graph's steps (:func:`~geneva_provider.pipeline.followers.followers_of` of the
+    table's change), each a task group made by its kind's factory (:func:`follower_group`), after the groups it
+    waits for, read when the DAG file is parsed: the DAG's shape follows a new ``auto_backfill`` column or view at
+    the next parse.  Pass ``columns`` and ``views`` ((view, source) pairs, each after its source; and
+    ``view_columns``, (view, column) pairs, else none) to parse without opening the database: then those are the
+    followers, and no others.  ``kwargs`` go to every task group (job and Spark options, ``retries`` ...);
     ``dag_kwargs`` to the DAG (``max_active_runs`` is 1: runs queue behind one another, each picking up
     what the one before left).  The runs' own commits do not start another run: the watcher leaves them out.
     """
-    from airflow.providers.standard.operators.empty import EmptyOperator
-
     from geneva_provider.assets import lance_table_asset
+    from geneva_provider.pipeline.followers import BackfillColumn, RefreshView
 
     if "partition_where" in kwargs:  # each run would fail its plan: the watcher's runs have no partition key
         raise InvalidArgumentError(
@@ -105,52 +105,85 @@ def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_nam
             "watcher's asset events carry none (Airflow's event triggers cannot set one); put "
             "backfill_task_group(..., partition_where=...) in a DAG on a partitioned timetable instead")
 
-    if columns is None or views is None:
-        found = _followers(table, lance_conn_id)
-        columns = found.columns if columns is None else columns
-        views = found.views if views is None else views
-        view_columns = found.view_columns if view_columns is None else view_columns
+    plan = _followers(table, lance_conn_id, columns, views, view_columns)
     options = {"start_date": CHANGE_DAG_START, "catchup": False, "max_active_runs": 1,
                "tags": ["geneva", "on-change"], **(dag_kwargs or {})}
+    backfilled = [s.column for s in plan.of_kind(BackfillColumn) if s.table == table]
     with DAG(dag_id=dag_id or f"geneva_on_change_{table}",
              schedule=[lance_table_asset(table, lance_conn_id, poll_interval=poll_interval)],
-             doc_md=f"Follows changes of table `{table}`: backfills {list(columns)}, refreshes "
-                    f"{[v for v, _ in views]}.", **options) as dag:
-        last: dict[str, list[TaskGroup]] = {table: [backfill_task_group(f"backfill_{c}", table, c,
-                                                                        lance_conn_id=lance_conn_id, **kwargs)
-                                                    for c in columns]}
-        for view, source in views:
-            # A source with nothing to compute skips its groups: the view is refreshed all the same (a delete).
-            join = EmptyOperator(task_id=f"after_{source}_for_{view}", trigger_rule="none_failed")
-            group = refresh_task_group(f"refresh_{view}", view, lance_conn_id=lance_conn_id, **kwargs)
-            for upstream in last.get(source, []):
-                upstream >> join
-            join >> group
-            last[view] = [group, *_view_columns(view, group, [c for v, c in view_columns or [] if v == view],
-                                                lance_conn_id, kwargs)]
+             doc_md=f"Follows changes of table `{table}`: backfills {backfilled}, refreshes "
+                    f"{[s.view for s in plan.of_kind(RefreshView)]}.", **options) as dag:
+        follower_groups(plan, table, lance_conn_id=lance_conn_id, **kwargs)
     return dag
 
 
-def _view_columns(view: str, refresh: TaskGroup, columns: list[str], lance_conn_id: str,
-                  kwargs: dict[str, Any]) -> list[TaskGroup]:
-    """Backfills of a view's own ``auto_backfill`` columns after its refresh, even one with nothing to do
-    (rows an earlier run left without a value); none after a failed refresh."""
+FollowerGroupFactory = Callable[..., TaskGroup]
+_FOLLOWER_GROUPS: dict[str, FollowerGroupFactory] = {}
+
+
+def follower_group(kind: str) -> Callable[[FollowerGroupFactory], FollowerGroupFactory]:
+    """Decorator: the task-group factory of the follower steps of ``kind`` (their ``kind`` tag), called as
+    ``factory(step, group_id, lance_conn_id=..., **kwargs)`` inside the DAG being built."""
+    def register(factory: FollowerGroupFactory) -> FollowerGroupFactory:
+        _FOLLOWER_GROUPS[kind] = factory
+        return factory
+    return register
+
+
+@follower_group("backfill_column")
+def _backfill_column(step: Any, group_id: str, **kwargs: Any) -> TaskGroup:
+    return backfill_task_group(group_id, step.table, step.column, **kwargs)
+
+
+@follower_group("refresh_view")
+def _refresh_view(step: Any, group_id: str, **kwargs: Any) -> TaskGroup:
+    return refresh_task_group(group_id, step.view, **kwargs)
+
+
+def follower_groups(plan: Any, root: str, **kwargs: Any) -> list[TaskGroup]:
+    """One task group per step of ``plan`` (a ``FollowerPlan`` of a change of ``root``), each after the groups it
+    waits for through a join task (``trigger_rule="none_failed"``: a step runs when those before it had nothing to
+    do, and not after one failed), in the DAG being built; ``kwargs`` go to every factory."""
     from airflow.providers.standard.operators.empty import EmptyOperator
 
-    if not columns:
-        return []
-    join = EmptyOperator(task_id=f"after_refresh_{view}", trigger_rule="none_failed")
-    refresh >> join
-    groups = [backfill_task_group(f"backfill_{view}_{c}", view, c, lance_conn_id=lance_conn_id, **kwargs)
-              for c in columns]
-    join >> groups
+    groups: list[TaskGroup] = []
+    joins: dict[str, Any] = {}
+    for i, follower in enumerate(plan.followers):
+        step = follower.step
+        factory = _FOLLOWER_GROUPS.get(step.kind)
+        if factory is None:
+            raise InvalidArgumentError(f"follower step {step!r} of table {root!r} has no task-group factory; "
+                                       f"register one with @follower_group({step.kind!r})")
+        cause = plan.cause_of(i)
+        join_id = step.join_label(root, plan.followers[cause].step.label(root) if cause is not None else None)
+        upstream = [groups[j] for j in follower.after]
+        group = factory(step, step.label(root), **kwargs)
+        if join_id is not None:
+            if join_id not in joins:
+                joins[join_id] = EmptyOperator(task_id=join_id, trigger_rule="none_failed")
+            upstream >> joins[join_id]
+            joins[join_id] >> group
+        else:
+            upstream >> group
+        groups.append(group)
     return groups
 
 
-def _followers(table: str, lance_conn_id: str) -> Any:
-    """What follows ``table`` in the connection's database, read from every table's schema (at parse time)."""
-    from geneva_provider.pipeline.table_changes import change_followers
+def _followers(table: str, lance_conn_id: str, columns: Sequence[str] | None, views: Sequence[tuple[str, str]] | None,
+               view_columns: Sequence[tuple[str, str]] | None) -> Any:
+    """What follows a change of ``table``: the steps given by name, else (in part or whole) the follower graph's
+    walk of the connection's database, read from every table's schema (at parse time)."""
+    from geneva_provider.pipeline.followers import BackfillColumn, RefreshView, TableChange, change_steps, followers_of
 
+    if columns is not None and views is not None:
+        return change_steps(table, columns, views, view_columns or [])
     db = LanceHook(lance_conn_id).database
     db.open_table(table)  # TableNotFoundError naming it
-    return change_followers(table, {name: db.open_table(name).schema for name in db.table_names()})
+    plan = followers_of(TableChange(table=table), {name: db.open_table(name).schema for name in db.table_names()})
+    if columns is None and views is None:
+        return plan
+    found = plan.of_kind(BackfillColumn)
+    return change_steps(
+        table, [s.column for s in found if s.table == table] if columns is None else columns,
+        [(s.view, s.source) for s in plan.of_kind(RefreshView)] if views is None else views,
+        [(s.table, s.column) for s in found if s.table != table] if view_columns is None else view_columns)

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from geneva_provider.core.contracts.models import BackfillResult, JobRecord
     from geneva_provider.core.manifest import GenevaManifest, SparkCluster
     from geneva_provider.facade.contexts import ExecutionContext
+    from geneva_provider.facade.followers import FollowedStep
     from geneva_provider.facade.query import Query
     from geneva_provider.facade.table import Table
+    from geneva_provider.pipeline.followers import FollowerPlan, FollowEvent
 
 
 class Connection:
@@ -197,6 +199,23 @@ class Connection:
         with the same arguments and result."""
         return self.open_table(name).refresh(*args, **kwargs)
 
+    def followers(self, table: str | FollowEvent) -> FollowerPlan:
+        """What follows a change of ``table`` (or any follower event, e.g. ``ColumnBackfilled``): the steps, in
+        order, that ``table_change_dag(table)`` runs -- its ``auto_backfill`` columns, its ``refresh_on_change``
+        views (each after its source) and their own ``auto_backfill`` columns -- read from the tables' schemas."""
+        from geneva_provider.facade.followers import followers
+
+        return followers(self, table)
+
+    def follow(self, table: str | FollowEvent, *, spark: Any = None,
+               progress: bool | None = None) -> list[FollowedStep]:
+        """Runs in this process what ``table_change_dag(table)`` runs after a change of ``table``: each step of
+        :meth:`followers` in order (``spark``: a session or a task runner), stopping at the first that fails.
+        Returns the steps run with their results."""
+        from geneva_provider.facade.followers import follow
+
+        return follow(self, table, spark=spark, progress=progress)
+
     # ------------------------------------------------------------------ execution contexts
     def define_manifest(self, name: str, manifest: GenevaManifest) -> None:
         """Names ``manifest`` for ``context(manifest=name)`` (kept by this connection, for this process)."""
@@ -351,8 +370,8 @@ def _check_flag(value: Any, name: str, what: str) -> None:
 def _refreshed_on_change(view: Table, refresh_on_change: bool) -> Table:
     """``view``, marked to be refreshed after each change of its source when asked (a schema-metadata key)."""
     if refresh_on_change:
+        from geneva_provider.pipeline.followers import META_REFRESH_ON_CHANGE
         from geneva_provider.pipeline.schema_changes import UpdateColumns
-        from geneva_provider.pipeline.table_changes import META_REFRESH_ON_CHANGE
 
         UpdateColumns(view.ref).set_table_metadata({META_REFRESH_ON_CHANGE: "true"}).commit()
     return view

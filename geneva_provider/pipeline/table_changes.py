@@ -8,19 +8,14 @@ writes, a view's refresh, schema changes: their commit messages start with
 ``Rewrite``, an index, a config change), so a DAG that listens to a table and backfills it does not start itself.
 :func:`watched_change` adds what a watcher must not miss: a table that appeared, or was dropped and re-created (its
 incarnation, :mod:`geneva_provider.core.table_watch`), is reported whole; :func:`look_at` never raises.
-
-:func:`change_followers` says what a change of a table is followed by: its ``auto_backfill`` UDF columns, and the
-views with ``refresh_on_change`` over it, then over those views (source -> view -> view), in an order that
-refreshes every view after its source.
+What a change is followed by is the follower graph's (:mod:`geneva_provider.pipeline.followers`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict
 
 from geneva_provider.core.errors import TableNotFoundError
 from geneva_provider.core.filters import lance_reason
@@ -30,8 +25,6 @@ from geneva_provider.pipeline.committer import is_own_commit
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
-
-META_REFRESH_ON_CHANGE = "geneva::view::refresh_on_change"  # "true": a change of the source refreshes the view
 
 
 def look_at(open_dataset: Callable[[], Dataset]) -> TableLook:
@@ -184,67 +177,3 @@ def _touches(op: Any, watched: set[int]) -> bool:
     if name == "DataReplacement":
         return any(watched & set(r.new_file.fields) for r in op.replacements)
     return True
-
-
-class ChangeFollowers(BaseModel):
-    """What a change of ``table`` is followed by: its ``auto_backfill`` columns, then views over it in order."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    table: str
-    columns: list[str]
-    views: list[tuple[str, str]]  # (view, its source), every view after its source
-    view_columns: list[tuple[str, str]] = []  # (view, column): a following view's own auto_backfill columns
-
-
-def change_followers(table: str, schemas: Mapping[str, Any]) -> ChangeFollowers:
-    """The followers of ``table`` among the tables ``schemas`` describes (name -> Arrow schema).
-
-    A column follows when its ``@udf(auto_backfill=True)`` is recorded on it; a view follows when it was made
-    with ``refresh_on_change=True`` and its source is ``table`` or a view that follows, and so do such columns
-    added to a following view (a chunk view's embedding), after its refresh.  The views come in breadth-first
-    order from ``table``, so each one's source is refreshed before it.
-    """
-    columns = _auto_backfill_columns(schemas[table]) if table in schemas else []
-    sources = {name: src for name, schema in schemas.items() if (src := view_source_of(schema)) is not None
-               and _decoded(schema.metadata).get(META_REFRESH_ON_CHANGE) == "true"}
-    views: list[tuple[str, str]] = []
-    frontier = [table]
-    while frontier:
-        nxt = sorted(v for v, s in sources.items() if s in frontier and v not in {w for w, _ in views} and v != table)
-        views += [(v, sources[v]) for v in nxt]
-        frontier = nxt
-    view_columns = [(v, c) for v, _ in views for c in _auto_backfill_columns(schemas[v])]
-    return ChangeFollowers(table=table, columns=columns, views=views, view_columns=view_columns)
-
-
-def _auto_backfill_columns(schema: Any) -> list[str]:
-    """The ``auto_backfill`` UDF columns of a table or view, but not a query view's own UDF columns (its
-    refresh computes those): the columns ``add_columns`` put on it."""
-    from geneva_provider.core.functions.udf import udf_column_info
-    from geneva_provider.core.views.meta import META_QUERY, StoredViewQuery
-
-    md = _decoded(schema.metadata)
-    query = set(StoredViewQuery.model_validate_json(md[META_QUERY]).udf_columns) if META_QUERY in md else set()
-    return [f.name for f in schema if f.name not in query
-            and (info := udf_column_info(f.metadata)) is not None and info.auto_backfill]
-
-
-def view_source_of(schema: Any) -> str | None:
-    """The source table a view's schema metadata names (a query view or a UDTF view), or None: not a view."""
-    from geneva_provider.core.views.meta import META_BASE_TABLE
-    from geneva_provider.core.views.udtf_meta import META_UDTF_VIEW
-
-    md = _decoded(schema.metadata)
-    if META_BASE_TABLE in md:
-        return md[META_BASE_TABLE]
-    if META_UDTF_VIEW in md:
-        from geneva_provider.core.views.udtf_meta import UdtfViewSpec
-
-        return UdtfViewSpec.model_validate_json(md[META_UDTF_VIEW]).base_table
-    return None
-
-
-def _decoded(metadata: dict[Any, Any] | None) -> dict[str, str]:
-    return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-            for k, v in (metadata or {}).items()}

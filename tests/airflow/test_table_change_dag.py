@@ -21,16 +21,16 @@ dag = table_change_dag("articles", retries=0)
 
 def test_a_chunk_views_auto_backfill_column_is_embedded_after_each_refresh(airflow_db, lance_db, tmp_path):
     from geneva_provider.examples import documents, hashed_embedding, setup_articles
-    from geneva_provider.pipeline.table_changes import change_followers
+    from geneva_provider.pipeline.followers import BackfillColumn, RefreshView, TableChange, followers_of
 
     calls = tmp_path / "calls"
     calls.mkdir()
     view = setup_articles(lance_db, embedding=counting_embed_chunk(str(calls), auto_backfill=True))
     docs = lance_db.open_table("articles")
     schemas = {name: lance_db.open_table(name).schema for name in lance_db.table_names()}
-    followers = change_followers("articles", schemas)
-    assert followers.views == [("article_chunks", "articles")]
-    assert followers.view_columns == [("article_chunks", "embedding")]
+    followers = followers_of(TableChange(table="articles"), schemas)
+    assert followers.steps() == [RefreshView(view="article_chunks", source="articles"),
+                                 BackfillColumn(table="article_chunks", column="embedding")]
 
     with dag_bag("geneva_test_on_change_articles.py", DAG_FILE) as bag:
         dag = bag.get_dag("geneva_on_change_articles")

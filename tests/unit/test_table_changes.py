@@ -18,7 +18,8 @@ import pytest
 import geneva_provider as gp
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.table_events import TableChanged
-from geneva_provider.pipeline.table_changes import change_followers, changes_since
+from geneva_provider.pipeline.followers import BackfillColumn, RefreshView, TableChange, followers_of
+from geneva_provider.pipeline.table_changes import changes_since
 from geneva_provider.stages import InProcessRunner
 from geneva_provider.triggers.table import CURSOR_KEY, INCARNATION_KEY, LanceTableChangedTrigger
 from tests.helpers import counting_double, events_table, read_calls
@@ -174,7 +175,7 @@ def test_triggers_of_one_connection_share_one_poll_of_every_table(lance_db):
     assert events_b == []
 
 
-def test_change_followers_are_auto_backfill_columns_and_chained_views(db, call_dir):
+def test_a_tables_followers_are_its_auto_backfill_columns_and_chained_views(db, call_dir):
     @gp.udf(data_type=pa.int64(), auto_backfill=True)
     def triple(x: int) -> int:
         return 3 * x
@@ -188,11 +189,13 @@ def test_change_followers_are_auto_backfill_columns_and_chained_views(db, call_d
     big.add_columns({"t2": triple})  # the view's own column; "t" is its query's, which its refresh computes
     db.create_materialized_view("by_hand", src.search(None).select({"x": "x"}))
     schemas = {name: db.open_table(name).schema for name in db.table_names()}
-    followers = change_followers("src", schemas)
-    assert followers.columns == ["z"]
-    assert followers.views == [("evens", "src"), ("big_evens", "evens")]
-    assert followers.view_columns == [("big_evens", "t2")]
-    assert change_followers("evens", schemas).views == [("big_evens", "evens")]
+    followers = followers_of(TableChange(table="src"), schemas)
+    assert followers.steps() == [BackfillColumn(table="src", column="z"), RefreshView(view="evens", source="src"),
+                                 RefreshView(view="big_evens", source="evens"),
+                                 BackfillColumn(table="big_evens", column="t2")]
+    assert [f.after for f in followers.followers] == [(), (0,), (1,), (2,)]  # each view after its source's steps
+    assert followers_of(TableChange(table="evens"), schemas).of_kind(RefreshView) == [
+        RefreshView(view="big_evens", source="evens")]
     with pytest.raises(InvalidArgumentError, match="refresh_on_change must be True or False"):
         db.create_materialized_view("bad", src.search(None).select({"x": "x"}), refresh_on_change="yes")
     assert "bad" not in db.table_names()
