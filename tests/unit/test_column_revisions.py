@@ -10,8 +10,6 @@ is tests/system/test_alter_kill.py; the backfills here run on ``InProcessRunner`
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import pyarrow as pa
 import pytest
 
@@ -22,6 +20,7 @@ from geneva_provider.core.functions.udf import udf_column_info
 from geneva_provider.pipeline import schema_changes
 from geneva_provider.stages import InProcessRunner
 from tests.helpers import events_table
+from tests.unit.test_multi_output import pair
 
 ROWS = 6
 
@@ -29,16 +28,6 @@ ROWS = 6
 @gp.udf(data_type=pa.int64())
 def double(x: int) -> int:
     return 2 * x
-
-
-class Pair(NamedTuple):
-    left: int
-    right: str
-
-
-@gp.udf
-def pair(x: int) -> gp.Columns[Pair]:
-    return Pair(x + 1, f"r{x}")
 
 
 class _Killed(BaseException):
