@@ -223,6 +223,24 @@ def test_a_group_member_is_not_made_non_nullable_or_retyped(grouped, alteration,
     assert _backfill(grouped, "p_right").rows_computed == 1
 
 
+@pytest.mark.parametrize("member", ["p_left", "p_right"])
+def test_a_group_members_udf_is_not_revised_alone_and_the_error_names_the_group(grouped, member):
+    """Any column of a group is a UDF column (its group's): a UDF revision through it is refused as the group's,
+    naming the group -- not "not a UDF column" -- and nothing changes."""
+
+    @gp.udf(data_type=grouped.schema.field(member).type)
+    def single(x: int):
+        return None
+
+    version, schema = grouped.version, grouped.schema
+    with pytest.raises(gp.UDFDefinitionError) as refused:
+        grouped.alter_columns({"path": member, "udf": single})
+    message = str(refused.value)
+    assert f"column '{member}' of table 'events'" in message and "['p_left', 'p_right']" in message, message
+    assert "multi-output group" in message and "not a UDF column" not in message, message
+    assert grouped.version == version and grouped.schema == schema
+
+
 @pytest.mark.parametrize(("renamed", "to"), [("p_right", "q"), ("p_left", "q")])
 def test_a_group_rename_an_older_version_left_half_done_is_named_by_the_backfill_and_finished_by_the_rerun(
         grouped, renamed, to):
