@@ -65,7 +65,20 @@ def _terminal_width() -> int:
 
 
 class _PackageHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The handler :func:`ensure_log_handler` installs; it stands down once the root logger has one."""
+    """The handler :func:`ensure_log_handler` installs; it stands down once the root logger has one.
+
+    It writes to ``sys.stderr`` as it is when a line is logged (as logging's last-resort handler does), not the
+    stream stderr was when it was installed: a stream replaced since (a notebook's, a test's capture) may be
+    closed, and writing to it would print a logging error instead of the line.
+    """
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _stream: Any) -> None:
+        """Set by ``StreamHandler.__init__``: ignored, the line goes to the stderr of its moment."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not logging.getLogger().handlers and bool(super().filter(record))
