@@ -22,6 +22,9 @@ import pytest
 import geneva_provider as gp
 from geneva_provider.cli import main
 from geneva_provider.core.errors import JobCancelledError, UDFExecutionError
+from geneva_provider.plugin import (
+    job_record,  # here, not in a test: importing Airflow sets its logging up on the stdout of that moment
+)
 from geneva_provider.stages import InProcessRunner
 from tests.helpers import events_table
 
@@ -175,8 +178,6 @@ def test_every_job_id_the_package_shows_is_found_by_jobs_show(db, capsys, caplog
         assert code == 2 and "is DONE, not running: nothing to cancel" in err, (what, err)
     assert db.get_job(shown["backfill"]).column == "y"
     # The job link an Airflow plan task shows (a plan with nothing to do has one too) opens its record.
-    from geneva_provider.plugin import job_record
-
     monkeypatch.setenv("AIRFLOW_CONN_CLI_LAKE", json.dumps({"conn_type": "lance", "host": db.uri}))
     assert job_record(shown["backfill"], "t", "cli_lake")["status"] == "DONE"
     # The history lists the jobs that did work; an id that was never shown is still not found.
