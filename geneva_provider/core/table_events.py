@@ -120,7 +120,8 @@ class TableChanged(_Event):
     ``rows_added`` is exact (the appended fragments' rows); ``rows_deleted`` and ``rows_updated`` are what
     Lance's change feed says (``ds.delta``), which needs stable row ids: None on a table without them, and
     None too when a commit's transaction or the version before it is gone (``cleanup_old_versions``).  A
-    commit whose transaction Lance no longer has is named ``Unknown`` (its rows are not counted).
+    commit whose transaction Lance no longer has is named ``Unknown``: its rows cannot be counted, so all
+    three counts are None (not known) rather than a count that leaves its rows out.
 
     ``created``: the table appeared, or was dropped and re-created (a new incarnation, see
     :mod:`geneva_provider.core.table_watch`): ``from_version`` is 0, ``rows_added`` every row it holds, and
@@ -132,7 +133,7 @@ class TableChanged(_Event):
     to_version: int
     operations: list[str]
     own_commits: int = 0
-    rows_added: int = 0
+    rows_added: int | None = 0
     rows_deleted: int | None = None
     rows_updated: int | None = None
     created: bool = False

@@ -6,7 +6,8 @@ or ``PartitionedAssetTimetable``, or a manual trigger with a key); the declared 
 text from outside the package (an upstream task, a REST call), so it enters the SQL only as a string
 literal: ``{{ partition_key }}`` renders as ``'2024-01-02'``, a quote in the key doubled.  The same mapping
 written with single quotes, ``date = '{{ partition_key }}'``, renders the same (the quotes are taken as the
-literal's own); any other quoting around it (double quotes, text inside the quotes) is refused, and so is any
+literal's own); any other quoting around it (double quotes, text inside the quotes, the key anywhere inside a
+quoted string or name of the mapping) is refused, and so is any
 Jinja that could take the key out of its quotes (a filter but ``lower`` / ``upper``, an index, a call, an
 expression, a statement).  The mapping is rendered here, not by Airflow's templating, which would paste the
 key in raw.
@@ -79,7 +80,59 @@ def check_partition_where(template: Any, subject: str) -> str:
             f"{subject}: partition_where {template!r} puts quotes or text around {{{{ {KEY} }}}}; write it alone, as "
             f"in {EXAMPLE} (or '{{{{ {KEY} }}}}'): the key renders as a quoted SQL string literal ('2024-01-02', "
             "a quote in it doubled)")
+    if _key_inside_quotes(env.parse(_unquoted(template))):
+        raise InvalidArgumentError(
+            f"{subject}: partition_where {template!r} puts {{{{ {KEY} }}}} inside a quoted SQL string or name; the "
+            "key renders as a quoted string literal of its own, whose first quote would end the template's and "
+            f"leave the key's text as SQL: write {{{{ {KEY} }}}} outside any quotes, as in {EXAMPLE}")
     return template
+
+
+def _key_inside_quotes(template: Any) -> bool:
+    """Whether a ``{{ partition_key }}`` of the parsed ``template`` (SQL text and keys only, as checked before)
+    stands inside a quoted string, a double-quoted or backquoted name of its SQL text (SQL comments skipped)."""
+    from jinja2 import nodes
+
+    state = ""  # the quote (or comment opener) the SQL text is inside of, "" outside any
+    for node in template.body:
+        for part in node.nodes:
+            if not isinstance(part, nodes.TemplateData):
+                if state in _QUOTES:
+                    return True
+                continue
+            state = _sql_state(part.data, state)
+    return False
+
+
+_QUOTES = ("'", '"', "`")
+
+
+def _sql_state(text: str, state: str) -> str:
+    """What the SQL ``text`` leaves open when it starts in ``state``: a quote, ``--`` / ``/*`` (a comment), or ""."""
+    i = 0
+    while i < len(text):
+        if state in _QUOTES:
+            end = text.find(state, i)  # a doubled quote closes and opens again: the same state after it
+            if end < 0:
+                return state
+            state, i = "", end + 1
+        elif state == "--":
+            end = text.find("\n", i)
+            if end < 0:
+                return state
+            state, i = "", end + 1
+        elif state == "/*":
+            end = text.find("*/", i)
+            if end < 0:
+                return state
+            state, i = "", end + 2
+        elif text.startswith(("--", "/*"), i):
+            state, i = text[i:i + 2], i + 2
+        elif text[i] in _QUOTES:
+            state, i = text[i], i + 1
+        else:
+            i += 1
+    return state
 
 
 def _unsafe_part(template: Any) -> str | None:

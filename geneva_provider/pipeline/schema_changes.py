@@ -411,15 +411,17 @@ class UpdateColumns:
             raise ColumnError(f"{self.subject}: column '{column}' not found in table '{name}' "
                               f"(columns: {user_columns(self._schema.names)})")
         f = self._schema.field(column)
-        info = udf_column_info(f.metadata)
+        lead = lead_column(self._schema, column)  # a group's member: its UDF is recorded on the group's first column
+        info = udf_column_info(self._schema.field(lead).metadata) if lead in self._schema.names else None
         if info is None:
             raise ColumnError(f"{self.subject}: column '{column}' of table '{name}' is not a UDF column")
         if not isinstance(fn, UDF):
             raise UDFDefinitionError(f"column '{column}' of table '{name}': udf must be a @udf function, got {fn!r}")
         if fn.multi_output or info.outputs:
-            raise UDFDefinitionError(f"column '{column}' of table '{name}': a {word} UDF cannot be a multi-output "
-                                     "UDF or replace one of a multi-output group; rerun the backfill of the group, or "
-                                     "drop the group and add it again")
+            group = f" (in the multi-output group {info.columns(lead)} of UDF '{info.name}')" if info.outputs else ""
+            raise UDFDefinitionError(f"column '{column}' of table '{name}'{group}: a {word} UDF cannot be a "
+                                     "multi-output UDF or replace one of a multi-output group; rerun the backfill of "
+                                     "the group, or drop the group and add it again")
         if fn.data_type != f.type:
             raise UDFDefinitionError(f"column '{column}' of table '{name}' holds {f.type}; the {word} UDF "
                                      f"'{fn.name}' returns {fn.data_type}")

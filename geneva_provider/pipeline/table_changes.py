@@ -141,13 +141,16 @@ def changes_since(ds: Dataset, table: str, since: int, operations: Sequence[str]
                         own_commits=own, rows_added=added, rows_deleted=deleted, rows_updated=updated)
 
 
-def _counts(ds: Dataset, kept: list[tuple[int, str, Any]]) -> tuple[int, int | None, int | None]:
-    """Rows added, deleted and updated by the ``kept`` commits; the last two None when they cannot be known.
+def _counts(ds: Dataset, kept: list[tuple[int, str, Any]]) -> tuple[int | None, int | None, int | None]:
+    """Rows added, deleted and updated by the ``kept`` commits; each None when it cannot be known.
 
-    Deletes and updates are counted by Lance's change feed of each version (exact with stable row ids, silently
-    empty without them), which needs the version before it: not known when that one or a transaction is gone.
+    Appended rows are counted from the commits' fragments: not known when a transaction is gone (``Unknown``:
+    its rows could be any number).  Deletes and updates are counted by Lance's change feed of each version
+    (exact with stable row ids, silently empty without them), which needs the version before it: not known
+    when that one or a transaction is gone.
     """
-    added, known = 0, ds.has_stable_row_ids and all(name != UNKNOWN for _, name, _ in kept)
+    lost = any(name == UNKNOWN for _, name, _ in kept)
+    added, known = 0, ds.has_stable_row_ids and not lost
     deleted = updated = 0
     for version, name, op in kept:
         if name in ("Append", "Overwrite"):
@@ -160,7 +163,7 @@ def _counts(ds: Dataset, kept: list[tuple[int, str, Any]]) -> tuple[int, int | N
                 added += delta.get_inserted_rows().read_all().num_rows
             except Exception:  # noqa: BLE001 - the version before it is gone (cleanup_old_versions): not known
                 known = False
-    return added, deleted if known else None, updated if known else None
+    return None if lost else added, deleted if known else None, updated if known else None
 
 
 def _field_ids(ds: Dataset, columns: Sequence[str]) -> set[int]:

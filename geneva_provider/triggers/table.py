@@ -256,7 +256,8 @@ class LanceTableChangedTrigger(BaseEventTrigger):
                              lance_reason(exc, 300), UNKNOWN)
             seen = WatchCursor.of(look)
             payload = TableChanged(table=self.table, from_version=cursor.version, to_version=seen.version,
-                                   operations=[UNKNOWN], rows_deleted=None, rows_updated=None).to_dict()
+                                   operations=[UNKNOWN], rows_added=None, rows_deleted=None,
+                                   rows_updated=None).to_dict()
         if payload is None:
             self.log.info("Table '%s' moved to version %d through commits that do not matter here", self.table,
                           seen.version)

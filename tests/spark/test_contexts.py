@@ -6,26 +6,12 @@ session of its own, with the user's driver-only package shipped to the server's 
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
 from geneva_provider.pipeline.spark.contexts import context_session
 from geneva_provider.pipeline.spark.runner import is_connect
-from tests.helpers import driver_only_package
-
-
-@pytest.fixture
-def shipped(tmp_path, monkeypatch):
-    """A package importable here (this driver) only: (its name, the module)."""
-    name, path = driver_only_package(tmp_path)
-    monkeypatch.syspath_prepend(path)
-    yield name, importlib.import_module(name)
-    for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
-        del sys.modules[module]
 
 
 def test_a_manifest_ships_a_driver_only_package_over_spark_connect(db, connect_server, shipped):

@@ -7,12 +7,10 @@ user's code to a refresh's workers.  The rest of the reference's snippets that u
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import json
 import os
 import re
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,19 +20,8 @@ import pyarrow as pa
 import pytest
 
 import geneva_provider as geneva
-from tests.helpers import driver_only_package
 
 ROWS = 60
-
-
-@pytest.fixture
-def shipped(tmp_path, monkeypatch):
-    """A package importable here (this driver) only: (its name, the module)."""
-    name, path = driver_only_package(tmp_path)
-    monkeypatch.syspath_prepend(path)
-    yield name, importlib.import_module(name)
-    for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
-        del sys.modules[module]
 
 
 def _logged_most_at_once(caplog) -> list[int]:

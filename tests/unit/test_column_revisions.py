@@ -10,8 +10,6 @@ is tests/system/test_alter_kill.py; the backfills here run on ``InProcessRunner`
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import pyarrow as pa
 import pytest
 
@@ -22,6 +20,7 @@ from geneva_provider.core.functions.udf import udf_column_info
 from geneva_provider.pipeline import schema_changes
 from geneva_provider.stages import InProcessRunner
 from tests.helpers import events_table
+from tests.unit.test_multi_output import pair
 
 ROWS = 6
 
@@ -29,16 +28,6 @@ ROWS = 6
 @gp.udf(data_type=pa.int64())
 def double(x: int) -> int:
     return 2 * x
-
-
-class Pair(NamedTuple):
-    left: int
-    right: str
-
-
-@gp.udf
-def pair(x: int) -> gp.Columns[Pair]:
-    return Pair(x + 1, f"r{x}")
 
 
 class _Killed(BaseException):
@@ -232,6 +221,24 @@ def test_a_group_member_is_not_made_non_nullable_or_retyped(grouped, alteration,
     assert grouped.version == version and grouped.schema == schema
     grouped.add(events_table(1, start=ROWS))  # add() still works
     assert _backfill(grouped, "p_right").rows_computed == 1
+
+
+@pytest.mark.parametrize("member", ["p_left", "p_right"])
+def test_a_group_members_udf_is_not_revised_alone_and_the_error_names_the_group(grouped, member):
+    """Any column of a group is a UDF column (its group's): a UDF revision through it is refused as the group's,
+    naming the group -- not "not a UDF column" -- and nothing changes."""
+
+    @gp.udf(data_type=grouped.schema.field(member).type)
+    def single(x: int):
+        return None
+
+    version, schema = grouped.version, grouped.schema
+    with pytest.raises(gp.UDFDefinitionError) as refused:
+        grouped.alter_columns({"path": member, "udf": single})
+    message = str(refused.value)
+    assert f"column '{member}' of table 'events'" in message and "['p_left', 'p_right']" in message, message
+    assert "multi-output group" in message and "not a UDF column" not in message, message
+    assert grouped.version == version and grouped.schema == schema
 
 
 @pytest.mark.parametrize(("renamed", "to"), [("p_right", "q"), ("p_left", "q")])

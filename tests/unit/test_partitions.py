@@ -95,6 +95,34 @@ def test_a_mapping_whose_jinja_can_take_the_key_out_of_its_quotes_fails_when_the
         backfill_task_group("by_day", "days", "s", partition_where=template)
 
 
+@pytest.mark.parametrize("template", [
+    "path LIKE 'logs/{{ partition_key }}/%'",
+    "note = 'a {{ partition_key }} b'",
+    "note = 'it''s {{ partition_key }} b' AND x > 0",
+    "n = 'a {{ partition_key | lower }} z'",
+    "x > 0 AND (n = \"a {{ partition_key }} x\")",
+    "date = {{ partition_key }} OR note = 'day {{ partition_key }} end'",
+])
+def test_a_key_inside_a_quoted_string_of_the_mapping_is_refused_when_the_dag_is_parsed(days, template):
+    """The key renders as its own quoted literal: inside a string of the mapping its first quote ends that string and
+    the key's text becomes SQL (``x' OR 1=1 OR n = '`` would select every row).  Refused, naming the argument."""
+    rendered = render_partition_where(template, " OR 1=1 OR n = ")  # what the check stops: the key out of any literal
+    assert " or 1=1 or n = " in rendered.lower()
+    with pytest.raises(gp.InvalidArgumentError, match="inside a quoted") as failed:
+        GenevaPlanBackfillOperator(task_id="plan", table="days", column="s", partition_where=template)
+    message = str(failed.value)
+    assert "partition_where" in message and repr(template) in message and "task_id 'plan'" in message, message
+
+
+def test_a_key_after_quoted_strings_and_sql_comments_that_close_is_accepted(days):
+    for template in ["note = 'it''s' AND date = {{ partition_key }}", "date = {{ partition_key }} -- it's",
+                     "date = /* it's */ {{ partition_key }}", "\"date\" = '{{ partition_key }}' AND note <> 'x'",
+                     "date = {{ partition_key }}{{ partition_key }}"]:
+        assert check_partition_where(template, "x") == template
+    where = render_partition_where("date = 'it''s' OR date = '{{ partition_key }}' AND x >= 0", "2024-01-02")
+    assert days.dataset().to_table(filter=where).num_rows == 100
+
+
 def test_the_case_filters_keep_the_key_quoted():
     """``| lower`` and ``| upper`` change only letters: the key stays one SQL string literal, its quotes doubled."""
     for template, rendered in [("day = {{ partition_key | lower }}", "day = 'o''brien'"),

@@ -144,6 +144,26 @@ def test_the_log_handler_goes_on_only_where_no_logging_is_configured_and_once(mo
     assert package.handlers == [] and shown.log.level == logging.NOTSET
 
 
+def test_the_log_handler_writes_to_stderr_as_it_is_when_a_line_is_logged(monkeypatch):
+    """stderr replaced (and the old stream closed) after the handler went on -- a notebook's redirection, a test's
+    capture --: the next progress line goes to the stderr of its moment, not a logging error about a closed file."""
+    import io
+
+    root, package = logging.getLogger(), logging.getLogger(shown.PACKAGE_LOGGER)
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(package, "handlers", [])
+    monkeypatch.setattr(shown.log, "level", logging.NOTSET)
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    shown.ensure_log_handler()
+    first.close()
+    later = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", later)
+    shown.log.info("12 of 60 rows")
+    assert later.getvalue().endswith("INFO geneva_provider.progress: 12 of 60 rows\n"), later.getvalue()
+    assert "Logging error" not in later.getvalue()
+
+
 # A bar's text: "t.z:  40%|████      | 200/500 [00:02<00:03, 98.5rows/s, apply]"
 _BAR = re.compile(r"(\d+)/500 \[(\d\d):(\d\d)<[^,\]]*, ([\d.]+)rows/s")
 

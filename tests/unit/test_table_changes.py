@@ -9,6 +9,7 @@ real store is exercised by tests/system/test_watchers.py under a real triggerer)
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import lance
@@ -146,29 +147,34 @@ def first_to(store: DictStateStore, event: dict[str, Any]) -> int:
     return event["from_version"]
 
 
+def shared_polls(triggers: list[LanceTableChangedTrigger], between: Callable[[], Any]) -> tuple[list[Any], ...]:
+    """Two rounds of the connection's shared poll, ``between()`` run between them; then what each of ``triggers``
+    (each given a state store) reports of the two rounds: (first round, second round, events of each trigger...)."""
+    for trigger in triggers:
+        trigger.asset_state_store = DictStateStore()  # type: ignore[assignment]
+
+    async def polls() -> tuple[list[Any], ...]:
+        stream = LanceTableChangedTrigger.open_shared_stream(triggers[0].serialize()[1])
+        first = await anext(stream)
+        between()
+        second = await anext(stream)
+        await stream.aclose()
+
+        async def replay() -> Any:
+            for looks in (first, second):
+                yield looks
+
+        return (first, second, *[[e.payload async for e in t.filter_shared_stream(replay())] for t in triggers])
+
+    return asyncio.run(polls())
+
+
 def test_triggers_of_one_connection_share_one_poll_of_every_table(lance_db):
     a = lance_db.create_table("a", events_table(10))
     lance_db.create_table("b", events_table(10))
     ta, tb = (LanceTableChangedTrigger(table=t, poll_interval=0.01) for t in ("a", "b"))
     assert ta.shared_stream_key() == tb.shared_stream_key()
-    stores = {"a": DictStateStore(), "b": DictStateStore()}
-    ta.asset_state_store, tb.asset_state_store = stores["a"], stores["b"]  # type: ignore[assignment]
-
-    async def two_polls() -> list[Any]:
-        stream = LanceTableChangedTrigger.open_shared_stream(ta.serialize()[1])
-        first = await anext(stream)
-        a.add(events_table(5, start=10))
-        second = await anext(stream)
-        await stream.aclose()
-
-        async def replay() -> Any:
-            for versions in (first, second):
-                yield versions
-
-        return [first, second, [e.payload async for e in ta.filter_shared_stream(replay())],
-                [e.payload async for e in tb.filter_shared_stream(replay())]]
-
-    first, second, events_a, events_b = asyncio.run(two_polls())
+    first, second, events_a, events_b = shared_polls([ta, tb], lambda: a.add(events_table(5, start=10)))
     assert set(first) == {"a", "b"} and second["a"].version == first["a"].version + 1 and second["b"] == first["b"]
     assert [(e["from_version"], e["to_version"], e["rows_added"]) for e in events_a] == [
         (first["a"].version, second["a"].version, 5)]

@@ -12,6 +12,7 @@ import asyncio
 import datetime as dt
 import math
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,9 @@ from geneva_provider.core.table_events import TableChanged
 from geneva_provider.core.table_watch import LANCE_OPERATIONS
 from geneva_provider.pipeline.table_changes import changes_since
 from geneva_provider.stages import InProcessRunner
-from geneva_provider.triggers.table import LanceTableChangedTrigger
+from geneva_provider.triggers.table import CURSOR_KEY, LanceTableChangedTrigger
 from tests.helpers import counting_double, events_table
-from tests.unit.test_table_changes import DictStateStore, run_once
+from tests.unit.test_table_changes import DictStateStore, run_once, shared_polls
 
 
 def watcher(table: str) -> tuple[LanceTableChangedTrigger, DictStateStore]:
@@ -97,8 +98,12 @@ def test_a_commit_whose_transaction_was_cleaned_up_is_reported_as_unknown(lance_
     change = changes_since(ds, "events", since)
     assert change is not None and change.operations == ["Unknown", "Append"]
     assert change.to_version == ds.version and change.from_version == since
+    # 30 rows came in, 10 of them by the commit Lance no longer knows: no count rather than a wrong one (20)
+    assert (change.rows_added, change.rows_deleted, change.rows_updated) == (None, None, None)
     (event,) = run_once(trigger, store)
     assert event["operations"] == ["Unknown", "Append"] and event["to_version"] == ds.version
+    assert event["rows_added"] is None
+    assert "added" not in TableChanged.model_validate(event).describe()
     assert run_once(trigger, store) == []
 
 
@@ -126,8 +131,21 @@ def half_made(lance_db: Any, name: str) -> Path:
 
 
 def collect_run(trigger: LanceTableChangedTrigger, store: DictStateStore, steps: list[Callable[[], None]],
-                settle: float = 0.6) -> list[dict[str, Any]]:
-    """Runs ``trigger.run()`` itself, doing each step in turn between a few polls; the events, and it never ended."""
+                timeout: float = 120.0) -> list[dict[str, Any]]:
+    """Runs ``trigger.run()`` itself, doing each step in turn once the trigger has looked (and acted on its look)
+    since the step before; the events, and it never ended.  Counted looks, not sleeps: a loaded machine only
+    makes it slower."""
+    looked = 0
+    real_look = trigger.look
+
+    def counted_look() -> Any:
+        nonlocal looked
+        try:
+            return real_look()
+        finally:
+            looked += 1
+
+    trigger.look = counted_look  # type: ignore[method-assign]
 
     async def go() -> list[dict[str, Any]]:
         trigger.asset_state_store = store  # type: ignore[assignment]
@@ -137,11 +155,20 @@ def collect_run(trigger: LanceTableChangedTrigger, store: DictStateStore, steps:
             async for event in trigger.run():
                 events.append(event.payload)
 
+        async def looks(n: int) -> None:
+            """Until the trigger has finished ``n`` looks (the one before the last was acted on, its event kept) and
+            keeps a cursor (its first look that could use the state store recorded the table, or its absence)."""
+            deadline = time.monotonic() + timeout
+            while looked < n or CURSOR_KEY not in store.values:
+                assert not task.done(), f"run() ended: {task.exception()!r}"
+                assert time.monotonic() < deadline, f"the trigger looked {looked} times in {timeout}s, not {n}"
+                await asyncio.sleep(0.01)
+
         task = asyncio.create_task(consume())
-        await asyncio.sleep(settle)
+        await looks(2)
         for step in steps:
             await asyncio.to_thread(step)
-            await asyncio.sleep(settle)
+            await looks(looked + 3)  # a look begun after the step, and acted on
         assert not task.done(), f"run() ended: {task.exception()!r}"
         task.cancel()
         return events
@@ -178,23 +205,8 @@ def test_a_half_made_table_does_not_stop_the_shared_poll_of_the_others(lance_db)
     a = lance_db.create_table("a", events_table(10))
     half_made(lance_db, "being_made")
     ta, th = (LanceTableChangedTrigger(table=t, poll_interval=0.01) for t in ("a", "being_made"))
-    ta.asset_state_store, th.asset_state_store = DictStateStore(), DictStateStore()  # type: ignore[assignment]
-
-    async def polls() -> tuple[list[Any], list[Any]]:
-        stream = LanceTableChangedTrigger.open_shared_stream(ta.serialize()[1])
-        first = await anext(stream)
-        a.add(events_table(5, start=10))
-        second = await anext(stream)
-        await stream.aclose()
-
-        async def replay() -> Any:
-            for looks in (first, second):
-                yield looks
-
-        return ([e.payload async for e in ta.filter_shared_stream(replay())],
-                [e.payload async for e in th.filter_shared_stream(replay())])
-
-    events_a, events_half = asyncio.run(polls())
+    first, _, events_a, events_half = shared_polls([ta, th], lambda: a.add(events_table(5, start=10)))
+    assert "a" in first
     assert [(e["operations"], e["rows_added"]) for e in events_a] == [(["Append"], 5)]
     assert events_half == []
 
