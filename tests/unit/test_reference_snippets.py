@@ -413,6 +413,9 @@ def test_a_cancelled_job_is_listed_cancelled_not_failed(db, tmp_path):
     assert [j.job_id for j in cancelled] == [handle.job_id]
     assert cancelled[0].status is JobStatus.CANCELLED and cancelled[0].completed_at is not None
     assert db.list_jobs(status="FAILED") == []
+    # Any case, as the CLI's --status takes it, and the enum member itself.
+    assert [j.job_id for j in db.list_jobs(status="cancelled")] == [j.job_id for j in db.list_jobs(
+        status=JobStatus.CANCELLED)] == [handle.job_id]
     assert handle.status().status is JobStatus.CANCELLED
     assert tbl.to_arrow(["y"]).column("y").null_count == 2_000  # nothing of it landed
 
