@@ -257,18 +257,57 @@ class ColumnIncarnation(_Model):
         return f"column_uid {self.uid or '(none)'}, field ids {self.field_ids}, type {self.type}"
 
 
-class JobSpec(_Model):
-    """What a job computes and where: everything a stage needs except the per-fragment plan."""
+class _TableJob(_Model):
+    """What names a job and the table version it works on: every plan holds it, and so does what executors are sent."""
 
-    kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.UDTF]
+    kind: JobKind
     table: str
     table_uri: str
+    read_version: int
+
+
+class PlanBase(_TableJob):
+    """What every stored job plan holds, whatever its kind: its id, when it was made, the table version it
+    pinned and the checkpoint store it lives in.
+
+    A kind's plan is a subclass with ``kind: Literal[JobKind.X]`` (one branch of :data:`Plan`) that adds its own
+    fields -- a column kind's outputs and incarnations (:class:`JobSpec`), a compaction's rewrite tasks -- and
+    says whether it has anything to do and what its summary is.  What a kind does with its plan is asked of its
+    spec in the pipeline's registry of kinds, never of the plan's type.
+    """
+
+    format: int = PLAN_FORMAT
+    job_id: str
+    created_at: str
+    store_uri: str
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """No work for any stage after the plan: each is a no-op, and the job gets no record."""
+        raise NotImplementedError
+
+    def summary(self, plan_uri: str) -> PlanSummary:
+        """The XCom-sized view of the plan."""
+        raise NotImplementedError
+
+    def label(self) -> str:
+        """How logs and errors name the job."""
+        return f"{self.kind} of table '{self.table}'"
+
+
+class JobSpec(_TableJob):
+    """What a column kind's job computes and where: everything a stage needs except the per-fragment plan.
+
+    The column kinds (a UDF column's backfill, a view's refresh, a UDTF view's refresh) write output columns
+    judged by fingerprints; these are their fields, apart from the kind-neutral :class:`PlanBase`.
+    """
+
+    kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.UDTF]
     column: str | None = None
     outputs: list[OutputGroup] = Field(min_length=1)  # the columns the job writes, by fingerprint
     row_fingerprint: str | None = None  # the fingerprint the planner checks row by row (a group's); apply writes it
     input_columns: list[str] = Field(default_factory=list)
     where: str | None = None
-    read_version: int
     output_field_ids: list[int]
     column_uid: str
     data_storage_version: str
@@ -325,13 +364,10 @@ class JobSpec(_Model):
         return f"backfill of column '{self.column}' in table '{self.table}'"
 
 
-class _JobPlan(JobSpec):
-    """What every backfill, view refresh and UDTF refresh plan holds beside its job: settings and counts."""
+class _JobPlan(JobSpec, PlanBase):
+    """What every plan of a column kind (backfill, view refresh, UDTF refresh) holds: the kind-neutral base, its
+    job, and its settings and counts."""
 
-    format: int = PLAN_FORMAT
-    job_id: str
-    created_at: str
-    store_uri: str
     settings: PlanSettings
     rows_to_compute: int
     rows_reused: int
@@ -339,10 +375,6 @@ class _JobPlan(JobSpec):
     def job(self) -> JobSpec:
         """The plan without its fragments and tasks: what executors are sent."""
         return JobSpec.model_validate(self.model_dump(include=set(JobSpec.model_fields)))
-
-    @property
-    def nothing_to_do(self) -> bool:
-        raise NotImplementedError
 
     def _summary(self, plan_uri: str, **counts: Any) -> PlanSummary:
         return PlanSummary(
@@ -599,17 +631,10 @@ class Ledger(_Model):
     fragments: dict[int, list[str]] = Field(default_factory=dict)
 
 
-class CompactionPlan(_Model):
+class CompactionPlan(PlanBase):
     """A distributed compaction: Lance's rewrite tasks (pickled), planned on the driver, run on executors."""
 
-    format: int = PLAN_FORMAT
     kind: Literal[JobKind.COMPACTION] = JobKind.COMPACTION
-    job_id: str
-    created_at: str
-    table: str
-    table_uri: str
-    read_version: int
-    store_uri: str
     options: dict[str, Any]
     tasks: list[str]               # base64 pickles of lance.optimize.CompactionTask
     fragments: list[int]           # fragments the tasks rewrite
@@ -648,18 +673,19 @@ class CompactionResult(_Model):
     seconds: float = 0.0
 
 
-# Every kind of stored plan, told apart by its ``kind``.
-Plan = Annotated[ColumnPlan | ExpandPlan | CompactionPlan, Field(discriminator="kind")]
-JobPlan = ColumnPlan | ExpandPlan  # the plans of jobs that apply, write+commit and verify
-_PLAN: TypeAdapter[ColumnPlan | ExpandPlan | CompactionPlan] = TypeAdapter(Plan)
+# Every kind of stored plan, told apart by its ``kind`` (a new kind's plan model is one more member).
+AnyPlan = ColumnPlan | ExpandPlan | CompactionPlan
+Plan = Annotated[AnyPlan, Field(discriminator="kind")]
+JobPlan = ColumnPlan | ExpandPlan  # the plans of the column kinds: jobs that apply, write+commit and verify
+_PLAN: TypeAdapter[AnyPlan] = TypeAdapter(Plan)
 
 
-def plan_of(fields: dict[str, Any]) -> ColumnPlan | ExpandPlan | CompactionPlan:
+def plan_of(fields: dict[str, Any]) -> AnyPlan:
     """The plan model its ``kind`` names, built from its fields."""
     return _PLAN.validate_python(fields)
 
 
-def plan_from_json(text: str, where: str) -> ColumnPlan | ExpandPlan | CompactionPlan:
+def plan_from_json(text: str, where: str) -> AnyPlan:
     """Parses a stored plan of any kind, refusing another format with a clear error."""
     try:
         head = json.loads(text)

@@ -23,9 +23,8 @@ import numpy as np
 
 from geneva_provider.core.contracts.models import (
     Action,
-    ColumnPlan,
+    AnyPlan,
     CompactionPlan,
-    ExpandPlan,
     ExpandTask,
     FileTarget,
     FragmentCheckpoint,
@@ -328,7 +327,7 @@ def save_plan(
 
 
 def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
-              ) -> tuple[ColumnPlan | ExpandPlan | CompactionPlan, CheckpointStore]:
+              ) -> tuple[AnyPlan, CheckpointStore]:
     """Reads a plan document of any kind and opens the store it lives in."""
     try:
         root, key = split_key_uri(plan_uri)
