@@ -27,6 +27,7 @@ from geneva_provider.core.contracts.models import (
     PlanBase,
     PlanSettings,
     plan_from_json,
+    plan_model,
     plan_of,
 )
 from geneva_provider.core.store.layout import BatchKey, batch_prefix, job_prefix
@@ -219,3 +220,19 @@ def test_a_kind_registered_in_one_line_is_what_compaction_and_clean_up_ask(db, h
     result = cleanup_checkpoints(tbl.ref, store, dt.timedelta(0))
     assert result.kept_for_live_jobs == 1 and held in store and free not in store
     assert tbl.dataset().count_rows() == 2_000 and len(tbl.dataset().get_fragments()) == 2
+
+
+def test_every_kind_has_one_plan_model_which_words_its_summary():
+    """The registry of kinds and the plan union agree, and a summary is described by its kind's plan model."""
+    assert set(every_kind()) == set(JobKind)
+    for kind in every_kind():
+        assert issubclass(plan_model(kind), PlanBase) and kind in typing.get_args(
+            plan_model(kind).model_fields["kind"].annotation)
+    with pytest.raises(KeyError, match=r"no plan model for job kind 'nope'"):
+        plan_model("nope")
+    compaction = plan_from_json((PLANS_MAIN / "compaction.json").read_text(), "here").summary("uri")
+    assert compaction.describe() == "1 rewrite task over 6 fragments at version 4"
+    backfill = plan_from_json((PLANS_MAIN / "backfill.json").read_text(), "here").summary("uri")
+    assert backfill.describe().startswith("1,200 rows to compute in 5 tasks over 6 fragments at version 4; ")
+    udtf = plan_from_json((PLANS_MAIN / "udtf.json").read_text(), "here").summary("uri")
+    assert udtf.describe() == "300 source rows to expand in 3 tasks (view version 1)"

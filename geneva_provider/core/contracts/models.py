@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import typing
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -294,6 +295,19 @@ class PlanBase(_TableJob):
         """How logs and errors name the job."""
         return f"{self.kind} of table '{self.table}'"
 
+    @classmethod
+    def describe_summary(cls, summary: PlanSummary) -> str:
+        """What a plan of this kind found, from its summary (:meth:`PlanSummary.describe`)."""
+        if summary.nothing_to_do:
+            return f"nothing to do at version {summary.read_version}"
+        return f"{_count(summary.tasks, 'task')} at version {summary.read_version}"
+
+
+def _column_job_found(summary: PlanSummary) -> str | None:
+    """The column kinds' wording of a plan with nothing to do (None: it has work)."""
+    valid = f"{_count(summary.fragments_done, 'fragment')} already valid"
+    return f"nothing to do: up to date at version {summary.read_version} ({valid})" if summary.nothing_to_do else None
+
 
 class JobSpec(_TableJob):
     """What a column kind's job computes and where: everything a stage needs except the per-fragment plan.
@@ -403,6 +417,17 @@ class ColumnPlan(_JobPlan):
         return self._summary(plan_uri, tasks=len(self.tasks), fragments_to_compute=self.count(Action.COMPUTE),
                              fragments_reused=self.count(Action.REUSE), fragments_done=self.count(Action.DONE))
 
+    @classmethod
+    def describe_summary(cls, summary: PlanSummary) -> str:
+        if (nothing := _column_job_found(summary)) is not None:
+            return nothing
+        appended = f" ({summary.rows_appended:,} source rows appended)" if summary.kind == JobKind.REFRESH else ""
+        return (f"{summary.rows_to_compute:,} rows to compute{appended} in {_count(summary.tasks, 'task')} over "
+                f"{_count(summary.fragments_to_compute, 'fragment')} at version {summary.read_version}; "
+                f"{_count(summary.fragments_reused, 'staged fragment')} reused, "
+                f"{_count(summary.fragments_done, 'fragment')} already valid, "
+                f"{summary.rows_reused:,} rows already computed")
+
 
 class ExpandPlan(_JobPlan):
     """A UDTF view refresh's plan: parents (or partitions) expanded into new rows, and the rows they replace."""
@@ -418,6 +443,13 @@ class ExpandPlan(_JobPlan):
     def summary(self, plan_uri: str) -> PlanSummary:
         return self._summary(plan_uri, tasks=len(self.tasks), fragments_to_compute=0, fragments_reused=0,
                              fragments_done=0)
+
+    @classmethod
+    def describe_summary(cls, summary: PlanSummary) -> str:
+        if (nothing := _column_job_found(summary)) is not None:
+            return nothing
+        return (f"{_count(summary.rows_to_compute, 'source row')} to expand in {_count(summary.tasks, 'task')} "
+                f"(view version {summary.read_version})")
 
 
 class PlanSummary(_Model):
@@ -470,25 +502,9 @@ class PlanSummary(_Model):
         return self.model_dump(mode="json")
 
     def describe(self) -> str:
-        """What the plan found, in the one wording the plan stage, the operators and the DAG logs all use."""
-        if self.kind == JobKind.COMPACTION:
-            left = f"; fragments {self.fragments_excluded} left alone (held by live jobs)" if self.fragments_excluded \
-                else ""
-            if self.nothing_to_do:
-                return f"nothing to do: nothing to compact at version {self.read_version}{left}"
-            return (f"{_count(self.tasks, 'rewrite task')} over {_count(self.fragments_to_compute, 'fragment')} "
-                    f"at version {self.read_version}{left}")
-        valid = f"{_count(self.fragments_done, 'fragment')} already valid"
-        if self.nothing_to_do:
-            return f"nothing to do: up to date at version {self.read_version} ({valid})"
-        if self.kind == JobKind.UDTF:
-            return (f"{_count(self.rows_to_compute, 'source row')} to expand in {_count(self.tasks, 'task')} "
-                    f"(view version {self.read_version})")
-        appended = f" ({self.rows_appended:,} source rows appended)" if self.kind == JobKind.REFRESH else ""
-        return (f"{self.rows_to_compute:,} rows to compute{appended} in {_count(self.tasks, 'task')} over "
-                f"{_count(self.fragments_to_compute, 'fragment')} at version {self.read_version}; "
-                f"{_count(self.fragments_reused, 'staged fragment')} reused, {valid}, "
-                f"{self.rows_reused:,} rows already computed")
+        """What the plan found, in the one wording the plan stage, the operators and the DAG logs all use: its
+        kind's plan model words it (:meth:`PlanBase.describe_summary`)."""
+        return plan_model(self.kind).describe_summary(self)
 
 
 def _count(n: int, noun: str) -> str:
@@ -651,11 +667,20 @@ class CompactionPlan(PlanBase):
         return not self.tasks
 
     def summary(self, plan_uri: str) -> PlanSummary:
-        return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind=JobKind.COMPACTION, table=self.table,
+        return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind=self.kind, table=self.table,
                            read_version=self.read_version, rows_to_compute=0, rows_reused=0, tasks=len(self.tasks),
                            fragments_to_compute=len(self.fragments), fragments_reused=0, fragments_done=0,
                            nothing_to_do=self.nothing_to_do, fragments_excluded=self.excluded,
                            fragments_held_by=self.held_by)
+
+    @classmethod
+    def describe_summary(cls, summary: PlanSummary) -> str:
+        left = f"; fragments {summary.fragments_excluded} left alone (held by live jobs)" \
+            if summary.fragments_excluded else ""
+        if summary.nothing_to_do:
+            return f"nothing to do: nothing to compact at version {summary.read_version}{left}"
+        return (f"{_count(summary.tasks, 'rewrite task')} over {_count(summary.fragments_to_compute, 'fragment')} "
+                f"at version {summary.read_version}{left}")
 
 
 class CompactionResult(_Model):
@@ -678,6 +703,18 @@ AnyPlan = ColumnPlan | ExpandPlan | CompactionPlan
 Plan = Annotated[AnyPlan, Field(discriminator="kind")]
 JobPlan = ColumnPlan | ExpandPlan  # the plans of the column kinds: jobs that apply, write+commit and verify
 _PLAN: TypeAdapter[AnyPlan] = TypeAdapter(Plan)
+# The plan model of each kind, read from the union: what a kind's summary is described by.
+_PLAN_MODELS: dict[JobKind, type[PlanBase]] = {
+    kind: model for model in typing.get_args(AnyPlan)
+    for kind in typing.get_args(model.model_fields["kind"].annotation)}
+
+
+def plan_model(kind: JobKind | str) -> type[PlanBase]:
+    """The plan model of a kind (its member or its word); KeyError naming the kinds otherwise."""
+    try:
+        return _PLAN_MODELS[JobKind(kind)]
+    except (ValueError, KeyError):
+        raise KeyError(f"no plan model for job kind '{kind}'; the kinds are {', '.join(_PLAN_MODELS)}") from None
 
 
 def plan_of(fields: dict[str, Any]) -> AnyPlan:
