@@ -24,6 +24,7 @@ from geneva_provider.core.contracts.models import (
     ColumnPlan,
     CompactionPlan,
     ExpandPlan,
+    JobRecord,
     PlanBase,
     PlanSettings,
     plan_from_json,
@@ -44,6 +45,7 @@ from geneva_provider.pipeline.stages.kinds import (
     registered_kinds,
 )
 from geneva_provider.pipeline.stages.planning import open_plan
+from geneva_provider.pipeline.stages.progress_lines import ProgressLines
 from geneva_provider.pipeline.stages.registry import spark_stage
 from geneva_provider.stages import load_plan, plan_compaction
 from tests.helpers import events_table
@@ -161,7 +163,7 @@ def test_a_compaction_is_a_kind_whose_plans_hold_nothing(db, call_dir):
     summary = plan_compaction(tbl.ref, {"target_rows_per_fragment": 10_000})
     plan, store = open_plan(summary.plan_uri)
     spec = kind_of(plan)
-    assert spec is kind_of(JobKind.COMPACTION) and not isinstance(spec, JobKindSpec) and spec.rewrites
+    assert spec is kind_of(JobKind.COMPACTION) and not isinstance(spec, JobKindSpec)
     assert spec.planner is plan_compaction
     assert spec.held_fragments(plan) == set() and spec.checkpoint_prefix(plan) is None
     assert held_fragments(store) == {}  # the live compaction is no holder
@@ -236,3 +238,18 @@ def test_every_kind_has_one_plan_model_which_words_its_summary():
     assert backfill.describe().startswith("1,200 rows to compute in 5 tasks over 6 fragments at version 4; ")
     udtf = plan_from_json((PLANS_MAIN / "udtf.json").read_text(), "here").summary("uri")
     assert udtf.describe() == "300 source rows to expand in 3 tasks (view version 1)"
+
+
+def test_a_progress_line_is_worded_by_its_stage_without_loading_a_kind(monkeypatch):
+    """The triggerer words a compaction's line from the stage registry (its rows land at its one commit), loading no
+    kind's module (which would bring Arrow and Lance into the triggerer)."""
+    monkeypatch.setattr(kinds, "_LOADED", {})
+    now = "2026-01-01T00:00:00+00:00"
+    record = JobRecord(job_id="j", kind=JobKind.COMPACTION, table="t", created_at=now, updated_at=now,
+                       rows_planned=1_100, rows_committed=1_100, rows_checkpointed=0)
+    line = ProgressLines("j", Stage.COMPACT).line(record)
+    assert "1100 of 1100 rows rewritten and committed" in line and "checkpointed" not in line
+    applied = ProgressLines("j", Stage.APPLY).line(record.model_copy(update={"kind": JobKind.BACKFILL,
+                                                                             "rows_checkpointed": 600}))
+    assert "600 of 1100 rows checkpointed" in applied
+    assert kinds._LOADED == {}

@@ -354,7 +354,6 @@ class CompactionKind(KindSpec[CompactionPlan]):
     """
 
     kinds = (JobKind.COMPACTION,)
-    rewrites = True
 
     @property
     def planner(self) -> typing.Callable[..., PlanSummary]:

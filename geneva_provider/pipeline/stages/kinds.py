@@ -101,9 +101,6 @@ class KindSpec(ABC, Generic[P]):
     """
 
     kinds: ClassVar[tuple[JobKind, ...]]
-    # A rewrite of existing rows (a compaction): no checkpoints, and its rows land at its one commit (its progress
-    # line counts rows rewritten and committed, not checkpointed).
-    rewrites: ClassVar[bool] = False
 
     @property
     @abstractmethod

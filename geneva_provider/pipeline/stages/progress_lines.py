@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from geneva_provider.pipeline.stages.kinds import kind_of
 from geneva_provider.pipeline.stages.registry import spark_stage
 
 PROGRESS_SECONDS = 5.0  # the default interval between two looks (and at most one line per look)
@@ -47,7 +46,7 @@ class ProgressLines:
         elapsed = max(time.monotonic() - self._t0, 1e-9)
         rate = (self._done(record) - (self._first or 0)) / elapsed
         status = f"{record.status}, but {note}" if note else str(record.status)
-        if kind_of(record.kind).rewrites:  # a rewrite: no checkpoints, its rows land at its one commit
+        if spark_stage(self.stage).rewrites:  # no checkpoints: its rows land at its one commit
             return (f"{self.stage} {self.job_id}: {status}; {record.rows_committed} of {record.rows_planned} rows "
                     f"rewritten and committed ({rate:.0f} rows/s)")
         return (f"{self.stage} {self.job_id}: {status}; {record.rows_checkpointed} of {record.rows_planned} rows "

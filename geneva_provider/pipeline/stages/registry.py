@@ -37,6 +37,7 @@ class SparkStage:
     result: type[StageResult]  # the model the function returns (a StageReport's ``result``)
     keeps_session: bool = False  # over Spark Connect: leave the session open for the job's next Spark stage
     progress_counter: str = "rows_committed"  # the JobRecord field that counts the rows this stage moves forward
+    rewrites: bool = False  # it rewrites rows, which land at its one commit (its progress line counts them so)
 
     @property
     def function(self) -> StageFunction:
@@ -67,7 +68,8 @@ SPARK_STAGES: dict[Stage, SparkStage] = {entry.name: entry for entry in (
                keeps_session=True,  # write+commit reuses its warm Python workers
                progress_counter="rows_checkpointed"),
     SparkStage(Stage.WRITE_COMMIT, "geneva_provider.pipeline.stages.write:run_write_commit", WriteResult),
-    SparkStage(Stage.COMPACT, "geneva_provider.pipeline.maintenance.compaction:run_compaction", CompactionResult),
+    SparkStage(Stage.COMPACT, "geneva_provider.pipeline.maintenance.compaction:run_compaction", CompactionResult,
+               rewrites=True),
 )}
 
 
