@@ -242,10 +242,11 @@ def kind_of(of: JobKind | str | PlanBase) -> KindSpec[Any]:
 
 def job_kind(kind: JobKind | str) -> JobKindSpec[Any, Any]:
     """The spec of a job kind that computes (its member or its word); KeyError naming those kinds otherwise."""
-    spec = kind_of(kind) if str(kind) in _KINDS else None
+    entry = _KINDS.get(JobKind(kind)) if kind in set(JobKind) else None
+    spec = kind_of(kind) if entry is not None and entry.computes else None
     if not isinstance(spec, JobKindSpec):
         raise KeyError(f"no job kind '{kind}' runs the apply, write+commit and verify stages; those that do are "
-                       f"{', '.join(registered_kinds())}") from None
+                       f"{', '.join(registered_kinds())}")
     return spec
 
 
