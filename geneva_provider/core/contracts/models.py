@@ -303,7 +303,7 @@ class PlanBase(_TableJob):
         return f"{_count(summary.tasks, 'task')} at version {summary.read_version}"
 
 
-def _column_job_found(summary: PlanSummary) -> str | None:
+def _up_to_date(summary: PlanSummary) -> str | None:
     """The column kinds' wording of a plan with nothing to do (None: it has work)."""
     valid = f"{_count(summary.fragments_done, 'fragment')} already valid"
     return f"nothing to do: up to date at version {summary.read_version} ({valid})" if summary.nothing_to_do else None
@@ -419,7 +419,7 @@ class ColumnPlan(_JobPlan):
 
     @classmethod
     def describe_summary(cls, summary: PlanSummary) -> str:
-        if (nothing := _column_job_found(summary)) is not None:
+        if (nothing := _up_to_date(summary)) is not None:
             return nothing
         appended = f" ({summary.rows_appended:,} source rows appended)" if summary.kind == JobKind.REFRESH else ""
         return (f"{summary.rows_to_compute:,} rows to compute{appended} in {_count(summary.tasks, 'task')} over "
@@ -446,7 +446,7 @@ class ExpandPlan(_JobPlan):
 
     @classmethod
     def describe_summary(cls, summary: PlanSummary) -> str:
-        if (nothing := _column_job_found(summary)) is not None:
+        if (nothing := _up_to_date(summary)) is not None:
             return nothing
         return (f"{_count(summary.rows_to_compute, 'source row')} to expand in {_count(summary.tasks, 'task')} "
                 f"(view version {summary.read_version})")
