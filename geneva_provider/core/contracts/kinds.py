@@ -35,11 +35,6 @@ class JobKind(StrEnum):
     COMPACTION = "compaction"
     UDTF = "udtf"  # the refresh of a chunker or batch-UDTF view: rows expanded from source rows
 
-    @property
-    def rewrites(self) -> bool:
-        """A rewrite of existing rows (a compaction): no checkpoints, no fragments held; its rows land at its commit."""
-        return self is JobKind.COMPACTION
-
 
 class RowOutcome(StrEnum):
     """What a UDF error policy made of a row whose call failed."""

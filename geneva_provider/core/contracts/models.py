@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import typing
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -258,18 +259,70 @@ class ColumnIncarnation(_Model):
         return f"column_uid {self.uid or '(none)'}, field ids {self.field_ids}, type {self.type}"
 
 
-class JobSpec(_Model):
-    """What a job computes and where: everything a stage needs except the per-fragment plan."""
+class _TableJob(_Model):
+    """What names a job and the table version it works on: every plan holds it, and so does what executors are sent."""
 
-    kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.UDTF]
+    kind: JobKind
     table: str
     table_uri: str
+    read_version: int
+
+
+class PlanBase(_TableJob):
+    """What every stored job plan holds, whatever its kind: its id, when it was made, the table version it
+    pinned and the checkpoint store it lives in.
+
+    A kind's plan is a subclass with ``kind: Literal[JobKind.X]`` (one branch of :data:`Plan`) that adds its own
+    fields -- a column kind's outputs and incarnations (:class:`JobSpec`), a compaction's rewrite tasks -- and
+    says whether it has anything to do and what its summary is.  What a kind does with its plan is asked of its
+    spec in the pipeline's registry of kinds, never of the plan's type.
+    """
+
+    format: int = PLAN_FORMAT
+    job_id: str
+    created_at: str
+    store_uri: str
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """No work for any stage after the plan: each is a no-op, and the job gets no record."""
+        raise NotImplementedError
+
+    def summary(self, plan_uri: str) -> PlanSummary:
+        """The XCom-sized view of the plan."""
+        raise NotImplementedError
+
+    def label(self) -> str:
+        """How logs and errors name the job."""
+        return f"{self.kind} of table '{self.table}'"
+
+    @classmethod
+    def describe_summary(cls, summary: PlanSummary) -> str:
+        """What a plan of this kind found, from its summary (:meth:`PlanSummary.describe`)."""
+        if summary.nothing_to_do:
+            return f"nothing to do at version {summary.read_version}"
+        return f"{counted(summary.tasks, 'task')} at version {summary.read_version}"
+
+
+def _up_to_date(summary: PlanSummary) -> str | None:
+    """The column kinds' wording of a plan with nothing to do (None: it has work)."""
+    valid = f"{counted(summary.fragments_done, 'fragment')} already valid"
+    return f"nothing to do: up to date at version {summary.read_version} ({valid})" if summary.nothing_to_do else None
+
+
+class JobSpec(_TableJob):
+    """What a column kind's job computes and where: everything a stage needs except the per-fragment plan.
+
+    The column kinds (a UDF column's backfill, a view's refresh, a UDTF view's refresh) write output columns
+    judged by fingerprints; these are their fields, apart from the kind-neutral :class:`PlanBase`.
+    """
+
+    kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.UDTF]
     column: str | None = None
     outputs: list[OutputGroup] = Field(min_length=1)  # the columns the job writes, by fingerprint
     row_fingerprint: str | None = None  # the fingerprint the planner checks row by row (a group's); apply writes it
     input_columns: list[str] = Field(default_factory=list)
     where: str | None = None
-    read_version: int
     output_field_ids: list[int]
     column_uid: str
     data_storage_version: str
@@ -326,13 +379,10 @@ class JobSpec(_Model):
         return f"backfill of column '{self.column}' in table '{self.table}'"
 
 
-class _JobPlan(JobSpec):
-    """What every backfill, view refresh and UDTF refresh plan holds beside its job: settings and counts."""
+class _JobPlan(JobSpec, PlanBase):
+    """What every plan of a column kind (backfill, view refresh, UDTF refresh) holds: the kind-neutral base, its
+    job, and its settings and counts."""
 
-    format: int = PLAN_FORMAT
-    job_id: str
-    created_at: str
-    store_uri: str
     settings: PlanSettings
     rows_to_compute: int
     rows_reused: int
@@ -340,10 +390,6 @@ class _JobPlan(JobSpec):
     def job(self) -> JobSpec:
         """The plan without its fragments and tasks: what executors are sent."""
         return JobSpec.model_validate(self.model_dump(include=set(JobSpec.model_fields)))
-
-    @property
-    def nothing_to_do(self) -> bool:
-        raise NotImplementedError
 
     def _summary(self, plan_uri: str, **counts: Any) -> PlanSummary:
         return PlanSummary(
@@ -372,6 +418,19 @@ class ColumnPlan(_JobPlan):
         return self._summary(plan_uri, tasks=len(self.tasks), fragments_to_compute=self.count(Action.COMPUTE),
                              fragments_reused=self.count(Action.REUSE), fragments_done=self.count(Action.DONE))
 
+    @classmethod
+    def describe_summary(cls, summary: PlanSummary) -> str:
+        if (nothing := _up_to_date(summary)) is not None:
+            return nothing
+        appended = f" ({counted(summary.rows_appended, 'source row')} appended)" \
+            if summary.kind == JobKind.REFRESH else ""
+        return (f"{counted(summary.rows_to_compute, 'row')} to compute{appended} in {counted(summary.tasks, 'task')} "
+                f"over "
+                f"{counted(summary.fragments_to_compute, 'fragment')} at version {summary.read_version}; "
+                f"{counted(summary.fragments_reused, 'staged fragment')} reused, "
+                f"{counted(summary.fragments_done, 'fragment')} already valid, "
+                f"{counted(summary.rows_reused, 'row')} already computed")
+
 
 class ExpandPlan(_JobPlan):
     """A UDTF view refresh's plan: parents (or partitions) expanded into new rows, and the rows they replace."""
@@ -387,6 +446,13 @@ class ExpandPlan(_JobPlan):
     def summary(self, plan_uri: str) -> PlanSummary:
         return self._summary(plan_uri, tasks=len(self.tasks), fragments_to_compute=0, fragments_reused=0,
                              fragments_done=0)
+
+    @classmethod
+    def describe_summary(cls, summary: PlanSummary) -> str:
+        if (nothing := _up_to_date(summary)) is not None:
+            return nothing
+        return (f"{counted(summary.rows_to_compute, 'source row')} to expand in {counted(summary.tasks, 'task')} "
+                f"(view version {summary.read_version})")
 
 
 class PlanSummary(_Model):
@@ -439,25 +505,9 @@ class PlanSummary(_Model):
         return self.model_dump(mode="json")
 
     def describe(self) -> str:
-        """What the plan found, in the one wording the plan stage, the operators and the DAG logs all use."""
-        if self.kind == JobKind.COMPACTION:
-            left = f"; fragments {self.fragments_excluded} left alone (held by live jobs)" if self.fragments_excluded \
-                else ""
-            if self.nothing_to_do:
-                return f"nothing to do: nothing to compact at version {self.read_version}{left}"
-            return (f"{counted(self.tasks, 'rewrite task')} over {counted(self.fragments_to_compute, 'fragment')} "
-                    f"at version {self.read_version}{left}")
-        valid = f"{counted(self.fragments_done, 'fragment')} already valid"
-        if self.nothing_to_do:
-            return f"nothing to do: up to date at version {self.read_version} ({valid})"
-        if self.kind == JobKind.UDTF:
-            return (f"{counted(self.rows_to_compute, 'source row')} to expand in {counted(self.tasks, 'task')} "
-                    f"(view version {self.read_version})")
-        appended = f" ({counted(self.rows_appended, 'source row')} appended)" if self.kind == JobKind.REFRESH else ""
-        return (f"{counted(self.rows_to_compute, 'row')} to compute{appended} in {counted(self.tasks, 'task')} over "
-                f"{counted(self.fragments_to_compute, 'fragment')} at version {self.read_version}; "
-                f"{counted(self.fragments_reused, 'staged fragment')} reused, {valid}, "
-                f"{counted(self.rows_reused, 'row')} already computed")
+        """What the plan found, in the one wording the plan stage, the operators and the DAG logs all use: its
+        kind's plan model words it (:meth:`PlanBase.describe_summary`)."""
+        return plan_model(self.kind).describe_summary(self)
 
 
 
@@ -597,17 +647,10 @@ class Ledger(_Model):
     fragments: dict[int, list[str]] = Field(default_factory=dict)
 
 
-class CompactionPlan(_Model):
+class CompactionPlan(PlanBase):
     """A distributed compaction: Lance's rewrite tasks (pickled), planned on the driver, run on executors."""
 
-    format: int = PLAN_FORMAT
     kind: Literal[JobKind.COMPACTION] = JobKind.COMPACTION
-    job_id: str
-    created_at: str
-    table: str
-    table_uri: str
-    read_version: int
-    store_uri: str
     options: dict[str, Any]
     tasks: list[str]               # base64 pickles of lance.optimize.CompactionTask
     fragments: list[int]           # fragments the tasks rewrite
@@ -624,11 +667,20 @@ class CompactionPlan(_Model):
         return not self.tasks
 
     def summary(self, plan_uri: str) -> PlanSummary:
-        return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind=JobKind.COMPACTION, table=self.table,
+        return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind=self.kind, table=self.table,
                            read_version=self.read_version, rows_to_compute=0, rows_reused=0, tasks=len(self.tasks),
                            fragments_to_compute=len(self.fragments), fragments_reused=0, fragments_done=0,
                            nothing_to_do=self.nothing_to_do, fragments_excluded=self.excluded,
                            fragments_held_by=self.held_by)
+
+    @classmethod
+    def describe_summary(cls, summary: PlanSummary) -> str:
+        left = f"; fragments {summary.fragments_excluded} left alone (held by live jobs)" \
+            if summary.fragments_excluded else ""
+        if summary.nothing_to_do:
+            return f"nothing to do: nothing to compact at version {summary.read_version}{left}"
+        return (f"{counted(summary.tasks, 'rewrite task')} over {counted(summary.fragments_to_compute, 'fragment')} "
+                f"at version {summary.read_version}{left}")
 
 
 class CompactionResult(_Model):
@@ -652,18 +704,31 @@ class CompactionResult(_Model):
                 f"{self.version}{left}")
 
 
-# Every kind of stored plan, told apart by its ``kind``.
-Plan = Annotated[ColumnPlan | ExpandPlan | CompactionPlan, Field(discriminator="kind")]
-JobPlan = ColumnPlan | ExpandPlan  # the plans of jobs that apply, write+commit and verify
-_PLAN: TypeAdapter[ColumnPlan | ExpandPlan | CompactionPlan] = TypeAdapter(Plan)
+# Every kind of stored plan, told apart by its ``kind`` (a new kind's plan model is one more member).
+AnyPlan = ColumnPlan | ExpandPlan | CompactionPlan
+Plan = Annotated[AnyPlan, Field(discriminator="kind")]
+JobPlan = ColumnPlan | ExpandPlan  # the plans of the column kinds: jobs that apply, write+commit and verify
+_PLAN: TypeAdapter[AnyPlan] = TypeAdapter(Plan)
+# The plan model of each kind, read from the union: what a kind's summary is described by.
+_PLAN_MODELS: dict[JobKind, type[PlanBase]] = {
+    kind: model for model in typing.get_args(AnyPlan)
+    for kind in typing.get_args(model.model_fields["kind"].annotation)}
 
 
-def plan_of(fields: dict[str, Any]) -> ColumnPlan | ExpandPlan | CompactionPlan:
+def plan_model(kind: JobKind | str) -> type[PlanBase]:
+    """The plan model of a kind (its member or its word); KeyError naming the kinds otherwise."""
+    try:
+        return _PLAN_MODELS[JobKind(kind)]
+    except (ValueError, KeyError):
+        raise KeyError(f"no plan model for job kind '{kind}'; the kinds are {', '.join(_PLAN_MODELS)}") from None
+
+
+def plan_of(fields: dict[str, Any]) -> AnyPlan:
     """The plan model its ``kind`` names, built from its fields."""
     return _PLAN.validate_python(fields)
 
 
-def plan_from_json(text: str, where: str) -> ColumnPlan | ExpandPlan | CompactionPlan:
+def plan_from_json(text: str, where: str) -> AnyPlan:
     """Parses a stored plan of any kind, refusing another format with a clear error."""
     try:
         head = json.loads(text)

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.contracts.models import CompactionPlan, JobPlan, JobStatus, StagedFiles, plan_from_json
+from geneva_provider.core.contracts.models import JobStatus, PlanBase, StagedFiles, plan_from_json
 from geneva_provider.core.fragments import files_holding, output_files
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.checkpoint import CheckpointStore
@@ -33,7 +33,7 @@ from geneva_provider.core.store.layout import (
     parse_key,
 )
 from geneva_provider.pipeline.stages.job_records import plan_live, read_record, read_records
-from geneva_provider.pipeline.stages.kinds import CheckpointFamily, job_kind, table_kind
+from geneva_provider.pipeline.stages.kinds import CheckpointFamily, kind_of, table_kind
 from geneva_provider.pipeline.stages.planning import load_ledger, validity_signature
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
     older_than = min(older_than, now - dt.datetime.min.replace(tzinfo=dt.UTC))  # nothing is older than the year 1
     keys = {key: parse_key(key) for key in store.list_keys("")}
     result = CleanupResult()
-    live: dict[str, list[JobPlan]] = {}  # job prefix -> its live plans (which keep the checkpoints they need)
+    live: dict[str, list[PlanBase]] = {}  # job prefix -> its live plans (which keep the checkpoints they need)
     plans = {k.job_id: key for key, k in keys.items() if isinstance(k, PlanKey)}
     done = {k.job_id for k in keys.values() if isinstance(k, CommittedKey)}
     stale_plans: set[str] = set()
@@ -72,8 +72,9 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
             continue
         created = dt.datetime.fromisoformat(plan.created_at)
         finished = plan.nothing_to_do or not plan_live(read_record(store, job_id), plan.created_at, job_id in done, now)
-        if not finished and not isinstance(plan, CompactionPlan):
-            live.setdefault(plan.job_prefix, []).append(plan)
+        prefix = kind_of(plan).checkpoint_prefix(plan)  # the kind says which checkpoints its plan reads
+        if not finished and prefix is not None:
+            live.setdefault(prefix, []).append(plan)
         if finished and created < now - older_than:
             stale_plans.add(job_id)
     for key, k in keys.items():
@@ -99,7 +100,7 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
                 _remove(store, key, "ledgers", result)
             continue
         job, fid = batch.job_prefix, batch.frag_id
-        if any(job_kind(plan.kind).keeps_checkpoint(plan, batch) for plan in live.get(job, ())):
+        if any(kind_of(plan).keeps_checkpoint(plan, batch) for plan in live.get(job, ())):
             result.kept_for_live_jobs += 1
             continue
         spec, frag = jobs.get(job), fragments.get(fid)

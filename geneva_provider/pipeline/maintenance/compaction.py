@@ -49,7 +49,7 @@ from geneva_provider.pipeline.stages.job_records import (
     start_record,
     take_over,
 )
-from geneva_provider.pipeline.stages.kinds import job_kind
+from geneva_provider.pipeline.stages.kinds import KindSpec, kind_of
 from geneva_provider.pipeline.stages.planning import open_plan
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ COMPACTION_RETRIES = 2  # each retry plans and runs the rewrites again: fewer th
 
 
 def held_fragments(store: CheckpointStore) -> dict[str, list[int]]:
-    """The live backfills and refreshes of this table, by job id, and the fragments each has still to commit.
+    """The live jobs of this table, by job id, and the fragments each has still to commit (as its kind says).
 
     A job holds its planned fragments while its record says it may still commit them (PENDING or
     RUNNING, heartbeating): until it is verified DONE, fails, or its process is silent past its lease.
@@ -75,15 +75,15 @@ def held_fragments(store: CheckpointStore) -> dict[str, list[int]]:
     for plan_key in jobs.plans():
         job_id, key = plan_key.job_id, plan_key.key()
         record = read_record(store, job_id)
-        if record is not None and (JobKind(record.kind).rewrites or not is_live(record, now)):
+        if record is not None and not is_live(record, now):
             continue  # ended, failed or abandoned: it holds nothing (the plan is read only for a live job)
         try:
             plan = plan_from_json(store.get_text(key), key)
         except (InvalidArgumentError, ValueError, KeyError, OSError):  # unreadable or of another format: not live
             continue
-        if isinstance(plan, CompactionPlan) or not plan_live(record, plan.created_at, jobs.is_committed(job_id), now):
+        if not plan_live(record, plan.created_at, jobs.is_committed(job_id), now):
             continue
-        fragments = sorted(job_kind(plan.kind).held_fragments(plan))
+        fragments = sorted(kind_of(plan).held_fragments(plan))  # the kind says what its plan holds
         if fragments:
             held[plan.job_id] = fragments
     return held
@@ -347,3 +347,26 @@ def _all(holds: dict[str, list[int]]) -> set[int]:
 def _task_fragments(encoded: str) -> set[int]:
     """The fragments a pickled rewrite task reads."""
     return {f.id for f in pickle.loads(base64.b64decode(encoded)).fragments}
+
+
+class CompactionKind(KindSpec[CompactionPlan]):
+    """A compaction as a job kind: planned on the driver, its rewrites run by the compact stage on Spark.
+
+    A rewrite of existing rows: it reads no checkpoints and holds no fragment (a live compaction leaves every
+    fragment to the jobs that plan meanwhile, and re-reads their holds before it commits).
+    """
+
+    kinds = (JobKind.COMPACTION,)
+
+    @property
+    def planner(self) -> typing.Callable[..., PlanSummary]:
+        return plan_compaction
+
+    def held_fragments(self, plan: CompactionPlan) -> set[int]:
+        return set()
+
+    def keeps_checkpoint(self, plan: CompactionPlan, key: typing.Any) -> bool:
+        return False
+
+
+COMPACTION = CompactionKind()

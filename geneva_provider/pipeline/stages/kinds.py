@@ -1,13 +1,14 @@
-"""The job-kind protocol and its registry: the one place that tells one kind of job from another.
+r"""The job-kind protocol and its registry: the one place that tells one kind of job from another.
 
-Every job that computes -- a UDF column's backfill, a view's refresh, a UDTF view's refresh -- runs
-the same stages (plan, apply on Spark, write+commit, verify), and the generic drivers in this
-package hold what they share.  What differs is asked of the kind's :class:`JobKindSpec`: its planner,
-the executor a Spark partition opens once for all its tasks, which tasks are still to run, the
-progress line, write+commit, verify, and which checkpoints a live plan still needs.
+Every kind of job -- a UDF column's backfill, a view's refresh, a UDTF view's refresh, a compaction -- is a
+:class:`KindSpec` registered in ``_KINDS``: what a live plan of it holds (the table's fragments a compaction
+leaves alone, the checkpoints clean-up keeps), its planner, and the Spark stages its jobs run.  The kinds that
+compute (plan, apply on Spark, write+commit, verify) are :class:`JobKindSpec`\ s: the generic drivers in this
+package hold what they share, and what differs is asked of the kind -- the executor a Spark partition opens once
+for all its tasks, which tasks are still to run, the progress line, write+commit, verify.
 
-A new job kind is one more :class:`JobKindSpec` subclass registered in ``_KINDS`` (the checklist is
-in docs/ARCHITECTURE.md, "Adding a job kind"); no stage, operator or clean-up learns its name.
+A new job kind is one more spec registered in ``_KINDS`` (the checklist is in docs/ARCHITECTURE.md, "Adding a job
+kind"); no stage, operator, compaction or clean-up learns its name or its plan's type.
 Specs are named by ``module:attribute`` and imported on first use, so reading the registry loads
 neither Spark nor Lance (the Airflow surface reads it while parsing DAGs).
 """
@@ -21,11 +22,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from geneva_provider.core.contracts.kinds import JobKind
-from geneva_provider.core.views.udtf_meta import is_udtf_view
+from geneva_provider.core.contracts.kinds import JobKind, Stage
 
 if TYPE_CHECKING:
-    from geneva_provider.core.contracts.models import ApplyTaskResult, JobPlan, PlanSummary, VerifyResult, WriteResult
+    from geneva_provider.core.contracts.models import (
+        ApplyTaskResult,
+        JobPlan,
+        PlanBase,
+        PlanSummary,
+        VerifyResult,
+        WriteResult,
+    )
     from geneva_provider.core.lib_types import Dataset
     from geneva_provider.core.refs import TableRef
     from geneva_provider.core.store.checkpoint import CheckpointStore
@@ -36,7 +43,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-P = TypeVar("P", bound="JobPlan")
+P = TypeVar("P", bound="PlanBase")
+JP = TypeVar("JP", bound="JobPlan")
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -85,29 +93,48 @@ class HeldSource:
     version: int | None
 
 
-class JobKindSpec(ABC, Generic[P, T]):
-    """One kind of job: everything the generic stage drivers ask of it.
+class KindSpec(ABC, Generic[P]):
+    """One kind of job, whatever stages it runs: what clean-up, compaction and the stage programs ask of it.
 
-    ``P`` is the kind's plan model (one branch of :data:`~geneva_provider.core.contracts.models.Plan`) and ``T``
-    its task model (what one apply task is sent).
+    ``P`` is the kind's plan model (one branch of :data:`~geneva_provider.core.contracts.models.Plan`, a
+    :class:`~geneva_provider.core.contracts.models.PlanBase`).
     """
 
     kinds: ClassVar[tuple[JobKind, ...]]
+
+    @property
+    @abstractmethod
+    def planner(self) -> Callable[..., PlanSummary]:
+        """The kind's plan stage function (``plan_backfill``, ``plan_refresh``'s body, ``plan_compaction`` ...)."""
+
+    @abstractmethod
+    def held_fragments(self, plan: P) -> set[int]:
+        """The table's fragments a live plan will still commit into (a compaction leaves them alone)."""
+
+    def checkpoint_prefix(self, plan: P) -> str | None:
+        """The job prefix of the batch checkpoints a live plan may still read (None: it reads none)."""
+        return None
+
+    def keeps_checkpoint(self, plan: P, key: BatchKey) -> bool:
+        """Whether a live plan still needs this batch checkpoint of its job prefix (clean-up keeps it)."""
+        return key.frag_id in self.held_fragments(plan)
+
+
+class JobKindSpec(KindSpec[JP], Generic[JP, T]):
+    """One kind of job that computes: everything the generic stage drivers (apply, write+commit, verify) ask of it.
+
+    ``JP`` is the kind's plan model (a column kind's) and ``T`` its task model (what one apply task is sent).
+    """
+
     computed_noun: ClassVar[str] = "rows checkpointed"  # what apply's count of computed work is, in its log line
     counts_calls: ClassVar[bool] = False  # apply reports the function's calls (a UDTF's: parents, partitions)
     # Its job computes the table's UDF columns from another table's rows (a query view's refresh): how stale their
     # values are is the view's lag, not their fingerprints.
     computes_udf_columns: ClassVar[bool] = False
 
-    # ------------------------------------------------------------------ plan
-    @property
-    @abstractmethod
-    def planner(self) -> Callable[..., PlanSummary]:
-        """The kind's plan stage function (``plan_backfill``, ``plan_refresh``'s body, ...)."""
-
     # ------------------------------------------------------------------ apply
     @abstractmethod
-    def pending_tasks(self, plan: P, store: CheckpointStore) -> list[T]:
+    def pending_tasks(self, plan: JP, store: CheckpointStore) -> list[T]:
         """The plan's tasks that checkpoints do not cover whole yet (a retried apply runs only these)."""
 
     @abstractmethod
@@ -115,11 +142,11 @@ class JobKindSpec(ABC, Generic[P, T]):
         """Executor side: what a Spark partition opens once for all its tasks."""
 
     @abstractmethod
-    def progress(self, plan: P, store: CheckpointStore, tasks: list[T]) -> StageProgress:
+    def progress(self, plan: JP, store: CheckpointStore, tasks: list[T]) -> StageProgress:
         """The apply stage's progress line, from the checkpoints written since it began."""
 
     @abstractmethod
-    def death_fallback(self, plan: P, tasks: Sequence[T]) -> str | None:
+    def death_fallback(self, plan: JP, tasks: Sequence[T]) -> str | None:
         """Who died, when a dead Python worker left no marker of the call it was in (the tasks Spark named)."""
 
     def locate(self, runner: TaskRunner, ctx: StageContext, store: CheckpointStore, call: RunningCall,
@@ -129,27 +156,22 @@ class JobKindSpec(ABC, Generic[P, T]):
 
     # ------------------------------------------------------------------ write+commit
     @abstractmethod
-    def check_applied(self, plan: P, store: CheckpointStore) -> None:
+    def check_applied(self, plan: JP, store: CheckpointStore) -> None:
         """Refuses, before any Spark job and changing nothing, a plan whose apply stage has not ended."""
 
     @abstractmethod
-    def write_commit(self, plan: P, store: CheckpointStore, runner: TaskRunner,
+    def write_commit(self, plan: JP, store: CheckpointStore, runner: TaskRunner,
                      storage_options: dict[str, str] | None) -> WriteResult:
         """Writes the checkpoints as table data and commits it (inside the stage's record)."""
 
     # ------------------------------------------------------------------ verify
     @abstractmethod
-    def verify(self, plan: P, store: CheckpointStore, storage_options: dict[str, str] | None) -> VerifyResult:
+    def verify(self, plan: JP, store: CheckpointStore, storage_options: dict[str, str] | None) -> VerifyResult:
         """Checks the committed result; VerificationError naming what is missing or wrong."""
 
     # ------------------------------------------------------------------ clean-up
-    @abstractmethod
-    def held_fragments(self, plan: P) -> set[int]:
-        """The table's fragments a live plan will still commit into (a compaction leaves them alone)."""
-
-    def keeps_checkpoint(self, plan: P, key: BatchKey) -> bool:
-        """Whether a live plan still needs this batch checkpoint of its job prefix (clean-up keeps it)."""
-        return key.frag_id in self.held_fragments(plan)
+    def checkpoint_prefix(self, plan: JP) -> str | None:
+        return plan.job_prefix
 
     @abstractmethod
     def checkpoint_families(self, ds: Dataset, table: TableRef) -> dict[str, CheckpointFamily]:
@@ -162,36 +184,76 @@ class JobKindSpec(ABC, Generic[P, T]):
         return None
 
 
-# The registry: each kind's spec, as "module:attribute" (imported on first use).
-_KINDS: dict[JobKind, str] = {
-    JobKind.BACKFILL: "geneva_provider.pipeline.columns.kind:BACKFILL",
-    JobKind.REFRESH: "geneva_provider.pipeline.columns.kind:REFRESH",
-    JobKind.UDTF: "geneva_provider.pipeline.udtf.kind:UDTF",
+JOB_STAGES = (Stage.APPLY, Stage.WRITE_COMMIT)  # the Spark stages of a kind that computes (verify runs in the task)
+
+
+@dataclass(frozen=True)
+class KindEntry:
+    """A registered kind: its spec, as ``"module:attribute"`` (imported on first use), and the Spark stages its jobs
+    run (a stage program refuses a plan of any other kind before Spark starts)."""
+
+    spec: str
+    spark_stages: tuple[Stage, ...] = JOB_STAGES
+
+    @property
+    def computes(self) -> bool:
+        """Its jobs run apply, write+commit and verify (its spec is a :class:`JobKindSpec`)."""
+        return self.spark_stages == JOB_STAGES
+
+
+# The registry: one line per kind.
+_KINDS: dict[JobKind, KindEntry] = {
+    JobKind.BACKFILL: KindEntry("geneva_provider.pipeline.columns.kind:BACKFILL"),
+    JobKind.REFRESH: KindEntry("geneva_provider.pipeline.columns.kind:REFRESH"),
+    JobKind.UDTF: KindEntry("geneva_provider.pipeline.udtf.kind:UDTF"),
+    JobKind.COMPACTION: KindEntry("geneva_provider.pipeline.maintenance.compaction:COMPACTION", (Stage.COMPACT,)),
 }
-_LOADED: dict[JobKind, JobKindSpec[Any, Any]] = {}
+_LOADED: dict[JobKind, KindSpec[Any]] = {}
 
 
 def registered_kinds() -> list[JobKind]:
     """The job kinds that run the apply, write+commit and verify stages."""
+    return [kind for kind, entry in _KINDS.items() if entry.computes]
+
+
+def every_kind() -> list[JobKind]:
+    """Every registered job kind."""
     return list(_KINDS)
 
 
-def job_kind(kind: JobKind | str) -> JobKindSpec[Any, Any]:
-    """The spec of a job kind (its member or its word); KeyError naming the registered kinds otherwise."""
+def kinds_running(stage: Stage) -> tuple[JobKind, ...]:
+    """The kinds whose jobs run the Spark stage ``stage`` (the plans its program accepts)."""
+    return tuple(kind for kind, entry in _KINDS.items() if stage in entry.spark_stages)
+
+
+def kind_of(of: JobKind | str | PlanBase) -> KindSpec[Any]:
+    """The spec of any registered kind: by its member, its word, or one of its plans; KeyError otherwise."""
+    word = of if isinstance(of, str) else of.kind
     try:
-        member = JobKind(kind)
-        path = _KINDS[member]
+        member = JobKind(word)
+        path = _KINDS[member].spec
     except (ValueError, KeyError):
-        raise KeyError(f"no job kind '{kind}' runs the apply, write+commit and verify stages; those that do are "
-                       f"{', '.join(_KINDS)}") from None
+        raise KeyError(f"no job kind '{word}' is registered; the kinds are {', '.join(_KINDS)}") from None
     if member not in _LOADED:
         module, _, name = path.partition(":")
         _LOADED[member] = getattr(importlib.import_module(module), name)
     return _LOADED[member]
 
 
+def job_kind(kind: JobKind | str) -> JobKindSpec[Any, Any]:
+    """The spec of a job kind that computes (its member or its word); KeyError naming those kinds otherwise."""
+    entry = _KINDS.get(JobKind(kind)) if kind in set(JobKind) else None
+    spec = kind_of(kind) if entry is not None and entry.computes else None
+    if not isinstance(spec, JobKindSpec):
+        raise KeyError(f"no job kind '{kind}' runs the apply, write+commit and verify stages; those that do are "
+                       f"{', '.join(registered_kinds())}")
+    return spec
+
+
 def view_kind(schema_metadata: dict[Any, Any] | None) -> JobKindSpec[Any, Any]:
     """The kind of job that refreshes the view with this schema metadata: a UDTF view's, or a query view's."""
+    from geneva_provider.core.views.udtf_meta import is_udtf_view  # Arrow: not loaded by reading the registry
+
     return job_kind(JobKind.UDTF if is_udtf_view(schema_metadata) else JobKind.REFRESH)
 
 

@@ -17,15 +17,13 @@ import datetime as dt
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
 from geneva_provider.core.contracts.models import (
     Action,
-    ColumnPlan,
-    CompactionPlan,
-    ExpandPlan,
+    AnyPlan,
     ExpandTask,
     FileTarget,
     FragmentCheckpoint,
@@ -50,6 +48,7 @@ from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_run
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open_store, split_key_uri
 from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix, new_job_id, src_files_key
 from geneva_provider.pipeline.stages.job_records import check_leases, start_record, take_over
+from geneva_provider.pipeline.stages.kinds import registered_kinds
 
 if TYPE_CHECKING:
     from geneva_provider.core.catalog import TableResolver
@@ -328,7 +327,7 @@ def save_plan(
 
 
 def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
-              ) -> tuple[ColumnPlan | ExpandPlan | CompactionPlan, CheckpointStore]:
+              ) -> tuple[AnyPlan, CheckpointStore]:
     """Reads a plan document of any kind and opens the store it lives in."""
     try:
         root, key = split_key_uri(plan_uri)
@@ -346,9 +345,10 @@ def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> t
         raise InvalidArgumentError(f"load_plan: plan_uri must be a plan URI string (a plan summary's plan_uri), "
                                    f"got {plan_uri!r}")
     plan, store = open_plan(plan_uri, storage_options)
-    if isinstance(plan, CompactionPlan):
-        raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan, not a backfill or refresh plan")
-    return plan, store
+    if plan.kind not in registered_kinds():
+        raise InvalidArgumentError(f"{plan_uri} is a {plan.kind} plan, not a plan of a job that applies, writes and "
+                                   f"verifies ({', '.join(registered_kinds())})")
+    return cast("JobPlan", plan), store
 
 
 def staged_records(store: CheckpointStore, job: str) -> dict[str, StagedFiles]:

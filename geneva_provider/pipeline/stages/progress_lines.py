@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.wording import skipped_rows
 from geneva_provider.pipeline.stages.registry import spark_stage
 
@@ -48,7 +47,7 @@ class ProgressLines:
         elapsed = max(time.monotonic() - self._t0, 1e-9)
         rate = (self._done(record) - (self._first or 0)) / elapsed
         status = f"{record.status}, but {note}" if note else str(record.status)
-        if JobKind(record.kind).rewrites:  # a rewrite: no checkpoints, its rows land at its one commit
+        if spark_stage(self.stage).rewrites:  # no checkpoints: its rows land at its one commit
             return (f"{self.stage} {self.job_id}: {status}; {record.rows_committed} of {record.rows_planned} rows "
                     f"rewritten and committed ({rate:.0f} rows/s)")
         skipped = skipped_rows(record.rows_failed)

@@ -20,6 +20,7 @@ from typing import Any
 
 from geneva_provider.core.contracts.kinds import JobKind, Stage
 from geneva_provider.core.contracts.models import ApplyResult, CompactionResult, WriteResult
+from geneva_provider.pipeline.stages.kinds import kinds_running
 
 # What a Spark stage returns: the results a StageReport carries (a new stage's result joins both unions).
 StageResult = ApplyResult | WriteResult | CompactionResult
@@ -34,9 +35,9 @@ class SparkStage:
     name: Stage
     function_path: str  # "module:function" of the pipeline function that runs the stage
     result: type[StageResult]  # the model the function returns (a StageReport's ``result``)
-    plan_kinds: tuple[JobKind, ...]  # the kinds of plan the stage runs; another kind is refused before Spark starts
     keeps_session: bool = False  # over Spark Connect: leave the session open for the job's next Spark stage
     progress_counter: str = "rows_committed"  # the JobRecord field that counts the rows this stage moves forward
+    rewrites: bool = False  # it rewrites rows, which land at its one commit (its progress line counts them so)
 
     @property
     def function(self) -> StageFunction:
@@ -44,6 +45,12 @@ class SparkStage:
         module, _, name = self.function_path.partition(":")
         function: StageFunction = getattr(importlib.import_module(module), name)
         return function
+
+    @property
+    def plan_kinds(self) -> tuple[JobKind, ...]:
+        """The kinds of plan the stage runs (the kinds' registry says which run it); another kind is refused before
+        Spark starts."""
+        return kinds_running(self.name)
 
     @property
     def function_name(self) -> str:
@@ -56,16 +63,13 @@ class SparkStage:
         return self.name.value
 
 
-_BACKFILL_OR_REFRESH = (JobKind.BACKFILL, JobKind.REFRESH, JobKind.UDTF)
-
 SPARK_STAGES: dict[Stage, SparkStage] = {entry.name: entry for entry in (
-    SparkStage(Stage.APPLY, "geneva_provider.pipeline.stages.apply:run_apply", ApplyResult, _BACKFILL_OR_REFRESH,
+    SparkStage(Stage.APPLY, "geneva_provider.pipeline.stages.apply:run_apply", ApplyResult,
                keeps_session=True,  # write+commit reuses its warm Python workers
                progress_counter="rows_checkpointed"),
-    SparkStage(Stage.WRITE_COMMIT, "geneva_provider.pipeline.stages.write:run_write_commit", WriteResult,
-               _BACKFILL_OR_REFRESH),
+    SparkStage(Stage.WRITE_COMMIT, "geneva_provider.pipeline.stages.write:run_write_commit", WriteResult),
     SparkStage(Stage.COMPACT, "geneva_provider.pipeline.maintenance.compaction:run_compaction", CompactionResult,
-               (JobKind.COMPACTION,)),
+               rewrites=True),
 )}
 
 
