@@ -299,11 +299,10 @@ class Connection:
             table = table_name
         if table is not None and (not isinstance(table, str) or not table):
             raise InvalidArgumentError(f"list_jobs: table_name must be a table's name, got {table!r}")
-        if isinstance(status, str):  # "cancelled" as the CLI's --status takes it, JobStatus.CANCELLED, "CANCELLED"
-            status = status.upper()
-        if status is not None and status not in JobStatus.__members__:
+        if status is not None and (not isinstance(status, str) or status.upper() not in JobStatus.__members__):
             raise InvalidArgumentError(f"list_jobs: status must be one of {list(JobStatus.__members__)}, got "
                                        f"{status!r}")
+        status = status.upper() if status is not None else None  # "cancelled", as the CLI's --status takes it
         if kind is not None and kind not in list(JobKind):
             raise InvalidArgumentError(f"list_jobs: kind must be one of {[str(k) for k in JobKind]}, got {kind!r}")
         names = [table] if table is not None else self.table_names()
