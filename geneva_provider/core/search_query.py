@@ -156,8 +156,11 @@ def fts_index_columns(ds: Dataset, query: SearchQuery, subject: str) -> list[str
     missing = [c for c in wanted or [] if c not in indexed]
     if missing or not indexed:
         texts = wanted or [f.name for f in ds.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-        named = ", ".join(f"'{c}'" for c in (missing or texts)) or "(the table has no text column)"
-        build = f"tbl.create_fts_index('{(missing or texts or ['text'])[0]}')"
+        if not texts:
+            raise InvalidArgumentError(f"{subject}: {query.text!r} asks for a full-text search, but the table has no "
+                                       "text column; pass a vector for a vector search, or None for a plain read")
+        named = ", ".join(f"'{c}'" for c in (missing or texts))
+        build = f"tbl.to_lance().create_scalar_index('{(missing or texts)[0]}', 'INVERTED')"
         raise InvalidArgumentError(f"{subject}: a full-text search of {query.text!r} needs an FTS (INVERTED) index on "
                                    f"column {named}, which has none (FTS-indexed columns: {indexed}); build one "
                                    f"with {build}")
