@@ -177,9 +177,11 @@ def _followers(table: str, lance_conn_id: str, columns: Sequence[str] | None, vi
 
     if columns is not None and views is not None:
         return change_steps(table, columns, views, view_columns or [])
+    from geneva_provider.facade.followers import table_facts
+
     db = LanceHook(lance_conn_id).database
     db.open_table(table)  # TableNotFoundError naming it
-    plan = followers_of(TableChange(table=table), {name: db.open_table(name).schema for name in db.table_names()})
+    plan = followers_of(TableChange(table=table), table_facts(db))
     if columns is None and views is None:
         return plan
     found = plan.of_kind(BackfillColumn)

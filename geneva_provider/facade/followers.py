@@ -12,7 +12,15 @@ from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.pipeline.followers import BackfillColumn, FollowerPlan, FollowEvent, RefreshView, Step, TableChange
+from geneva_provider.pipeline.followers import (
+    BackfillColumn,
+    FollowerPlan,
+    FollowEvent,
+    RefreshView,
+    Step,
+    TableChange,
+    TableFacts,
+)
 
 if TYPE_CHECKING:
     from geneva_provider.facade.connection import Connection
@@ -53,7 +61,17 @@ def followers(db: Connection, event: str | FollowEvent) -> FollowerPlan:
         raise InvalidArgumentError(f"followers: expected a table name or a follower event "
                                    f"(TableChange, ColumnBackfilled, ...), got {event!r}")
     db.open_table(event.table).dataset()  # TableNotFoundError naming it
-    return followers_of(event, {name: db.open_table(name).schema for name in db.table_names()})
+    return followers_of(event, table_facts(db))
+
+
+def table_facts(db: Connection) -> dict[str, TableFacts]:
+    """What the follower graph's rules read of each table of ``db``: its schema and its indexes."""
+    facts: dict[str, TableFacts] = {}
+    for name in db.table_names():
+        ds = db.open_table(name).dataset()
+        facts[name] = TableFacts(schema=ds.schema, indexes={
+            d.name: tuple(d.field_names) for d in ds.describe_indices()})
+    return facts
 
 
 def follow(db: Connection, event: str | FollowEvent, **options: Any) -> list[FollowedStep]:

@@ -22,6 +22,7 @@ from geneva_provider.pipeline.followers.graph import (
     FollowEvent,
     Step,
     TableChange,
+    TableFacts,
     ViewRefreshed,
     followers_of,
     follows,
@@ -32,6 +33,6 @@ from geneva_provider.pipeline.followers.graph import (
 
 __all__ = [
     "META_REFRESH_ON_CHANGE", "BackfillColumn", "ColumnBackfilled", "Compacted", "FollowEvent", "Follower",
-    "FollowerPlan", "RefreshView", "Step", "TableChange", "ViewRefreshed", "change_steps", "followers_of", "follows",
-    "plan_of", "register_step", "step_from_json", "view_source_of",
+    "FollowerPlan", "RefreshView", "Step", "TableChange", "TableFacts", "ViewRefreshed", "change_steps",
+    "followers_of", "follows", "plan_of", "register_step", "step_from_json", "view_source_of",
 ]

@@ -18,6 +18,7 @@ from geneva_provider.pipeline.followers.graph import (
     FollowEvent,
     Step,
     TableChange,
+    TableFacts,
     ViewRefreshed,
     follows,
     plan_of,
@@ -71,13 +72,13 @@ class RefreshView(Step):
 
 
 @follows(TableChange, ViewRefreshed)
-def after_a_change(event: FollowEvent, tables: Mapping[str, Any]) -> Iterable[Step]:
+def after_a_change(event: FollowEvent, tables: Mapping[str, TableFacts]) -> Iterable[Step]:
     """A changed table's ``auto_backfill`` columns, then the ``refresh_on_change`` views over it (by name)."""
     table = event.table
     steps: list[Step] = [BackfillColumn(table=table, column=c)
-                         for c in (auto_backfill_columns(tables[table]) if table in tables else [])]
-    views = sorted(name for name, schema in tables.items() if name != table and view_source_of(schema) == table
-                   and decoded(schema.metadata).get(META_REFRESH_ON_CHANGE) == "true")
+                         for c in (auto_backfill_columns(tables[table].schema) if table in tables else [])]
+    views = sorted(name for name, t in tables.items() if name != table and view_source_of(t.schema) == table
+                   and decoded(t.schema.metadata).get(META_REFRESH_ON_CHANGE) == "true")
     return steps + [RefreshView(view=v, source=table) for v in views]
 
 

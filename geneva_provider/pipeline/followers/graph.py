@@ -12,7 +12,8 @@ meant editing every consumer.  Here it is data, after pyiceberg's ``TableUpdate`
   says which table it writes, which table it must read after every other step wrote it, and which event its
   commit is;
 * an **edge** is a rule registered with :func:`follows`: ``(event, tables) -> steps`` for the events it names,
-  ``tables`` being every table's Arrow schema by name (what the tables say is what follows them).
+  ``tables`` being every table's :class:`TableFacts` by name -- its Arrow schema and its indexes (what the
+  tables say is what follows them).
 
 :func:`followers_of` walks the rules breadth-first from one event (each step's own event leads to the steps that
 follow it) and returns a :class:`FollowerPlan`: every step once, after the step whose commit caused it and after
@@ -26,11 +27,26 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny
 
 from geneva_provider.core.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """What the rules read of one table: its Arrow schema (UDF columns, view metadata) and its indexes (name ->
+    the columns each indexes), the facts a follower can hang on."""
+
+    schema: Any
+    indexes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, facts: Any) -> TableFacts:
+        """``facts`` as it is, or an Arrow schema alone as the facts of a table without indexes."""
+        return facts if isinstance(facts, TableFacts) else cls(schema=facts)
 
 
 class FollowEvent(BaseModel):
@@ -90,7 +106,7 @@ class Step(BaseModel):
 
 
 _STEPS: dict[str, type[Step]] = {}
-_RULES: dict[type[FollowEvent], list[Callable[[Any, Mapping[str, Any]], Iterable[Step]]]] = {}
+_RULES: dict[type[FollowEvent], list[Callable[[Any, Mapping[str, TableFacts]], Iterable[Step]]]] = {}
 S = TypeVar("S", bound=Step)
 Rule = TypeVar("Rule", bound=Callable[..., Iterable[Step]])
 
@@ -162,15 +178,17 @@ class FollowerPlan(BaseModel):
         return next((i for i in self.followers[index].after if self.followers[i].step.done() == cause), None)
 
 
-def followers_of(event: FollowEvent, tables: Mapping[str, Any]) -> FollowerPlan:
-    """What follows ``event`` among ``tables`` (name -> Arrow schema): the rules' steps, walked breadth-first."""
+def followers_of(event: FollowEvent, tables: Mapping[str, TableFacts | Any]) -> FollowerPlan:
+    """What follows ``event`` among ``tables`` (name -> :class:`TableFacts`, or an Arrow schema alone): the rules'
+    steps, walked breadth-first."""
+    facts = {name: TableFacts.of(t) for name, t in tables.items()}
     found: list[tuple[Step, FollowEvent]] = []
     seen: set[Step] = set()
     queue: deque[FollowEvent] = deque([event])
     while queue:
         happened = queue.popleft()
         for rule in _RULES.get(type(happened), []):
-            for step in rule(happened, tables):
+            for step in rule(happened, facts):
                 if step in seen:
                     continue
                 seen.add(step)
