@@ -125,8 +125,14 @@ def run_index(plan_uri: str, spark: Compute, storage_options: dict[str, str] | N
         if attempt:
             update_record(store, plan.job_id, read_version=build.read_version, rows_planned=build.rows,
                           segments_planned=len(build.groups), segments_done=0, rows_checkpointed=0)
-        done = run_build(table, store, build, runner, tag=job_tag(plan.job_id),
-                         progress=segment_progress(store, plan.job_id, build))
+        look = segment_progress(store, plan.job_id, build)
+        try:
+            done = run_build(table, store, build, runner, tag=job_tag(plan.job_id), progress=look)
+        finally:  # a failed or cancelled build's record too says what it finished (its rerun reuses those)
+            try:
+                look()
+            except Exception as exc:  # noqa: BLE001 - the stage's own outcome (or error) is what matters
+                log.warning("index job %s: could not record its progress: %s", plan.job_id, exc)
         return done.model_copy(update={"job_id": plan.job_id})
 
     with job_stage(store, plan.job_id, Stage.INDEX), runner.retries():
