@@ -244,3 +244,16 @@ def test_the_cli_builds_lists_and_refreshes_an_index_and_refuses_a_bad_one(tbl, 
     assert tbl.version == version
     [job] = db.list_jobs("t", kind="index")
     assert job.status is JobStatus.DONE
+
+
+def test_a_foreground_build_shows_its_progress_and_outcome_where_it_runs(tbl, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="geneva_provider"):
+        result = tbl.create_scalar_index("id", spark=RUNNER, progress=True, target_groups=2)
+    assert result.seconds["total"] > 0 and result.rows_reused == 0
+    assert f"index t: done: {result.describe()}" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="geneva_provider"):
+        tbl.create_scalar_index("label", "BITMAP", spark=RUNNER, progress=False)
+    assert "index t: done" not in caplog.text
