@@ -257,3 +257,15 @@ def test_a_foreground_build_shows_its_progress_and_outcome_where_it_runs(tbl, ca
     with caplog.at_level(logging.INFO, logger="geneva_provider"):
         tbl.create_scalar_index("label", "BITMAP", spark=RUNNER, progress=False)
     assert "index t: done" not in caplog.text
+
+
+def test_the_index_stages_progress_line_counts_segments_from_the_job_record(tbl, db):
+    """What an operator's task log (and a deferred stage's triggerer) says while the index stage runs."""
+    from geneva_provider.pipeline.stages.progress_lines import ProgressLines
+
+    result = tbl.create_index("vec", index_type="IVF_FLAT", num_partitions=8, spark=RUNNER, target_groups=4)
+    record = db.get_job(result.job_id)
+    line = ProgressLines(result.job_id, "index").look(record, final=True)
+    assert line.startswith(f"index {result.job_id}: DONE; 4 of 4 segments built (4000 of 4000 rows;")
+    halfway = record.model_copy(update={"status": JobStatus.RUNNING, "segments_done": 2, "rows_checkpointed": 2000})
+    assert "2 of 4 segments built (2000 of 4000 rows;" in ProgressLines(result.job_id, "index").line(halfway)
