@@ -269,3 +269,22 @@ def test_the_index_stages_progress_line_counts_segments_from_the_job_record(tbl,
     assert line.startswith(f"index {result.job_id}: DONE; 4 of 4 segments built (4000 of 4000 rows;")
     halfway = record.model_copy(update={"status": JobStatus.RUNNING, "segments_done": 2, "rows_checkpointed": 2000})
     assert "2 of 4 segments built (2000 of 4000 rows;" in ProgressLines(result.job_id, "index").line(halfway)
+
+
+def test_a_planned_index_job_holds_no_fragment_and_builds_again_after_a_compaction(tbl, db):
+    """A compaction planned while an index job is live rewrites its fragments anyway (the kind holds none); the
+    index stage then finds them rewritten, plans the build again at the latest version, and indexes every row."""
+    from geneva_provider.core.contracts.index_models import IndexSpec
+    from geneva_provider.pipeline.indexes.kind import plan_index, run_index
+
+    summary = plan_index(tbl.ref, IndexSpec.of("vec", "IVF_FLAT", num_partitions=8), target_groups=4)
+    assert db.get_job(summary.job_id).status is JobStatus.PENDING
+    compacted = tbl.compact(2000, spark=RUNNER)
+    assert compacted.fragments_removed == 8 and not compacted.held_by and not compacted.excluded
+    result = run_index(summary.plan_uri, RUNNER)
+    ds = tbl.dataset()
+    assert result.fragments_indexed == sorted(f.fragment_id for f in ds.get_fragments())
+    assert tbl.index_stats("vec_idx").num_unindexed_rows == 0 and result.rows_indexed == 4000
+    assert db.get_job(summary.job_id).status is JobStatus.DONE
+    ds.validate()
+    assert tbl.cleanup_checkpoints().kept_for_live_jobs == 0
