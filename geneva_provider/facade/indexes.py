@@ -79,8 +79,8 @@ class IndexMethods:
             return index_spec(ds, self.name, vector_column_name, params.pop("column", None),
                               params.pop("index_type", "IVF_PQ"), **params)
         run = self._index_job(spec, spark, options)
-        return JobHandle(self.checkpoint_store, f"index {self.name}", kind=JobKind.INDEX,  # type: ignore[arg-type]
-                         table=self.name).start(run)  # type: ignore[arg-type]
+        return JobHandle(self.checkpoint_store, f"index {self.name}", kind=JobKind.INDEX,
+                         table=self.name).start(run)  # type: ignore[arg-type]  # its result is an IndexBuildResult
 
     def create_scalar_index(self, column: str, index_type: str = "BTREE", *, replace: bool = True,
                             name: str | None = None, spark: Any = None, progress: bool | None = None,
