@@ -17,6 +17,7 @@ def get_provider_info() -> dict[str, Any]:
                           "tags": ["software"]}],
         "hooks": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.hooks.lance"]}],
         "operators": [{"integration-name": "Geneva", "python-modules": ["geneva_provider.operators.backfill",
+                                                                       "geneva_provider.operators.indexes",
                                                                        "geneva_provider.operators.maintenance",
                                                                        "geneva_provider.operators.spark",
                                                                        "geneva_provider.operators.views"]}],

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, computed_field
 
 from geneva_provider.core.column_names import user_columns
+from geneva_provider.core.contracts.index_models import IndexStats
 from geneva_provider.core.errors import ColumnError
 from geneva_provider.core.fingerprints import fingerprint_column
 from geneva_provider.core.fragments import column_leaf_ids, files_holding
@@ -71,13 +72,15 @@ class ViewLag(BaseModel):
 
 
 class TableReport(BaseModel):
-    """What ``Table.status()`` says of a table: its version and rows, its UDF columns' states, a view's lag."""
+    """What ``Table.status()`` says of a table: its version and rows, its UDF columns' states, a view's lag, and
+    each index's rows indexed and unindexed."""
 
     table: str
     version: int
     rows: int
     columns: list[ColumnState] = []
     view: ViewLag | None = None
+    indexes: list[IndexStats] = []
 
     def __str__(self) -> str:
         lines = [f"table {self.table}: version {self.version}, {self.rows:,} rows"]
@@ -90,6 +93,11 @@ class TableReport(BaseModel):
             lines.append(f"view of {v.source}: {at}, source latest {v.source_latest}; rows behind: "
                          f"{_count(v.rows_behind)} ({_count(v.rows_created)} created, {_count(v.rows_updated)} "
                          f"updated, {_count(v.rows_deleted)} deleted)")
+        if self.indexes:
+            lines.append(format_rows(["index", "type", "columns", "indexed", "unindexed", "segments", "partitions"],
+                                     [[i.name, i.index_type, ",".join(i.columns), i.num_indexed_rows,
+                                       i.num_unindexed_rows, i.num_segments, i.num_partitions]
+                                      for i in self.indexes]))
         return "\n".join(lines)
 
 

@@ -55,6 +55,17 @@ def no_vector_column(subject: str, schema: pa.Schema) -> InvalidArgumentError:
     return InvalidArgumentError(f"{subject}: the table has no vector column (a fixed-size list of floats){hint}")
 
 
+def default_vector_column(subject: str, schema: pa.Schema) -> str:
+    """The column a search or an index build takes when none is named: the table's one vector column ("vector"
+    among several); InvalidArgumentError listing the vector columns otherwise."""
+    vectors = [f.name for f in schema if is_vector_type(f.type)]
+    if len(vectors) == 1 or "vector" in vectors:
+        return vectors[0] if len(vectors) == 1 else "vector"
+    if vectors:
+        raise InvalidArgumentError(f"{subject}: several vector columns {vectors}: name one with vector_column_name=")
+    raise no_vector_column(subject, schema)
+
+
 def query_vector(query: Any, subject: str) -> np.ndarray:
     """``query`` as a float64 vector (the user's values, unrounded); InvalidArgumentError naming the value when it
     is no vector of numbers or holds NaN or an infinity (no row has a distance from it)."""

@@ -26,8 +26,8 @@ from geneva_provider.core.query_builder import GenevaQueryBuilder, UdfColumns, c
 from geneva_provider.core.search_query import QueryType, SearchQuery, run_search, wrong_dimension
 from geneva_provider.core.vector_search import (
     check_distance,
+    default_vector_column,
     is_vector_type,
-    no_vector_column,
     not_vectors,
     query_vector,
 )
@@ -201,13 +201,7 @@ def vector_query(table: Table, query: Any, vector_column_name: str | None, datas
     schema = dataset.schema
     vectors = [f.name for f in schema if is_vector_type(f.type)]
     if vector_column_name is None:
-        if len(vectors) == 1 or "vector" in vectors:
-            vector_column_name = vectors[0] if len(vectors) == 1 else "vector"
-        elif vectors:
-            raise InvalidArgumentError(f"{subject}: several vector columns {vectors}: name one with "
-                                       "vector_column_name=")
-        else:
-            raise no_vector_column(subject, schema)
+        vector_column_name = default_vector_column(subject, schema)
     if not isinstance(vector_column_name, str) or vector_column_name not in schema.names:
         from geneva_provider.core.column_names import user_columns
 

@@ -20,6 +20,7 @@ from geneva_provider.core.fingerprints import (
 )
 from geneva_provider.core.functions.udf import UDF, UdfColumnListing, UnpackedUDF, lead_column, udf_column_info
 from geneva_provider.core.refs import TableRef
+from geneva_provider.facade.indexes import IndexMethods
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
 
-class Table:
+class Table(IndexMethods):
     """One Lance table.  Every read opens the latest version, so a Table never goes stale -- unless it is
     checked out at a version (:meth:`checkout`): then it reads that version and refuses every write."""
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.catalog import TableResolver
+from geneva_provider.core.contracts.index_models import IndexBuildResult, IndexRefresh, IndexSpec
 from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.contracts.models import BackfillResult, CompactionResult, JobStatus, PlanSummary
 from geneva_provider.core.contracts.options import BackfillOptions, RefreshOptions
@@ -243,3 +244,52 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
 
 def _rounded(seconds: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in seconds.items()}
+
+
+def build_index(table: TableRef, request: IndexSpec | IndexRefresh, *, spark: Compute | None = None,
+                store: CheckpointStore | None = None, control: JobControl | None = None,
+                target_groups: int | None = None, max_segments: int | None = None) -> IndexBuildResult:
+    """An index build (or refresh) in this process: planned first -- a bad request fails before any Spark session
+    starts, nothing changed --, then its segment tasks and the one commit on ``spark`` (a session or a task runner),
+    the execution context's or active session, or :func:`calls_session` (none is started with nothing to do).
+
+    ``control.cancel()`` and a cancel request from another process (``geneva-provider jobs cancel``) stop its
+    Spark jobs: the job is recorded CANCELLED, nothing committed, and JobCancelledError raised.
+    """
+    from geneva_provider.pipeline.indexes.build import DEFAULT_MAX_SEGMENTS
+    from geneva_provider.pipeline.indexes.kind import plan_index, run_index
+
+    control = control or JobControl()
+    if spark is not None and not is_compute(spark):
+        raise InvalidArgumentError(f"index job on table '{table.name}': spark must be a SparkSession, classic or "
+                                   f"Spark Connect, or a task runner (or None), got {spark!r}")
+    summary = plan_index(table, request, store=store, target_groups=target_groups,
+                         max_segments=DEFAULT_MAX_SEGMENTS if max_segments is None else max_segments,
+                         parallelism=_parallelism(spark))
+    control.summary = summary
+    so = table.storage_options
+    if summary.nothing_to_do:
+        log.info("index job %s on table '%s': %s", summary.job_id, table.name, summary.describe())
+        return IndexBuildResult(index_name=summary.index_name or "", version=summary.read_version,
+                                refresh=isinstance(request, IndexRefresh))
+    store = open_store(split_key_uri(summary.plan_uri)[0], so)
+    try:
+        control.check(Stage.INDEX)
+        with keep_alive(store, summary.job_id), watch_cancel(store, summary.job_id, control.cancel):
+            control.runner = runner = _runner(spark)
+            if control.on_plan is not None:
+                control.on_plan(summary)
+            return run_index(summary.plan_uri, runner, so)
+    except Exception as exc:
+        if not control.cancelled.is_set():
+            if (record := read_record(store, summary.job_id)) is not None and record.status is JobStatus.PENDING:
+                update_record(store, summary.job_id, status=JobStatus.FAILED,
+                              error=f"{type(exc).__name__}: {exc}"[:2_000])
+            raise
+        update_record(store, summary.job_id, status=JobStatus.CANCELLED, error="cancelled",
+                      finished_at=dt.datetime.now(dt.UTC).isoformat())
+        if isinstance(exc, JobCancelledError):
+            raise
+        raise JobCancelledError(f"job {summary.job_id} was cancelled while running") from None
+    finally:
+        control.runner = None

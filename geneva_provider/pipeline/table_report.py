@@ -1,5 +1,5 @@
 """What ``Table.status()`` and ``geneva-provider table status`` say of a table: its UDF columns' rows valid, stale
-and missing, and a view's lag behind its source.
+and missing, a view's lag behind its source, and each index's rows indexed and unindexed.
 
 Unlike a probe (``core/table_status.py``), this reads every UDF column's inputs, to fingerprint them as the next
 backfill's plan does (:func:`~geneva_provider.pipeline.columns.plan_backfill.column_state`): in this process, with
@@ -15,6 +15,7 @@ from geneva_provider.core.functions.udf import udf_column_info
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.table_status import ColumnState, TableReport, ViewLag
 from geneva_provider.pipeline.columns.plan_backfill import column_state
+from geneva_provider.pipeline.indexes.stats import list_indices
 from geneva_provider.pipeline.source_versions import view_lag, view_source
 from geneva_provider.pipeline.stages.kinds import table_kind
 
@@ -38,7 +39,7 @@ def table_report(table: TableRef, resolve: TableResolver | None = None, ds: Data
         source = view_source(table, held.db_uri, held.table, resolve, doing="status")
         lag = view_lag(source, held.version)
     return TableReport(table=table.name, version=ds.version, rows=ds.count_rows(), columns=column_states(table, ds),
-                       view=lag)
+                       view=lag, indexes=list_indices(ds))
 
 
 def column_states(table: TableRef, ds: Dataset | None = None) -> list[ColumnState]:

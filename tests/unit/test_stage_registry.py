@@ -12,6 +12,7 @@ import geneva_provider as gp
 from geneva_provider import stages
 from geneva_provider.core.contracts.kinds import JobKind, Stage
 from geneva_provider.core.contracts.models import JobRecord, PlanSummary, StageReport
+from geneva_provider.operators.indexes import GenevaSparkIndexOperator
 from geneva_provider.operators.maintenance import GenevaSparkCompactOperator
 from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
 from geneva_provider.operators.spark_backends import (
@@ -25,18 +26,19 @@ from geneva_provider.spark_apps import app_path
 from tests.conftest import FAKE_SECRET
 
 OPERATORS = {Stage.APPLY: GenevaSparkApplyOperator, Stage.WRITE_COMMIT: GenevaSparkWriteCommitOperator,
-             Stage.COMPACT: GenevaSparkCompactOperator}
+             Stage.COMPACT: GenevaSparkCompactOperator, Stage.INDEX: GenevaSparkIndexOperator}
 
 
-def test_the_registry_holds_the_three_spark_stages_with_what_each_did_before():
-    assert list(SPARK_STAGES) == [Stage.APPLY, Stage.WRITE_COMMIT, Stage.COMPACT]
+def test_the_registry_holds_the_four_spark_stages_with_what_each_did_before():
+    assert list(SPARK_STAGES) == [Stage.APPLY, Stage.WRITE_COMMIT, Stage.COMPACT, Stage.INDEX]
     assert spark_stage("apply") is SPARK_STAGES[Stage.APPLY]  # the word read back from XCom or a log finds it
-    apply, write, compact = SPARK_STAGES.values()
+    apply, write, compact, index = SPARK_STAGES.values()
     assert apply.plan_kinds == write.plan_kinds == (JobKind.BACKFILL, JobKind.REFRESH, JobKind.UDTF)
     assert compact.plan_kinds == (JobKind.COMPACTION,)
-    assert [e.keeps_session for e in SPARK_STAGES.values()] == [True, False, False]
+    assert index.plan_kinds == (JobKind.INDEX,)
+    assert [e.keeps_session for e in SPARK_STAGES.values()] == [True, False, False, False]
     assert [e.progress_counter for e in SPARK_STAGES.values()] == ["rows_checkpointed", "rows_committed",
-                                                                  "rows_committed"]
+                                                                  "rows_committed", "rows_checkpointed"]
     assert all(counter in JobRecord.model_fields for counter in (e.progress_counter for e in SPARK_STAGES.values()))
     with pytest.raises(KeyError, match="no Spark stage named 'verify'"):
         spark_stage(Stage.VERIFY)

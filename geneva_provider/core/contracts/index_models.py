@@ -14,11 +14,13 @@ from __future__ import annotations
 import base64
 import io
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.wording import counted
 
 METRICS = ("l2", "cosine", "dot")
 NUM_BITS = (4, 8)
@@ -146,6 +148,26 @@ class IndexSpec(BaseModel):
         return {}
 
 
+class IndexRefresh(BaseModel):
+    """A refresh of the existing index ``index_name``: add-only with its saved artifacts, or built again from a
+    new training (``retrain``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index_name: str
+    retrain: bool = False
+
+    @classmethod
+    def of(cls, index_name: Any, retrain: Any = False) -> IndexRefresh:
+        """The request of these arguments; InvalidArgumentError naming the argument and value when one is bad."""
+        if not isinstance(index_name, str) or not index_name:
+            raise InvalidArgumentError(f"refresh_index: the index name must be a non-empty string, got {index_name!r}")
+        if not isinstance(retrain, bool):
+            raise InvalidArgumentError(f"refresh_index of index '{index_name}': retrain must be True or False, "
+                                       f"got {retrain!r}")
+        return cls(index_name=index_name, retrain=retrain)
+
+
 def _index_type(value: Any, column: str) -> IndexType:
     name = value.upper() if isinstance(value, str) else value
     try:
@@ -230,6 +252,7 @@ class IndexBuildPlan(BaseModel):
     rows: int
     refresh: bool = False  # add-only: only fragments no segment covers; the existing segments stay
     replaces: list[str] = []  # uuids of the index's segments the commit removes (a rebuild with replace)
+    group_rows: list[int] = []  # the rows of each group (what a finished segment moves the job's progress by)
     field_id: int
     artifacts: IndexArtifacts  # what every segment of this build is encoded with (saved for refreshes at commit)
 
@@ -265,6 +288,8 @@ class IndexBuildResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    stage: Literal[Stage.INDEX] = Stage.INDEX  # what a stage report's result is told apart by
+    job_id: str | None = None  # the job that built it (None: nothing to do, no job ran)
     index_name: str
     build_id: str | None = None
     version: int
@@ -274,12 +299,23 @@ class IndexBuildResult(BaseModel):
     segments_per_task: list[int] = []
     fragments_indexed: list[int] = []
     rows_indexed: int = 0
+    rows_reused: int = 0  # of the rows indexed, those of segments an earlier (killed) run had finished
     trained: bool = False
     refresh: bool = False
+    seconds: dict[str, float] = {}  # "total": the stage's wall time
 
     @property
     def nothing_to_do(self) -> bool:
         return not self.fragments_indexed
+
+    def describe(self) -> str:
+        """What it did, in the one wording of its log line and the CLI's answer."""
+        if self.nothing_to_do:
+            return f"index '{self.index_name}': nothing to do at version {self.version}"
+        return (f"index '{self.index_name}': {'refreshed' if self.refresh else 'built'} over "
+                f"{counted(len(self.fragments_indexed), 'fragment')} ({counted(self.rows_indexed, 'row')}) in "
+                f"{counted(self.segments_committed, 'segment')} ({self.segments_built} built, {self.segments_reused} "
+                f"from an earlier run) at version {self.version}")
 
 
 class IndexStats(BaseModel):

@@ -17,6 +17,7 @@ class Stage(StrEnum):
     APPLY = "apply"
     WRITE_COMMIT = "write_commit"
     COMPACT = "compact"
+    INDEX = "index"  # an index build's segment tasks and its one commit
     VERIFY = "verify"
 
 
@@ -28,12 +29,13 @@ class UDTFKind(StrEnum):
 
 
 class JobKind(StrEnum):
-    """What a job computes: a UDF column of a table, a view's rows, or a compaction's rewrites."""
+    """What a job computes: a UDF column of a table, a view's rows, a compaction's rewrites, or an index."""
 
     BACKFILL = "backfill"
     REFRESH = "refresh"
     COMPACTION = "compaction"
     UDTF = "udtf"  # the refresh of a chunker or batch-UDTF view: rows expanded from source rows
+    INDEX = "index"  # an index build or add-only refresh: segments on Spark tasks, one commit
 
 
 class RowOutcome(StrEnum):

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from geneva_provider.core.contracts.error_payload import ErrorPayload
+from geneva_provider.core.contracts.index_models import IndexBuildPlan, IndexBuildResult, IndexRefresh, IndexSpec
 from geneva_provider.core.contracts.kinds import DigestScheme, EventStatus, JobKind, RowOutcome, Stage
 from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
 from geneva_provider.core.resources import ResourceAsk
@@ -474,6 +475,7 @@ class PlanSummary(_Model):
     nothing_to_do: bool
     fragments_excluded: list[int] = Field(default_factory=list)  # compaction: left alone, held by live jobs
     fragments_held_by: dict[str, list[int]] = Field(default_factory=dict)  # compaction: live job id -> its fragments
+    index_name: str | None = None  # an index build: the index it builds or refreshes
 
     @classmethod
     def from_xcom(cls, value: Any) -> PlanSummary:
@@ -704,8 +706,48 @@ class CompactionResult(_Model):
                 f"{self.version}{left}")
 
 
+class IndexPlan(PlanBase):
+    """An index build or add-only refresh as a job: what was asked (``request``) and the build it planned -- one
+    pinned version, fragment groups (one segment task each), the artifacts trained once on the driver -- or None
+    when there is nothing to index (a refresh of an index covering every fragment)."""
+
+    kind: Literal[JobKind.INDEX] = JobKind.INDEX
+    index_name: str
+    request: IndexSpec | IndexRefresh  # a build of a spec, or a refresh of an index by name
+    build: IndexBuildPlan | None = None
+    target_groups: int | None = None  # segment tasks asked for (None: the runner's parallelism)
+    max_segments: int
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """Nothing to index: the index stage is a no-op and the job gets no record."""
+        return self.build is None
+
+    @property
+    def column(self) -> str | None:
+        return self.build.spec.column if self.build is not None else getattr(self.request, "column", None)
+
+    def summary(self, plan_uri: str) -> PlanSummary:
+        build = self.build
+        fragments = sum(len(g) for g in build.groups) if build is not None else 0
+        return PlanSummary(job_id=self.job_id, plan_uri=plan_uri, kind=self.kind, table=self.table, column=self.column,
+                           read_version=self.read_version, rows_to_compute=build.rows if build is not None else 0,
+                           rows_reused=0, tasks=len(build.groups) if build is not None else 0,
+                           fragments_to_compute=fragments, fragments_reused=0, fragments_done=0,
+                           nothing_to_do=self.nothing_to_do, index_name=self.index_name)
+
+    @classmethod
+    def describe_summary(cls, summary: PlanSummary) -> str:
+        if summary.nothing_to_do:
+            return (f"nothing to do: index '{summary.index_name}' covers every fragment at version "
+                    f"{summary.read_version}")
+        return (f"index '{summary.index_name}' on column '{summary.column}': "
+                f"{counted(summary.tasks, 'segment task')} over {counted(summary.fragments_to_compute, 'fragment')} "
+                f"({counted(summary.rows_to_compute, 'row')}) at version {summary.read_version}")
+
+
 # Every kind of stored plan, told apart by its ``kind`` (a new kind's plan model is one more member).
-AnyPlan = ColumnPlan | ExpandPlan | CompactionPlan
+AnyPlan = ColumnPlan | ExpandPlan | CompactionPlan | IndexPlan
 Plan = Annotated[AnyPlan, Field(discriminator="kind")]
 JobPlan = ColumnPlan | ExpandPlan  # the plans of the column kinds: jobs that apply, write+commit and verify
 _PLAN: TypeAdapter[AnyPlan] = TypeAdapter(Plan)
@@ -746,7 +788,8 @@ class StageReport(_Model):
 
     status: Literal[EventStatus.SUCCESS, EventStatus.FAILED]
     error: ErrorPayload | None = None  # FAILED: what the stage raised, and whether a retry can help
-    result: ApplyResult | WriteResult | CompactionResult | None = Field(default=None, discriminator="stage")
+    result: ApplyResult | WriteResult | CompactionResult | IndexBuildResult | None = Field(
+        default=None, discriminator="stage")
 
     def to_xcom(self) -> dict[str, Any]:
         return {"status": self.status.value, **(self.result.model_dump(mode="json") if self.result else {})}
@@ -873,6 +916,8 @@ class JobRecord(_Model):
     write_seconds: float = 0.0          # write+commit: the writer tasks (the stage's time less its commits)
     commit_seconds: float = 0.0         # write+commit: the commits, on the driver
     commit_conflict_retries: int = 0    # commits retried after a concurrent writer's commit
+    segments_planned: int | None = None  # an index build: its segment tasks (fragment groups)
+    segments_done: int | None = None     # an index build: the segments finished so far (a rerun's found ones too)
 
     # -- the reference's (LanceDB Geneva's) names for the same record, read-only --------------------
     @property

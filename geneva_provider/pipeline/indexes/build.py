@@ -1,4 +1,7 @@
-"""An index build or add-only refresh as one job: plan on the driver, segments on Spark tasks, one commit.
+"""The engine of an index build or add-only refresh: planned on the driver, segments on Spark tasks, one commit.
+
+:mod:`.kind` makes it a job (its plan document, record, Spark stage and cancel); this module is what that job
+does: :func:`plan_build` checks the request and plans the build, :func:`run_build` runs and commits it.
 
 The plan pins one version, cuts the fragments into contiguous row-balanced groups and trains IVF / PQ once
 (or reuses the saved artifacts); its id is a digest of the table, version, spec and groups, so a killed
@@ -20,12 +23,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from geneva_provider.core.contracts.index_models import (
     IndexArtifacts,
     IndexBuildPlan,
     IndexBuildResult,
+    IndexRefresh,
     IndexSpec,
     IndexType,
     SegmentTaskResult,
@@ -39,15 +43,14 @@ from geneva_provider.pipeline.indexes.groups import fragment_groups
 from geneva_provider.pipeline.indexes.segments import build_segments
 from geneva_provider.pipeline.indexes.stats import index_segments, unindexed_fragments
 from geneva_provider.pipeline.indexes.training import train_artifacts
-from geneva_provider.pipeline.spark.runner import job_tag
-from geneva_provider.pipeline.spark.task_runner import task_runner
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
     from geneva_provider.core.store.checkpoint import CheckpointStore
-    from geneva_provider.pipeline.spark.task_runner import Compute, TaskRunner
+    from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_MAX_SEGMENTS = 32  # segments one index may have; a query searches each one
 # Rows below which a fragment group is not worth a task and a segment of its own: a refresh of a few small
@@ -58,7 +61,7 @@ MIN_GROUP_ROWS = 1_000
 REBUILDS = 2
 
 
-class _Stale(Exception):
+class Stale(Exception):
     """The fragments a build indexed were rewritten since its pinned version: its segments cannot be committed."""
 
     def __init__(self, fragments: list[int]) -> None:
@@ -66,13 +69,13 @@ class _Stale(Exception):
         self.fragments = fragments
 
 
-def _rebuilding(table: TableRef, name: str, once: Callable[[], IndexBuildResult]) -> IndexBuildResult:
-    """``once()``, planned and run again at the latest version when another writer (a compaction) rewrote the
-    fragments it indexed meanwhile -- at most :data:`REBUILDS` times; nothing half-committed either way."""
+def rebuilding(table: TableRef, name: str, once: Callable[[int], T]) -> T:
+    """``once(attempt)``, planned and run again at the latest version when another writer (a compaction) rewrote
+    the fragments it indexed meanwhile -- at most :data:`REBUILDS` times; nothing half-committed either way."""
     for attempt in range(REBUILDS + 1):
         try:
-            return once()
-        except _Stale as stale:
+            return once(attempt)
+        except Stale as stale:
             log.warning("index '%s' of table '%s': %s by another writer while its segments were built; building "
                         "them again at the latest version (attempt %d)", name, table.name, stale, attempt + 2)
             last = stale
@@ -80,25 +83,28 @@ def _rebuilding(table: TableRef, name: str, once: Callable[[], IndexBuildResult]
                       f"{REBUILDS + 1} builds; nothing was committed: build it again when the table is quiet")
 
 
-def create_index(table: TableRef, spec: IndexSpec, spark: Compute, *, store: CheckpointStore | None = None,
-                 target_groups: int | None = None, max_segments: int = DEFAULT_MAX_SEGMENTS) -> IndexBuildResult:
-    """Builds ``spec``'s index over every fragment of ``table``: segments by tasks, one commit.
+def plan_build(table: TableRef, request: IndexSpec | IndexRefresh, store: CheckpointStore, *, parallelism: int,
+               target_groups: int | None = None, max_segments: int = DEFAULT_MAX_SEGMENTS) -> IndexBuildPlan | None:
+    """The build of ``request`` at the table's latest version -- checked, its groups cut and its artifacts trained
+    (or found: a killed build's plan at the same version) -- or None when a refresh has nothing to index.
 
-    Checked before any Spark job (:func:`~geneva_provider.pipeline.indexes.checks.check_index`); an index of
-    the same name is refused unless ``spec.replace``, and replaced by the commit otherwise.  ``target_groups``:
-    how many segment tasks (default: the runner's parallelism).  Rerun after a kill, it resumes.
+    Every check happens here, before any Spark job and before anything is written: a bad spec, an index name
+    taken by another column, an existing index without ``replace``, a refresh of an unknown index.
     """
-    _check_max(max_segments)
-    return _rebuilding(table, spec.index_name, partial(_create_once, table, spec, spark, store, target_groups,
-                                                       max_segments))
+    check_max(max_segments)
+    if isinstance(request, IndexRefresh):
+        saved = IndexRecords(store, request.index_name).artifacts()
+        if request.retrain and saved is not None:
+            request = saved.spec.model_copy(update={"replace": True})
+        else:
+            return _plan_refresh(table, request.index_name, store, parallelism, target_groups, max_segments)
+    return _plan_create(table, request, store, parallelism, target_groups, max_segments)
 
 
-def _create_once(table: TableRef, spec: IndexSpec, spark: Compute, store: CheckpointStore | None,
-                 target_groups: int | None, max_segments: int) -> IndexBuildResult:
-    runner = task_runner(spark)
+def _plan_create(table: TableRef, spec: IndexSpec, store: CheckpointStore, parallelism: int,
+                 target_groups: int | None, max_segments: int) -> IndexBuildPlan:
     ds = table.dataset()
     target = check_index(ds, spec, table.name)
-    store = store or table.checkpoint_store()
     name = spec.index_name
     existing = index_segments(ds, name)
     on = sorted({c for s in existing for c in s["fields"]})
@@ -108,34 +114,12 @@ def _create_once(table: TableRef, spec: IndexSpec, spark: Compute, store: Checkp
     if existing and not spec.replace:
         raise InvalidArgumentError(f"create_index on table '{table.name}': an index named '{name}' exists on "
                                    f"column '{spec.column}'; pass replace=True to build it again")
-    groups = fragment_groups(ds, _groups_wanted(target_groups, runner, target.spec, max_segments, target.rows))
-    plan = _plan(table, ds, store, target, groups, replaces=[s["uuid"] for s in existing], refresh=False)
-    return _run(table, store, plan, runner)
+    groups = fragment_groups(ds, _groups_wanted(target_groups, parallelism, target.spec, max_segments, target.rows))
+    return _plan(table, ds, store, target, groups, replaces=[s["uuid"] for s in existing], refresh=False)
 
 
-def refresh_index(table: TableRef, index_name: str, spark: Compute, *, store: CheckpointStore | None = None,
-                  target_groups: int | None = None, max_segments: int = DEFAULT_MAX_SEGMENTS,
-                  retrain: bool = False) -> IndexBuildResult:
-    """Indexes, add-only, the fragments of ``table`` the index ``index_name`` does not cover (new, rewritten,
-    remapped) with its saved artifacts -- no retraining -- and commits them as new segments beside the old.
-
-    ``retrain=True`` builds the whole index again from a new training instead.  Nothing to index: no Spark
-    job, no commit.
-    """
-    _check_max(max_segments)
-    if retrain:
-        saved = IndexRecords(store or table.checkpoint_store(), index_name).artifacts()
-        if saved is not None:
-            return create_index(table, saved.spec.model_copy(update={"replace": True}), spark, store=store,
-                                target_groups=target_groups, max_segments=max_segments)
-    return _rebuilding(table, index_name, partial(_refresh_once, table, index_name, spark, store, target_groups,
-                                                  max_segments))
-
-
-def _refresh_once(table: TableRef, index_name: str, spark: Compute, store: CheckpointStore | None,
-                  target_groups: int | None, max_segments: int) -> IndexBuildResult:
-    runner = task_runner(spark)
-    store = store or table.checkpoint_store()
+def _plan_refresh(table: TableRef, index_name: str, store: CheckpointStore, parallelism: int,
+                  target_groups: int | None, max_segments: int) -> IndexBuildPlan | None:
     saved = IndexRecords(store, index_name).artifacts()
     ds = table.dataset()
     existing = index_segments(ds, index_name)
@@ -150,34 +134,33 @@ def _refresh_once(table: TableRef, index_name: str, spark: Compute, store: Check
     if not new:
         log.info("index '%s' of table '%s' covers every fragment at version %d: nothing to refresh", index_name,
                  table.name, ds.version)
-        return IndexBuildResult(index_name=index_name, version=ds.version, refresh=True)
+        return None
     target = IndexTarget(saved.spec, field_id_of(ds, saved.spec.column, table.name), saved.dimension,
                          ds.count_rows())
     new_rows = sum(f.count_rows() for f in ds.get_fragments() if f.fragment_id in set(new))
-    groups = fragment_groups(ds, _groups_wanted(target_groups, runner, saved.spec, max_segments, new_rows), new)
+    groups = fragment_groups(ds, _groups_wanted(target_groups, parallelism, saved.spec, max_segments, new_rows), new)
     adding = 1 if saved.spec.index_type.merges_segments else len(groups)
     replaces: list[str] = []
     if len(existing) + adding > max_segments:
         log.info("index '%s' of table '%s': %d segments + %d new would pass max_segments=%d; re-encoding every "
                  "fragment with the saved artifacts into new segments", index_name, table.name, len(existing),
                  adding, max_segments)
-        wanted = _groups_wanted(target_groups, runner, saved.spec, max_segments, target.rows)
+        wanted = _groups_wanted(target_groups, parallelism, saved.spec, max_segments, target.rows)
         groups, replaces = fragment_groups(ds, wanted), [s["uuid"] for s in existing]
-    plan = _plan(table, ds, store, target, groups, replaces=replaces, refresh=not replaces, saved=saved)
-    return _run(table, store, plan, runner)
+    return _plan(table, ds, store, target, groups, replaces=replaces, refresh=not replaces, saved=saved)
 
 
-def _check_max(max_segments: int) -> None:
+def check_max(max_segments: int) -> None:
     if isinstance(max_segments, bool) or not isinstance(max_segments, int) or max_segments < 1:
         raise InvalidArgumentError(f"max_segments must be a positive whole number, got {max_segments!r}")
 
 
-def _groups_wanted(target_groups: int | None, runner: TaskRunner, spec: IndexSpec, max_segments: int,
+def _groups_wanted(target_groups: int | None, parallelism: int, spec: IndexSpec, max_segments: int,
                    rows: int) -> int:
     """How many segment tasks: ``target_groups``, else the runner's parallelism but no group under
     :data:`MIN_GROUP_ROWS` rows; never more than ``max_segments`` for types whose segments stay apart."""
     wanted = target_groups if target_groups is not None else \
-        max(1, min(runner.parallelism(), -(-rows // MIN_GROUP_ROWS)))
+        max(1, min(parallelism, -(-rows // MIN_GROUP_ROWS)))
     if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
         raise InvalidArgumentError(f"index '{spec.index_name}': target_groups must be a positive whole number, "
                                    f"got {wanted!r}")
@@ -198,11 +181,12 @@ def _plan(table: TableRef, ds: Dataset, store: CheckpointStore, target: IndexTar
                  ds.version)
         return found
     artifacts = saved or train_artifacts(ds, target)
+    rows = {f.fragment_id: f.count_rows() for f in ds.get_fragments()}
+    group_rows = [sum(rows.get(f, 0) for f in group) for group in groups]
     plan = IndexBuildPlan(build_id=build_id, table=table.name, table_uri=table.uri, store_uri=store.uri or "",
                           read_version=ds.version, spec=spec, groups=groups, field_id=target.field_id,
-                          rows=sum(f.count_rows() for f in ds.get_fragments() if f.fragment_id in
-                                   {g for group in groups for g in group}),
-                          refresh=refresh, replaces=replaces, artifacts=artifacts)
+                          rows=sum(group_rows), group_rows=group_rows, refresh=refresh, replaces=replaces,
+                          artifacts=artifacts)
     records.put_plan(plan)
     return plan
 
@@ -230,7 +214,7 @@ class _Commit:
         live = {f.fragment_id for f in latest.get_fragments()}
         rewritten = sorted(f for group in self.plan.groups for f in group if f not in live)
         if rewritten:
-            raise _Stale(rewritten)
+            raise Stale(rewritten)
         gone = set(self.plan.replaces)
         removed = [Index(uuid=s["uuid"], name=s["name"], fields=[self.plan.field_id], dataset_version=s["version"],
                          fragment_ids=s["fragment_ids"], index_version=0)
@@ -241,15 +225,17 @@ class _Commit:
         return int(done.version)
 
 
-def _run(table: TableRef, store: CheckpointStore, plan: IndexBuildPlan, runner: TaskRunner) -> IndexBuildResult:
-    """The plan's segment tasks (finished ones only looked up), then the one commit."""
+def run_build(table: TableRef, store: CheckpointStore, plan: IndexBuildPlan, runner: TaskRunner, *, tag: str,
+              progress: Callable[[], str | None] | None = None) -> IndexBuildResult:
+    """The plan's segment tasks (finished ones only looked up; ``tag`` marks their Spark jobs, which a cancel
+    stops), then the one commit; :class:`Stale` when another writer rewrote the fragments meanwhile."""
     name = plan.spec.index_name
     records = IndexRecords(store, name)
     with runner.retries():
         encoded = runner.run_tasks(list(range(len(plan.groups))), partial(
             build_segments, plan.model_dump_json(), plan.artifacts.model_dump_json(),
             runner.options_for_tasks(table.storage_options)),
-            description=f"geneva index {table.name}.{name}", tag=job_tag(f"index-{plan.build_id}"))
+            description=f"geneva index {table.name}.{name}", tag=tag, progress=progress)
     results = [SegmentTaskResult.model_validate_json(r) for r in encoded]
     finished = records.segments(plan.build_id)
     if len(finished) != len(plan.groups):
@@ -262,7 +248,7 @@ def _run(table: TableRef, store: CheckpointStore, plan: IndexBuildPlan, runner: 
     change = _Commit(table, plan, segments)
     try:
         done = commit(table, f"commit of index '{name}'", change.apply, landed=change.landed, look_first=True)
-    except _Stale:
+    except Stale:
         records.drop_build(plan.build_id)
         raise
     records.put_artifacts(plan.artifacts)
@@ -275,5 +261,7 @@ def _run(table: TableRef, store: CheckpointStore, plan: IndexBuildPlan, runner: 
                             segments_reused=len(results) - built, segments_committed=len(segments),
                             segments_per_task=[int(r.built) for r in results],
                             fragments_indexed=sorted(f for g in plan.groups for f in g), rows_indexed=plan.rows,
+                            rows_reused=sum(plan.group_rows[r.group] for r in results
+                                            if not r.built and r.group < len(plan.group_rows)),
                             trained=not plan.refresh and plan.artifacts.trained_at_version == plan.read_version,
                             refresh=plan.refresh)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from geneva_provider.core.contracts.index_models import MIN_ROWS_PER_CODE, IndexSpec, IndexType
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
-from geneva_provider.core.vector_search import is_vector_type, not_vectors
+from geneva_provider.core.vector_search import default_vector_column, is_vector_type, not_vectors
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -68,6 +68,39 @@ def check_index(ds: Dataset, spec: IndexSpec, table: str) -> IndexTarget:
                                    f"{kind.value}")
     resolved = spec.model_copy(update={"num_partitions": partitions, "num_sub_vectors": sub_vectors})
     return IndexTarget(resolved, field_id, dimension, rows)
+
+
+def index_spec(ds: Dataset, table: str, vector_column_name: str | None = None, column: str | None = None,
+               index_type: Any = "IVF_PQ", **params: Any) -> IndexSpec:
+    """The spec of a ``create_index`` call as LanceDB takes it: ``vector_column_name`` and ``column`` are synonyms
+    (both given and different: refused); neither given, the table's one vector column for a vector index (an
+    error listing the vector columns otherwise).  Checked against ``ds`` by :func:`check_index` when planned."""
+    subject = f"create_index on table '{table}'"
+    if vector_column_name is not None and column is not None and vector_column_name != column:
+        raise InvalidArgumentError(f"{subject}: vector_column_name={vector_column_name!r} and column={column!r} "
+                                   "name the same argument; give one of them")
+    chosen = vector_column_name if vector_column_name is not None else column
+    if chosen is None:
+        kind = IndexSpec.of("?", index_type).index_type  # the index type checked first (naming it)
+        if not kind.is_vector:
+            raise InvalidArgumentError(f"{subject}: a {kind.value} index needs the column to index: pass column=")
+        chosen = default_vector_column(subject, ds.schema)
+    return IndexSpec.of(chosen, index_type, **params)
+
+
+def refresh_name(table: str, index_name: str | None, column: str | None) -> str:
+    """The index a refresh names: ``index_name``, or LanceDB's default name of ``column``'s index
+    (``<column>_idx``); InvalidArgumentError when neither is given, or both and they disagree."""
+    subject = f"refresh_index on table '{table}'"
+    for arg, value in (("name", index_name), ("column", column)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InvalidArgumentError(f"{subject}: {arg} must be a non-empty string, got {value!r}")
+    if index_name is None and column is None:
+        raise InvalidArgumentError(f"{subject}: name the index (name=) or its column (column=)")
+    if index_name is not None and column is not None and index_name != f"{column}_idx":
+        raise InvalidArgumentError(f"{subject}: name={index_name!r} is not the index of column={column!r} "
+                                   f"('{column}_idx'); give one of them")
+    return index_name if index_name is not None else f"{column}_idx"
 
 
 def field_id_of(ds: Dataset, column: str, table: str) -> int:

@@ -207,6 +207,7 @@ _KINDS: dict[JobKind, KindEntry] = {
     JobKind.REFRESH: KindEntry("geneva_provider.pipeline.columns.kind:REFRESH"),
     JobKind.UDTF: KindEntry("geneva_provider.pipeline.udtf.kind:UDTF"),
     JobKind.COMPACTION: KindEntry("geneva_provider.pipeline.maintenance.compaction:COMPACTION", (Stage.COMPACT,)),
+    JobKind.INDEX: KindEntry("geneva_provider.pipeline.indexes.kind:INDEX", (Stage.INDEX,)),
 }
 _LOADED: dict[JobKind, KindSpec[Any]] = {}
 

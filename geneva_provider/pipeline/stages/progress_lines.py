@@ -35,7 +35,8 @@ class ProgressLines:
         """The line for this look at ``record`` (None: nothing to say yet); ``final`` always makes one."""
         if self._first is None:
             self._first = self._done(record)
-        state = (record.status, record.rows_checkpointed, record.rows_ready, record.rows_committed, note)
+        state = (record.status, record.rows_checkpointed, record.rows_ready, record.rows_committed,
+                 getattr(record, "segments_done", None), note)
         self._quiet += 1
         if not final and state == self._last and self._quiet < HEARTBEATS:
             return None
@@ -47,6 +48,10 @@ class ProgressLines:
         elapsed = max(time.monotonic() - self._t0, 1e-9)
         rate = (self._done(record) - (self._first or 0)) / elapsed
         status = f"{record.status}, but {note}" if note else str(record.status)
+        if spark_stage(self.stage).builds_segments:  # its rows are indexed segment by segment, committed at the end
+            return (f"{self.stage} {self.job_id}: {status}; {record.segments_done or 0} of "
+                    f"{record.segments_planned or 0} segments built ({record.rows_checkpointed} of "
+                    f"{record.rows_planned} rows; {rate:.0f} rows/s)")
         if spark_stage(self.stage).rewrites:  # no checkpoints: its rows land at its one commit
             return (f"{self.stage} {self.job_id}: {status}; {record.rows_committed} of {record.rows_planned} rows "
                     f"rewritten and committed ({rate:.0f} rows/s)")

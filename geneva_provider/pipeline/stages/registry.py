@@ -1,6 +1,6 @@
 """The registry of the Spark stages: what each runs, the program that submits it, what it returns.
 
-One entry per stage that runs on Spark (apply, write+commit, compact).  Everything that used to
+One entry per stage that runs on Spark (apply, write+commit, compact, index).  Everything that used to
 repeat a stage's words derives from its entry: the ``spark_apps`` programs (each is one line,
 ``run_stage(Stage.APPLY)``), the kinds of plan a program accepts, the Airflow operators (their
 ``stage``, whether the Spark Connect session is kept for the job's next stage, the job-record
@@ -18,12 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from geneva_provider.core.contracts.index_models import IndexBuildResult
 from geneva_provider.core.contracts.kinds import JobKind, Stage
 from geneva_provider.core.contracts.models import ApplyResult, CompactionResult, WriteResult
 from geneva_provider.pipeline.stages.kinds import kinds_running
 
 # What a Spark stage returns: the results a StageReport carries (a new stage's result joins both unions).
-StageResult = ApplyResult | WriteResult | CompactionResult
+StageResult = ApplyResult | WriteResult | CompactionResult | IndexBuildResult
 # A Spark stage's function: (plan URI, SparkSession -- classic or Spark Connect -, storage options) -> its result.
 StageFunction = Callable[[str, Any, dict[str, str] | None], StageResult]
 
@@ -38,6 +39,7 @@ class SparkStage:
     keeps_session: bool = False  # over Spark Connect: leave the session open for the job's next Spark stage
     progress_counter: str = "rows_committed"  # the JobRecord field that counts the rows this stage moves forward
     rewrites: bool = False  # it rewrites rows, which land at its one commit (its progress line counts them so)
+    builds_segments: bool = False  # its progress is segments finished out of those planned (an index build's)
 
     @property
     def function(self) -> StageFunction:
@@ -70,6 +72,9 @@ SPARK_STAGES: dict[Stage, SparkStage] = {entry.name: entry for entry in (
     SparkStage(Stage.WRITE_COMMIT, "geneva_provider.pipeline.stages.write:run_write_commit", WriteResult),
     SparkStage(Stage.COMPACT, "geneva_provider.pipeline.maintenance.compaction:run_compaction", CompactionResult,
                rewrites=True),
+    SparkStage(Stage.INDEX, "geneva_provider.pipeline.indexes.kind:run_index", IndexBuildResult,
+               progress_counter="rows_checkpointed",  # the rows of the segments finished so far
+               builds_segments=True),
 )}
 
 
