@@ -187,24 +187,32 @@ def test_a_view_refresh_refreshes_the_views_index(db):
     ds.validate()
 
 
-def test_a_compaction_keeps_the_index_and_recall_and_loses_no_row(db):
+def test_a_compaction_coalesces_fragments_each_indexed_apart_and_keeps_recall_and_rows(db):
     runner = InProcessRunner(parallelism=2)
     tbl = db.create_table("t", clustered(4000), max_rows_per_file=500)
     create_index(tbl.ref, pq_spec(), runner)
-    for i in range(4):  # 4 small fragments, each appended and indexed by the follower of the change
+    for i in range(4):  # 4 small fragments, each appended and indexed apart by the follower of the change
         tbl.add(clustered(100, start=4000 + 100 * i, seed=10 + i))
-    assert [d.result.fragments_indexed for d in db.follow("t", spark=runner)] == [[8, 9, 10, 11]]
+        assert [d.result.fragments_indexed for d in db.follow("t", spark=runner)] == [[8 + i]]
     ds = tbl.to_lance()
+    assert index_stats(ds, "vec_idx").num_segments == 5
     qs = queries(ds.to_table())
-    before, fragments = recall(ds, qs), len(ds.get_fragments())
+    before = recall(ds, qs)
+    with pytest.raises(InvalidArgumentError, match="target_rows_per_fragment"):
+        tbl.compact(0, spark=runner)
+    assert tbl.version == ds.version  # a bad option changes nothing
     result = tbl.compact(500, spark=runner)
-    assert result.fragments_removed >= 3 and result.indexes == []  # the remap covered every new fragment
+    assert result.fragments_removed >= 3
+    [remapped] = result.indexes  # the remap check indexed what the compaction made of the small fragments
+    assert remapped.refresh and not remapped.trained and remapped.rows_indexed == 400
     ds = tbl.to_lance()
-    assert len(ds.get_fragments()) <= fragments - 2
+    assert len(ds.get_fragments()) <= 9
     assert sorted(ds.to_table(columns=["id"]).column("id").to_pylist()) == list(range(4400))
-    assert index_stats(ds, "vec_idx").num_unindexed_rows == 0
+    stats = index_stats(ds, "vec_idx")
+    assert (stats.num_unindexed_rows, stats.num_segments, stats.num_partitions) == (0, 2, 16)
     assert recall(ds, qs) == pytest.approx(before, abs=0.01)
     ds.validate()
+    assert tbl.compact(500, spark=runner).indexes == []  # nothing left to compact or to index
 
 
 # ------------------------------------------------------------------ the drift rule

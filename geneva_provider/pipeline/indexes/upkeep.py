@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBuildResult
 from geneva_provider.core.store.layout import IndexRecords
 from geneva_provider.pipeline.indexes.build import refresh_index
+from geneva_provider.pipeline.indexes.checks import field_id_of
 from geneva_provider.pipeline.indexes.drift import DRIFT_RETRAIN_FACTOR, drift
 from geneva_provider.pipeline.indexes.stats import index_segments, unindexed_fragments
 from geneva_provider.pipeline.spark.task_runner import is_compute
@@ -74,6 +75,70 @@ def refresh_indexes(table: TableRef, names: Sequence[str], spark: Compute | Call
         result = refresh_index(table, name, compute, store=holder, retrain=retrain or drifted)
         results.append(result.model_copy(update={"drift": measured}))
     return results
+
+
+def release_delta_segments(table: TableRef, target_rows: int, store: CheckpointStore | None = None) -> list[str]:
+    """Before a compaction: drops the small segments that would keep it from coalescing small fragments.
+
+    Lance compacts only fragments covered by the identical set of segments (lance.md §13), so fragments each
+    indexed by a refresh of their own -- one small segment each -- are never compacted.  Of each index the
+    package built (saved artifacts), the segments over fewer than ``target_rows`` rows (the compaction's
+    ``target_rows_per_fragment``) are dropped when there are two or more of them -- but the largest, when every
+    segment is that small: an index keeps at least one.  Their fragments are then unindexed (searched by a flat
+    scan, answers unchanged) until the compaction's remap check indexes what the compaction made of them,
+    add-only with the saved artifacts.  One commit per index, through the committer (watchers ignore it).
+    Returns the names of the indexes whose segments were dropped.
+    """
+    released = []
+    for name in indexes_on(table.dataset()):
+        if _saved(table, name, store) is not None and _drop_deltas(table, name, target_rows):
+            released.append(name)
+    return released
+
+
+def _deltas(ds: Dataset, name: str, target_rows: int) -> list[Any]:
+    """The segments of index ``name`` a compaction to ``target_rows`` rows would be blocked by (see above)."""
+    rows = {f.fragment_id: f.count_rows() for f in ds.get_fragments()}
+    segments = index_segments(ds, name)
+    size = {s["uuid"]: sum(rows.get(int(f), 0) for f in s["fragment_ids"]) for s in segments}
+    small = [s for s in segments if size[s["uuid"]] < target_rows]
+    if len(small) < 2:
+        return []
+    if len(small) == len(segments):
+        small.remove(max(small, key=lambda s: size[s["uuid"]]))
+    return small
+
+
+def _drop_deltas(table: TableRef, name: str, target_rows: int) -> bool:
+    import lance
+    from lance.dataset import Index
+
+    from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX, Attempt, commit, commit_messages
+
+    ds = table.dataset()
+    if not _deltas(ds, name, target_rows):
+        return False
+    message = f"{OWN_COMMIT_PREFIX}index {name} small segments dropped for a compaction at version {ds.version}"
+
+    def landed(latest: Dataset) -> bool | None:
+        return True if message in commit_messages(latest, ds.version) else None
+
+    def apply(attempt: Attempt) -> bool:
+        latest = attempt.latest or ds
+        dropped = _deltas(latest, name, target_rows)
+        if not dropped:
+            return False
+        ids = {s["uuid"]: [field_id_of(latest, c, table.name) for c in s["fields"]] for s in dropped}
+        removed = [Index(uuid=s["uuid"], name=s["name"], fields=ids[s["uuid"]], dataset_version=s["version"],
+                         fragment_ids=s["fragment_ids"], index_version=0) for s in dropped]
+        lance.LanceDataset.commit(table.uri, lance.LanceOperation.CreateIndex(new_indices=[], removed_indices=removed),
+                                  read_version=latest.version, commit_message=message,
+                                  storage_options=table.storage_options)
+        log.info("index '%s' of table '%s': %d small segments dropped so that a compaction can coalesce their "
+                 "fragments; the compaction's remap check indexes them again", name, table.name, len(dropped))
+        return True
+
+    return commit(table, f"drop of small segments of index '{name}'", apply, landed=landed, reapplies=True).value
 
 
 def _compute(spark: Compute | Callable[[], Compute]) -> Compute:
