@@ -5,6 +5,7 @@ must-show cases on Spark)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import lance
 import numpy as np
@@ -29,6 +30,7 @@ from geneva_provider.pipeline.followers import (
 from geneva_provider.pipeline.indexes import create_index, index_stats, indexes_on, refresh_indexes
 from geneva_provider.pipeline.indexes.drift import DRIFT_RETRAIN_FACTOR
 from geneva_provider.stages import InProcessRunner
+from tests.helpers import Chunk
 from tests.index_data import DIM, clustered, embedding, make_embed, queries, recall, write_table
 
 
@@ -173,6 +175,31 @@ def test_a_follow_after_a_backfill_runs_the_index_step(db):
     assert db.follow(ColumnBackfilled(table="docs", column="vec"), spark=runner)[0].result is None  # nothing to do
 
 
+def test_a_tables_change_is_followed_by_its_backfill_then_the_index_step(db):
+    @gp.udf(data_type=pa.list_(pa.float32(), DIM), auto_backfill=True)
+    def vec(id: int) -> list[float]:
+        return embedding(id, 0).tolist()
+
+    runner = InProcessRunner(parallelism=2)
+    tbl = db.create_table("docs", pa.table({"id": pa.array(range(2000), pa.int64())}), max_rows_per_file=500)
+    tbl.add_columns({"vec": vec})
+    tbl.backfill("vec", spark=runner)
+    create_index(tbl.ref, pq_spec(), runner)
+    tbl.add(pa.table({"id": pa.array(range(2000, 2400), pa.int64())}))
+    plan = db.followers("docs")
+    assert plan.steps() == [BackfillColumn(table="docs", column="vec"), RefreshIndex(table="docs", index="vec_idx")]
+    assert plan.followers[1].after == (0,)
+    done = db.follow("docs", spark=runner)
+    backfilled, indexed = done[0].result, done[1].result
+    assert backfilled.rows_computed == 400 and [r.fragments_indexed for r in backfilled.indexes] == [[4]]
+    assert indexed is None  # the backfill's own index stage left it nothing to do: no commit
+    assert tbl.version == backfilled.indexes[0].version
+    assert index_stats(tbl.to_lance(), "vec_idx").num_unindexed_rows == 0
+    tbl.add(pa.table({"id": pa.array(range(2400, 2500), pa.int64())}))
+    handle = tbl.backfill_async("vec", spark=runner, refresh_indexes=False)
+    assert handle.result().indexes == [] and index_stats(tbl.to_lance(), "vec_idx").num_unindexed_rows == 100
+
+
 def test_a_view_refresh_refreshes_the_views_index(db):
     runner = InProcessRunner(parallelism=2)
     src = db.create_table("src", clustered(3000), max_rows_per_file=500)
@@ -213,6 +240,32 @@ def test_a_compaction_coalesces_fragments_each_indexed_apart_and_keeps_recall_an
     assert recall(ds, qs) == pytest.approx(before, abs=0.01)
     ds.validate()
     assert tbl.compact(500, spark=runner).indexes == []  # nothing left to compact or to index
+
+
+@gp.chunker
+def pairs(text: str) -> Iterator[Chunk]:
+    words = text.split()
+    for i in range(0, len(words), 2):
+        yield Chunk(" ".join(words[i:i + 2]), i)
+
+
+def test_a_chunker_views_refresh_refreshes_its_full_text_index(db):
+    runner = InProcessRunner(parallelism=2)
+    words = ["apple", "banana", "cherry", "damson"]
+    text = [" ".join(words[(i + k) % 4] for k in range(6)) + f" doc{i}" for i in range(1200)]
+    docs = db.create_table("docs", pa.table({"id": pa.array(range(1200), pa.int64()), "text": text}),
+                           max_rows_per_file=300)
+    chunks = db.create_udtf_view("chunks", docs.search(None).select(["id", "text"]), udtf=pairs)
+    chunks.refresh(spark=runner)
+    create_index(chunks.ref, IndexSpec.of("chunk", "FTS"), runner)
+    docs.add(pa.table({"id": pa.array([1200, 1201], pa.int64()), "text": ["zucchini apple", "fig zucchini"]}))
+    result = chunks.refresh(spark=runner)
+    assert [(r.index_name, r.refresh) for r in result.indexes] == [("chunk_idx", True)]
+    ds = chunks.to_lance()
+    assert index_stats(ds, "chunk_idx").num_unindexed_rows == 0
+    found = ds.to_table(full_text_query="zucchini", columns=["id", "chunk"])
+    assert sorted(found.column("chunk").to_pylist()) == ["fig zucchini", "zucchini apple"]
+    ds.validate()
 
 
 # ------------------------------------------------------------------ the drift rule
