@@ -3,7 +3,7 @@
 A backfill of an indexed column un-indexes the fragments it rewrote, a view's refresh adds and rewrites
 fragments, a compaction's remap may leave fragments uncovered (lance.md §13).  After such a commit the job
 refreshes the indexes it touched with :func:`refresh_indexes`: each indexes add-only the fragments no segment
-covers, with the index's saved artifacts (:func:`~geneva_provider.pipeline.indexes.build.refresh_index`) --
+covers, with the index's saved artifacts (:func:`~geneva_provider.pipeline.indexes.refresh_index`) --
 never retraining unless asked (``retrain=True``) or the new rows drifted from the training
 (:mod:`.drift`), never Lance's default ``optimize_indices()``.  An index with nothing to index costs no Spark
 job and no commit; one the package did not build (no saved artifacts) is left as it is, with a warning saying
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBuildResult
 from geneva_provider.core.store.layout import IndexRecords
-from geneva_provider.pipeline.indexes.build import refresh_index
 from geneva_provider.pipeline.indexes.checks import field_id_of
 from geneva_provider.pipeline.indexes.drift import DRIFT_RETRAIN_FACTOR, drift
 from geneva_provider.pipeline.indexes.stats import index_segments, unindexed_fragments
@@ -48,6 +47,8 @@ def refresh_indexes(table: TableRef, names: Sequence[str], spark: Compute | Call
     index.  The artifacts are looked up in ``store``, then in the table's own checkpoint store.  An index whose
     new rows drifted past :data:`~geneva_provider.pipeline.indexes.drift.DRIFT_RETRAIN_FACTOR` is retrained.
     """
+    from geneva_provider.pipeline import indexes  # the package's refresh_index, wherever the engine defines it
+
     results: list[IndexBuildResult] = []
     compute: Compute | None = None
     for name in names:
@@ -72,7 +73,7 @@ def refresh_indexes(table: TableRef, names: Sequence[str], spark: Compute | Call
                      table.name, measured, DRIFT_RETRAIN_FACTOR)
         if compute is None:
             compute = _compute(spark)
-        result = refresh_index(table, name, compute, store=holder, retrain=retrain or drifted)
+        result = indexes.refresh_index(table, name, compute, store=holder, retrain=retrain or drifted)
         results.append(result.model_copy(update={"drift": measured}))
     return results
 
