@@ -24,7 +24,12 @@ from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.checkpoint import CheckpointStore, open_store, split_key_uri
 from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
-from geneva_provider.pipeline.indexes.upkeep import indexes_on, refresh_indexes, release_delta_segments
+from geneva_provider.pipeline.indexes.upkeep import (
+    indexes_on,
+    refresh_indexes,
+    release_delta_segments,
+    view_refresh_indexes,
+)
 from geneva_provider.pipeline.maintenance.compaction import compaction_options, plan_compaction, run_compaction
 from geneva_provider.pipeline.spark.contexts import context_session, ship_manifest
 from geneva_provider.pipeline.spark.runner import local_session, running_context
@@ -95,10 +100,11 @@ def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: T
             spark: Compute | None = None, store: CheckpointStore | None = None, control: JobControl | None = None,
             refresh_indexes: bool = True) -> BackfillResult:
     """Refreshes a materialized view in this process: new source rows, then every stale fragment; then, with
-    ``refresh_indexes``, every index of the view (:func:`refresh_job_indexes`)."""
+    ``refresh_indexes``, the indexes on the columns it writes (:func:`refresh_job_indexes`; an index on a UDF
+    column added to the view follows that column's backfill)."""
     return run_job(view, "*", lambda parallelism: plan_refresh(
         view, options, resolve=resolve, store=store, parallelism=parallelism), spark, control,
-        manifest=udtf_manifest(view), indexes=indexes_on if refresh_indexes else None)
+        manifest=udtf_manifest(view), indexes=view_refresh_indexes if refresh_indexes else None)
 
 
 def udtf_manifest(view: TableRef) -> Any:

@@ -205,13 +205,19 @@ def test_a_view_refresh_refreshes_the_views_index(db):
     src = db.create_table("src", clustered(3000), max_rows_per_file=500)
     view = db.create_materialized_view("near", src.search(None).where("id % 2 = 0").select({"id": "id", "vec": "vec"}))
     view.refresh(spark=runner)
+    view.add_columns({"e": make_embed()(model=0)})  # a UDF column put on the view: its backfill computes it
+    view.backfill("e", spark=runner)
     create_index(view.ref, IndexSpec.of("vec", "IVF_FLAT", num_partitions=8), runner)
+    create_index(view.ref, IndexSpec.of("e", "IVF_FLAT", num_partitions=8), runner)
     src.add(clustered(1000, start=3000, seed=5))
     result = view.refresh(spark=runner)
-    assert [(r.index_name, r.trained) for r in result.indexes] == [("vec_idx", False)]
+    assert [(r.index_name, r.trained) for r in result.indexes] == [("vec_idx", False)]  # not e's: NULL until
     ds = view.to_lance()
     assert index_stats(ds, "vec_idx").num_unindexed_rows == 0 and ds.count_rows() == 2000
-    ds.validate()
+    assert index_stats(ds, "e_idx").num_unindexed_rows == 500
+    assert [r.index_name for r in view.backfill("e", spark=runner).indexes] == ["e_idx"]
+    assert index_stats(view.to_lance(), "e_idx").num_unindexed_rows == 0
+    view.to_lance().validate()
 
 
 def test_a_compaction_coalesces_fragments_each_indexed_apart_and_keeps_recall_and_rows(db):

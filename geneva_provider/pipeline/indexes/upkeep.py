@@ -38,6 +38,16 @@ def indexes_on(ds: Dataset, columns: Iterable[str] | None = None) -> list[str]:
     return sorted(d.name for d in ds.describe_indices() if wanted is None or wanted & set(d.field_names))
 
 
+def view_refresh_indexes(ds: Dataset) -> list[str]:
+    """The indexes a view's refresh writes the columns of: every index of the view but those on a UDF column put on
+    it with ``add_columns`` (not the query's own UDF columns, which the refresh computes) -- such a column is NULL
+    in new rows until its backfill, whose own index stage refreshes its index."""
+    from geneva_provider.core.views.meta import added_udf_columns
+
+    added = added_udf_columns(ds.schema)
+    return sorted(d.name for d in ds.describe_indices() if not added & set(d.field_names))
+
+
 def refresh_indexes(table: TableRef, names: Sequence[str], spark: Compute | Callable[[], Compute],
                     store: CheckpointStore | None = None, *, retrain: bool = False) -> list[IndexBuildResult]:
     """Refreshes each index of ``names`` on ``table`` add-only with its saved artifacts; returns what each
