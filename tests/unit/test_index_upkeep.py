@@ -274,6 +274,23 @@ def test_a_chunker_views_refresh_refreshes_its_full_text_index(db):
     ds.validate()
 
 
+def test_a_compaction_leaves_a_builds_segments_and_a_single_delta_alone(db):
+    """No churn: a build's SQ segments (one per group, never merged) and one refresh's delta are not dropped, so
+    the compaction re-encodes nothing; the index stays whole."""
+    runner = InProcessRunner(parallelism=4)
+    tbl = db.create_table("t", clustered(4000), max_rows_per_file=500)
+    assert create_index(tbl.ref, IndexSpec.of("vec", "IVF_SQ", num_partitions=8), runner).segments_committed == 4
+    tbl.add(clustered(200, start=4000, seed=3))
+    [done] = db.follow("t", spark=runner)
+    assert done.result.fragments_indexed == [8]
+    result = tbl.compact(spark=runner)  # lance's default target: every fragment is small
+    assert result.indexes == []
+    ds = tbl.to_lance()
+    stats = index_stats(ds, "vec_idx")
+    assert (stats.num_unindexed_rows, stats.num_segments) == (0, 5) and ds.count_rows() == 4200
+    ds.validate()
+
+
 # ------------------------------------------------------------------ the drift rule
 def test_rows_from_the_training_distribution_are_added_and_drifted_rows_retrain(tmp_path):
     runner = InProcessRunner(parallelism=2)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBuildResult
 from geneva_provider.core.store.layout import IndexRecords
+from geneva_provider.pipeline.indexes.build import MIN_GROUP_ROWS
 from geneva_provider.pipeline.indexes.checks import field_id_of
 from geneva_provider.pipeline.indexes.drift import DRIFT_RETRAIN_FACTOR, drift
 from geneva_provider.pipeline.indexes.stats import index_segments, unindexed_fragments
@@ -93,9 +94,11 @@ def release_delta_segments(table: TableRef, target_rows: int, store: CheckpointS
 
     Lance compacts only fragments covered by the identical set of segments (lance.md §13), so fragments each
     indexed by a refresh of their own -- one small segment each -- are never compacted.  Of each index the
-    package built (saved artifacts), the segments over fewer than ``target_rows`` rows (the compaction's
-    ``target_rows_per_fragment``) are dropped when there are two or more of them -- but the largest, when every
-    segment is that small: an index keeps at least one.  Their fragments are then unindexed (searched by a flat
+    package built (saved artifacts), the delta segments -- over fewer rows than the compaction's
+    ``target_rows_per_fragment`` and than a build's smallest group (``MIN_GROUP_ROWS``, 1,000: what the refresh
+    of a few small appended fragments makes; a build's segments are bigger, and so is a refresh whose fragments
+    compact among themselves) -- are dropped when there are two or more of them, never the index's largest
+    segment.  Their fragments are then unindexed (searched by a flat
     scan, answers unchanged) until the compaction's remap check indexes what the compaction made of them,
     add-only with the saved artifacts.  One commit per index, through the committer (watchers ignore it).
     Returns the names of the indexes whose segments were dropped.
@@ -112,12 +115,9 @@ def _deltas(ds: Dataset, name: str, target_rows: int) -> list[Any]:
     rows = {f.fragment_id: f.count_rows() for f in ds.get_fragments()}
     segments = index_segments(ds, name)
     size = {s["uuid"]: sum(rows.get(int(f), 0) for f in s["fragment_ids"]) for s in segments}
-    small = [s for s in segments if size[s["uuid"]] < target_rows]
-    if len(small) < 2:
-        return []
-    if len(small) == len(segments):
-        small.remove(max(small, key=lambda s: size[s["uuid"]]))
-    return small
+    largest = max(segments, key=lambda s: size[s["uuid"]])["uuid"] if segments else None
+    small = [s for s in segments if size[s["uuid"]] < min(target_rows, MIN_GROUP_ROWS) and s["uuid"] != largest]
+    return small if len(small) >= 2 else []
 
 
 def _drop_deltas(table: TableRef, name: str, target_rows: int) -> bool:
