@@ -27,8 +27,9 @@ from geneva_provider.pipeline.followers import (
     followers_of,
     step_from_json,
 )
-from geneva_provider.pipeline.indexes import create_index, index_stats, indexes_on, refresh_indexes
+from geneva_provider.pipeline.indexes import create_index, index_stats
 from geneva_provider.pipeline.indexes.drift import DRIFT_RETRAIN_FACTOR
+from geneva_provider.pipeline.indexes.upkeep import indexes_on, refresh_indexes
 from geneva_provider.stages import InProcessRunner
 from tests.helpers import Chunk
 from tests.index_data import DIM, clustered, embedding, make_embed, queries, recall, write_table

@@ -13,7 +13,6 @@ The traps this avoids are in ``lance.md`` §13 of the project's notes.
 from geneva_provider.pipeline.indexes.build import DEFAULT_MAX_SEGMENTS, create_index, refresh_index
 from geneva_provider.pipeline.indexes.groups import fragment_groups
 from geneva_provider.pipeline.indexes.stats import index_stats, list_indices, unindexed_fragments
-from geneva_provider.pipeline.indexes.upkeep import indexes_on, refresh_indexes
 
-__all__ = ["DEFAULT_MAX_SEGMENTS", "create_index", "fragment_groups", "index_stats", "indexes_on",
-           "list_indices", "refresh_index", "refresh_indexes", "unindexed_fragments"]
+__all__ = ["DEFAULT_MAX_SEGMENTS", "create_index", "fragment_groups", "index_stats", "list_indices",
+           "refresh_index", "unindexed_fragments"]
