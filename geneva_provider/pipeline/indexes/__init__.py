@@ -6,8 +6,9 @@ encoded by tasks, one per group, through the package's task runner (:mod:`.segme
 them as one index (:mod:`.build`); :mod:`.kind` makes that a job kind (plan document, record, Spark stage,
 cancel).  Everything a rerun needs is in the checkpoint store, so a killed build
 resumes without rebuilding its finished segments, and an add-only refresh encodes only the fragments the index
-does not cover with the saved artifacts.  :mod:`.stats` says what an index covers.  The traps this avoids are
-in ``lance.md`` §13 of the project's notes.
+does not cover with the saved artifacts.  :mod:`.stats` says what an index covers; :mod:`.upkeep` refreshes a
+job's indexes after its commit, retraining only when asked or when :mod:`.drift` measures the new rows drifted.
+The traps this avoids are in ``lance.md`` §13 of the project's notes.
 """
 
 from geneva_provider.pipeline.indexes.build import DEFAULT_MAX_SEGMENTS
