@@ -309,3 +309,15 @@ def test_rows_from_the_training_distribution_are_added_and_drifted_rows_retrain(
     assert (stats.num_unindexed_rows, stats.num_partitions, stats.num_segments) == (0, 16, 1)
     qs = np.concatenate([queries(far, 20), queries(clustered(4000), 20)])
     assert recall(ds, qs) >= 0.9 and DIM == qs.shape[1]
+
+
+def test_an_explicit_refresh_index_applies_the_same_drift_rule(db):
+    """``Table.refresh_index`` (and the Airflow refresh plan, which plans the same way) retrains a drifted index as
+    the upkeep stage does: the rule lives in the refresh's plan, not in one caller."""
+    runner = InProcessRunner(parallelism=2)
+    tbl = db.create_table("t", clustered(4000), max_rows_per_file=500)
+    tbl.create_index(column="vec", num_partitions=16, num_sub_vectors=8, spark=runner, progress=False)
+    tbl.add(clustered(1000, start=4000, seed=4, shift=25.0))
+    moved = tbl.refresh_index("vec_idx", spark=runner, progress=False)
+    assert moved.drift > DRIFT_RETRAIN_FACTOR and moved.trained and not moved.refresh
+    assert tbl.index_stats("vec_idx").num_unindexed_rows == 0

@@ -258,6 +258,7 @@ class IndexBuildPlan(BaseModel):
     group_rows: list[int] = []  # the rows of each group (what a finished segment moves the job's progress by)
     field_id: int
     artifacts: IndexArtifacts  # what every segment of this build is encoded with (saved for refreshes at commit)
+    drift: float | None = None  # a refresh's measured drift of the rows it indexes (pipeline/indexes/drift.py)
 
 
 class SegmentRecord(BaseModel):

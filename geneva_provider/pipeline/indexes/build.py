@@ -39,6 +39,7 @@ from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.layout import IndexRecords, short_hash
 from geneva_provider.pipeline.committer import OWN_COMMIT_PREFIX, Attempt, commit, commit_messages
 from geneva_provider.pipeline.indexes.checks import IndexTarget, check_index, field_id_of
+from geneva_provider.pipeline.indexes.drift import DRIFT_RETRAIN_FACTOR, drift
 from geneva_provider.pipeline.indexes.groups import fragment_groups
 from geneva_provider.pipeline.indexes.segments import build_segments
 from geneva_provider.pipeline.indexes.stats import index_segments, unindexed_fragments
@@ -92,13 +93,26 @@ def plan_build(table: TableRef, request: IndexSpec | IndexRefresh, store: Checkp
     taken by another column, an existing index without ``replace``, a refresh of an unknown index.
     """
     check_max(max_segments)
-    if isinstance(request, IndexRefresh):
-        saved = IndexRecords(store, request.index_name).artifacts()
-        if request.retrain and saved is not None:
-            request = saved.spec.model_copy(update={"replace": True})
-        else:
-            return _plan_refresh(table, request.index_name, store, parallelism, target_groups, max_segments)
-    return _plan_create(table, request, store, parallelism, target_groups, max_segments)
+    if not isinstance(request, IndexRefresh):
+        return _plan_create(table, request, store, parallelism, target_groups, max_segments)
+    saved = IndexRecords(store, request.index_name).artifacts()
+    measured = None if saved is None or request.retrain else _drift(table, request.index_name, saved)
+    if saved is not None and (request.retrain or (measured or 0.0) > DRIFT_RETRAIN_FACTOR):
+        if measured is not None:
+            log.info("index '%s' of table '%s': the new rows' drift %.2f passes %.1f; retraining it",
+                     request.index_name, table.name, measured, DRIFT_RETRAIN_FACTOR)
+        plan: IndexBuildPlan | None = _plan_create(table, saved.spec.model_copy(update={"replace": True}), store,
+                                                   parallelism, target_groups, max_segments)
+    else:
+        plan = _plan_refresh(table, request.index_name, store, parallelism, target_groups, max_segments)
+    return plan if plan is None or measured is None else plan.model_copy(update={"drift": measured})
+
+
+def _drift(table: TableRef, index_name: str, saved: IndexArtifacts) -> float | None:
+    """The drift (:mod:`.drift`) of the rows an add-only refresh of ``index_name`` would index (None: none)."""
+    ds = table.dataset()
+    new = unindexed_fragments(ds, index_name) if index_segments(ds, index_name) else []
+    return drift(ds, saved, new) if new else None
 
 
 def _plan_create(table: TableRef, spec: IndexSpec, store: CheckpointStore, parallelism: int,
@@ -264,4 +278,4 @@ def run_build(table: TableRef, store: CheckpointStore, plan: IndexBuildPlan, run
                             rows_reused=sum(plan.group_rows[r.group] for r in results
                                             if not r.built and r.group < len(plan.group_rows)),
                             trained=not plan.refresh and plan.artifacts.trained_at_version == plan.read_version,
-                            refresh=plan.refresh)
+                            refresh=plan.refresh, drift=plan.drift)

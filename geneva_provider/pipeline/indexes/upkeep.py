@@ -20,7 +20,6 @@ from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBui
 from geneva_provider.core.store.layout import IndexRecords
 from geneva_provider.pipeline.indexes.build import MIN_GROUP_ROWS
 from geneva_provider.pipeline.indexes.checks import field_id_of
-from geneva_provider.pipeline.indexes.drift import DRIFT_RETRAIN_FACTOR, drift
 from geneva_provider.pipeline.indexes.stats import index_segments, unindexed_fragments
 from geneva_provider.pipeline.spark.task_runner import is_compute
 
@@ -76,16 +75,11 @@ def refresh_indexes(table: TableRef, names: Sequence[str], spark: Compute | Call
                         "build it again with create_index(..., name='%s', replace=True)", name, table.name, len(new),
                         name)
             continue
-        holder, saved = found
-        measured = drift(ds, saved, new) if new else None
-        drifted = measured is not None and measured > DRIFT_RETRAIN_FACTOR
-        if drifted:
-            log.info("index '%s' of table '%s': the new rows' drift %.2f passes %.1f; retraining it", name,
-                     table.name, measured, DRIFT_RETRAIN_FACTOR)
+        holder, _ = found
         if compute is None:
             compute = _compute(spark)
-        result = indexes.refresh_index(table, name, compute, store=holder, retrain=retrain or drifted)
-        results.append(result.model_copy(update={"drift": measured}))
+        # The refresh's plan measures the new rows' drift, and retrains past the rule's factor (.drift).
+        results.append(indexes.refresh_index(table, name, compute, store=holder, retrain=retrain))
     return results
 
 
