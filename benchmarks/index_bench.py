@@ -27,13 +27,15 @@ index cache warm: every query runs once before the timed pass).  Figures, side b
 
 1. build seconds (Spark: ``create_index(TableRef, IndexSpec.of(...), spark)`` on a warm ``local[2]`` session,
    default groups = the session's 2 cores; pylance: ``LanceDataset.create_index`` in this process, which uses
-   every core through its own threads), recall@10 and the query p50 of each index; targets: the Spark build at
-   most ``BUILD_TARGET`` x pylance's seconds (aim ``BUILD_AIM``), its recall@10 at least pylance's - 0.01;
+   every core through its own threads; the Spark build first, pylance's with ``--pylance-first``), recall@10 and
+   the query p50 of each index; targets: the Spark build at most ``BUILD_TARGET`` x pylance's seconds (aim
+   ``BUILD_AIM``), its recall@10 at least pylance's - 0.01;
 2. after appending 10 % more rows (new fragments of the same size), the add-only ``refresh_index`` against a full
    rebuild by the same Spark build (``replace=True``), with recall@10 after each (new ground truth over all
    rows); target: the refresh at most ``REFRESH_TARGET`` of the rebuild's seconds.
 
-The Spark build's phases come from its own log lines' times (plan + training, segment tasks, merge + commit).
+The Spark build's phases: plan + training (to the engine's 'trained' log line), its segment tasks' Spark job
+(timed by a :class:`TimedRunner`), and the rest (merge of the segments, commit).
 Every timing carries how busy the rest of the machine was (``machine_load.py``).
 
 Run ``python benchmarks/index_bench.py`` (a few minutes at the default size; ``--rows 50000 --partitions 64``
@@ -259,6 +261,8 @@ def main() -> None:
     parser.add_argument("--sub-vectors", type=int, default=16, help="PQ sub-vectors (num_sub_vectors)")
     parser.add_argument("--nprobes", type=int, default=20)
     parser.add_argument("--refine", type=int, default=50, help="refine_factor")
+    parser.add_argument("--pylance-first", action="store_true", help="build pylance's index first (load that comes "
+                        "and goes on a shared machine favours neither side over two runs, one in each order)")
     parser.add_argument("--keep", action="store_true", help="keep the temp directory")
     args = parser.parse_args()
     n, dim, extra = args.rows, args.dim, args.rows // 10
@@ -297,19 +301,30 @@ def main() -> None:
         truth, t = timed(lambda: exact_top(lance.dataset(ours.uri), qs))
         print(f"ground truth: exact scan of {n:,} rows for {len(qs)} queries in {t.wall:.1f} s", flush=True)
 
-        print("\n[build: Spark tasks vs pylance's single call]", flush=True)
+        print(f"\n[build: Spark tasks vs pylance's single call, {'pylance' if args.pylance_first else 'Spark'} first]",
+              flush=True)
         spec = IndexSpec.of("vec", "IVF_PQ", **params)
-        result, t_ours = timed(lambda: create_index(ours, spec, runner.fresh()))
-        ds_ours = lance.dataset(ours.uri)
-        covers_all(ds_ours, spec.index_name, "Spark build")
-        s_ours = search(ds_ours, qs, truth, args.nprobes, args.refine)
-        row("Spark build (local[2])", n, t_ours, s_ours)
-        print(f"    {result.segments_built} segment tasks ({len(result.segments_per_task)} groups), "
-              f"{result.segments_committed} segment committed; "
-              f"{runner.phases(t_ours)}", flush=True)
-        ds_theirs, t_theirs = timed(lambda: lance.dataset(theirs_uri).create_index("vec", "IVF_PQ", **params))
-        s_theirs = search(ds_theirs, qs, truth, args.nprobes, args.refine)
-        row("pylance create_index (1 process)", n, t_theirs, s_theirs)
+
+        def spark_build() -> tuple[Timing, Searched]:
+            result, t = timed(lambda: create_index(ours, spec, runner.fresh()))
+            ds = lance.dataset(ours.uri)
+            covers_all(ds, spec.index_name, "Spark build")
+            s = search(ds, qs, truth, args.nprobes, args.refine)
+            row("Spark build (local[2])", n, t, s)
+            print(f"    {result.segments_built} segment tasks ({len(result.segments_per_task)} groups), "
+                  f"{result.segments_committed} segment committed; {runner.phases(t)}", flush=True)
+            return t, s
+
+        def pylance_build() -> tuple[Timing, Searched]:
+            ds, t = timed(lambda: lance.dataset(theirs_uri).create_index("vec", "IVF_PQ", **params))
+            s = search(ds, qs, truth, args.nprobes, args.refine)
+            row("pylance create_index (1 process)", n, t, s)
+            return t, s
+
+        if args.pylance_first:
+            (t_theirs, s_theirs), (t_ours, s_ours) = pylance_build(), spark_build()
+        else:
+            (t_ours, s_ours), (t_theirs, s_theirs) = spark_build(), pylance_build()
 
         print(f"\n[+10 %: {extra:,} rows appended]", flush=True)
         write(ours.uri, n, extra, dim, 2, per_fragment, mode="append")
