@@ -11,7 +11,7 @@ PQ codebook's k-means runs :data:`PQ_MAX_ITERS` (FAISS's default for PQ training
 to the end (its time grows with the count: 5 s at 10, 8 s at 20, 21 s at 50 for a 16 x 256 codebook of 128-d
 vectors on 2 cores).  On 1M x 128-d clustered vectors (``benchmarks/index_bench.py``, docs/benchmarks.md)
 recall@10 of codebooks trained with 10, 20 and 50 iterations differed by no more than two trainings with the
-same count do (their random samples: up to 0.02), and the Spark build's recall matched pylance's (50 iterations).
+same count do (their random samples: up to 0.03).
 """
 
 from __future__ import annotations
