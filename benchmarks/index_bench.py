@@ -40,8 +40,9 @@ The Spark build's phases: plan + training (to the engine's 'trained' log line), 
 (timed by a :class:`TimedRunner`), and the rest (merge of the segments, commit).
 Every timing carries how busy the rest of the machine was (``machine_load.py``).
 
-Run ``python benchmarks/index_bench.py`` (a few minutes at the default size; ``--rows 50000 --partitions 64``
-for a smoke run).  It prints figures; it asserts nothing beyond the indexes covering every row.
+Run ``python benchmarks/index_bench.py`` (5 to 10 minutes at the default size on 2 cores; ``--rows 50000
+--partitions 64 --rounds 1`` for a smoke run).  It prints figures; it asserts nothing beyond the indexes covering
+every row.
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, Timing]:
 
 
 class TimedRunner(SparkRunner):
-    """The package's Spark runner, keeping when its Spark job ran and each task's span: the build's phases."""
+    """The package's Spark runner, keeping when each of its Spark jobs started and ended: the build's phases."""
 
     def __init__(self, spark: Any) -> None:
         super().__init__(spark)
