@@ -141,6 +141,8 @@ class IndexSpec(BaseModel):
 
     def lance_params(self) -> dict[str, Any]:
         """The keyword arguments of ``create_index_uncommitted`` this spec fixes (artifacts are added apart)."""
+        if self.index_type.trains_pq:  # the codebook's width: Lance reads 8 bits unless told
+            return {"metric": self.metric, "num_bits": self.num_bits}
         if self.index_type.is_vector:
             return {"metric": self.metric}
         if self.index_type is IndexType.INVERTED and self.fts is not None:
@@ -319,7 +321,10 @@ class IndexBuildResult(BaseModel):
 
 
 class IndexStats(BaseModel):
-    """What ``index_stats`` says of one index: rows indexed / unindexed, segments, partitions."""
+    """What ``index_stats`` says of one index: rows indexed / unindexed, segments, partitions.
+
+    LanceDB's ``IndexStatistics`` names are here too: ``distance_type`` (a vector index's metric, None for scalar
+    and full-text indexes) and ``num_indices`` (its parts: our ``num_segments``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -332,3 +337,9 @@ class IndexStats(BaseModel):
     num_unindexed_fragments: int
     num_segments: int
     num_partitions: int | None = None
+    distance_type: str | None = None
+
+    @property
+    def num_indices(self) -> int:
+        """LanceDB's name of :attr:`num_segments` (the parts the index is split into)."""
+        return self.num_segments

@@ -1,0 +1,41 @@
+"""Index builds called the way LanceDB users call them (``create_index(num_bits=4)``, ``index_stats(...)
+.distance_type`` / ``.num_indices``, an FTS search without an FTS index), on the in-process runner (no JVM), real
+Lance tables: the parameters a user passes reach the index Lance writes, and LanceDB's names answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from geneva_provider.stages import InProcessRunner
+from tests.index_data import clustered, queries, recall
+
+RUNNER = InProcessRunner(parallelism=2)
+
+
+@pytest.fixture
+def tbl(db):
+    """4000 rows of clustered 64-d vectors in 8 fragments."""
+    return db.create_table("t", clustered(4000), max_rows_per_file=500)
+
+
+@pytest.mark.parametrize("index_type", ["IVF_PQ", "IVF_HNSW_PQ"])
+def test_num_bits_4_builds_a_4_bit_codebook(tbl, index_type):
+    result = tbl.create_index("vec", index_type=index_type, num_bits=4, num_partitions=8, num_sub_vectors=16,
+                              spark=RUNNER)
+    assert result.rows_indexed == 4000
+    ds = tbl.dataset()
+    ds.validate()
+    [segment] = ds.stats.index_stats("vec_idx")["indices"]
+    assert (segment["sub_index"]["nbits"], segment["sub_index"]["num_sub_vectors"]) == (4, 16)
+    assert recall(ds, queries(ds.to_table())) >= 0.9
+
+
+def test_index_stats_answers_lancedbs_index_statistics_names(tbl):
+    tbl.create_index("vec", metric="cosine", index_type="IVF_SQ", num_partitions=8, spark=RUNNER, target_groups=2)
+    tbl.create_scalar_index("id", spark=RUNNER)
+    stats = tbl.index_stats("vec_idx")
+    assert (stats.num_indexed_rows, stats.num_unindexed_rows, stats.index_type) == (4000, 0, "IVF_SQ")
+    assert stats.distance_type == "cosine"
+    assert stats.num_indices == stats.num_segments == 2  # SQ segments are never merged
+    scalar = tbl.index_stats("id_idx")
+    assert (scalar.distance_type, scalar.num_indices) == (None, 1)
