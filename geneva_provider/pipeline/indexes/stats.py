@@ -41,13 +41,15 @@ def index_stats(ds: Dataset, index_name: str) -> IndexStats:
         raise InvalidArgumentError(f"table has no index named '{index_name}' (its indexes: {sorted(described)})")
     raw = ds.stats.index_stats(index_name)
     partitions = {s["num_partitions"] for s in raw.get("indices", []) if "num_partitions" in s}
+    metrics = sorted({str(s["metric_type"]).lower() for s in raw.get("indices", []) if "metric_type" in s})
     return IndexStats(name=index_name, index_type=str(raw["index_type"]),
                       columns=list(described[index_name].field_names),
                       num_indexed_rows=raw["num_indexed_rows"], num_unindexed_rows=raw["num_unindexed_rows"],
                       num_indexed_fragments=raw["num_indexed_fragments"],
                       num_unindexed_fragments=raw["num_unindexed_fragments"],
                       num_segments=len(index_segments(ds, index_name)),
-                      num_partitions=max(partitions) if partitions else None)
+                      num_partitions=max(partitions) if partitions else None,
+                      distance_type=metrics[0] if metrics else None)
 
 
 def list_indices(ds: Dataset) -> list[IndexStats]:
