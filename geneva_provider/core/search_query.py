@@ -159,11 +159,12 @@ def fts_index_columns(ds: Dataset, query: SearchQuery, subject: str) -> list[str
         if not texts:
             raise InvalidArgumentError(f"{subject}: {query.text!r} asks for a full-text search, but the table has no "
                                        "text column; pass a vector for a vector search, or None for a plain read")
-        named = ", ".join(f"'{c}'" for c in (missing or texts))
-        build = f"tbl.to_lance().create_scalar_index('{(missing or texts)[0]}', 'INVERTED')"
+        unindexed = missing or texts
+        named = f"column '{unindexed[0]}', which has none" if len(unindexed) == 1 else \
+            "one of the columns " + ", ".join(f"'{c}'" for c in unindexed) + ", none of which has one"
         raise InvalidArgumentError(f"{subject}: a full-text search of {query.text!r} needs an FTS (INVERTED) index on "
-                                   f"column {named}, which has none (FTS-indexed columns: {indexed}); build one "
-                                   f"with {build}")
+                                   f"{named} (FTS-indexed columns: {indexed}); build one with "
+                                   f"tbl.create_fts_index('{unindexed[0]}')")
     return list(wanted or indexed)
 
 

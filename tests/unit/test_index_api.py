@@ -4,8 +4,10 @@ Lance tables: the parameters a user passes reach the index Lance writes, and Lan
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
+from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.stages import InProcessRunner
 from tests.index_data import clustered, queries, recall
 
@@ -39,3 +41,18 @@ def test_index_stats_answers_lancedbs_index_statistics_names(tbl):
     assert stats.num_indices == stats.num_segments == 2  # SQ segments are never merged
     scalar = tbl.index_stats("id_idx")
     assert (scalar.distance_type, scalar.num_indices) == (None, 1)
+
+
+def test_an_fts_search_without_an_fts_index_says_to_call_create_fts_index(db):
+    tbl = db.create_table("docs", pa.table({"id": [0, 1, 2], "label": ["a", "b", "c"],
+                                            "text": ["cats here", "dogs there", "cats and dogs"]}))
+    version = tbl.version
+    with pytest.raises(InvalidArgumentError, match=r"search on table 'docs': a full-text search of 'cats' needs an FTS "
+                                                   r"\(INVERTED\) index on one of the columns 'label', 'text', none of "
+                                                   r"which has one .*tbl\.create_fts_index\('label'\)"):
+        tbl.search("cats", query_type="fts").limit(5).to_list()
+    with pytest.raises(InvalidArgumentError, match=r"on column 'text', which has none .*create_fts_index\('text'\)"):
+        tbl.search("cats", query_type="fts", fts_columns=["text"]).limit(5).to_list()
+    assert tbl.version == version and tbl.list_indices() == []
+    tbl.create_fts_index("text", spark=RUNNER)  # what the message says to do, and the search then answers
+    assert sorted(r["id"] for r in tbl.search("cats", query_type="fts").limit(5).to_list()) == [0, 2]
