@@ -4,6 +4,7 @@ Lance tables: the parameters a user passes reach the index Lance writes, and Lan
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -56,3 +57,18 @@ def test_an_fts_search_without_an_fts_index_says_to_call_create_fts_index(db):
     assert tbl.version == version and tbl.list_indices() == []
     tbl.create_fts_index("text", spark=RUNNER)  # what the message says to do, and the search then answers
     assert sorted(r["id"] for r in tbl.search("cats", query_type="fts").limit(5).to_list()) == [0, 2]
+
+
+def test_a_search_naming_no_distance_ranks_by_the_indexs_metric_through_the_index(tbl):
+    tbl.create_index(vector_column_name="vec", metric="cosine", index_type="IVF_FLAT", num_partitions=8,
+                     spark=RUNNER)
+    q = queries(tbl.dataset().to_table(), count=1)[0]
+    rows = tbl.search(q).nprobes(8).select(["id", "vec"]).limit(5).to_arrow()
+    x = np.array(rows.column("vec").to_pylist(), np.float64)
+    cosine = 1 - x @ q / (np.linalg.norm(x, axis=1) * np.linalg.norm(q))
+    assert np.allclose(rows.column("_distance").to_numpy(), cosine, atol=1e-4)  # cosine, not squared L2
+    exact = tbl.search(q).distance_type("cosine").bypass_vector_index().select(["id"]).limit(5).to_list()
+    assert [r["id"] for r in rows.select(["id"]).to_pylist()] == [r["id"] for r in exact]
+    l2 = tbl.search(q).distance_type("l2").select(["id", "vec"]).limit(1).to_arrow()  # named: that distance
+    assert l2.column("_distance")[0].as_py() == pytest.approx(float(((np.array(l2.column("vec")[0].as_py()) - q)
+                                                                     ** 2).sum()), rel=1e-4)
