@@ -72,3 +72,22 @@ def test_a_search_naming_no_distance_ranks_by_the_indexs_metric_through_the_inde
     l2 = tbl.search(q).distance_type("l2").select(["id", "vec"]).limit(1).to_arrow()  # named: that distance
     assert l2.column("_distance")[0].as_py() == pytest.approx(float(((np.array(l2.column("vec")[0].as_py()) - q)
                                                                      ** 2).sum()), rel=1e-4)
+
+
+@pytest.mark.parametrize(("build", "kind"), [
+    (lambda t: t.create_index("vec"), "IVF_PQ"),
+    (lambda t: t.create_scalar_index("id"), "BTREE"),
+    (lambda t: t.create_scalar_index("tags", index_type="LABEL_LIST"), "LABEL_LIST"),
+    (lambda t: t.create_fts_index("text"), "INVERTED"),
+])
+def test_an_index_on_an_empty_table_is_refused_before_spark_and_changes_nothing(db, build, kind):
+    """Lance builds no segment of no rows: a BTREE build committed an empty version and no index, an FTS build
+    failed inside the job with Lance's ValueError.  spark=None: a session would start only after the check."""
+    empty = db.create_table("empty", pa.table({
+        "id": pa.array([], pa.int64()), "vec": pa.array([], pa.list_(pa.float32(), 8)),
+        "tags": pa.array([], pa.list_(pa.string())), "text": pa.array([], pa.string())}))
+    version = empty.version
+    with pytest.raises(InvalidArgumentError, match=rf"create_index on table 'empty': the table has no rows, nothing "
+                                                   rf"to build a {kind} index on column '\w+' from; add rows first"):
+        build(empty)
+    assert empty.version == version and empty.list_indices() == [] and db.list_jobs("empty") == []

@@ -1,9 +1,10 @@
 """An index spec checked against the table, on the driver, before any Spark job and before anything is written.
 
 A missing column, a column that holds no vectors (a variable-length ``list<float>`` says how to declare a
-fixed-size one), ``num_sub_vectors`` that does not divide the dimension, more partitions than rows, too few rows
-to train PQ, a scalar index on a column of the wrong type: each is the package's error naming the table, the
-column and the value.  Unset ``num_partitions`` / ``num_sub_vectors`` are chosen here (LanceDB's defaults).
+fixed-size one), an empty table, ``num_sub_vectors`` that does not divide the dimension, more partitions than
+rows, too few rows to train PQ, a scalar index on a column of the wrong type: each is the package's error
+naming the table, the column and the value.  Unset ``num_partitions`` / ``num_sub_vectors`` are chosen here
+(LanceDB's defaults).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def check_index(ds: Dataset, spec: IndexSpec, table: str) -> IndexTarget:
     field_id = field_id_of(ds, spec.column, table)
     rows = ds.count_rows()
     kind = spec.index_type
+    if rows == 0:  # Lance builds no segment of no rows (FTS: an error; BTREE: an empty commit and no index)
+        raise InvalidArgumentError(f"{subject}: the table has no rows, nothing to build a {kind.value} index on "
+                                   f"column '{spec.column}' from; add rows first, then create the index")
     if not kind.is_vector:
         _check_scalar(subject, spec, field_type)
         return IndexTarget(spec, field_id, None, rows)
