@@ -159,6 +159,8 @@ class IndexMethods:
                    options: dict[str, Any]) -> Callable[[JobControl], IndexBuildResult]:
         """The job of the request made of the table's dataset: checked now (table, request, options), run by the
         returned call."""
+        from geneva_provider.core.contracts.index_models import IndexSpec
+        from geneva_provider.pipeline.indexes.build import check_create
         from geneva_provider.pipeline.jobs import build_index
 
         self._writable("an index build")
@@ -166,7 +168,10 @@ class IndexMethods:
         if unknown:
             raise InvalidArgumentError(f"index build on table '{self.name}': unknown option(s) {unknown}; the "
                                        f"options are {list(_JOB_OPTIONS)}")
-        made = request(self.dataset())  # TableNotFoundError if the table was dropped; a bad argument refused
+        ds = self.dataset()  # TableNotFoundError if the table was dropped
+        made = request(ds)  # a bad argument refused
+        if isinstance(made, IndexSpec):  # checked against the table here, so create_index_async refuses it too
+            check_create(ds, made, self.name)
         return lambda control: build_index(self.ref, made, spark=spark, store=self.checkpoint_store,
                                            control=control, **options)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from geneva_provider.core.errors import InvalidArgumentError
+from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.stages import InProcessRunner
 from tests.index_data import clustered, queries, recall
 
@@ -91,3 +91,20 @@ def test_an_index_on_an_empty_table_is_refused_before_spark_and_changes_nothing(
                                                    rf"to build a {kind} index on column '\w+' from; add rows first"):
         build(empty)
     assert empty.version == version and empty.list_indices() == [] and db.list_jobs("empty") == []
+
+
+def test_create_index_async_refuses_what_the_table_rules_out_before_it_returns(tbl, db):
+    """The checks against the table ran in the background thread: a handle came back for a build bound to fail."""
+    version = tbl.version
+    with pytest.raises(InvalidArgumentError, match=r"create_index on table 't': num_sub_vectors=7 does not divide "
+                                                   r"the dimension 64 of column 'vec'"):
+        tbl.create_index_async("vec", num_sub_vectors=7, spark=RUNNER)
+    with pytest.raises(ColumnError, match=r"create_index on table 't': no column 'nope'"):
+        tbl.create_index_async("nope", spark=RUNNER)
+    assert tbl.version == version and db.list_jobs("t") == []
+    tbl.create_index_async("vec", index_type="IVF_FLAT", num_partitions=8, spark=RUNNER).result()
+    version = tbl.version
+    with pytest.raises(InvalidArgumentError, match=r"an index named 'vec_idx' exists on column 'vec'; pass "
+                                                   r"replace=True"):
+        tbl.create_index_async("vec", index_type="IVF_FLAT", replace=False, spark=RUNNER)
+    assert tbl.version == version and [j.status.value for j in db.list_jobs("t")] == ["DONE"]
