@@ -108,3 +108,20 @@ def test_create_index_async_refuses_what_the_table_rules_out_before_it_returns(t
                                                    r"replace=True"):
         tbl.create_index_async("vec", index_type="IVF_FLAT", replace=False, spark=RUNNER)
     assert tbl.version == version and [j.status.value for j in db.list_jobs("t")] == ["DONE"]
+
+
+def test_list_indices_names_each_type_as_it_was_asked_for(db):
+    """Lance calls them BTree / Bitmap / LabelList / Inverted; the user asked for BTREE / BITMAP / LABEL_LIST and
+    an FTS index, and LanceDB's IndexStatistics says so."""
+    tbl = db.create_table("s", pa.table({"id": list(range(40)), "label": [f"l{i % 3}" for i in range(40)],
+                                         "tags": [[f"t{i % 4}"] for i in range(40)],
+                                         "text": [f"word{i % 5} text" for i in range(40)]}))
+    tbl.create_scalar_index("id", spark=RUNNER)
+    tbl.create_scalar_index("label", index_type="BITMAP", spark=RUNNER)
+    tbl.create_scalar_index("tags", index_type="LABEL_LIST", spark=RUNNER)
+    tbl.create_fts_index("text", spark=RUNNER)
+    assert [(i.name, i.index_type, i.num_indexed_rows) for i in tbl.list_indices()] == [
+        ("id_idx", "BTREE", 40), ("label_idx", "BITMAP", 40), ("tags_idx", "LABEL_LIST", 40), ("text_idx", "FTS", 40)]
+    assert "LABEL_LIST" in str(tbl.status())
+    hits = tbl.search("word3", query_type="fts").select(["id"]).limit(40).to_list()
+    assert sorted(r["id"] for r in hits) == list(range(3, 40, 5))

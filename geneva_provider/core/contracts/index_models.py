@@ -323,8 +323,9 @@ class IndexBuildResult(BaseModel):
 class IndexStats(BaseModel):
     """What ``index_stats`` says of one index: rows indexed / unindexed, segments, partitions.
 
-    LanceDB's ``IndexStatistics`` names are here too: ``distance_type`` (a vector index's metric, None for scalar
-    and full-text indexes) and ``num_indices`` (its parts: our ``num_segments``)."""
+    ``index_type`` is the name a build takes and LanceDB's ``IndexStatistics`` gives (``IVF_PQ``, ``BTREE``,
+    ``BITMAP``, ``LABEL_LIST``, ``FTS``...).  LanceDB's other names are here too: ``distance_type`` (a vector
+    index's metric, None for scalar and full-text indexes) and ``num_indices`` (its parts: our ``num_segments``)."""
 
     model_config = ConfigDict(extra="forbid")
 

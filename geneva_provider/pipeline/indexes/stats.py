@@ -16,6 +16,9 @@ from geneva_provider.core.errors import InvalidArgumentError
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
 
+# Lance's names of the scalar and full-text types -> the names a user passes and LanceDB's IndexStatistics gives.
+_TYPE_NAMES = {"BTree": "BTREE", "Bitmap": "BITMAP", "LabelList": "LABEL_LIST", "Inverted": "FTS"}
+
 
 def index_segments(ds: Dataset, index_name: str) -> list[Any]:
     """The committed segments of the index ``index_name`` (Lance's descriptions: uuid, fragment_ids, version)."""
@@ -42,7 +45,8 @@ def index_stats(ds: Dataset, index_name: str) -> IndexStats:
     raw = ds.stats.index_stats(index_name)
     partitions = {s["num_partitions"] for s in raw.get("indices", []) if "num_partitions" in s}
     metrics = sorted({str(s["metric_type"]).lower() for s in raw.get("indices", []) if "metric_type" in s})
-    return IndexStats(name=index_name, index_type=str(raw["index_type"]),
+    kind = str(raw["index_type"])
+    return IndexStats(name=index_name, index_type=_TYPE_NAMES.get(kind, kind),
                       columns=list(described[index_name].field_names),
                       num_indexed_rows=raw["num_indexed_rows"], num_unindexed_rows=raw["num_unindexed_rows"],
                       num_indexed_fragments=raw["num_indexed_fragments"],
