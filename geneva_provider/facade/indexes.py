@@ -89,13 +89,14 @@ class IndexMethods:
         job: one segment per fragment group on Spark tasks, merged into one at the commit."""
         from geneva_provider.core.contracts.index_models import IndexSpec, IndexType
 
-        kind = IndexSpec.of(column, index_type).index_type
+        kind = IndexSpec.of(column, index_type, table=self.name).index_type
         if kind.is_vector or kind is IndexType.INVERTED:
             raise InvalidArgumentError(f"create_scalar_index on table '{self.name}': index_type must be BTREE, "
                                        f"BITMAP or LABEL_LIST, got {index_type!r} (vector indexes: create_index; "
                                        "full-text: create_fts_index)")
-        return self._shown(self._index_job(lambda ds: IndexSpec.of(column, kind, replace=replace, name=name), spark,
-                                           options), progress)
+        return self._shown(self._index_job(
+            lambda ds: IndexSpec.of(column, kind, replace=replace, name=name, table=self.name), spark, options),
+            progress)
 
     def create_fts_index(self, column: str, *, replace: bool = True, name: str | None = None,
                          with_position: bool = False, spark: Any = None, progress: bool | None = None,
@@ -118,7 +119,8 @@ class IndexMethods:
                                        f"{exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}"  # type: ignore[attr-defined]
                                        ) from None
         return self._shown(self._index_job(
-            lambda ds: IndexSpec.of(column, "INVERTED", replace=replace, name=name, fts=fts), spark, options),
+            lambda ds: IndexSpec.of(column, "INVERTED", replace=replace, name=name, fts=fts,
+                                   table=self.name), spark, options),
             progress)
 
     def refresh_index(self, name: str | None = None, *, column: str | None = None, retrain: bool = False,

@@ -125,3 +125,20 @@ def test_list_indices_names_each_type_as_it_was_asked_for(db):
     assert "LABEL_LIST" in str(tbl.status())
     hits = tbl.search("word3", query_type="fts").select(["id"]).limit(40).to_list()
     assert sorted(r["id"] for r in hits) == list(range(3, 40, 5))
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda t: t.create_index("vec", metric="hamming"), r"column 'vec': metric must be one of \['l2', 'cosine', "
+                                                        r"'dot'\], got 'hamming'"),
+    (lambda t: t.create_index(column="vec", index_type="IVF_XYZ"), r"column 'vec': unknown index_type 'IVF_XYZ'"),
+    (lambda t: t.create_index(index_type="HNSW"), r"unknown index_type 'HNSW'"),
+    (lambda t: t.create_index("vec", num_bits=3), r"column 'vec': num_bits must be one of \[4, 8\], got 3"),
+    (lambda t: t.create_index("vec", num_partitions=0), r"column 'vec': num_partitions must be a positive whole "
+                                                        r"number, got 0"),
+    (lambda t: t.create_scalar_index("id", index_type="HASH"), r"column 'id': unknown index_type 'HASH'"),
+])
+def test_a_bad_argument_names_the_table_as_well_as_the_column_and_value(tbl, build, message):
+    version = tbl.version
+    with pytest.raises(InvalidArgumentError, match=r"^create_index on table 't'[ :].*" + message):
+        build(tbl)
+    assert tbl.version == version and tbl.list_indices() == []

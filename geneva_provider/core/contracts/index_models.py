@@ -103,35 +103,38 @@ class IndexSpec(BaseModel):
     fts: FtsConfig | None = None
 
     @classmethod
-    def of(cls, column: str, index_type: Any = "IVF_PQ", **params: Any) -> IndexSpec:
-        """The spec of these arguments; InvalidArgumentError naming the argument and value when one is bad."""
+    def of(cls, column: str, index_type: Any = "IVF_PQ", *, table: str | None = None, **params: Any) -> IndexSpec:
+        """The spec of these arguments; InvalidArgumentError naming the table (when given), the column, the argument
+        and the value when one is bad."""
+        subject = "create_index" + (f" on table '{table}'" if table else "")
         if not isinstance(column, str) or not column:
-            raise InvalidArgumentError(f"create_index: the column must be a column name, got {column!r}")
-        kind = _index_type(index_type, column)
+            raise InvalidArgumentError(f"{subject}: the column must be a column name, got {column!r}")
+        subject += f" {'column' if table else 'on column'} '{column}'"
+        kind = parse_index_type(index_type, subject)
         metric = params.get("metric", "l2")
         if not isinstance(metric, str) or metric.lower() not in METRICS:
-            raise InvalidArgumentError(f"create_index on column '{column}': metric must be one of {list(METRICS)}, "
+            raise InvalidArgumentError(f"{subject}: metric must be one of {list(METRICS)}, "
                                        f"got {metric!r}")
         params["metric"] = metric.lower()
         for arg in ("num_partitions", "num_sub_vectors", "sample_rate"):
             value = params.get(arg)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise InvalidArgumentError(f"create_index on column '{column}': {arg} must be a positive whole "
+                raise InvalidArgumentError(f"{subject}: {arg} must be a positive whole "
                                            f"number, got {value!r}")
         if params.get("num_bits", 8) not in NUM_BITS or isinstance(params.get("num_bits"), bool):
-            raise InvalidArgumentError(f"create_index on column '{column}': num_bits must be one of "
+            raise InvalidArgumentError(f"{subject}: num_bits must be one of "
                                        f"{list(NUM_BITS)}, got {params.get('num_bits')!r}")
         if kind is IndexType.INVERTED and params.get("fts") is None:
             params["fts"] = FtsConfig()
         elif kind is not IndexType.INVERTED and params.get("fts") is not None:
-            raise InvalidArgumentError(f"create_index on column '{column}': a tokenizer configuration is for an "
+            raise InvalidArgumentError(f"{subject}: a tokenizer configuration is for an "
                                        f"INVERTED (full-text) index, not {kind.value}")
         try:
             return cls(column=column, index_type=kind, **params)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise InvalidArgumentError(f"create_index on column '{column}': {where}: {first['msg']} "
+            raise InvalidArgumentError(f"{subject}: {where}: {first['msg']} "
                                        f"(got {first.get('input')!r})") from None
 
     @property
@@ -170,12 +173,14 @@ class IndexRefresh(BaseModel):
         return cls(index_name=index_name, retrain=retrain)
 
 
-def _index_type(value: Any, column: str) -> IndexType:
+def parse_index_type(value: Any, subject: str = "create_index") -> IndexType:
+    """``value`` (any case, or an alias such as ``FTS``) as an IndexType; InvalidArgumentError naming ``subject``
+    and listing the types otherwise."""
     name = value.upper() if isinstance(value, str) else value
     try:
         return _ALIASES.get(name) or IndexType(name)
     except ValueError:
-        raise InvalidArgumentError(f"create_index on column '{column}': unknown index_type {value!r}; one of "
+        raise InvalidArgumentError(f"{subject}: unknown index_type {value!r}; one of "
                                    f"{[t.value for t in IndexType] + list(_ALIASES)}") from None
 
 

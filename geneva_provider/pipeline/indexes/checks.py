@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from geneva_provider.core.contracts.index_models import MIN_ROWS_PER_CODE, IndexSpec, IndexType
+from geneva_provider.core.contracts.index_models import MIN_ROWS_PER_CODE, IndexSpec, IndexType, parse_index_type
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.vector_search import default_vector_column, is_vector_type, not_vectors
 
@@ -85,11 +85,11 @@ def index_spec(ds: Dataset, table: str, vector_column_name: str | None = None, c
                                    "name the same argument; give one of them")
     chosen = vector_column_name if vector_column_name is not None else column
     if chosen is None:
-        kind = IndexSpec.of("?", index_type).index_type  # the index type checked first (naming it)
+        kind = parse_index_type(index_type, subject)  # the index type checked first (naming it)
         if not kind.is_vector:
             raise InvalidArgumentError(f"{subject}: a {kind.value} index needs the column to index: pass column=")
         chosen = default_vector_column(subject, ds.schema)
-    return IndexSpec.of(chosen, index_type, **params)
+    return IndexSpec.of(chosen, index_type, table=table, **params)
 
 
 def refresh_name(table: str, index_name: str | None, column: str | None) -> str:
