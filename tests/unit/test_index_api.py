@@ -142,3 +142,16 @@ def test_a_bad_argument_names_the_table_as_well_as_the_column_and_value(tbl, bui
     with pytest.raises(InvalidArgumentError, match=r"^create_index on table 't'[ :].*" + message):
         build(tbl)
     assert tbl.version == version and tbl.list_indices() == []
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"name": ""}, r"name must be a non-empty string \(or None: '<column>_idx'\), got ''"),
+    ({"name": "  "}, r"name must be a non-empty string .*got '  '"),
+    ({"replace": "no"}, r"replace must be True or False, got 'no'"),
+])
+def test_an_empty_index_name_or_a_replace_that_is_not_a_bool_is_refused(tbl, kwargs, message):
+    """name='' built 'vec_idx' silently; replace='no' was read by pydantic as False."""
+    version = tbl.version
+    with pytest.raises(InvalidArgumentError, match=r"create_index on table 't' column 'vec': " + message):
+        tbl.create_index("vec", index_type="IVF_FLAT", num_partitions=4, spark=RUNNER, **kwargs)
+    assert tbl.version == version and tbl.list_indices() == []

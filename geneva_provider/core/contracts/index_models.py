@@ -124,6 +124,12 @@ class IndexSpec(BaseModel):
         if params.get("num_bits", 8) not in NUM_BITS or isinstance(params.get("num_bits"), bool):
             raise InvalidArgumentError(f"{subject}: num_bits must be one of "
                                        f"{list(NUM_BITS)}, got {params.get('num_bits')!r}")
+        name = params.get("name")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise InvalidArgumentError(f"{subject}: name must be a non-empty string (or None: '<column>_idx'), got "
+                                       f"{name!r}")
+        if not isinstance(params.get("replace", True), bool):
+            raise InvalidArgumentError(f"{subject}: replace must be True or False, got {params['replace']!r}")
         if kind is IndexType.INVERTED and params.get("fts") is None:
             params["fts"] = FtsConfig()
         elif kind is not IndexType.INVERTED and params.get("fts") is not None:
