@@ -40,8 +40,9 @@ def test_index_stats_answers_lancedbs_index_statistics_names(tbl):
     assert (stats.num_indexed_rows, stats.num_unindexed_rows, stats.index_type) == (4000, 0, "IVF_SQ")
     assert stats.distance_type == "cosine"
     assert stats.num_indices == stats.num_segments == 2  # SQ segments are never merged
+    assert stats.loss is not None and stats.loss > 0
     scalar = tbl.index_stats("id_idx")
-    assert (scalar.distance_type, scalar.num_indices) == (None, 1)
+    assert (scalar.distance_type, scalar.num_indices, scalar.loss) == (None, 1, None)
 
 
 def test_an_fts_search_without_an_fts_index_says_to_call_create_fts_index(db):

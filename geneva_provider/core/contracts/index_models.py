@@ -350,6 +350,7 @@ class IndexStats(BaseModel):
     num_segments: int
     num_partitions: int | None = None
     distance_type: str | None = None
+    loss: float | None = None  # a vector index's k-means training loss, summed over its segments (LanceDB's name)
 
     @property
     def num_indices(self) -> int:

@@ -7,6 +7,7 @@ cover it: an add-only refresh indexes exactly these.
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -42,8 +43,10 @@ def index_stats(ds: Dataset, index_name: str) -> IndexStats:
     described = {d.name: d for d in ds.describe_indices()}
     if index_name not in described:
         raise InvalidArgumentError(f"table has no index named '{index_name}' (its indexes: {sorted(described)})")
+    os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")  # unread here; Lance warns on each call else
     raw = ds.stats.index_stats(index_name)
     partitions = {s["num_partitions"] for s in raw.get("indices", []) if "num_partitions" in s}
+    losses = [float(s["loss"]) for s in raw.get("indices", []) if s.get("loss") is not None]
     metrics = sorted({str(s["metric_type"]).lower() for s in raw.get("indices", []) if "metric_type" in s})
     kind = str(raw["index_type"])
     return IndexStats(name=index_name, index_type=_TYPE_NAMES.get(kind, kind),
@@ -53,7 +56,7 @@ def index_stats(ds: Dataset, index_name: str) -> IndexStats:
                       num_unindexed_fragments=raw["num_unindexed_fragments"],
                       num_segments=len(index_segments(ds, index_name)),
                       num_partitions=max(partitions) if partitions else None,
-                      distance_type=metrics[0] if metrics else None)
+                      distance_type=metrics[0] if metrics else None, loss=sum(losses) if losses else None)
 
 
 def list_indices(ds: Dataset) -> list[IndexStats]:
