@@ -45,7 +45,8 @@ class IndexMethods:
     def create_index(self, vector_column_name: str | None = None, *, column: str | None = None, metric: str = "l2",
                      index_type: str = "IVF_PQ", num_partitions: int | None = None,
                      num_sub_vectors: int | None = None, num_bits: int = 8, replace: bool = True,
-                     name: str | None = None, spark: Any = None, progress: bool | None = None,
+                     name: str | None = None, sample_rate: int = 256, m: int | None = None,
+                     ef_construction: int | None = None, spark: Any = None, progress: bool | None = None,
                      **options: Any) -> IndexBuildResult:
         """Builds a vector index (``IVF_PQ``, ``IVF_FLAT``, ``IVF_SQ``, ``IVF_HNSW_SQ``, ``IVF_HNSW_PQ``; scalar and
         full-text types too) over every fragment: IVF / PQ trained once on a sample, one segment per fragment
@@ -53,7 +54,9 @@ class IndexMethods:
 
         ``vector_column_name`` (or ``column``): the column, by default the table's one vector column.
         ``num_partitions`` defaults to the square root of the rows, ``num_sub_vectors`` to the dimension / 16 (or
-        whatever divides it).  ``options``: ``target_groups`` (segment tasks; default the session's parallelism,
+        whatever divides it).  LanceDB's ``sample_rate`` (training rows per partition or code) and, for the HNSW
+        types, ``m`` and ``ef_construction`` are passed on.
+        ``options``: ``target_groups`` (segment tasks; default the session's parallelism,
         no group under 1,000 rows) and ``max_segments``.  A build killed and run again resumes.
         ``progress=False`` shows no progress; by default it shows the rows of the segments built so far where the
         job runs (a notebook widget, a terminal bar, or log lines), as ``backfill`` does.
@@ -63,7 +66,8 @@ class IndexMethods:
 
             return index_spec(ds, self.name, vector_column_name, column, index_type, metric=metric,
                               num_partitions=num_partitions, num_sub_vectors=num_sub_vectors, num_bits=num_bits,
-                              replace=replace, name=name)
+                              replace=replace, name=name, sample_rate=sample_rate, m=m,
+                              ef_construction=ef_construction)
         return self._shown(self._index_job(spec, spark, options), progress)
 
     def create_index_async(self, vector_column_name: str | None = None, **params: Any) -> JobHandle:

@@ -156,3 +156,22 @@ def test_an_empty_index_name_or_a_replace_that_is_not_a_bool_is_refused(tbl, kwa
     with pytest.raises(InvalidArgumentError, match=r"create_index on table 't' column 'vec': " + message):
         tbl.create_index("vec", index_type="IVF_FLAT", num_partitions=4, spark=RUNNER, **kwargs)
     assert tbl.version == version and tbl.list_indices() == []
+
+
+def test_hnsw_m_and_ef_construction_and_sample_rate_reach_the_index_lance_builds(tbl):
+    """LanceDB's create_index takes m / ef_construction / sample_rate; they were refused as unknown options."""
+    tbl.create_index(column="vec", index_type="IVF_HNSW_SQ", num_partitions=4, m=8, ef_construction=60,
+                     sample_rate=64, spark=RUNNER)
+    ds = tbl.dataset()
+    ds.validate()
+    params = {(s["sub_index"]["params"]["m"], s["sub_index"]["params"]["ef_construction"])
+              for s in ds.stats.index_stats("vec_idx")["indices"]}
+    assert params == {(8, 60)}
+    assert recall(ds, queries(ds.to_table())) >= 0.9
+    version = tbl.version
+    with pytest.raises(InvalidArgumentError, match=r"create_index on table 't' column 'vec': m=8 is for an HNSW "
+                                                   r"index \(IVF_HNSW_SQ, IVF_HNSW_PQ\), not IVF_PQ"):
+        tbl.create_index("vec", m=8, spark=RUNNER)
+    with pytest.raises(InvalidArgumentError, match=r"ef_construction must be a positive whole number, got 0"):
+        tbl.create_index("vec", index_type="IVF_HNSW_PQ", ef_construction=0, spark=RUNNER)
+    assert tbl.version == version

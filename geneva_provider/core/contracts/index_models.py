@@ -100,6 +100,8 @@ class IndexSpec(BaseModel):
     name: str | None = None
     replace: bool = True
     sample_rate: int = 256
+    m: int | None = None                # HNSW: neighbours per graph node (None: Lance's 20)
+    ef_construction: int | None = None  # HNSW: candidates kept while building the graph (None: Lance's 150)
     fts: FtsConfig | None = None
 
     @classmethod
@@ -116,7 +118,7 @@ class IndexSpec(BaseModel):
             raise InvalidArgumentError(f"{subject}: metric must be one of {list(METRICS)}, "
                                        f"got {metric!r}")
         params["metric"] = metric.lower()
-        for arg in ("num_partitions", "num_sub_vectors", "sample_rate"):
+        for arg in ("num_partitions", "num_sub_vectors", "sample_rate", "m", "ef_construction"):
             value = params.get(arg)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise InvalidArgumentError(f"{subject}: {arg} must be a positive whole "
@@ -124,6 +126,10 @@ class IndexSpec(BaseModel):
         if params.get("num_bits", 8) not in NUM_BITS or isinstance(params.get("num_bits"), bool):
             raise InvalidArgumentError(f"{subject}: num_bits must be one of "
                                        f"{list(NUM_BITS)}, got {params.get('num_bits')!r}")
+        hnsw = [arg for arg in ("m", "ef_construction") if params.get(arg) is not None]
+        if hnsw and "HNSW" not in kind.value:
+            raise InvalidArgumentError(f"{subject}: {hnsw[0]}={params[hnsw[0]]!r} is for an HNSW index "
+                                       f"(IVF_HNSW_SQ, IVF_HNSW_PQ), not {kind.value}")
         name = params.get("name")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise InvalidArgumentError(f"{subject}: name must be a non-empty string (or None: '<column>_idx'), got "
@@ -150,10 +156,11 @@ class IndexSpec(BaseModel):
 
     def lance_params(self) -> dict[str, Any]:
         """The keyword arguments of ``create_index_uncommitted`` this spec fixes (artifacts are added apart)."""
-        if self.index_type.trains_pq:  # the codebook's width: Lance reads 8 bits unless told
-            return {"metric": self.metric, "num_bits": self.num_bits}
         if self.index_type.is_vector:
-            return {"metric": self.metric}
+            params: dict[str, Any] = {"metric": self.metric, "m": self.m, "ef_construction": self.ef_construction}
+            if self.index_type.trains_pq:  # the codebook's width: Lance reads 8 bits unless told
+                params["num_bits"] = self.num_bits
+            return {k: v for k, v in params.items() if v is not None}
         if self.index_type is IndexType.INVERTED and self.fts is not None:
             return self.fts.model_dump(exclude_none=True)
         return {}
