@@ -102,14 +102,23 @@ class IndexMethods:
             lambda ds: IndexSpec.of(column, kind, replace=replace, name=name, table=self.name), spark, options),
             progress)
 
-    def create_fts_index(self, column: str, *, replace: bool = True, name: str | None = None,
-                         with_position: bool = False, spark: Any = None, progress: bool | None = None,
+    def create_fts_index(self, column: str | None = None, *, field_names: str | list[str] | None = None,
+                         replace: bool = True, name: str | None = None, with_position: bool = False,
+                         use_tantivy: bool = False, spark: Any = None, progress: bool | None = None,
                          **settings: Any) -> IndexBuildResult:
         """Builds a full-text (``INVERTED``) index on a string column as an index job, every segment with the one
         tokenizer configuration: ``base_tokenizer``, ``language``, ``lower_case``, ``stem``,
-        ``remove_stop_words``, ``ascii_folding``, ``max_token_length`` (Lance's names and defaults)."""
+        ``remove_stop_words``, ``ascii_folding``, ``max_token_length`` (Lance's names and defaults).
+
+        ``field_names`` is LanceDB's name of ``column`` (one column); ``use_tantivy=False`` is accepted as LanceDB
+        takes it (the index is Lance's own; tantivy is not built)."""
         from geneva_provider.core.contracts.index_models import FtsConfig, IndexSpec
 
+        column = _fts_column(self.name, column, field_names)
+        if use_tantivy is not False:
+            raise InvalidArgumentError(f"create_fts_index on table '{self.name}' column {column!r}: "
+                                       f"use_tantivy={use_tantivy!r}: the index is Lance's native full-text index "
+                                       "(use_tantivy=False, LanceDB's default); a tantivy index is not built")
         options = {k: settings.pop(k) for k in _JOB_OPTIONS if k in settings}
         unknown = sorted(set(settings) - set(_FTS_NAMES))
         if unknown:
@@ -182,3 +191,16 @@ class IndexMethods:
                                            control=control, **options)
 
 
+def _fts_column(table: str, column: str | None, field_names: str | list[str] | None) -> str:
+    """The one column of a ``create_fts_index`` call: ``column``, or LanceDB's ``field_names`` (a name or a list
+    of one); InvalidArgumentError naming the table and the values otherwise."""
+    subject = f"create_fts_index on table '{table}'"
+    names = [field_names] if isinstance(field_names, str) else list(field_names or [])
+    if column is not None and names and names != [column]:
+        raise InvalidArgumentError(f"{subject}: column={column!r} and field_names={field_names!r} name the same "
+                                   "argument; give one of them")
+    if column is None and len(names) != 1:
+        raise InvalidArgumentError(f"{subject}: name the one text column to index (column= or field_names=), got "
+                                   f"field_names={field_names!r}" if names else f"{subject}: name the text column "
+                                   "to index (column= or field_names=)")
+    return column if column is not None else names[0]

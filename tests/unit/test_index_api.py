@@ -175,3 +175,21 @@ def test_hnsw_m_and_ef_construction_and_sample_rate_reach_the_index_lance_builds
     with pytest.raises(InvalidArgumentError, match=r"ef_construction must be a positive whole number, got 0"):
         tbl.create_index("vec", index_type="IVF_HNSW_PQ", ef_construction=0, spark=RUNNER)
     assert tbl.version == version
+
+
+def test_create_fts_index_takes_lancedbs_field_names_and_use_tantivy_false(db):
+    tbl = db.create_table("d", pa.table({"id": [0, 1, 2], "text": ["cats here", "dogs there", "cats and dogs"]}))
+    tbl.create_fts_index(field_names=["text"], use_tantivy=False, spark=RUNNER)
+    assert [(i.name, i.index_type, i.columns) for i in tbl.list_indices()] == [("text_idx", "FTS", ["text"])]
+    assert sorted(r["id"] for r in tbl.search("cats", query_type="fts").to_list()) == [0, 2]
+    version = tbl.version
+    for call, message in ((lambda: tbl.create_fts_index("text", use_tantivy=True), r"use_tantivy=True: the index "
+                           r"is Lance's native full-text index"),
+                          (lambda: tbl.create_fts_index(field_names=["id", "text"]), r"name the one text column "
+                           r"to index .*field_names=\['id', 'text'\]"),
+                          (lambda: tbl.create_fts_index("text", field_names="id"), r"column='text' and "
+                           r"field_names='id' name the same argument"),
+                          (lambda: tbl.create_fts_index(), r"name the text column to index")):
+        with pytest.raises(InvalidArgumentError, match=r"create_fts_index on table 'd'.*" + message):
+            call()
+    assert tbl.version == version
