@@ -46,8 +46,8 @@ class IndexMethods:
                      index_type: str = "IVF_PQ", num_partitions: int | None = None,
                      num_sub_vectors: int | None = None, num_bits: int = 8, replace: bool = True,
                      name: str | None = None, sample_rate: int = 256, m: int | None = None,
-                     ef_construction: int | None = None, spark: Any = None, progress: bool | None = None,
-                     **options: Any) -> IndexBuildResult:
+                     ef_construction: int | None = None, accelerator: str | None = None, spark: Any = None,
+                     progress: bool | None = None, **options: Any) -> IndexBuildResult:
         """Builds a vector index (``IVF_PQ``, ``IVF_FLAT``, ``IVF_SQ``, ``IVF_HNSW_SQ``, ``IVF_HNSW_PQ``; scalar and
         full-text types too) over every fragment: IVF / PQ trained once on a sample, one segment per fragment
         group built by a Spark task, one commit.
@@ -55,12 +55,18 @@ class IndexMethods:
         ``vector_column_name`` (or ``column``): the column, by default the table's one vector column.
         ``num_partitions`` defaults to the square root of the rows, ``num_sub_vectors`` to the dimension / 16 (or
         whatever divides it).  LanceDB's ``sample_rate`` (training rows per partition or code) and, for the HNSW
-        types, ``m`` and ``ef_construction`` are passed on.
+        types, ``m`` and ``ef_construction`` are passed on.  ``accelerator`` (LanceDB's GPU build) must be None:
+        with one, Lance builds the whole index on one node, dropping the fragment groups (lance.md §13).
         ``options``: ``target_groups`` (segment tasks; default the session's parallelism,
         no group under 1,000 rows) and ``max_segments``.  A build killed and run again resumes.
         ``progress=False`` shows no progress; by default it shows the rows of the segments built so far where the
         job runs (a notebook widget, a terminal bar, or log lines), as ``backfill`` does.
         """
+        if accelerator is not None:
+            raise InvalidArgumentError(f"create_index on table '{self.name}': accelerator={accelerator!r}: segments "
+                                       "are built on CPU by Spark tasks (with an accelerator Lance builds the whole "
+                                       "index on one node); pass accelerator=None")
+
         def spec(ds: Any) -> IndexSpec:
             from geneva_provider.pipeline.indexes.checks import index_spec
 

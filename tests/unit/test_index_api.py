@@ -193,3 +193,13 @@ def test_create_fts_index_takes_lancedbs_field_names_and_use_tantivy_false(db):
         with pytest.raises(InvalidArgumentError, match=r"create_fts_index on table 'd'.*" + message):
             call()
     assert tbl.version == version
+
+
+def test_create_index_takes_lancedbs_accelerator_none_and_refuses_a_gpu(tbl):
+    version = tbl.version
+    with pytest.raises(InvalidArgumentError, match=r"create_index on table 't': accelerator='cuda': segments are "
+                                                   r"built on CPU by Spark tasks"):
+        tbl.create_index("vec", accelerator="cuda", spark=RUNNER)
+    assert tbl.version == version and tbl.list_indices() == []
+    tbl.create_index("vec", index_type="IVF_FLAT", num_partitions=4, accelerator=None, spark=RUNNER)
+    assert tbl.index_stats("vec_idx").num_indexed_rows == 4000
