@@ -30,6 +30,7 @@ from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.vector_search import (
     check_distance,
     exact_nearest,
+    index_metric,
     is_vector_type,
     lance_query,
     not_vectors,
@@ -58,7 +59,7 @@ class SearchQuery(BaseModel):
     column: str | None = None                # a vector search's column
     text: str | None = None                  # a full-text search's query
     fts_columns: list[str] | None = None     # a full-text search's columns; None: every FTS-indexed column
-    metric: str = "l2"
+    metric: str | None = None                # None: the column's vector index's distance, else l2
     limit: int | None = None                 # None: every row (plain), 10 (vector, full-text)
     offset: int | None = None
     nprobes: int | None = None               # IVF partitions searched (None: Lance's default)
@@ -128,7 +129,14 @@ def _check_vector(ds: Dataset, query: SearchQuery, subject: str) -> None:
     vector = np.asarray(query.vector, dtype=np.float64)
     if vector.size != field_type.list_size:
         raise wrong_dimension(subject, column, field_type.list_size, vector)
-    check_distance(subject, column, field_type.value_type, vector, query.metric)
+    check_distance(subject, column, field_type.value_type, vector, search_metric(ds, query))
+
+
+def search_metric(ds: Dataset, query: SearchQuery) -> str:
+    """The distance a vector search ranks by: its ``distance_type``, else the one the column's vector index was
+    trained with (so the index answers, as in Lance and LanceDB), else ``l2``."""
+    assert query.column is not None
+    return query.metric or index_metric(ds, query.column) or "l2"
 
 
 def wrong_dimension(subject: str, column: str, dim: int, vector: np.ndarray) -> InvalidArgumentError:
@@ -159,11 +167,12 @@ def fts_index_columns(ds: Dataset, query: SearchQuery, subject: str) -> list[str
         if not texts:
             raise InvalidArgumentError(f"{subject}: {query.text!r} asks for a full-text search, but the table has no "
                                        "text column; pass a vector for a vector search, or None for a plain read")
-        named = ", ".join(f"'{c}'" for c in (missing or texts))
-        build = f"tbl.to_lance().create_scalar_index('{(missing or texts)[0]}', 'INVERTED')"
+        unindexed = missing or texts
+        named = f"column '{unindexed[0]}', which has none" if len(unindexed) == 1 else \
+            "one of the columns " + ", ".join(f"'{c}'" for c in unindexed) + ", none of which has one"
         raise InvalidArgumentError(f"{subject}: a full-text search of {query.text!r} needs an FTS (INVERTED) index on "
-                                   f"column {named}, which has none (FTS-indexed columns: {indexed}); build one "
-                                   f"with {build}")
+                                   f"{named} (FTS-indexed columns: {indexed}); build one with "
+                                   f"tbl.create_fts_index('{unindexed[0]}')")
     return list(wanted or indexed)
 
 
@@ -190,7 +199,7 @@ def _nearest(ds: Dataset, query: SearchQuery, read: list[str]) -> pa.Table:
     """The vector search: Lance's ``nearest`` (through the column's index if any), or the exact float64 ranking;
     ``offset`` rows skipped after it."""
     assert query.vector is not None and query.column is not None and query.k is not None
-    offset, limit, metric = query.offset or 0, query.k, query.metric
+    offset, limit, metric = query.offset or 0, query.k, search_metric(ds, query)
     vector = np.asarray(query.vector, dtype=np.float64)
     use_index = not query.bypass_vector_index
     if ranks_exactly(ds, query.column, metric, use_index=use_index):  # float64 / integer vectors, no index: here

@@ -101,6 +101,17 @@ def check_distance(subject: str, column: str, value_type: pa.DataType, vector: n
                                        f"{vector.tolist()} holds values that are not integers from 0 to 255")
 
 
+def index_metric(ds: Dataset, column: str) -> str | None:
+    """The distance the vector index on ``column`` was trained with (``l2``, ``cosine``, ``dot``), None without
+    one: what a search naming no ``distance_type`` ranks by, as Lance's own search does -- under another distance
+    the index cannot answer and Lance compares every row instead."""
+    for index in ds.describe_indices():
+        metric = (index.details or {}).get("metric_type") if column in index.field_names else None
+        if metric:
+            return str(metric).lower()
+    return None
+
+
 def lance_query(vector: np.ndarray, metric: str) -> np.ndarray:
     """The query vector as Lance's flat search takes it: bytes for hamming, float32 otherwise."""
     return vector.astype(np.uint8 if metric == "hamming" else np.float32)

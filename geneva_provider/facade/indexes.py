@@ -45,25 +45,35 @@ class IndexMethods:
     def create_index(self, vector_column_name: str | None = None, *, column: str | None = None, metric: str = "l2",
                      index_type: str = "IVF_PQ", num_partitions: int | None = None,
                      num_sub_vectors: int | None = None, num_bits: int = 8, replace: bool = True,
-                     name: str | None = None, spark: Any = None, progress: bool | None = None,
-                     **options: Any) -> IndexBuildResult:
+                     name: str | None = None, sample_rate: int = 256, m: int | None = None,
+                     ef_construction: int | None = None, accelerator: str | None = None, spark: Any = None,
+                     progress: bool | None = None, **options: Any) -> IndexBuildResult:
         """Builds a vector index (``IVF_PQ``, ``IVF_FLAT``, ``IVF_SQ``, ``IVF_HNSW_SQ``, ``IVF_HNSW_PQ``; scalar and
         full-text types too) over every fragment: IVF / PQ trained once on a sample, one segment per fragment
         group built by a Spark task, one commit.
 
         ``vector_column_name`` (or ``column``): the column, by default the table's one vector column.
         ``num_partitions`` defaults to the square root of the rows, ``num_sub_vectors`` to the dimension / 16 (or
-        whatever divides it).  ``options``: ``target_groups`` (segment tasks; default the session's parallelism,
+        whatever divides it).  LanceDB's ``sample_rate`` (training rows per partition or code) and, for the HNSW
+        types, ``m`` and ``ef_construction`` are passed on.  ``accelerator`` (LanceDB's GPU build) must be None:
+        with one, Lance builds the whole index on one node, dropping the fragment groups (lance.md §13).
+        ``options``: ``target_groups`` (segment tasks; default the session's parallelism,
         no group under 1,000 rows) and ``max_segments``.  A build killed and run again resumes.
         ``progress=False`` shows no progress; by default it shows the rows of the segments built so far where the
         job runs (a notebook widget, a terminal bar, or log lines), as ``backfill`` does.
         """
+        if accelerator is not None:
+            raise InvalidArgumentError(f"create_index on table '{self.name}': accelerator={accelerator!r}: segments "
+                                       "are built on CPU by Spark tasks (with an accelerator Lance builds the whole "
+                                       "index on one node); pass accelerator=None")
+
         def spec(ds: Any) -> IndexSpec:
             from geneva_provider.pipeline.indexes.checks import index_spec
 
             return index_spec(ds, self.name, vector_column_name, column, index_type, metric=metric,
                               num_partitions=num_partitions, num_sub_vectors=num_sub_vectors, num_bits=num_bits,
-                              replace=replace, name=name)
+                              replace=replace, name=name, sample_rate=sample_rate, m=m,
+                              ef_construction=ef_construction)
         return self._shown(self._index_job(spec, spark, options), progress)
 
     def create_index_async(self, vector_column_name: str | None = None, **params: Any) -> JobHandle:
@@ -89,22 +99,32 @@ class IndexMethods:
         job: one segment per fragment group on Spark tasks, merged into one at the commit."""
         from geneva_provider.core.contracts.index_models import IndexSpec, IndexType
 
-        kind = IndexSpec.of(column, index_type).index_type
+        kind = IndexSpec.of(column, index_type, table=self.name).index_type
         if kind.is_vector or kind is IndexType.INVERTED:
             raise InvalidArgumentError(f"create_scalar_index on table '{self.name}': index_type must be BTREE, "
                                        f"BITMAP or LABEL_LIST, got {index_type!r} (vector indexes: create_index; "
                                        "full-text: create_fts_index)")
-        return self._shown(self._index_job(lambda ds: IndexSpec.of(column, kind, replace=replace, name=name), spark,
-                                           options), progress)
+        return self._shown(self._index_job(
+            lambda ds: IndexSpec.of(column, kind, replace=replace, name=name, table=self.name), spark, options),
+            progress)
 
-    def create_fts_index(self, column: str, *, replace: bool = True, name: str | None = None,
-                         with_position: bool = False, spark: Any = None, progress: bool | None = None,
+    def create_fts_index(self, column: str | None = None, *, field_names: str | list[str] | None = None,
+                         replace: bool = True, name: str | None = None, with_position: bool = False,
+                         use_tantivy: bool = False, spark: Any = None, progress: bool | None = None,
                          **settings: Any) -> IndexBuildResult:
         """Builds a full-text (``INVERTED``) index on a string column as an index job, every segment with the one
         tokenizer configuration: ``base_tokenizer``, ``language``, ``lower_case``, ``stem``,
-        ``remove_stop_words``, ``ascii_folding``, ``max_token_length`` (Lance's names and defaults)."""
+        ``remove_stop_words``, ``ascii_folding``, ``max_token_length`` (Lance's names and defaults).
+
+        ``field_names`` is LanceDB's name of ``column`` (one column); ``use_tantivy=False`` is accepted as LanceDB
+        takes it (the index is Lance's own; tantivy is not built)."""
         from geneva_provider.core.contracts.index_models import FtsConfig, IndexSpec
 
+        column = _fts_column(self.name, column, field_names)
+        if use_tantivy is not False:
+            raise InvalidArgumentError(f"create_fts_index on table '{self.name}' column {column!r}: "
+                                       f"use_tantivy={use_tantivy!r}: the index is Lance's native full-text index "
+                                       "(use_tantivy=False, LanceDB's default); a tantivy index is not built")
         options = {k: settings.pop(k) for k in _JOB_OPTIONS if k in settings}
         unknown = sorted(set(settings) - set(_FTS_NAMES))
         if unknown:
@@ -118,7 +138,8 @@ class IndexMethods:
                                        f"{exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}"  # type: ignore[attr-defined]
                                        ) from None
         return self._shown(self._index_job(
-            lambda ds: IndexSpec.of(column, "INVERTED", replace=replace, name=name, fts=fts), spark, options),
+            lambda ds: IndexSpec.of(column, "INVERTED", replace=replace, name=name, fts=fts,
+                                   table=self.name), spark, options),
             progress)
 
     def refresh_index(self, name: str | None = None, *, column: str | None = None, retrain: bool = False,
@@ -159,6 +180,8 @@ class IndexMethods:
                    options: dict[str, Any]) -> Callable[[JobControl], IndexBuildResult]:
         """The job of the request made of the table's dataset: checked now (table, request, options), run by the
         returned call."""
+        from geneva_provider.core.contracts.index_models import IndexSpec
+        from geneva_provider.pipeline.indexes.build import check_create
         from geneva_provider.pipeline.jobs import build_index
 
         self._writable("an index build")
@@ -166,8 +189,24 @@ class IndexMethods:
         if unknown:
             raise InvalidArgumentError(f"index build on table '{self.name}': unknown option(s) {unknown}; the "
                                        f"options are {list(_JOB_OPTIONS)}")
-        made = request(self.dataset())  # TableNotFoundError if the table was dropped; a bad argument refused
+        ds = self.dataset()  # TableNotFoundError if the table was dropped
+        made = request(ds)  # a bad argument refused
+        if isinstance(made, IndexSpec):  # checked against the table here, so create_index_async refuses it too
+            check_create(ds, made, self.name)
         return lambda control: build_index(self.ref, made, spark=spark, store=self.checkpoint_store,
                                            control=control, **options)
 
 
+def _fts_column(table: str, column: str | None, field_names: str | list[str] | None) -> str:
+    """The one column of a ``create_fts_index`` call: ``column``, or LanceDB's ``field_names`` (a name or a list
+    of one); InvalidArgumentError naming the table and the values otherwise."""
+    subject = f"create_fts_index on table '{table}'"
+    names = [field_names] if isinstance(field_names, str) else list(field_names or [])
+    if column is not None and names and names != [column]:
+        raise InvalidArgumentError(f"{subject}: column={column!r} and field_names={field_names!r} name the same "
+                                   "argument; give one of them")
+    if column is None and len(names) != 1:
+        raise InvalidArgumentError(f"{subject}: name the one text column to index (column= or field_names=), got "
+                                   f"field_names={field_names!r}" if names else f"{subject}: name the text column "
+                                   "to index (column= or field_names=)")
+    return column if column is not None else names[0]

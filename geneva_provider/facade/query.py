@@ -46,7 +46,7 @@ class Query(GenevaQueryBuilder):
     _udf_columns: UdfColumns = {}  # noqa: RUF012 - replaced, never mutated
     _shuffle: bool = False
     _seed: int | None = None
-    _distance_type: str = "l2"
+    _distance_type: str | None = None  # None: the index's distance, l2 without one
     _text: str | None = None
     _fts_columns: list[str] | None = None
     _nprobes: int | None = None
@@ -127,8 +127,8 @@ class Query(GenevaQueryBuilder):
         return self._with(bypass_vector_index=True)
 
     def distance_type(self, distance_type: str) -> Query:
-        """A vector search's distance: "l2" (the default: squared Euclidean, as Lance), "cosine", "dot" or
-        "hamming"."""
+        """A vector search's distance: "l2" (squared Euclidean, as Lance), "cosine", "dot" or "hamming".  Not
+        called: the distance the column's vector index was trained with (so the index answers), else "l2"."""
         if self._vector is None:
             raise InvalidArgumentError(f"{self._subject()}: distance_type is for a vector search "
                                        "(table.search([...]))")

@@ -190,7 +190,8 @@ def test_search_inputs_that_cannot_run_are_refused_naming_the_column_and_value_a
                                                       r"\(metric\) must be one of .*, got 'manhattan'"):
         tbl.search(vs[0]).metric("manhattan")
     with pytest.raises(gp.InvalidArgumentError, match=r"search on table 'indexed': a full-text search of 'apple' "
-                                                      r"needs an FTS \(INVERTED\) index on column 'tag', 'text'"):
+                                                      r"needs an FTS \(INVERTED\) index on one of the columns "
+                                                      r"'tag', 'text'"):
         tbl.search("apple", query_type="fts")
     with pytest.raises(gp.InvalidArgumentError, match=r"query_type 'fts' takes a text"):
         tbl.search(vs[0], query_type="fts")
@@ -308,7 +309,7 @@ def test_the_cli_searches_through_the_same_seam_and_refuses_the_same_inputs(inde
     assert lines[0].split() == ["id", "_distance"] and lines[2].split()[0] == "9" and len(lines) == 4
     before = tbl.version
     assert main(["--db", db, "table", "search", "indexed", "--text", "apple"]) == 2
-    assert "a full-text search of 'apple' needs an FTS (INVERTED) index on column 'tag', 'text'" in \
+    assert "a full-text search of 'apple' needs an FTS (INVERTED) index on one of the columns 'tag', 'text'" in \
         capsys.readouterr().err
     assert main(["--db", db, "table", "search", "indexed", "--vector", "[1, 2]"]) == 2
     assert "column 'vec' holds vectors of 32 values, the query has 2: [1.0, 2.0]" in capsys.readouterr().err

@@ -100,38 +100,53 @@ class IndexSpec(BaseModel):
     name: str | None = None
     replace: bool = True
     sample_rate: int = 256
+    m: int | None = None                # HNSW: neighbours per graph node (None: Lance's 20)
+    ef_construction: int | None = None  # HNSW: candidates kept while building the graph (None: Lance's 150)
     fts: FtsConfig | None = None
 
     @classmethod
-    def of(cls, column: str, index_type: Any = "IVF_PQ", **params: Any) -> IndexSpec:
-        """The spec of these arguments; InvalidArgumentError naming the argument and value when one is bad."""
+    def of(cls, column: str, index_type: Any = "IVF_PQ", *, table: str | None = None, **params: Any) -> IndexSpec:
+        """The spec of these arguments; InvalidArgumentError naming the table (when given), the column, the argument
+        and the value when one is bad."""
+        subject = "create_index" + (f" on table '{table}'" if table else "")
         if not isinstance(column, str) or not column:
-            raise InvalidArgumentError(f"create_index: the column must be a column name, got {column!r}")
-        kind = _index_type(index_type, column)
+            raise InvalidArgumentError(f"{subject}: the column must be a column name, got {column!r}")
+        subject += f" {'column' if table else 'on column'} '{column}'"
+        kind = parse_index_type(index_type, subject)
         metric = params.get("metric", "l2")
         if not isinstance(metric, str) or metric.lower() not in METRICS:
-            raise InvalidArgumentError(f"create_index on column '{column}': metric must be one of {list(METRICS)}, "
+            raise InvalidArgumentError(f"{subject}: metric must be one of {list(METRICS)}, "
                                        f"got {metric!r}")
         params["metric"] = metric.lower()
-        for arg in ("num_partitions", "num_sub_vectors", "sample_rate"):
+        for arg in ("num_partitions", "num_sub_vectors", "sample_rate", "m", "ef_construction"):
             value = params.get(arg)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise InvalidArgumentError(f"create_index on column '{column}': {arg} must be a positive whole "
+                raise InvalidArgumentError(f"{subject}: {arg} must be a positive whole "
                                            f"number, got {value!r}")
         if params.get("num_bits", 8) not in NUM_BITS or isinstance(params.get("num_bits"), bool):
-            raise InvalidArgumentError(f"create_index on column '{column}': num_bits must be one of "
+            raise InvalidArgumentError(f"{subject}: num_bits must be one of "
                                        f"{list(NUM_BITS)}, got {params.get('num_bits')!r}")
+        hnsw = [arg for arg in ("m", "ef_construction") if params.get(arg) is not None]
+        if hnsw and "HNSW" not in kind.value:
+            raise InvalidArgumentError(f"{subject}: {hnsw[0]}={params[hnsw[0]]!r} is for an HNSW index "
+                                       f"(IVF_HNSW_SQ, IVF_HNSW_PQ), not {kind.value}")
+        name = params.get("name")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise InvalidArgumentError(f"{subject}: name must be a non-empty string (or None: '<column>_idx'), got "
+                                       f"{name!r}")
+        if not isinstance(params.get("replace", True), bool):
+            raise InvalidArgumentError(f"{subject}: replace must be True or False, got {params['replace']!r}")
         if kind is IndexType.INVERTED and params.get("fts") is None:
             params["fts"] = FtsConfig()
         elif kind is not IndexType.INVERTED and params.get("fts") is not None:
-            raise InvalidArgumentError(f"create_index on column '{column}': a tokenizer configuration is for an "
+            raise InvalidArgumentError(f"{subject}: a tokenizer configuration is for an "
                                        f"INVERTED (full-text) index, not {kind.value}")
         try:
             return cls(column=column, index_type=kind, **params)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise InvalidArgumentError(f"create_index on column '{column}': {where}: {first['msg']} "
+            raise InvalidArgumentError(f"{subject}: {where}: {first['msg']} "
                                        f"(got {first.get('input')!r})") from None
 
     @property
@@ -142,7 +157,10 @@ class IndexSpec(BaseModel):
     def lance_params(self) -> dict[str, Any]:
         """The keyword arguments of ``create_index_uncommitted`` this spec fixes (artifacts are added apart)."""
         if self.index_type.is_vector:
-            return {"metric": self.metric}
+            params: dict[str, Any] = {"metric": self.metric, "m": self.m, "ef_construction": self.ef_construction}
+            if self.index_type.trains_pq:  # the codebook's width: Lance reads 8 bits unless told
+                params["num_bits"] = self.num_bits
+            return {k: v for k, v in params.items() if v is not None}
         if self.index_type is IndexType.INVERTED and self.fts is not None:
             return self.fts.model_dump(exclude_none=True)
         return {}
@@ -168,12 +186,14 @@ class IndexRefresh(BaseModel):
         return cls(index_name=index_name, retrain=retrain)
 
 
-def _index_type(value: Any, column: str) -> IndexType:
+def parse_index_type(value: Any, subject: str = "create_index") -> IndexType:
+    """``value`` (any case, or an alias such as ``FTS``) as an IndexType; InvalidArgumentError naming ``subject``
+    and listing the types otherwise."""
     name = value.upper() if isinstance(value, str) else value
     try:
         return _ALIASES.get(name) or IndexType(name)
     except ValueError:
-        raise InvalidArgumentError(f"create_index on column '{column}': unknown index_type {value!r}; one of "
+        raise InvalidArgumentError(f"{subject}: unknown index_type {value!r}; one of "
                                    f"{[t.value for t in IndexType] + list(_ALIASES)}") from None
 
 
@@ -325,7 +345,11 @@ class IndexBuildResult(BaseModel):
 
 
 class IndexStats(BaseModel):
-    """What ``index_stats`` says of one index: rows indexed / unindexed, segments, partitions."""
+    """What ``index_stats`` says of one index: rows indexed / unindexed, segments, partitions.
+
+    ``index_type`` is the name a build takes and LanceDB's ``IndexStatistics`` gives (``IVF_PQ``, ``BTREE``,
+    ``BITMAP``, ``LABEL_LIST``, ``FTS``...).  LanceDB's other names are here too: ``distance_type`` (a vector
+    index's metric, None for scalar and full-text indexes) and ``num_indices`` (its parts: our ``num_segments``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -338,3 +362,10 @@ class IndexStats(BaseModel):
     num_unindexed_fragments: int
     num_segments: int
     num_partitions: int | None = None
+    distance_type: str | None = None
+    loss: float | None = None  # a vector index's k-means training loss, summed over its segments (LanceDB's name)
+
+    @property
+    def num_indices(self) -> int:
+        """LanceDB's name of :attr:`num_segments` (the parts the index is split into)."""
+        return self.num_segments

@@ -115,19 +115,26 @@ def _drift(table: TableRef, index_name: str, saved: IndexArtifacts) -> float | N
     return drift(ds, saved, new) if new else None
 
 
-def _plan_create(table: TableRef, spec: IndexSpec, store: CheckpointStore, parallelism: int,
-                 target_groups: int | None, max_segments: int) -> IndexBuildPlan:
-    ds = table.dataset()
-    target = check_index(ds, spec, table.name)
+def check_create(ds: Dataset, spec: IndexSpec, table: str) -> tuple[IndexTarget, list[Any]]:
+    """``spec`` checked against ``ds`` (:func:`check_index`) and against the index of its name, if any (on
+    another column, or ``replace=False``: refused); the target and the segments the build replaces."""
+    target = check_index(ds, spec, table)
     name = spec.index_name
     existing = index_segments(ds, name)
     on = sorted({c for s in existing for c in s["fields"]})
     if existing and on != [spec.column]:
-        raise InvalidArgumentError(f"create_index on table '{table.name}': an index named '{name}' exists on "
+        raise InvalidArgumentError(f"create_index on table '{table}': an index named '{name}' exists on "
                                    f"column(s) {on}, not '{spec.column}'; give this one another name=")
     if existing and not spec.replace:
-        raise InvalidArgumentError(f"create_index on table '{table.name}': an index named '{name}' exists on "
+        raise InvalidArgumentError(f"create_index on table '{table}': an index named '{name}' exists on "
                                    f"column '{spec.column}'; pass replace=True to build it again")
+    return target, existing
+
+
+def _plan_create(table: TableRef, spec: IndexSpec, store: CheckpointStore, parallelism: int,
+                 target_groups: int | None, max_segments: int) -> IndexBuildPlan:
+    ds = table.dataset()
+    target, existing = check_create(ds, spec, table.name)
     groups = fragment_groups(ds, _groups_wanted(target_groups, parallelism, target.spec, max_segments, target.rows))
     return _plan(table, ds, store, target, groups, replaces=[s["uuid"] for s in existing], refresh=False)
 

@@ -1,9 +1,10 @@
 """An index spec checked against the table, on the driver, before any Spark job and before anything is written.
 
 A missing column, a column that holds no vectors (a variable-length ``list<float>`` says how to declare a
-fixed-size one), ``num_sub_vectors`` that does not divide the dimension, more partitions than rows, too few rows
-to train PQ, a scalar index on a column of the wrong type: each is the package's error naming the table, the
-column and the value.  Unset ``num_partitions`` / ``num_sub_vectors`` are chosen here (LanceDB's defaults).
+fixed-size one), an empty table, ``num_sub_vectors`` that does not divide the dimension, more partitions than
+rows, too few rows to train PQ, a scalar index on a column of the wrong type: each is the package's error
+naming the table, the column and the value.  Unset ``num_partitions`` / ``num_sub_vectors`` are chosen here
+(LanceDB's defaults).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from geneva_provider.core.contracts.index_models import MIN_ROWS_PER_CODE, IndexSpec, IndexType
+from geneva_provider.core.contracts.index_models import MIN_ROWS_PER_CODE, IndexSpec, IndexType, parse_index_type
 from geneva_provider.core.errors import ColumnError, InvalidArgumentError
 from geneva_provider.core.vector_search import default_vector_column, is_vector_type, not_vectors
 
@@ -41,6 +42,9 @@ def check_index(ds: Dataset, spec: IndexSpec, table: str) -> IndexTarget:
     field_id = field_id_of(ds, spec.column, table)
     rows = ds.count_rows()
     kind = spec.index_type
+    if rows == 0:  # Lance builds no segment of no rows (FTS: an error; BTREE: an empty commit and no index)
+        raise InvalidArgumentError(f"{subject}: the table has no rows, nothing to build a {kind.value} index on "
+                                   f"column '{spec.column}' from; add rows first, then create the index")
     if not kind.is_vector:
         _check_scalar(subject, spec, field_type)
         return IndexTarget(spec, field_id, None, rows)
@@ -81,11 +85,11 @@ def index_spec(ds: Dataset, table: str, vector_column_name: str | None = None, c
                                    "name the same argument; give one of them")
     chosen = vector_column_name if vector_column_name is not None else column
     if chosen is None:
-        kind = IndexSpec.of("?", index_type).index_type  # the index type checked first (naming it)
+        kind = parse_index_type(index_type, subject)  # the index type checked first (naming it)
         if not kind.is_vector:
             raise InvalidArgumentError(f"{subject}: a {kind.value} index needs the column to index: pass column=")
         chosen = default_vector_column(subject, ds.schema)
-    return IndexSpec.of(chosen, index_type, **params)
+    return IndexSpec.of(chosen, index_type, table=table, **params)
 
 
 def refresh_name(table: str, index_name: str | None, column: str | None) -> str:

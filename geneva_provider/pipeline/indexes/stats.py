@@ -7,6 +7,7 @@ cover it: an add-only refresh indexes exactly these.
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,9 @@ from geneva_provider.core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
+
+# Lance's names of the scalar and full-text types -> the names a user passes and LanceDB's IndexStatistics gives.
+_TYPE_NAMES = {"BTree": "BTREE", "Bitmap": "BITMAP", "LabelList": "LABEL_LIST", "Inverted": "FTS"}
 
 
 def index_segments(ds: Dataset, index_name: str) -> list[Any]:
@@ -39,15 +43,20 @@ def index_stats(ds: Dataset, index_name: str) -> IndexStats:
     described = {d.name: d for d in ds.describe_indices()}
     if index_name not in described:
         raise InvalidArgumentError(f"table has no index named '{index_name}' (its indexes: {sorted(described)})")
+    os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")  # unread here; Lance warns on each call else
     raw = ds.stats.index_stats(index_name)
     partitions = {s["num_partitions"] for s in raw.get("indices", []) if "num_partitions" in s}
-    return IndexStats(name=index_name, index_type=str(raw["index_type"]),
+    losses = [float(s["loss"]) for s in raw.get("indices", []) if s.get("loss") is not None]
+    metrics = sorted({str(s["metric_type"]).lower() for s in raw.get("indices", []) if "metric_type" in s})
+    kind = str(raw["index_type"])
+    return IndexStats(name=index_name, index_type=_TYPE_NAMES.get(kind, kind),
                       columns=list(described[index_name].field_names),
                       num_indexed_rows=raw["num_indexed_rows"], num_unindexed_rows=raw["num_unindexed_rows"],
                       num_indexed_fragments=raw["num_indexed_fragments"],
                       num_unindexed_fragments=raw["num_unindexed_fragments"],
                       num_segments=len(index_segments(ds, index_name)),
-                      num_partitions=max(partitions) if partitions else None)
+                      num_partitions=max(partitions) if partitions else None,
+                      distance_type=metrics[0] if metrics else None, loss=sum(losses) if losses else None)
 
 
 def list_indices(ds: Dataset) -> list[IndexStats]:
