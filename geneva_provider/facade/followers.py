@@ -16,6 +16,7 @@ from geneva_provider.pipeline.followers import (
     BackfillColumn,
     FollowerPlan,
     FollowEvent,
+    RefreshIndex,
     RefreshView,
     Step,
     TableChange,
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FollowedStep:
-    """One step ``Connection.follow`` ran, and what it returned (a backfill's or refresh's ``BackfillResult``)."""
+    """One step ``Connection.follow`` ran, and what it returned (a backfill's or refresh's ``BackfillResult``, an
+    index refresh's ``IndexBuildResult`` or None)."""
 
     step: Step
     result: Any
@@ -49,6 +51,17 @@ def _backfill_column(step: BackfillColumn, db: Connection, **options: Any) -> An
 @run_step.register(RefreshView)
 def _refresh_view(step: RefreshView, db: Connection, **options: Any) -> Any:
     return db.open_table(step.view).refresh(**options)
+
+
+@run_step.register(RefreshIndex)
+def _refresh_index(step: RefreshIndex, db: Connection, **options: Any) -> Any:
+    """The index refreshed add-only (nothing to index: no Spark job, no commit); its ``IndexBuildResult``, or
+    None when there was nothing to do."""
+    from geneva_provider.pipeline.jobs import refresh_job_indexes
+
+    table = db.open_table(step.table)
+    done = refresh_job_indexes(table.ref, lambda ds: [step.index], options.get("spark"), table.checkpoint_store)
+    return done[0] if done else None
 
 
 def followers(db: Connection, event: str | FollowEvent) -> FollowerPlan:

@@ -403,6 +403,7 @@ class Table(IndexMethods):
         spark: SparkSession | TaskRunner | None = None,
         checkpoint_store: CheckpointStore | None = None,
         progress: bool | None = None,
+        refresh_indexes: bool = True,
         **options: Any,
     ) -> BackfillResult:
         """Refreshes this materialized view from its source (only new and stale rows are computed).
@@ -414,10 +415,14 @@ class Table(IndexMethods):
         ``options`` are the tuning options of :class:`~geneva_provider.core.contracts.options.RefreshOptions`.
         ``progress=False`` shows no progress; by default it shows where the job runs: a notebook widget, a
         terminal bar (Spark's console bar paused meanwhile) or else a log line every few seconds.
+        ``refresh_indexes`` (default True): after the commit, every index of the view indexes add-only the
+        fragments it no longer covers, with its saved artifacts (the result's ``indexes``); False leaves them
+        unindexed (searched by a flat scan).
         """
         from geneva_provider.facade.job_handle import with_progress
 
-        run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options)
+        run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options,
+                                refresh_indexes)
         return with_progress(checkpoint_store or self.checkpoint_store, f"refresh {self.name}", run, progress)
 
     def refresh_async(
@@ -427,6 +432,7 @@ class Table(IndexMethods):
         *,
         spark: SparkSession | TaskRunner | None = None,
         checkpoint_store: CheckpointStore | None = None,
+        refresh_indexes: bool = True,
         **options: Any,
     ) -> JobHandle:
         """Starts :meth:`refresh` in a background thread; the handle has ``status()``, ``result()``, ``cancel()``.
@@ -435,21 +441,25 @@ class Table(IndexMethods):
         """
         from geneva_provider.facade.job_handle import JobHandle
 
-        run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options)
+        run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options,
+                                refresh_indexes)
         return JobHandle(checkpoint_store or self.checkpoint_store, f"refresh {self.name}", kind=JobKind.REFRESH,
                          table=self.name).start(run)
 
     def _refresh_job(self, src_version: int | None, max_rows_per_fragment: int | None, spark: Any,
-                     store: CheckpointStore | None, options: dict[str, Any]) -> Callable[[JobControl], BackfillResult]:
+                     store: CheckpointStore | None, options: dict[str, Any],
+                     refresh_indexes: bool = True) -> Callable[[JobControl], BackfillResult]:
         from geneva_provider.pipeline.jobs import refresh
 
         self._writable("refresh")
+        _check_flag(refresh_indexes, "refresh_indexes", f"refresh of view '{self.name}'")
         parsed = RefreshOptions.parse(options, job=f"refresh of view '{self.name}'", src_version=src_version,
                                       max_rows_per_fragment=max_rows_per_fragment)
         _check_store(store, f"refresh of view '{self.name}'")
         self.dataset()  # TableNotFoundError now, not from the job, if the view was dropped
         return lambda control: refresh(self.ref, parsed, resolve=self._conn.catalog.resolve, spark=spark,
-                                       store=store or self.checkpoint_store, control=control)
+                                       store=store or self.checkpoint_store, control=control,
+                                       refresh_indexes=refresh_indexes)
 
     def check(self, *, fingerprints: bool = False) -> ViewCheck:
         """Checks that this chunker or batch-UDTF view holds exactly what its UDTF makes of the source version
@@ -473,6 +483,7 @@ class Table(IndexMethods):
         *,
         spark: SparkSession | TaskRunner | None = None,
         exclude_live_jobs: bool = True,
+        refresh_indexes: bool = True,
         **options: Any,
     ) -> CompactionResult:
         """Rewrites small fragments into bigger ones on Spark (plan on the driver, one Spark task per rewrite).
@@ -482,16 +493,19 @@ class Table(IndexMethods):
         Fragments that a live backfill or refresh still has to commit are left alone
         (``exclude_live_jobs``), also when the job started while the rewrites ran; the result's
         ``held_by`` names each job and its fragments.  A failed, finished or abandoned job
-        holds nothing.  Computed values stay valid: nothing is recomputed.
+        holds nothing.  Computed values stay valid: nothing is recomputed.  Lance remaps the table's indexes onto
+        the new fragments; with ``refresh_indexes`` (default True) any fragment the remap left uncovered is then
+        indexed add-only with the index's saved artifacts (the result's ``indexes``).
         """
         from geneva_provider.pipeline.jobs import compact
 
         self._writable("compact")
+        _check_flag(refresh_indexes, "refresh_indexes", f"compaction of table '{self.name}'")
         if target_rows_per_fragment is not None:
             options["target_rows_per_fragment"] = target_rows_per_fragment
         self.dataset()  # TableNotFoundError if the table was dropped
         return compact(self.ref, options, spark=spark, store=self.checkpoint_store,
-                       exclude_live_jobs=exclude_live_jobs)
+                       exclude_live_jobs=exclude_live_jobs, refresh_indexes=refresh_indexes)
 
     def cleanup_checkpoints(self, older_than: timedelta = timedelta(days=7)) -> CleanupResult:
         """Removes checkpoints and plans that no live job needs and no future job can use.
@@ -526,6 +540,7 @@ class Table(IndexMethods):
         spark: SparkSession | TaskRunner | None = None,
         checkpoint_store: CheckpointStore | None = None,
         progress: bool | None = None,
+        refresh_indexes: bool = True,
         **options: Any,
     ) -> BackfillResult:
         """Computes ``column`` for the rows that lack it (plan -> apply -> write -> commit -> verify).
@@ -536,10 +551,14 @@ class Table(IndexMethods):
         local ``local[*]`` session that the first such call starts and the next ones reuse.
         ``progress=False`` shows no progress; by default it shows where the job runs: a notebook widget, a
         terminal bar (Spark's console bar paused meanwhile) or else a log line every few seconds.
+        ``refresh_indexes`` (default True): after the commit, the indexes on the column (on any column of its
+        multi-output group) index add-only the fragments the backfill rewrote, with their saved artifacts --
+        the same job, its ``seconds["index"]``, its result's ``indexes``; False leaves them unindexed (searched
+        by a flat scan until an index refresh).
         """
         from geneva_provider.facade.job_handle import with_progress
 
-        run = self._backfill_job(column, where, spark, checkpoint_store, options)
+        run = self._backfill_job(column, where, spark, checkpoint_store, options, refresh_indexes)
         return with_progress(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}", run, progress)
 
     def backfill_async(
@@ -549,6 +568,7 @@ class Table(IndexMethods):
         *,
         spark: SparkSession | TaskRunner | None = None,
         checkpoint_store: CheckpointStore | None = None,
+        refresh_indexes: bool = True,
         **options: Any,
     ) -> JobHandle:
         """Starts :meth:`backfill` in a background thread; the handle has ``status()``, ``result()``, ``cancel()``.
@@ -557,15 +577,16 @@ class Table(IndexMethods):
         """
         from geneva_provider.facade.job_handle import JobHandle
 
-        run = self._backfill_job(column, where, spark, checkpoint_store, options)
+        run = self._backfill_job(column, where, spark, checkpoint_store, options, refresh_indexes)
         return JobHandle(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}", kind=JobKind.BACKFILL,
                          table=self.name, column=column).start(run)
 
     def _backfill_job(self, column: str, where: str | None, spark: Any, store: CheckpointStore | None,
-                      options: dict[str, Any]) -> Callable[[JobControl], BackfillResult]:
+                      options: dict[str, Any], refresh_indexes: bool = True) -> Callable[[JobControl], BackfillResult]:
         from geneva_provider.pipeline.jobs import backfill
 
         self._writable("backfill")
+        _check_flag(refresh_indexes, "refresh_indexes", f"backfill of table '{self.name}'")
         parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
         from geneva_provider.pipeline.columns.plan_backfill import udf_with_inputs
 
@@ -578,7 +599,7 @@ class Table(IndexMethods):
         if parsed.where:
             check_where(ds, parsed.where, f"table '{self.name}'")
         return lambda control: backfill(self.ref, column, parsed, spark=spark, store=store or self.checkpoint_store,
-                                        control=control)
+                                        control=control, refresh_indexes=refresh_indexes)
 
     # ------------------------------------------------------------------ errors
     def get_errors(self, job_id: str | None = None, column: str | None = None) -> pa.Table:
@@ -678,6 +699,11 @@ def _alteration(alteration: Any, subject: str) -> tuple[str, UDF | None, list[st
         raise InvalidArgumentError(f"{subject}: column '{path}': nothing to alter (give udf, rename, nullable or "
                                    "data_type)")
     return path, fn, list(inputs) if inputs is not None else None, change
+
+
+def _check_flag(value: Any, name: str, job: str) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{job}: {name} must be True or False, got {value!r}")
 
 
 def _check_store(store: Any, job: str) -> None:

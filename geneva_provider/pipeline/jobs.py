@@ -24,6 +24,7 @@ from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.checkpoint import CheckpointStore, open_store, split_key_uri
 from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
+from geneva_provider.pipeline.indexes.upkeep import indexes_on, refresh_indexes
 from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run_compaction
 from geneva_provider.pipeline.spark.contexts import context_session, ship_manifest
 from geneva_provider.pipeline.spark.runner import local_session, running_context
@@ -34,7 +35,7 @@ from geneva_provider.pipeline.stages.verify import verify
 from geneva_provider.pipeline.stages.write import run_write_commit
 
 if TYPE_CHECKING:
-    from geneva_provider.core.lib_types import SparkSession
+    from geneva_provider.core.lib_types import Dataset, SparkSession
     from geneva_provider.pipeline.spark.task_runner import Compute, TaskRunner
 
 log = logging.getLogger(__name__)
@@ -63,12 +64,17 @@ class JobControl:
 
 
 def backfill(table: TableRef, column: str, options: BackfillOptions | None = None, *, spark: Compute | None = None,
-             store: CheckpointStore | None = None, control: JobControl | None = None) -> BackfillResult:
+             store: CheckpointStore | None = None, control: JobControl | None = None,
+             refresh_indexes: bool = True) -> BackfillResult:
     """Runs every stage of a backfill of ``column`` in this process, on ``spark`` (a session or a task runner), the
-    active session or the local one jobs without a session share (:func:`calls_session`)."""
+    active session or the local one jobs without a session share (:func:`calls_session`); then, with
+    ``refresh_indexes``, refreshes the indexes on the columns it writes (:func:`refresh_job_indexes`)."""
+    from geneva_provider.core.functions.udf import computed_with
+
     return run_job(table, column, lambda parallelism: plan_backfill(
         table, column, options, store=store, parallelism=parallelism), spark, control,
-        manifest=udf_manifest(table, column))
+        manifest=udf_manifest(table, column),
+        indexes=(lambda ds: indexes_on(ds, computed_with(ds.schema, column))) if refresh_indexes else None)
 
 
 def udf_manifest(table: TableRef, column: str) -> Any:
@@ -84,12 +90,13 @@ def udf_manifest(table: TableRef, column: str) -> Any:
 
 
 def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: TableResolver | None = None,
-            spark: Compute | None = None, store: CheckpointStore | None = None, control: JobControl | None = None
-            ) -> BackfillResult:
-    """Refreshes a materialized view in this process: new source rows, then every stale fragment."""
+            spark: Compute | None = None, store: CheckpointStore | None = None, control: JobControl | None = None,
+            refresh_indexes: bool = True) -> BackfillResult:
+    """Refreshes a materialized view in this process: new source rows, then every stale fragment; then, with
+    ``refresh_indexes``, every index of the view (:func:`refresh_job_indexes`)."""
     return run_job(view, "*", lambda parallelism: plan_refresh(
         view, options, resolve=resolve, store=store, parallelism=parallelism), spark, control,
-        manifest=udtf_manifest(view))
+        manifest=udtf_manifest(view), indexes=indexes_on if refresh_indexes else None)
 
 
 def udtf_manifest(view: TableRef) -> Any:
@@ -104,8 +111,11 @@ def udtf_manifest(view: TableRef) -> Any:
 
 
 def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Compute | None = None,
-            store: CheckpointStore | None = None, exclude_live_jobs: bool = True) -> CompactionResult:
-    """Compacts ``table`` with its rewrite tasks on Spark (no session is started when there is nothing to do)."""
+            store: CheckpointStore | None = None, exclude_live_jobs: bool = True,
+            refresh_indexes: bool = True) -> CompactionResult:
+    """Compacts ``table`` with its rewrite tasks on Spark (no session is started when there is nothing to do);
+    then, with ``refresh_indexes``, the remap check: every index of the table indexes what the compaction's
+    remap left uncovered (nothing uncovered: no Spark job, no commit)."""
     if spark is not None and not is_compute(spark):
         raise InvalidArgumentError(f"compaction of table '{table.name}': spark must be a SparkSession or a task "
                                    "runner (or None), "
@@ -118,7 +128,12 @@ def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Co
         return CompactionResult(job_id=summary.job_id, version=summary.read_version, fragments_removed=0,
                                 fragments_added=0, files_removed=0, files_added=0,
                                 excluded=summary.fragments_excluded, held_by=summary.fragments_held_by)
-    return run_compaction(summary.plan_uri, _runner(spark), table.storage_options)
+    result = run_compaction(summary.plan_uri, _runner(spark), table.storage_options)
+    if not refresh_indexes:
+        return result
+    t = time.perf_counter()
+    refreshed = refresh_job_indexes(table, indexes_on, spark, store)
+    return result.model_copy(update={"indexes": refreshed, "seconds": result.seconds + time.perf_counter() - t})
 
 
 _CALLS_SESSION: list[SparkSession] = []  # the local session that jobs given no session share (the first starts it)
@@ -163,9 +178,15 @@ def _parallelism(spark: Compute | None) -> int | None:
 
 
 def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSummary], spark: Compute | None,
-            control: JobControl | None = None, manifest: Any = None) -> BackfillResult:
+            control: JobControl | None = None, manifest: Any = None,
+            indexes: Callable[[Dataset], list[str]] | None = None) -> BackfillResult:
     """plan -> apply -> write+commit -> verify with one SparkSession (started only if there is work) or task runner;
-    ``manifest`` (the UDF's :class:`~geneva_provider.core.manifest.GenevaManifest`) is shipped to its workers."""
+    ``manifest`` (the UDF's :class:`~geneva_provider.core.manifest.GenevaManifest`) is shipped to its workers.
+
+    ``indexes`` (the names of the indexes the job's commit touches, of the table's dataset): the index stage
+    after verify refreshes them (:func:`refresh_job_indexes`), also when the job had nothing to compute (a
+    rerun finishes the index stage of a run that failed in it); None: no index stage.
+    """
     control = control or JobControl()
     if spark is not None and not is_compute(spark):
         raise InvalidArgumentError(f"job on table '{table.name}': spark must be a SparkSession, classic or Spark "
@@ -181,10 +202,12 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
     so = table.storage_options
     if summary.nothing_to_do:
         log.info("job %s on table '%s': up to date", summary.job_id, table.name)
+        version = table.dataset().version
+        refreshed = _index_stage(table, indexes, spark, None, seconds)
         seconds["total"] = time.perf_counter() - t0
         return BackfillResult(job_id=summary.job_id, column=column, rows_computed=0, rows_reused=summary.rows_reused,
-                              fragments_committed=0, fragments_reused=0, version=table.dataset().version,
-                              seconds=_rounded(seconds))
+                              fragments_committed=0, fragments_reused=0, version=version,
+                              seconds=_rounded(seconds), indexes=refreshed)
     store = open_store(split_key_uri(summary.plan_uri)[0], so)
     try:
         control.check(Stage.APPLY)
@@ -232,14 +255,33 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
     t = time.perf_counter()
     verify(summary, so)
     seconds[Stage.VERIFY] = time.perf_counter() - t
+    refreshed = _index_stage(table, indexes, runner, store, seconds)
     seconds["total"] = time.perf_counter() - t0
     result = BackfillResult(
         job_id=summary.job_id, column=column, rows_computed=applied.rows_computed, rows_reused=applied.rows_reused,
         fragments_committed=written.fragments_committed, fragments_reused=summary.fragments_reused,
         version=written.version, fragments_vanished=written.fragments_vanished, rows_failed=applied.rows_failed,
-        rows_retried=applied.rows_retried, seconds=_rounded(seconds))
+        rows_retried=applied.rows_retried, seconds=_rounded(seconds), indexes=refreshed)
     log.info("job %s on table '%s' (%s): %s", result.job_id, table.name, column, result.describe())
     return result
+
+
+def _index_stage(table: TableRef, indexes: Callable[[Dataset], list[str]] | None, spark: Compute | None,
+                 store: CheckpointStore | None, seconds: dict[str, float]) -> list[IndexBuildResult]:
+    """The job's index stage: the indexes ``indexes`` names refreshed (its time in ``seconds["index"]``)."""
+    if indexes is None:
+        return []
+    t = time.perf_counter()
+    refreshed = refresh_job_indexes(table, indexes, spark, store)
+    seconds["index"] = time.perf_counter() - t
+    return refreshed
+
+
+def refresh_job_indexes(table: TableRef, indexes: Callable[[Dataset], list[str]], spark: Compute | None,
+                        store: CheckpointStore | None = None, *, retrain: bool = False) -> list[IndexBuildResult]:
+    """Refreshes add-only the indexes ``indexes`` names of ``table``'s latest version, on ``spark``, else the
+    session a job would use (:func:`_runner`), started only when an index has fragments to index."""
+    return refresh_indexes(table, indexes(table.dataset()), lambda: _runner(spark), store, retrain=retrain)
 
 
 def _rounded(seconds: dict[str, float]) -> dict[str, float]:

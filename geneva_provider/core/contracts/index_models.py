@@ -209,6 +209,9 @@ class IndexArtifacts(BaseModel):
     trained_rows: int = 0
     centroids: str | None = None  # base64 .npy, num_partitions x dimension float32
     codebook: str | None = None  # base64 .npy, PQ types only
+    # The mean distance of a sample of the training rows to their nearest centroid: what a refresh compares the
+    # new rows' with (the drift rule, pipeline/indexes/drift.py); None for indexes trained before it was recorded.
+    centroid_distance: float | None = None
 
     def matches(self, spec: IndexSpec) -> bool:
         """Whether these artifacts were trained for ``spec`` (unset partitions / sub-vectors match any)."""
@@ -301,6 +304,8 @@ class IndexBuildResult(BaseModel):
     rows_indexed: int = 0
     trained: bool = False
     refresh: bool = False
+    # The refreshed rows' centroid distance over the training rows' (pipeline/indexes/drift.py); None: not measured.
+    drift: float | None = None
 
     @property
     def nothing_to_do(self) -> bool:

@@ -698,6 +698,7 @@ class CompactionResult(_Model):
     excluded: list[int] = Field(default_factory=list)
     held_by: dict[str, list[int]] = Field(default_factory=dict)  # live job id -> its fragments, left alone
     seconds: float = 0.0
+    indexes: list[IndexBuildResult] = Field(default_factory=list)  # the remap check's refreshes (indexed something)
 
     def describe(self) -> str:
         """What it rewrote, in the one wording of its log line and the CLI's answer (without the holders' names)."""
@@ -979,6 +980,8 @@ class BackfillResult(_Model):
     # The job's timeout passed: its tasks stopped at a checkpoint and nothing was committed (rows_computed are
     # checkpointed); the next backfill resumes from those checkpoints.
     timed_out: bool = False
+    # The index stage: each index on the job's columns (a view's: every index) that it refreshed or retrained.
+    indexes: list[IndexBuildResult] = Field(default_factory=list)
 
     def describe(self) -> str:
         """What the job did, in the one wording of its "done" lines (the notebook's log, the job's own), the rows
@@ -986,4 +989,6 @@ class BackfillResult(_Model):
         parts = [f"{counted(self.rows_computed, 'row')} computed", f"{self.rows_reused:,} reused",
                  skipped_rows(self.rows_failed), f"{counted(self.fragments_committed, 'fragment')} committed",
                  f"version {self.version}"]
+        parts += [f"index '{i.index_name}' {'retrained' if i.trained else 'refreshed'} "
+                  f"({counted(len(i.fragments_indexed), 'fragment')})" for i in self.indexes]
         return ", ".join(part for part in parts if part)

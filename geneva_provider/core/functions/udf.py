@@ -348,6 +348,19 @@ def lead_column(schema: pa.Schema, column: str) -> str:
     return lead.decode() if lead is not None else column
 
 
+def computed_with(schema: pa.Schema, column: str) -> list[str]:
+    """The columns a backfill of ``column`` writes: every column of its multi-output group, else itself."""
+    lead = lead_column(schema, column)
+    info = udf_column_info(schema.field(lead).metadata) if lead in schema.names else None
+    return info.columns(lead) if info is not None else [column]
+
+
+def is_udf_column(schema: pa.Schema, column: str) -> bool:
+    """Whether ``column`` holds a UDF's values (a UDF column, or a column of a multi-output group)."""
+    lead = lead_column(schema, column)
+    return lead in schema.names and udf_column_info(schema.field(lead).metadata) is not None
+
+
 class _Offset(list[RowFailure]):
     """A failure list that shifts the row index of what is appended to it into a parent list."""
 

@@ -6,14 +6,16 @@ encoded by tasks, one per group, through the package's task runner (:mod:`.segme
 them as one index (:mod:`.build`); :mod:`.kind` makes that a job kind (plan document, record, Spark stage,
 cancel).  Everything a rerun needs is in the checkpoint store, so a killed build
 resumes without rebuilding its finished segments, and an add-only refresh encodes only the fragments the index
-does not cover with the saved artifacts.  :mod:`.stats` says what an index covers.  The traps this avoids are
-in ``lance.md`` §13 of the project's notes.
+does not cover with the saved artifacts.  :mod:`.stats` says what an index covers; :mod:`.upkeep` refreshes a
+job's indexes after its commit, retraining only when asked or when :mod:`.drift` measures the new rows drifted.
+The traps this avoids are in ``lance.md`` §13 of the project's notes.
 """
 
 from geneva_provider.pipeline.indexes.build import DEFAULT_MAX_SEGMENTS
 from geneva_provider.pipeline.indexes.groups import fragment_groups
 from geneva_provider.pipeline.indexes.kind import create_index, plan_index, refresh_index, run_index
 from geneva_provider.pipeline.indexes.stats import index_stats, list_indices, unindexed_fragments
+from geneva_provider.pipeline.indexes.upkeep import indexes_on, refresh_indexes
 
-__all__ = ["DEFAULT_MAX_SEGMENTS", "create_index", "fragment_groups", "index_stats", "list_indices",
-           "plan_index", "refresh_index", "run_index", "unindexed_fragments"]
+__all__ = ["DEFAULT_MAX_SEGMENTS", "create_index", "fragment_groups", "index_stats", "indexes_on", "list_indices",
+           "plan_index", "refresh_index", "refresh_indexes", "run_index", "unindexed_fragments"]

@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from geneva_provider.core.contracts.index_models import IndexArtifacts, array_to_text
+from geneva_provider.pipeline.indexes.drift import training_distance
 
 if TYPE_CHECKING:
     from geneva_provider.core.lib_types import Dataset
@@ -36,11 +37,12 @@ def train_artifacts(ds: Dataset, target: IndexTarget) -> IndexArtifacts:
         pq = builder.train_pq(ivf, spec.num_sub_vectors, num_bits=spec.num_bits,
                               sample_rate=max(1, min(spec.sample_rate, target.rows // 2 ** spec.num_bits)))
         codebook = array_to_text(_numpy(pq.codebook))
+    distance = training_distance(ds, spec.column, _numpy(ivf.centroids), spec.metric)
     log.info("index '%s': trained %s on column '%s' at version %d (%d rows, %d partitions)", spec.index_name,
              spec.index_type.value, spec.column, ds.version, target.rows, partitions)
     return IndexArtifacts(spec=spec, dimension=target.dimension, trained_at_version=ds.version,
                           trained_rows=target.rows, centroids=array_to_text(_numpy(ivf.centroids)),
-                          codebook=codebook)
+                          codebook=codebook, centroid_distance=distance)
 
 
 def _numpy(array: object) -> object:
