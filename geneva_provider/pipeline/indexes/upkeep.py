@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBuildResult
 from geneva_provider.core.store.layout import IndexRecords
-from geneva_provider.pipeline.indexes.build import refresh_index
+from geneva_provider.pipeline.indexes.kind import refresh_index
 from geneva_provider.pipeline.indexes.drift import DRIFT_RETRAIN_FACTOR, drift
 from geneva_provider.pipeline.indexes.stats import index_segments, unindexed_fragments
 from geneva_provider.pipeline.spark.task_runner import is_compute
