@@ -153,14 +153,17 @@ def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_nam
     """The DAG that follows ``table``'s changes: scheduled on ``lance_table_asset(table)`` (a watcher), each run
     backfills every ``auto_backfill`` column of the table, then refreshes the views made with
     ``refresh_on_change=True`` over it, and those over them (source -> view -> view), each after its source,
-    and backfills each such view's own ``auto_backfill`` columns (a chunk view's embedding) after its refresh.
+    and backfills each such view's own ``auto_backfill`` columns (a chunk view's embedding) after its refresh,
+    and refreshes add-only each index those left behind (``index_<name>``: :func:`index_refresh_task_group`)
+    after every group writing its table.
 
     Its tasks are the follower graph's steps (:func:`~geneva_provider.pipeline.followers.followers_of` of the
     table's change), each a task group made by its kind's factory (:func:`follower_group`), after the groups it
     waits for, read when the DAG file is parsed: the DAG's shape follows a new ``auto_backfill`` column or view at
     the next parse.  Pass ``columns`` and ``views`` ((view, source) pairs, each after its source; and
     ``view_columns``, (view, column) pairs, else none) to parse without opening the database: then those are the
-    followers, and no others.  ``kwargs`` go to every task group (job and Spark options, ``retries`` ...);
+    followers, and no others (and each backfill or refresh group refreshes its indexes itself, as
+    ``refresh_indexes=True`` does).  ``kwargs`` go to every task group (job and Spark options, ``retries`` ...);
     ``dag_kwargs`` to the DAG (``max_active_runs`` is 1: runs queue behind one another, each picking up
     what the one before left).  The runs' own commits do not start another run: the watcher leaves them out.
     """
@@ -177,9 +180,10 @@ def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_nam
     options = {"start_date": CHANGE_DAG_START, "catchup": False, "max_active_runs": 1,
                "tags": ["geneva", "on-change"], **(dag_kwargs or {})}
     backfilled = [s.column for s in plan.of_kind(BackfillColumn) if s.table == table]
-    # The graph's index steps (read from the database's indexes) refresh each index after every step writing its
-    # table; without any (steps given by name, or no index at parse time), each group's own index stage does.
-    kwargs.setdefault("refresh_indexes", not plan.of_kind(RefreshIndex))
+    # Walked from the database, the graph's index steps refresh each index after every step writing its table (an
+    # index made later joins at the next parse, as a new column does); steps given by name carry no index steps,
+    # so each group runs its own index stage.
+    kwargs.setdefault("refresh_indexes", columns is not None or views is not None)
     with DAG(dag_id=dag_id or f"geneva_on_change_{table}",
              schedule=[lance_table_asset(table, lance_conn_id, poll_interval=poll_interval)],
              doc_md=f"Follows changes of table `{table}`: backfills {backfilled}, refreshes "
@@ -228,7 +232,7 @@ def follower_groups(plan: Any, root: str, **kwargs: Any) -> list[TaskGroup]:
     from airflow.providers.standard.operators.empty import EmptyOperator
 
     groups: list[TaskGroup] = []
-    joins: dict[str, Any] = {}
+    joins: dict[tuple[str, tuple[int, ...]], Any] = {}  # one join per cause and groups waited for
     for i, follower in enumerate(plan.followers):
         step = follower.step
         factory = _FOLLOWER_GROUPS.get(step.kind)
@@ -240,10 +244,16 @@ def follower_groups(plan: Any, root: str, **kwargs: Any) -> list[TaskGroup]:
         upstream = [groups[j] for j in follower.after]
         group = factory(step, step.label(root), **kwargs)
         if join_id is not None:
-            if join_id not in joins:
-                joins[join_id] = EmptyOperator(task_id=join_id, trigger_rule="none_failed")
-            upstream >> joins[join_id]
-            joins[join_id] >> group
+            # Steps of one cause share its join unless one waits for more (an index refresh after both a view's
+            # refresh and the backfill that refresh caused): that one gets a join of its own, or the shared join
+            # would wait for a group that waits for it.
+            key = (join_id, follower.after)
+            if key not in joins:
+                taken = any(j == join_id for j, _ in joins)
+                joins[key] = EmptyOperator(task_id=f"before_{step.label(root)}" if taken else join_id,
+                                           trigger_rule="none_failed")
+            upstream >> joins[key]
+            joins[key] >> group
         else:
             upstream >> group
         groups.append(group)

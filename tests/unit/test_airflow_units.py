@@ -243,9 +243,59 @@ def test_task_groups_pass_any_base_operator_argument_to_every_task():
                                     execution_timeout=timedelta(minutes=30), retries=4, checkpoint_size=500,
                                     conf={"spark.executor.memory": "2g"})
     tasks = {t.task_id.split(".")[-1]: t for t in group.children.values()}
-    assert set(tasks) == {"plan", "apply", "write_commit", "verify"}
+    assert set(tasks) == {"plan", "apply", "write_commit", "verify", "plan_indexes", "index"}
     for task in tasks.values():
         assert (task.pool, task.queue, task.priority_weight, task.retries) == ("small_cluster", "spark", 7, 4)
         assert task.execution_timeout == timedelta(minutes=30)
     assert tasks["plan"].checkpoint_size == 500
     assert tasks["apply"].conf == tasks["write_commit"].conf == {"spark.executor.memory": "2g"}
+    assert tasks["index"].partial_kwargs["conf"] == {"spark.executor.memory": "2g"}  # mapped: one task per plan
+
+
+def test_the_index_stage_follows_verify_and_is_mapped_over_the_plans_emitting_through_the_tables_alias():
+    from airflow.sdk import DAG, AssetAlias
+
+    from geneva_provider.core.errors import InvalidArgumentError
+    from geneva_provider.task_groups import backfill_task_group, refresh_task_group
+
+    with DAG(dag_id="index_stage", schedule=None, start_date=datetime(2026, 1, 1)):
+        group = backfill_task_group("g", "events", "w", lance_conn_id="lake")
+        view = refresh_task_group("v", "chunks")
+        bare = backfill_task_group("bare", "events", "w", refresh_indexes=False)
+    tasks = {t.task_id: t for t in group.children.values()}
+    plan = tasks["g.plan_indexes"]
+    # After verify, and also when verify was skipped for lack of work; not after a skipped plan or a failure.
+    assert plan.upstream_task_ids == {"g.plan", "g.verify"} and plan.trigger_rule == "none_failed_min_one_success"
+    assert (plan.table, plan.column, plan.lance_conn_id) == ("events", "w", "lake")
+    index = tasks["g.index"]
+    assert index.upstream_task_ids == {"g.plan_indexes"} and index.expand_input.value["plan"].operator is plan
+    assert index.outlets == [AssetAlias(name="lance.lake.events.indexes")]  # not the table's or column's Asset
+    view_plan = view.children["v.plan_indexes"]
+    assert (view_plan.table, view_plan.column) == ("chunks", None)  # every index of the view
+    assert {t.split(".")[-1] for t in bare.children} == {"plan", "apply", "write_commit", "verify"}
+    with DAG(dag_id="bad_flag", schedule=None, start_date=datetime(2026, 1, 1)):
+        with pytest.raises(InvalidArgumentError, match=r"backfill_task_group 'g2': refresh_indexes must be True or "
+                                                       r"False, got 'yes'"):
+            backfill_task_group("g2", "events", "w", refresh_indexes="yes")
+
+
+def test_index_assets_name_the_connection_table_and_index_and_refuse_a_bad_name():
+    from geneva_provider.assets import index_alias, index_asset, table_asset
+    from geneva_provider.core.errors import InvalidArgumentError
+
+    asset = index_asset("chunks", "embedding_idx", "lake")
+    assert (asset.name, asset.uri) == ("lance.lake.chunks.index.embedding_idx", "lance://lake/chunks/index/embedding_idx")
+    assert asset.uri not in {table_asset("chunks", c, "lake").uri for c in ("index", "embedding_idx")}
+    assert index_alias("chunks", "lake").name == "lance.lake.chunks.indexes"
+    for bad in ("", "a/b", None):
+        with pytest.raises(InvalidArgumentError, match=r"index_asset of table 'chunks': index must be an index name"):
+            index_asset("chunks", bad)
+
+
+def test_create_index_exist_ok_must_be_a_flag():
+    from geneva_provider.core.errors import InvalidArgumentError
+    from geneva_provider.operators.indexes import GenevaCreateIndexOperator
+
+    with pytest.raises(InvalidArgumentError, match=r"GenevaCreateIndexOperator 'c' of table 'chunks': exist_ok must "
+                                                   r"be True or False, got 'no'"):
+        GenevaCreateIndexOperator(task_id="c", table="chunks", exist_ok="no")
