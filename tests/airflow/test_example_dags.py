@@ -51,8 +51,12 @@ def test_backfill_after_ingest(dagbag, lance_db, capfd):
     ingest = dagbag.get_dag("geneva_ingest_events")
     backfill = dagbag.get_dag("geneva_backfill_after_ingest")
 
+    from geneva_provider.pipeline.spark.in_process import InProcessRunner
+
     dr, states, _, _ = run(ingest, run_conf={"rows": 8_000})
     assert dr.state == "success", states
+    # An index on another column than the backfilled one: the group's index stage leaves it alone.
+    lance_db.open_table("events").create_scalar_index("id", spark=InProcessRunner())
 
     dr, states, tis, first_s = run(backfill)
     stage_s = {t: round(tis[f"backfill_words.{t}"].duration or 0, 1)
@@ -60,7 +64,9 @@ def test_backfill_after_ingest(dagbag, lance_db, capfd):
     assert dr.state == "success", states
     assert states == {"add_columns": "success", "backfill_words.plan": "success",
                       "backfill_words.apply": "success", "backfill_words.write_commit": "success",
-                      "backfill_words.verify": "success"}
+                      "backfill_words.verify": "success", "backfill_words.plan_indexes": "success",
+                      "backfill_words.index": "skipped"}  # no index on 'words': no Spark index task
+    assert tis["backfill_words.plan_indexes"].xcom_pull(task_ids="backfill_words.plan_indexes") == []
     plan = tis["backfill_words.plan"].xcom_pull(task_ids="backfill_words.plan")
     assert plan["rows_to_compute"] == 8_000 and plan["table"] == "events" and plan["column"] == "words"
     applied = tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")
@@ -89,6 +95,9 @@ def test_backfill_after_ingest(dagbag, lance_db, capfd):
     assert tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")["rows_computed"] == 2_000
     got = tbl.to_arrow(["text", "words"]).to_pydict()
     assert got["words"] == [words_of(t) for t in got["text"]] and len(got["words"]) == 10_000
+    # The index on 'id' was not the job's: its new rows are left to its own refresh, the stage skipped again.
+    assert states["backfill_words.index"] == "skipped"
+    assert tbl.index_stats("id_idx").num_unindexed_rows == 2_000
     assert_no_secret_leaked(capfd)
     with capfd.disabled():
         print(f"\nbackfill DAG: first run {first_s:.1f}s (task seconds {stage_s}), no-op run {noop_s:.1f}s")
