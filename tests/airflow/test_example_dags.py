@@ -384,6 +384,7 @@ def test_on_change_backfill_computes_only_the_rows_each_outside_write_added(dagb
     # What the watcher reacts to: writes from outside Airflow.  dag.test() stands in for the run its event starts.
     tbl.add(sample(3_000))
     dr, states, tis, _ = run(dag)
+    assert states.pop("backfill_words.index") == "skipped", states  # no index on the column: no Spark index task
     assert dr.state == "success" and set(states.values()) == {"success"}, states
     assert sorted(read_calls(calls)) == list(range(3_000))
     assert tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")["rows_computed"] == 3_000
@@ -419,6 +420,7 @@ def test_on_change_chunks_then_embeds_exactly_the_new_documents_chunks(dagbag, l
 
     docs.add(documents(40))
     dr, states, tis, _ = run(dag)
+    assert [states.pop(f"{g}.index") for g in ("refresh_chunks", "embed_chunks")] == ["skipped"] * 2, states
     assert dr.state == "success" and set(states.values()) == {"success"}, states
     chunks, embeddings = rag_chunks_got(view)
     assert chunks == rag_chunks_wanted(docs) and len(chunks) > 40
