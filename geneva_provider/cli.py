@@ -1,6 +1,6 @@
 """``geneva-provider``: the jobs and tables of a database from a shell -- list, show and cancel jobs, a table's
-staleness, a search of a table (vector or full-text, through the read seam ``tbl.search`` uses), checkpoint
-clean-up and compaction.
+staleness, a search of a table (vector or full-text, through the read seam ``tbl.search`` uses), its indexes
+(build, refresh, list), checkpoint clean-up and compaction.
 
 The database is ``--db URI`` (what ``geneva_provider.connect`` takes) or ``--conn-id ID`` (an Airflow ``lance``
 connection, read through :class:`~geneva_provider.hooks.lance.LanceHook`; Airflow is imported only then, so the
@@ -199,6 +199,43 @@ def compact(db: Connection, args: argparse.Namespace) -> Any:
     return f"table {args.table}: {result.describe()}"
 
 
+def _index_runner(args: argparse.Namespace) -> Any:
+    """``--in-process``: the index's segment tasks in this process; else a local Spark session (started only when
+    there is something to build)."""
+    if not args.in_process:
+        return None
+    from geneva_provider.stages import InProcessRunner
+
+    return InProcessRunner()
+
+
+def table_create_index(db: Connection, args: argparse.Namespace) -> Any:
+    """An index build as ``tbl.create_index`` runs it (the same checks, the same job)."""
+    options = {"target_groups": args.target_groups} if args.target_groups is not None else {}
+    result = db.open_table(args.name).create_index(
+        column=args.column, index_type=args.index_type, metric=args.metric, num_partitions=args.num_partitions,
+        num_sub_vectors=args.num_sub_vectors, num_bits=args.num_bits, name=args.index_name,
+        replace=not args.no_replace, spark=_index_runner(args), **options)
+    return result.model_dump(mode="json") if args.json else f"table {args.name}: {result.describe()}"
+
+
+def table_refresh_index(db: Connection, args: argparse.Namespace) -> Any:
+    result = db.open_table(args.name).refresh_index(args.index, retrain=args.retrain, spark=_index_runner(args))
+    return result.model_dump(mode="json") if args.json else f"table {args.name}: {result.describe()}"
+
+
+def table_indices(db: Connection, args: argparse.Namespace) -> Any:
+    """Every index of the table with what it covers."""
+    stats = db.open_table(args.name).list_indices()
+    if args.json:
+        return [s.model_dump(mode="json") for s in stats]
+    if not stats:
+        return f"table {args.name} has no index"
+    return format_rows(["index", "type", "columns", "indexed", "unindexed", "segments", "partitions"],
+                       [[s.name, s.index_type, ",".join(s.columns), s.num_indexed_rows, s.num_unindexed_rows,
+                         s.num_segments, s.num_partitions] for s in stats])
+
+
 def number(unit: str, most: float) -> Callable[[str], float]:
     """An argparse type: a finite number of ``unit`` from 0 to ``most``, else a usage error naming the value."""
 
@@ -231,7 +268,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--json", action="store_true", help="print JSON for scripts")
     groups = top.add_subparsers(dest="group", required=True)
 
-    jobs = groups.add_parser("jobs", help="backfill, refresh and compaction jobs").add_subparsers(
+    jobs = groups.add_parser("jobs", help="backfill, refresh, compaction and index jobs").add_subparsers(
         dest="action", required=True)
     listing = jobs.add_parser("list", help="the jobs, newest first")
     listing.add_argument("--table", help="only this table's jobs")
@@ -248,7 +285,7 @@ def parser() -> argparse.ArgumentParser:
     cancel.set_defaults(run=jobs_cancel)
 
     table = groups.add_parser("table", help="tables").add_subparsers(dest="action", required=True)
-    status = table.add_parser("status", help="UDF columns' rows valid / stale / missing; a view's lag")
+    status = table.add_parser("status", help="UDF columns' rows valid / stale / missing; a view's lag; indexes")
     status.add_argument("name")
     status.set_defaults(run=table_status)
     search = table.add_parser("search", help="a table's rows nearest a vector, matching a text, or filtered")
@@ -270,6 +307,32 @@ def parser() -> argparse.ArgumentParser:
     follows = table.add_parser("followers", help="what a change of the table is followed by (table_change_dag's steps)")
     follows.add_argument("name")
     follows.set_defaults(run=table_followers)
+    create = table.add_parser("create-index", help="build an index (vector, scalar or full-text) as one job")
+    create.add_argument("name")
+    create.add_argument("--column", help="the column to index (default: the table's one vector column)")
+    create.add_argument("--index-type", default="IVF_PQ",
+                        help="IVF_PQ (default), IVF_FLAT, IVF_SQ, IVF_HNSW_SQ, IVF_HNSW_PQ, BTREE, BITMAP, "
+                             "LABEL_LIST or FTS")
+    create.add_argument("--metric", default="l2", help="l2 (default), cosine or dot")
+    create.add_argument("--num-partitions", type=int, help="IVF partitions (default: the square root of the rows)")
+    create.add_argument("--num-sub-vectors", type=int, help="PQ sub-vectors (default: the dimension / 16)")
+    create.add_argument("--num-bits", type=int, default=8, help="bits per PQ code: 4 or 8 (8)")
+    create.add_argument("--index-name", help="the index's name (default: <column>_idx)")
+    create.add_argument("--no-replace", action="store_true", help="refuse to replace an index of the same name")
+    create.add_argument("--target-groups", type=int, help="segment tasks (default: the session's parallelism)")
+    create.add_argument("--in-process", action="store_true",
+                        help="build the segments in this process instead of a local Spark session")
+    create.set_defaults(run=table_create_index)
+    refresh = table.add_parser("refresh-index", help="index the fragments an index does not cover (add-only)")
+    refresh.add_argument("name")
+    refresh.add_argument("index", help="the index's name")
+    refresh.add_argument("--retrain", action="store_true", help="train anew and build every segment again")
+    refresh.add_argument("--in-process", action="store_true",
+                         help="build the segments in this process instead of a local Spark session")
+    refresh.set_defaults(run=table_refresh_index)
+    indices = table.add_parser("indices", help="a table's indexes: rows indexed / unindexed, segments, partitions")
+    indices.add_argument("name")
+    indices.set_defaults(run=table_indices)
 
     clean = groups.add_parser("cleanup", help="remove checkpoints no job can use (every table, or one)")
     clean.add_argument("--table", help="only this table")

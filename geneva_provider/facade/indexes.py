@@ -45,7 +45,8 @@ class IndexMethods:
     def create_index(self, vector_column_name: str | None = None, *, column: str | None = None, metric: str = "l2",
                      index_type: str = "IVF_PQ", num_partitions: int | None = None,
                      num_sub_vectors: int | None = None, num_bits: int = 8, replace: bool = True,
-                     name: str | None = None, spark: Any = None, **options: Any) -> IndexBuildResult:
+                     name: str | None = None, spark: Any = None, progress: bool | None = None,
+                     **options: Any) -> IndexBuildResult:
         """Builds a vector index (``IVF_PQ``, ``IVF_FLAT``, ``IVF_SQ``, ``IVF_HNSW_SQ``, ``IVF_HNSW_PQ``; scalar and
         full-text types too) over every fragment: IVF / PQ trained once on a sample, one segment per fragment
         group built by a Spark task, one commit.
@@ -54,6 +55,8 @@ class IndexMethods:
         ``num_partitions`` defaults to the square root of the rows, ``num_sub_vectors`` to the dimension / 16 (or
         whatever divides it).  ``options``: ``target_groups`` (segment tasks; default the session's parallelism,
         no group under 1,000 rows) and ``max_segments``.  A build killed and run again resumes.
+        ``progress=False`` shows no progress; by default it shows the rows of the segments built so far where the
+        job runs (a notebook widget, a terminal bar, or log lines), as ``backfill`` does.
         """
         def spec(ds: Any) -> IndexSpec:
             from geneva_provider.pipeline.indexes.checks import index_spec
@@ -61,7 +64,7 @@ class IndexMethods:
             return index_spec(ds, self.name, vector_column_name, column, index_type, metric=metric,
                               num_partitions=num_partitions, num_sub_vectors=num_sub_vectors, num_bits=num_bits,
                               replace=replace, name=name)
-        return self._index_job(spec, spark, options)(_control())
+        return self._shown(self._index_job(spec, spark, options), progress)
 
     def create_index_async(self, vector_column_name: str | None = None, **params: Any) -> JobHandle:
         """Starts :meth:`create_index` in a background thread (checked before this returns); the handle has
@@ -76,11 +79,12 @@ class IndexMethods:
             return index_spec(ds, self.name, vector_column_name, params.pop("column", None),
                               params.pop("index_type", "IVF_PQ"), **params)
         run = self._index_job(spec, spark, options)
-        return JobHandle(self.checkpoint_store, f"index {self.name}", kind=JobKind.INDEX,  # type: ignore[arg-type]
-                         table=self.name).start(run)  # type: ignore[arg-type]
+        return JobHandle(self.checkpoint_store, f"index {self.name}", kind=JobKind.INDEX,
+                         table=self.name).start(run)  # type: ignore[arg-type]  # its result is an IndexBuildResult
 
     def create_scalar_index(self, column: str, index_type: str = "BTREE", *, replace: bool = True,
-                            name: str | None = None, spark: Any = None, **options: Any) -> IndexBuildResult:
+                            name: str | None = None, spark: Any = None, progress: bool | None = None,
+                            **options: Any) -> IndexBuildResult:
         """Builds a scalar index -- ``BTREE`` (default), ``BITMAP`` or ``LABEL_LIST`` -- on ``column`` as an index
         job: one segment per fragment group on Spark tasks, merged into one at the commit."""
         from geneva_provider.core.contracts.index_models import IndexSpec, IndexType
@@ -90,11 +94,12 @@ class IndexMethods:
             raise InvalidArgumentError(f"create_scalar_index on table '{self.name}': index_type must be BTREE, "
                                        f"BITMAP or LABEL_LIST, got {index_type!r} (vector indexes: create_index; "
                                        "full-text: create_fts_index)")
-        return self._index_job(lambda ds: IndexSpec.of(column, kind, replace=replace, name=name), spark,
-                               options)(_control())
+        return self._shown(self._index_job(lambda ds: IndexSpec.of(column, kind, replace=replace, name=name), spark,
+                                           options), progress)
 
     def create_fts_index(self, column: str, *, replace: bool = True, name: str | None = None,
-                         with_position: bool = False, spark: Any = None, **settings: Any) -> IndexBuildResult:
+                         with_position: bool = False, spark: Any = None, progress: bool | None = None,
+                         **settings: Any) -> IndexBuildResult:
         """Builds a full-text (``INVERTED``) index on a string column as an index job, every segment with the one
         tokenizer configuration: ``base_tokenizer``, ``language``, ``lower_case``, ``stem``,
         ``remove_stop_words``, ``ascii_folding``, ``max_token_length`` (Lance's names and defaults)."""
@@ -112,11 +117,12 @@ class IndexMethods:
             raise InvalidArgumentError(f"create_fts_index on table '{self.name}' column {column!r}: "
                                        f"{exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}"  # type: ignore[attr-defined]
                                        ) from None
-        return self._index_job(lambda ds: IndexSpec.of(column, "INVERTED", replace=replace, name=name, fts=fts),
-                               spark, options)(_control())
+        return self._shown(self._index_job(
+            lambda ds: IndexSpec.of(column, "INVERTED", replace=replace, name=name, fts=fts), spark, options),
+            progress)
 
     def refresh_index(self, name: str | None = None, *, column: str | None = None, retrain: bool = False,
-                      spark: Any = None, **options: Any) -> IndexBuildResult:
+                      spark: Any = None, progress: bool | None = None, **options: Any) -> IndexBuildResult:
         """Indexes, add-only with the index's saved artifacts (no retraining), the fragments it does not cover --
         appended, rewritten by a backfill, left by a compaction --; ``retrain=True`` trains anew and builds every
         segment again.  ``name`` or ``column`` (the index ``<column>_idx``).  Nothing to index: no Spark job."""
@@ -124,7 +130,7 @@ class IndexMethods:
         from geneva_provider.pipeline.indexes.checks import refresh_name
 
         request = IndexRefresh.of(refresh_name(self.name, name, column), retrain)
-        return self._index_job(lambda ds: request, spark, options)(_control())
+        return self._shown(self._index_job(lambda ds: request, spark, options), progress)
 
     def list_indices(self) -> list[IndexStats]:
         """Every index of the table, by name: type, columns, rows indexed and unindexed, segments, partitions."""
@@ -143,6 +149,12 @@ class IndexMethods:
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"index_stats on table '{self.name}': {exc}") from None
 
+    def _shown(self, run: Callable[[JobControl], IndexBuildResult], progress: bool | None) -> IndexBuildResult:
+        """The job run in the foreground, its progress shown unless ``progress=False`` (Ctrl-C cancels it)."""
+        from geneva_provider.facade.job_handle import with_progress
+
+        return with_progress(self.checkpoint_store, f"index {self.name}", run, progress)  # type: ignore[arg-type]
+
     def _index_job(self, request: Callable[[Any], IndexSpec | IndexRefresh], spark: Any,
                    options: dict[str, Any]) -> Callable[[JobControl], IndexBuildResult]:
         """The job of the request made of the table's dataset: checked now (table, request, options), run by the
@@ -159,7 +171,3 @@ class IndexMethods:
                                            control=control, **options)
 
 
-def _control() -> JobControl:
-    from geneva_provider.pipeline.jobs import JobControl
-
-    return JobControl()

@@ -20,10 +20,10 @@ def _now() -> str:
 
 
 class JobHandle:
-    """A backfill or refresh running in a background thread: ``status()``, ``result()``, ``cancel()``."""
+    """A backfill, refresh or index build running in a background thread: ``status()``, ``result()``, ``cancel()``."""
 
     def __init__(self, store: CheckpointStore, label: str, *,
-                 kind: Literal[JobKind.BACKFILL, JobKind.REFRESH] = JobKind.BACKFILL, table: str = "",
+                 kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.INDEX] = JobKind.BACKFILL, table: str = "",
                  column: str | None = None) -> None:
         self.store = store
         self.label = label

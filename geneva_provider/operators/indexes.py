@@ -58,8 +58,9 @@ class GenevaCreateIndexOperator(_GenevaPlanIndexOperator):
     """Plans the build of an index of a table (vector, scalar or full-text); returns the plan summary for XCom.
 
     :param table: the table (templated)
-    :param column: the column to index (templated); ``vector_column_name`` is its LanceDB synonym.  Neither
-        given: the table's one vector column
+    :param column: the column to index (templated).  Neither it nor ``vector_column_name`` given: the table's
+        one vector column
+    :param vector_column_name: LanceDB's name of ``column`` (templated); both given, they must agree
     :param index_type: ``IVF_PQ`` (default), ``IVF_FLAT``, ``IVF_SQ``, ``IVF_HNSW_SQ``, ``IVF_HNSW_PQ``,
         ``BTREE``, ``BITMAP``, ``LABEL_LIST`` or ``INVERTED`` / ``FTS``
     :param metric: ``l2`` (default), ``cosine`` or ``dot`` (vector indexes)

@@ -5,6 +5,7 @@ unchanged.  Real Lance tables throughout; tests/spark/test_indexes.py builds the
 from __future__ import annotations
 
 import json
+import re
 from functools import partial
 
 import numpy as np
@@ -132,6 +133,29 @@ def test_a_cancelled_build_commits_nothing_and_is_recorded_cancelled(tbl, db):
     assert record.status is JobStatus.CANCELLED and record.segments_done == 1
 
 
+def test_a_cancel_request_from_another_process_stops_a_running_build(tbl, db):
+    """``db.cancel_job`` (what ``geneva-provider jobs cancel`` calls) while the segment tasks run: the job sees the
+    request within a second, stops its tasks, commits nothing and records itself CANCELLED."""
+    import time
+
+    def request_then_wait():
+        [running] = db.list_jobs("t", kind="index", status="RUNNING")
+        db.cancel_job(running.job_id)
+        time.sleep(1.5)  # longer than the job's look for a request
+
+    _CANCEL[:] = [request_then_wait]
+    try:
+        with pytest.raises(JobCancelledError):
+            tbl.create_index("vec", index_type="IVF_FLAT", num_partitions=8, spark=CancelsAfterEachTask(4),
+                             target_groups=4)
+    finally:
+        _CANCEL.clear()
+    ds = tbl.dataset()
+    assert not ds.describe_indices() and ds.version == 1
+    [record] = db.list_jobs("t", kind="index")
+    assert record.status is JobStatus.CANCELLED and 1 <= record.segments_done < 4
+
+
 def test_the_summary_and_the_plan_are_those_of_an_index_job(tbl):
     from geneva_provider.core.contracts.index_models import IndexSpec
     from geneva_provider.pipeline.indexes.kind import plan_index, run_index
@@ -194,3 +218,73 @@ def test_the_default_vector_column_is_the_tables_only_one(db):
     t = db.create_table("one", data, max_rows_per_file=600)
     assert t.create_index(index_type="IVF_FLAT", num_partitions=4, spark=RUNNER).index_name == "vec_idx"
     assert vectors(t.to_arrow()).shape == (1200, DIM)
+
+
+def test_the_cli_builds_lists_and_refreshes_an_index_and_refuses_a_bad_one(tbl, db, capsys):
+    from geneva_provider.cli import main
+
+    where = ["--db", db.uri]
+    assert main([*where, "table", "create-index", "t", "--column", "vec", "--index-type", "IVF_FLAT",
+                 "--num-partitions", "8", "--target-groups", "2", "--in-process"]) == 0
+    out = capsys.readouterr().out
+    assert "index 'vec_idx': built over 8 fragments (4,000 rows) in 1 segment (2 built" in out
+    assert main([*where, "--json", "table", "indices", "t"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert (listed["name"], listed["index_type"], listed["num_indexed_rows"], listed["num_partitions"]) == (
+        "vec_idx", "IVF_FLAT", 4000, 8)
+    assert main([*where, "table", "refresh-index", "t", "vec_idx", "--in-process"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert main([*where, "table", "indices", "t"]) == 0
+    assert re.search(r"vec_idx\s+IVF_FLAT\s+vec\s+4,000\s+0\s+1\s+8", capsys.readouterr().out)
+    version = tbl.version
+    assert main([*where, "table", "create-index", "t", "--column", "vec", "--num-sub-vectors", "5",
+                 "--in-process"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "InvalidArgumentError" in err and "num_sub_vectors=5" in err and "'vec'" in err
+    assert tbl.version == version
+    [job] = db.list_jobs("t", kind="index")
+    assert job.status is JobStatus.DONE
+
+
+def test_a_foreground_build_shows_its_progress_and_outcome_where_it_runs(tbl, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="geneva_provider"):
+        result = tbl.create_scalar_index("id", spark=RUNNER, progress=True, target_groups=2)
+    assert result.seconds["total"] > 0 and result.rows_reused == 0
+    assert f"index t: done: {result.describe()}" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="geneva_provider"):
+        tbl.create_scalar_index("label", "BITMAP", spark=RUNNER, progress=False)
+    assert "index t: done" not in caplog.text
+
+
+def test_the_index_stages_progress_line_counts_segments_from_the_job_record(tbl, db):
+    """What an operator's task log (and a deferred stage's triggerer) says while the index stage runs."""
+    from geneva_provider.pipeline.stages.progress_lines import ProgressLines
+
+    result = tbl.create_index("vec", index_type="IVF_FLAT", num_partitions=8, spark=RUNNER, target_groups=4)
+    record = db.get_job(result.job_id)
+    line = ProgressLines(result.job_id, "index").look(record, final=True)
+    assert line.startswith(f"index {result.job_id}: DONE; 4 of 4 segments built (4000 of 4000 rows;")
+    halfway = record.model_copy(update={"status": JobStatus.RUNNING, "segments_done": 2, "rows_checkpointed": 2000})
+    assert "2 of 4 segments built (2000 of 4000 rows;" in ProgressLines(result.job_id, "index").line(halfway)
+
+
+def test_a_planned_index_job_holds_no_fragment_and_builds_again_after_a_compaction(tbl, db):
+    """A compaction planned while an index job is live rewrites its fragments anyway (the kind holds none); the
+    index stage then finds them rewritten, plans the build again at the latest version, and indexes every row."""
+    from geneva_provider.core.contracts.index_models import IndexSpec
+    from geneva_provider.pipeline.indexes.kind import plan_index, run_index
+
+    summary = plan_index(tbl.ref, IndexSpec.of("vec", "IVF_FLAT", num_partitions=8), target_groups=4)
+    assert db.get_job(summary.job_id).status is JobStatus.PENDING
+    compacted = tbl.compact(2000, spark=RUNNER)
+    assert compacted.fragments_removed == 8 and not compacted.held_by and not compacted.excluded
+    result = run_index(summary.plan_uri, RUNNER)
+    ds = tbl.dataset()
+    assert result.fragments_indexed == sorted(f.fragment_id for f in ds.get_fragments())
+    assert tbl.index_stats("vec_idx").num_unindexed_rows == 0 and result.rows_indexed == 4000
+    assert db.get_job(summary.job_id).status is JobStatus.DONE
+    ds.validate()
+    assert tbl.cleanup_checkpoints().kept_for_live_jobs == 0

@@ -302,10 +302,12 @@ class IndexBuildResult(BaseModel):
     segments_per_task: list[int] = []
     fragments_indexed: list[int] = []
     rows_indexed: int = 0
+    rows_reused: int = 0  # of the rows indexed, those of segments an earlier (killed) run had finished
     trained: bool = False
     refresh: bool = False
     # The refreshed rows' centroid distance over the training rows' (pipeline/indexes/drift.py); None: not measured.
     drift: float | None = None
+    seconds: dict[str, float] = {}  # "total": the stage's wall time
 
     @property
     def nothing_to_do(self) -> bool:

@@ -261,5 +261,7 @@ def run_build(table: TableRef, store: CheckpointStore, plan: IndexBuildPlan, run
                             segments_reused=len(results) - built, segments_committed=len(segments),
                             segments_per_task=[int(r.built) for r in results],
                             fragments_indexed=sorted(f for g in plan.groups for f in g), rows_indexed=plan.rows,
+                            rows_reused=sum(plan.group_rows[r.group] for r in results
+                                            if not r.built and r.group < len(plan.group_rows)),
                             trained=not plan.refresh and plan.artifacts.trained_at_version == plan.read_version,
                             refresh=plan.refresh)

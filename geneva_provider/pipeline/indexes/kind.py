@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,7 @@ def run_index(plan_uri: str, spark: Compute, storage_options: dict[str, str] | N
     runner = task_runner(spark)
     table = TableRef(plan.table, plan.table_uri, storage_options)
     first = plan.build
+    t0 = time.perf_counter()
 
     def once(attempt: int) -> IndexBuildResult:
         build = first if attempt == 0 else plan_build(
@@ -137,6 +139,7 @@ def run_index(plan_uri: str, spark: Compute, storage_options: dict[str, str] | N
 
     with job_stage(store, plan.job_id, Stage.INDEX), runner.retries():
         result = rebuilding(table, plan.index_name, once)
+    result = result.model_copy(update={"seconds": {"total": round(time.perf_counter() - t0, 3)}})
     finish_record(store, plan.job_id, version=result.version, rows_committed=result.rows_indexed,
                   rows_checkpointed=result.rows_indexed, segments_done=len(result.segments_per_task))
     log.info("index job %s of table '%s': %s", plan.job_id, plan.table, result.describe())
