@@ -24,8 +24,14 @@ from geneva_provider.core.refs import TableRef
 from geneva_provider.core.store.checkpoint import CheckpointStore, open_store, split_key_uri
 from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
-from geneva_provider.pipeline.indexes.upkeep import indexes_on, job_indexes, refresh_indexes
-from geneva_provider.pipeline.maintenance.compaction import plan_compaction, run_compaction
+from geneva_provider.pipeline.indexes.upkeep import (
+    indexes_on,
+    job_indexes,
+    refresh_indexes,
+    release_delta_segments,
+    view_refresh_indexes,
+)
+from geneva_provider.pipeline.maintenance.compaction import compaction_options, plan_compaction, run_compaction
 from geneva_provider.pipeline.spark.contexts import context_session, ship_manifest
 from geneva_provider.pipeline.spark.runner import local_session, running_context
 from geneva_provider.pipeline.spark.task_runner import is_compute, task_runner
@@ -39,6 +45,8 @@ if TYPE_CHECKING:
     from geneva_provider.pipeline.spark.task_runner import Compute, TaskRunner
 
 log = logging.getLogger(__name__)
+
+DEFAULT_TARGET_ROWS = 1024 * 1024  # lance's default target_rows_per_fragment of a compaction
 
 
 @dataclass
@@ -91,10 +99,11 @@ def refresh(view: TableRef, options: RefreshOptions | None = None, *, resolve: T
             spark: Compute | None = None, store: CheckpointStore | None = None, control: JobControl | None = None,
             refresh_indexes: bool = True) -> BackfillResult:
     """Refreshes a materialized view in this process: new source rows, then every stale fragment; then, with
-    ``refresh_indexes``, every index of the view (:func:`refresh_job_indexes`)."""
+    ``refresh_indexes``, the indexes on the columns it writes (:func:`refresh_job_indexes`; an index on a UDF
+    column added to the view follows that column's backfill)."""
     return run_job(view, "*", lambda parallelism: plan_refresh(
         view, options, resolve=resolve, store=store, parallelism=parallelism), spark, control,
-        manifest=udtf_manifest(view), indexes=indexes_on if refresh_indexes else None)
+        manifest=udtf_manifest(view), indexes=view_refresh_indexes if refresh_indexes else None)
 
 
 def udtf_manifest(view: TableRef) -> Any:
@@ -111,22 +120,29 @@ def udtf_manifest(view: TableRef) -> Any:
 def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Compute | None = None,
             store: CheckpointStore | None = None, exclude_live_jobs: bool = True,
             refresh_indexes: bool = True) -> CompactionResult:
-    """Compacts ``table`` with its rewrite tasks on Spark (no session is started when there is nothing to do);
-    then, with ``refresh_indexes``, the remap check: every index of the table indexes what the compaction's
-    remap left uncovered (nothing uncovered: no Spark job, no commit)."""
+    """Compacts ``table`` with its rewrite tasks on Spark (no session is started when there is nothing to do).
+
+    With ``refresh_indexes``, the indexes and the compaction never undo each other: first the small segments
+    that would keep the compaction from coalescing small fragments are dropped
+    (:func:`~geneva_provider.pipeline.indexes.upkeep.release_delta_segments`); after the compaction, the remap
+    check: every index indexes add-only what is left uncovered (nothing: no Spark job, no commit)."""
     if spark is not None and not is_compute(spark):
         raise InvalidArgumentError(f"compaction of table '{table.name}': spark must be a SparkSession or a task "
                                    "runner (or None), "
                                    f"got {spark!r}")
+    if refresh_indexes:  # small segments of refreshes would keep the compaction from coalescing their fragments
+        checked, _, _ = compaction_options(table, options)  # bad options change nothing
+        release_delta_segments(table, checked.get("target_rows_per_fragment") or DEFAULT_TARGET_ROWS, store)
     summary = plan_compaction(table, options, store=store, exclude_live_jobs=exclude_live_jobs)
     if summary.nothing_to_do:
         log.info("compaction of table '%s': nothing to compact%s", table.name,
                  f" (fragments {summary.fragments_excluded} left alone: held by live jobs)"
                  if summary.fragments_excluded else "")
-        return CompactionResult(job_id=summary.job_id, version=summary.read_version, fragments_removed=0,
-                                fragments_added=0, files_removed=0, files_added=0,
-                                excluded=summary.fragments_excluded, held_by=summary.fragments_held_by)
-    result = run_compaction(summary.plan_uri, _runner(spark), table.storage_options)
+        result = CompactionResult(job_id=summary.job_id, version=summary.read_version, fragments_removed=0,
+                                  fragments_added=0, files_removed=0, files_added=0,
+                                  excluded=summary.fragments_excluded, held_by=summary.fragments_held_by)
+    else:
+        result = run_compaction(summary.plan_uri, _runner(spark), table.storage_options)
     if not refresh_indexes:
         return result
     t = time.perf_counter()

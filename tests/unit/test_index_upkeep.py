@@ -5,6 +5,7 @@ must-show cases on Spark)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import lance
 import numpy as np
@@ -26,9 +27,11 @@ from geneva_provider.pipeline.followers import (
     followers_of,
     step_from_json,
 )
-from geneva_provider.pipeline.indexes import create_index, index_stats, indexes_on, refresh_indexes
+from geneva_provider.pipeline.indexes import create_index, index_stats
 from geneva_provider.pipeline.indexes.drift import DRIFT_RETRAIN_FACTOR
+from geneva_provider.pipeline.indexes.upkeep import indexes_on, refresh_indexes
 from geneva_provider.stages import InProcessRunner
+from tests.helpers import Chunk
 from tests.index_data import DIM, clustered, embedding, make_embed, queries, recall, write_table
 
 
@@ -173,37 +176,119 @@ def test_a_follow_after_a_backfill_runs_the_index_step(db):
     assert db.follow(ColumnBackfilled(table="docs", column="vec"), spark=runner)[0].result is None  # nothing to do
 
 
+def test_a_tables_change_is_followed_by_its_backfill_then_the_index_step(db):
+    @gp.udf(data_type=pa.list_(pa.float32(), DIM), auto_backfill=True)
+    def vec(id: int) -> list[float]:
+        return embedding(id, 0).tolist()
+
+    runner = InProcessRunner(parallelism=2)
+    tbl = db.create_table("docs", pa.table({"id": pa.array(range(2000), pa.int64())}), max_rows_per_file=500)
+    tbl.add_columns({"vec": vec})
+    tbl.backfill("vec", spark=runner)
+    create_index(tbl.ref, pq_spec(), runner)
+    tbl.add(pa.table({"id": pa.array(range(2000, 2400), pa.int64())}))
+    plan = db.followers("docs")
+    assert plan.steps() == [BackfillColumn(table="docs", column="vec"), RefreshIndex(table="docs", index="vec_idx")]
+    assert plan.followers[1].after == (0,)
+    done = db.follow("docs", spark=runner)
+    backfilled, indexed = done[0].result, done[1].result
+    assert backfilled.rows_computed == 400 and [r.fragments_indexed for r in backfilled.indexes] == [[4]]
+    assert indexed is None  # the backfill's own index stage left it nothing to do: no commit
+    assert tbl.version == backfilled.indexes[0].version
+    assert index_stats(tbl.to_lance(), "vec_idx").num_unindexed_rows == 0
+    tbl.add(pa.table({"id": pa.array(range(2400, 2500), pa.int64())}))
+    handle = tbl.backfill_async("vec", spark=runner, refresh_indexes=False)
+    assert handle.result().indexes == [] and index_stats(tbl.to_lance(), "vec_idx").num_unindexed_rows == 100
+
+
 def test_a_view_refresh_refreshes_the_views_index(db):
     runner = InProcessRunner(parallelism=2)
     src = db.create_table("src", clustered(3000), max_rows_per_file=500)
     view = db.create_materialized_view("near", src.search(None).where("id % 2 = 0").select({"id": "id", "vec": "vec"}))
     view.refresh(spark=runner)
+    view.add_columns({"e": make_embed()(model=0)})  # a UDF column put on the view: its backfill computes it
+    view.backfill("e", spark=runner)
     create_index(view.ref, IndexSpec.of("vec", "IVF_FLAT", num_partitions=8), runner)
+    create_index(view.ref, IndexSpec.of("e", "IVF_FLAT", num_partitions=8), runner)
     src.add(clustered(1000, start=3000, seed=5))
     result = view.refresh(spark=runner)
-    assert [(r.index_name, r.trained) for r in result.indexes] == [("vec_idx", False)]
+    assert [(r.index_name, r.trained) for r in result.indexes] == [("vec_idx", False)]  # not e's: NULL until
     ds = view.to_lance()
     assert index_stats(ds, "vec_idx").num_unindexed_rows == 0 and ds.count_rows() == 2000
-    ds.validate()
+    assert index_stats(ds, "e_idx").num_unindexed_rows == 500
+    assert [r.index_name for r in view.backfill("e", spark=runner).indexes] == ["e_idx"]
+    assert index_stats(view.to_lance(), "e_idx").num_unindexed_rows == 0
+    view.to_lance().validate()
 
 
-def test_a_compaction_keeps_the_index_and_recall_and_loses_no_row(db):
+def test_a_compaction_coalesces_fragments_each_indexed_apart_and_keeps_recall_and_rows(db):
     runner = InProcessRunner(parallelism=2)
     tbl = db.create_table("t", clustered(4000), max_rows_per_file=500)
     create_index(tbl.ref, pq_spec(), runner)
-    for i in range(4):  # 4 small fragments, each appended and indexed by the follower of the change
+    for i in range(4):  # 4 small fragments, each appended and indexed apart by the follower of the change
         tbl.add(clustered(100, start=4000 + 100 * i, seed=10 + i))
-    assert [d.result.fragments_indexed for d in db.follow("t", spark=runner)] == [[8, 9, 10, 11]]
+        assert [d.result.fragments_indexed for d in db.follow("t", spark=runner)] == [[8 + i]]
     ds = tbl.to_lance()
+    assert index_stats(ds, "vec_idx").num_segments == 5
     qs = queries(ds.to_table())
-    before, fragments = recall(ds, qs), len(ds.get_fragments())
+    before = recall(ds, qs)
+    with pytest.raises(InvalidArgumentError, match="target_rows_per_fragment"):
+        tbl.compact(0, spark=runner)
+    assert tbl.version == ds.version  # a bad option changes nothing
     result = tbl.compact(500, spark=runner)
-    assert result.fragments_removed >= 3 and result.indexes == []  # the remap covered every new fragment
+    assert result.fragments_removed >= 3
+    [remapped] = result.indexes  # the remap check indexed what the compaction made of the small fragments
+    assert remapped.refresh and not remapped.trained and remapped.rows_indexed == 400
     ds = tbl.to_lance()
-    assert len(ds.get_fragments()) <= fragments - 2
+    assert len(ds.get_fragments()) <= 9
     assert sorted(ds.to_table(columns=["id"]).column("id").to_pylist()) == list(range(4400))
-    assert index_stats(ds, "vec_idx").num_unindexed_rows == 0
+    stats = index_stats(ds, "vec_idx")
+    assert (stats.num_unindexed_rows, stats.num_segments, stats.num_partitions) == (0, 2, 16)
     assert recall(ds, qs) == pytest.approx(before, abs=0.01)
+    ds.validate()
+    assert tbl.compact(500, spark=runner).indexes == []  # nothing left to compact or to index
+
+
+@gp.chunker
+def pairs(text: str) -> Iterator[Chunk]:
+    words = text.split()
+    for i in range(0, len(words), 2):
+        yield Chunk(" ".join(words[i:i + 2]), i)
+
+
+def test_a_chunker_views_refresh_refreshes_its_full_text_index(db):
+    runner = InProcessRunner(parallelism=2)
+    words = ["apple", "banana", "cherry", "damson"]
+    text = [" ".join(words[(i + k) % 4] for k in range(6)) + f" doc{i}" for i in range(1200)]
+    docs = db.create_table("docs", pa.table({"id": pa.array(range(1200), pa.int64()), "text": text}),
+                           max_rows_per_file=300)
+    chunks = db.create_udtf_view("chunks", docs.search(None).select(["id", "text"]), udtf=pairs)
+    chunks.refresh(spark=runner)
+    create_index(chunks.ref, IndexSpec.of("chunk", "FTS"), runner)
+    docs.add(pa.table({"id": pa.array([1200, 1201], pa.int64()), "text": ["zucchini apple", "fig zucchini"]}))
+    result = chunks.refresh(spark=runner)
+    assert [(r.index_name, r.refresh) for r in result.indexes] == [("chunk_idx", True)]
+    ds = chunks.to_lance()
+    assert index_stats(ds, "chunk_idx").num_unindexed_rows == 0
+    found = ds.to_table(full_text_query="zucchini", columns=["id", "chunk"])
+    assert sorted(found.column("chunk").to_pylist()) == ["fig zucchini", "zucchini apple"]
+    ds.validate()
+
+
+def test_a_compaction_leaves_a_builds_segments_and_a_single_delta_alone(db):
+    """No churn: a build's SQ segments (one per group, never merged) and one refresh's delta are not dropped, so
+    the compaction re-encodes nothing; the index stays whole."""
+    runner = InProcessRunner(parallelism=4)
+    tbl = db.create_table("t", clustered(4000), max_rows_per_file=500)
+    assert create_index(tbl.ref, IndexSpec.of("vec", "IVF_SQ", num_partitions=8), runner).segments_committed == 4
+    tbl.add(clustered(200, start=4000, seed=3))
+    [done] = db.follow("t", spark=runner)
+    assert done.result.fragments_indexed == [8]
+    result = tbl.compact(spark=runner)  # lance's default target: every fragment is small
+    assert result.indexes == []
+    ds = tbl.to_lance()
+    stats = index_stats(ds, "vec_idx")
+    assert (stats.num_unindexed_rows, stats.num_segments) == (0, 5) and ds.count_rows() == 4200
     ds.validate()
 
 

@@ -183,3 +183,21 @@ def view_info(schema_metadata: dict[Any, Any] | None, name: str) -> ViewInfo:
                     base_table_db_uri=md[META_BASE_DB_URI], base_table_version=int(md[META_BASE_VERSION]),
                     format=md[META_VERSION], next_row_id=int(md.get(META_SCANNED_ROW_ID, "0")),
                     pinned=md.get(META_PINNED) == "true")
+
+
+def query_udf_columns(schema_metadata: dict[Any, Any] | None) -> set[str]:
+    """The UDF columns a query view's refresh computes (its query's own), none for any other table: unlike the UDF
+    columns put on a view with ``add_columns``, which their backfill computes."""
+    query = (schema_metadata or {}).get(META_QUERY.encode(), (schema_metadata or {}).get(META_QUERY))
+    if query is None:
+        return set()
+    return set(StoredViewQuery.model_validate_json(query).udf_columns)
+
+
+def added_udf_columns(schema: Any) -> set[str]:
+    """The UDF columns of a table or view that its backfills compute (on a query view: those put on it with
+    ``add_columns``, not its query's own, which its refresh computes)."""
+    from geneva_provider.core.functions.udf import is_udf_column
+
+    computed = query_udf_columns(schema.metadata)
+    return {c for c in schema.names if c not in computed and is_udf_column(schema, c)}

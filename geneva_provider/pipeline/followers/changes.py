@@ -100,10 +100,9 @@ def auto_backfill_columns(schema: Any) -> list[str]:
     """The ``auto_backfill`` UDF columns of a table or view, but not a query view's own UDF columns (its
     refresh computes those): the columns ``add_columns`` put on it."""
     from geneva_provider.core.functions.udf import udf_column_info
-    from geneva_provider.core.views.meta import META_QUERY, StoredViewQuery
+    from geneva_provider.core.views.meta import query_udf_columns
 
-    md = decoded(schema.metadata)
-    query = set(StoredViewQuery.model_validate_json(md[META_QUERY]).udf_columns) if META_QUERY in md else set()
+    query = query_udf_columns(schema.metadata)
     return [f.name for f in schema if f.name not in query
             and (info := udf_column_info(f.metadata)) is not None and info.auto_backfill]
 

@@ -63,20 +63,22 @@ def after_a_backfill(event: ColumnBackfilled, tables: Mapping[str, TableFacts]) 
     return _refreshes(event.table, tables, columns)
 
 
-@follows(ViewRefreshed, Compacted)
-def after_a_rewrite(event: ViewRefreshed | Compacted, tables: Mapping[str, TableFacts]) -> Iterable[Step]:
-    """Every index of a refreshed view (its rows were added and rewritten) or of a compacted table (the remap
-    check: what the compaction's remap left uncovered)."""
+@follows(Compacted)
+def after_a_compaction(event: Compacted, tables: Mapping[str, TableFacts]) -> Iterable[Step]:
+    """Every index of a compacted table: the remap check (what the compaction's remap left uncovered)."""
     return _refreshes(event.table, tables)
 
 
-@follows(TableChange)
-def after_a_change(event: TableChange, tables: Mapping[str, TableFacts]) -> Iterable[Step]:
-    """The indexes on columns the writer gave (not UDF columns: their backfill is followed by the refresh)."""
-    from geneva_provider.core.functions.udf import is_udf_column
+@follows(TableChange, ViewRefreshed)
+def after_a_change(event: TableChange | ViewRefreshed, tables: Mapping[str, TableFacts]) -> Iterable[Step]:
+    """The indexes on the columns the change wrote: the writer's (another writer's rows) or the refresh's (a view's
+    rows and its query's UDF columns) -- not on a UDF column its backfill computes: that backfill's
+    :class:`ColumnBackfilled` is followed by the refresh of its index."""
+    from geneva_provider.core.views.meta import added_udf_columns
 
     facts = tables.get(event.table)
     if facts is None:
         return []
+    added = added_udf_columns(facts.schema)
     return [RefreshIndex(table=event.table, index=name) for name, on in sorted(facts.indexes.items())
-            if not any(is_udf_column(facts.schema, c) for c in on)]
+            if not added & set(on)]

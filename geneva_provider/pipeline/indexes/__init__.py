@@ -15,7 +15,6 @@ from geneva_provider.pipeline.indexes.build import DEFAULT_MAX_SEGMENTS
 from geneva_provider.pipeline.indexes.groups import fragment_groups
 from geneva_provider.pipeline.indexes.kind import create_index, plan_index, refresh_index, run_index
 from geneva_provider.pipeline.indexes.stats import index_stats, list_indices, unindexed_fragments
-from geneva_provider.pipeline.indexes.upkeep import indexes_on, refresh_indexes
 
-__all__ = ["DEFAULT_MAX_SEGMENTS", "create_index", "fragment_groups", "index_stats", "indexes_on", "list_indices",
-           "plan_index", "refresh_index", "refresh_indexes", "run_index", "unindexed_fragments"]
+__all__ = ["DEFAULT_MAX_SEGMENTS", "create_index", "fragment_groups", "index_stats", "list_indices", "plan_index",
+           "refresh_index", "run_index", "unindexed_fragments"]

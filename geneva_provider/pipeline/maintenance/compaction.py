@@ -116,16 +116,7 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
     from lance.optimize import Compaction, CompactionOptions
 
     store = store or table.checkpoint_store()
-    options = dict(options or {})
-    job = f"compaction of table '{table.name}'"
-    retries = check_count(options.pop("commit_retries", None), "commit_retries", job, zero=True)
-    timeout = check_count(options.pop("commit_timeout", None), "commit_timeout", job)
-    unknown = sorted(set(options) - set(CompactionOptions.__annotations__))
-    if unknown:
-        raise InvalidArgumentError(f"{job}: unknown option(s) {unknown}; valid options: "
-                                   f"{sorted(CompactionOptions.__annotations__) + list(COMMIT_OPTIONS)}")
-    for key, value in options.items():
-        _check_compaction_option(table.name, key, value, CompactionOptions.__annotations__[key])
+    options, retries, timeout = compaction_options(table, options)
     check_leases()
     ds = table.dataset()
     live = {f.fragment_id: f for f in ds.get_fragments()}
@@ -154,6 +145,25 @@ def plan_compaction(table: TableRef, options: dict[str, Any] | None = None, *, s
              counted(doc.rows, "row"),
              f"; fragments {excluded} left alone{_holders(held_by)}" if excluded else "")
     return summary
+
+
+def compaction_options(table: TableRef, options: dict[str, Any] | None) -> tuple[dict[str, Any], int | None,
+                                                                                  int | None]:
+    """``options`` checked (InvalidArgumentError naming the bad one): lance's CompactionOptions, and the commit's
+    ``commit_retries`` / ``commit_timeout`` apart."""
+    from lance.optimize import CompactionOptions
+
+    options = dict(options or {})
+    job = f"compaction of table '{table.name}'"
+    retries = check_count(options.pop("commit_retries", None), "commit_retries", job, zero=True)
+    timeout = check_count(options.pop("commit_timeout", None), "commit_timeout", job)
+    unknown = sorted(set(options) - set(CompactionOptions.__annotations__))
+    if unknown:
+        raise InvalidArgumentError(f"{job}: unknown option(s) {unknown}; valid options: "
+                                   f"{sorted(CompactionOptions.__annotations__) + list(COMMIT_OPTIONS)}")
+    for key, value in options.items():
+        _check_compaction_option(table.name, key, value, CompactionOptions.__annotations__[key])
+    return options, retries, timeout
 
 
 def _holders(held_by: dict[str, list[int]]) -> str:
