@@ -299,3 +299,47 @@ def test_create_index_exist_ok_must_be_a_flag():
     with pytest.raises(InvalidArgumentError, match=r"GenevaCreateIndexOperator 'c' of table 'chunks': exist_ok must "
                                                    r"be True or False, got 'no'"):
         GenevaCreateIndexOperator(task_id="c", table="chunks", exist_ok="no")
+
+
+def test_the_index_stages_plan_task_plans_a_refresh_of_the_columns_indexes_only_when_they_miss_fragments(lance_db):
+    from geneva_provider.core.errors import InvalidArgumentError
+    from geneva_provider.operators.indexes import GenevaCreateIndexOperator, GenevaPlanIndexRefreshesOperator
+    from geneva_provider.pipeline.indexes import run_index
+    from geneva_provider.pipeline.indexes.stats import unindexed_fragments
+    from geneva_provider.pipeline.spark.in_process import InProcessRunner
+    from tests.index_data import clustered
+
+    tbl = lance_db.create_table("emb", clustered(400), max_rows_per_file=200)
+    tbl.create_index("vec", index_type="IVF_FLAT", num_partitions=4, spark=InProcessRunner())
+    tbl.create_scalar_index("id", spark=InProcessRunner())
+    tbl.add(clustered(100, start=400, seed=1))  # a fragment neither index covers
+    new = unindexed_fragments(tbl.dataset(), "vec_idx")
+    assert len(new) == 1
+
+    def plans(column):
+        return GenevaPlanIndexRefreshesOperator(task_id="plan_indexes", table="emb", column=column).execute(context())
+
+    (plan,) = plans("vec")  # the vector column's index only, add-only with its saved training
+    assert (plan["kind"], plan["index_name"], plan["table"]) == ("index", "vec_idx", "emb")
+    assert unindexed_fragments(tbl.dataset(), "id_idx") == new  # 'id''s index is not this job's
+    done = run_index(plan["plan_uri"], InProcessRunner())
+    assert (done.refresh, done.trained, done.fragments_indexed, done.rows_indexed) == (True, False, new, 100)
+    assert tbl.index_stats("vec_idx").num_unindexed_rows == 0
+    assert plans("vec") == []  # nothing left to index: no plan, the mapped Spark task is skipped
+    assert [p["index_name"] for p in plans(None)] == ["id_idx"]  # a view's refresh: every index it writes
+
+    # exist_ok: the index of that name on that column is kept, the task skipped, nothing planned or written.
+    version = tbl.version
+    create = dict(task_id="create_index", table="emb", column="vec", index_type="IVF_FLAT", num_partitions=4)
+    with pytest.raises(AirflowSkipException, match=r"index 'vec_idx' of table 'emb' exists on column 'vec' "
+                                                   r"\(exist_ok=True\): kept as it is, nothing planned"):
+        GenevaCreateIndexOperator(**create, exist_ok=True).execute(context())
+    with pytest.raises(InvalidArgumentError, match=r"an index named 'vec_idx' exists on column\(s\) \['vec'\], not "
+                                                   r"'id'; give this one another name="):
+        GenevaCreateIndexOperator(task_id="c", table="emb", column="id", index_type="BTREE", name="vec_idx",
+                                  exist_ok=True).execute(context())
+    with pytest.raises(InvalidArgumentError, match=r"an index named 'vec_idx' exists on column 'vec'; pass "
+                                                   r"replace=True"):
+        GenevaCreateIndexOperator(**create, replace=False).execute(context())
+    assert tbl.version == version
+    tbl.dataset().validate()
