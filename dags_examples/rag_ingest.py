@@ -94,6 +94,7 @@ with DAG(
         num_partitions=4, name=INDEX, exist_ok=True,
         trigger_rule="none_failed")  # after the backfill's index stage, skipped while there is no index
     build_index = GenevaSparkIndexOperator(task_id="build_index", plan=create_index.output, table=CHUNKS)
-    # The view's new chunks have no embedding yet: the embedding backfill's index stage indexes them.
+    # The view's new chunks have no embedding yet: the embedding backfill's index stage indexes them (the refresh's
+    # own stage would find nothing to do -- the index is on a UDF column added to the view -- so it is left out).
     (ingest() >> refresh_task_group("refresh_chunks", CHUNKS, refresh_indexes=False) >> add_embedding
      >> backfill_task_group("embed_chunks", CHUNKS, "embedding") >> create_index >> build_index >> search())

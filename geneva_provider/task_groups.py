@@ -6,7 +6,7 @@ tasks, and everything else (``pool``, ``queue``, ``execution_timeout``, ``priori
 ``retries`` ...) to every task of the group, as any ``BaseOperator`` argument.
 
 After verify comes the index stage (``refresh_indexes=True``, the default, as the notebook's jobs): a plan task
-finding the indexes the commit left behind (on the backfilled column; every index of a refreshed view) and
+finding the indexes the commit left behind (on the backfilled column; on the columns a view's refresh writes) and
 planning an add-only refresh of each with fragments to index, then one Spark index task per plan (dynamic task
 mapping; none: skipped), each emitting its index's Asset event when it committed.
 """
@@ -60,8 +60,9 @@ def refresh_task_group(group_id: str, view: str, *, refresh_indexes: bool = True
     """plan refresh -> Spark apply -> Spark write+commit -> verify (emits the view's Asset) -> plan_indexes ->
     Spark index (a materialized view's or a chunker view's refresh).
 
-    With no new or stale rows, the Spark tasks are skipped.  With ``refresh_indexes`` (default True), every index
-    of the view indexes add-only what the refresh added or rewrote.
+    With no new or stale rows, the Spark tasks are skipped.  With ``refresh_indexes`` (default True), the indexes
+    on the columns the refresh writes index add-only what it added or rewrote (one on a UDF column added to the
+    view waits for that column's backfill, whose own index stage refreshes it).
     """
     with TaskGroup(group_id=group_id, tooltip=f"refresh view {view}") as group:
         _wire(group, GenevaPlanRefreshOperator, RefreshOptions, {"view": view}, view, None, kwargs,

@@ -141,15 +141,16 @@ class GenevaRefreshIndexOperator(_GenevaPlanIndexOperator):
 
 class GenevaPlanIndexRefreshesOperator(BaseOperator):
     """Plans the index stage of a job: an add-only refresh of each index the job's commit may have left behind --
-    those on ``column`` (on any column of its multi-output group), or every index of ``table`` (a view's refresh,
-    ``column`` None) -- and returns the list of plan summaries, one per index with fragments to index (XCom: a
+    those on ``column`` (on any column of its multi-output group), or, for a view's refresh (``column`` None),
+    those on the columns it writes (not on a UDF column added to the view: its backfill's stage refreshes them)
+    -- and returns the list of plan summaries, one per index with fragments to index (XCom: a
     ``GenevaSparkIndexOperator`` mapped over it; an empty list skips it).
 
     An index not built by this package (no saved artifacts) is left as it is, with a warning; one whose new rows
     drifted from its training is retrained (``pipeline/indexes/upkeep.py``).
 
     :param table: the table (templated)
-    :param column: the column the job wrote (templated); None: every index of the table
+    :param column: the column the job wrote (templated); None: a view's refresh
     :param lance_conn_id: the ``lance`` connection naming the database (and its storage options)
     """
 
