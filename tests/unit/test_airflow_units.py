@@ -343,3 +343,27 @@ def test_the_index_stages_plan_task_plans_a_refresh_of_the_columns_indexes_only_
         GenevaCreateIndexOperator(**create, replace=False).execute(context())
     assert tbl.version == version
     tbl.dataset().validate()
+
+
+def test_an_index_refresh_group_plans_then_builds_emitting_its_index_asset_and_refuses_an_unknown_argument():
+    from airflow.sdk import DAG
+
+    from geneva_provider.core.errors import InvalidArgumentError
+    from geneva_provider.task_groups import index_refresh_task_group, table_change_dag
+
+    with DAG(dag_id="index_group", schedule=None, start_date=datetime(2026, 1, 1)):
+        group = index_refresh_task_group("ix", "docs", "embedding_idx", retrain=True, target_groups=4, pool="p",
+                                         conf={"spark.executor.memory": "2g"})
+    plan, index = group.children["ix.plan"], group.children["ix.index"]
+    assert (plan.table, plan.index_name, plan.retrain, plan.target_groups, plan.pool) == (
+        "docs", "embedding_idx", True, 4, "p")
+    assert index.upstream_task_ids == {"ix.plan"} and index.conf == {"spark.executor.memory": "2g"}
+    assert [o.uri for o in index.outlets] == ["lance://lance_default/docs/index/embedding_idx"]
+    with DAG(dag_id="index_group_bad", schedule=None, start_date=datetime(2026, 1, 1)):
+        with pytest.raises(InvalidArgumentError, match=r"index_refresh_task_group 'ix' \(task 'ix.plan'\): unknown "
+                                                       r"argument\(s\) \['retrian'\]"):
+            index_refresh_task_group("ix", "docs", "embedding_idx", retrian=True)
+    # Steps named (no database read at parse): no index steps, so each group runs its own index stage.
+    dag = table_change_dag("events", columns=["words"], views=[("events_short", "events")], retries=2)
+    assert {"backfill_words.plan_indexes", "backfill_words.index", "refresh_events_short.plan_indexes"} <= set(
+        dag.task_ids)
