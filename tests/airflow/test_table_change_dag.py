@@ -89,13 +89,11 @@ def test_a_chunk_views_index_is_refreshed_add_only_after_its_embedding_column_is
         group = "index_article_chunks_embedding_idx"
         assert {t.task_id for t in dag.task_group_dict[group].children.values()} == {f"{group}.plan",
                                                                                      f"{group}.index"}
-        # after the view's refresh and the embedding backfill it caused (a join of its own: the refresh's join is
-        # before the backfill); the graph's index step replaces the groups' own index stage
-        assert dag.task_group_dict[group].upstream_task_ids == {f"before_{group}"}
-        assert dag.task_dict[f"before_{group}"].upstream_task_ids == {
+        # after the embedding backfill and the view's refresh (both write the view); the graph's index step
+        # replaces the groups' own index stage
+        assert dag.task_group_dict[group].upstream_task_ids == {"after_backfill_article_chunks_embedding"}
+        assert dag.task_dict["after_backfill_article_chunks_embedding"].upstream_task_ids == {
             "refresh_article_chunks.verify", "backfill_article_chunks_embedding.verify"}
-        assert dag.task_group_dict["backfill_article_chunks_embedding"].upstream_task_ids == {
-            "after_refresh_article_chunks"}
         assert not [t for t in dag.task_dict if t.endswith(".plan_indexes")]
         assert [o.uri for o in dag.task_dict[f"{group}.index"].outlets] == [
             "lance://lance_default/article_chunks/index/embedding_idx"]
