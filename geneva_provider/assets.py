@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow.sdk import Asset, AssetWatcher
+from airflow.sdk import Asset, AssetAlias, AssetWatcher
 
 from geneva_provider.core.catalog import check_table_name
 from geneva_provider.core.errors import InvalidArgumentError
@@ -44,3 +44,24 @@ def lance_table_asset(table: str, lance_conn_id: str = LanceHook.default_conn_na
     trigger = LanceTableChangedTrigger(table=table, lance_conn_id=lance_conn_id, poll_interval=poll_interval,
                                        operations=operations, columns=columns)
     return Asset(name=asset.name, uri=asset.uri, watchers=[AssetWatcher(name=f"{asset.name}.changes", trigger=trigger)])
+
+
+def index_asset(table: str, index: str, lance_conn_id: str = LanceHook.default_conn_name) -> Asset:
+    """``lance://<conn id>/<table>/index/<index>``: what an index build or refresh emits when it committed.
+
+    Not the table's Asset (a DAG scheduled on the table would be started again by its own index stage) and not a
+    column's (no column name holds a "/").  The event's extra carries the table, the index, the version committed
+    and the rows indexed.
+    """
+    check_table_name(table)
+    if not isinstance(index, str) or not index.strip() or "/" in index:
+        raise InvalidArgumentError(f"index_asset of table '{table}': index must be an index name, got {index!r}")
+    return Asset(name=f"lance.{lance_conn_id}.{table}.index.{index}", uri=f"lance://{lance_conn_id}/{table}/index/{index}")
+
+
+def index_alias(table: str, lance_conn_id: str = LanceHook.default_conn_name) -> AssetAlias:
+    """The outlet of an index stage whose indexes are known only when it runs (a task group's): each refresh that
+    committed adds an event of its :func:`index_asset`; a DAG may be scheduled on the alias or on one index's Asset.
+    """
+    check_table_name(table)
+    return AssetAlias(name=f"lance.{lance_conn_id}.{table}.indexes")

@@ -1,9 +1,14 @@
 """Task-group factories wiring a job's stages, reusable inside any team DAG.
 
 Both factories take the same arguments in the same way: the job's options (declared once in
-:mod:`geneva_provider.core.contracts.options`) go to the plan task, the Spark options to the two Spark
+:mod:`geneva_provider.core.contracts.options`) go to the plan task, the Spark options to the Spark
 tasks, and everything else (``pool``, ``queue``, ``execution_timeout``, ``priority_weight``,
 ``retries`` ...) to every task of the group, as any ``BaseOperator`` argument.
+
+After verify comes the index stage (``refresh_indexes=True``, the default, as the notebook's jobs): a plan task
+finding the indexes the commit left behind (on the backfilled column; on the columns a view's refresh writes) and
+planning an add-only refresh of each with fragments to index, then one Spark index task per plan (dynamic task
+mapping; none: skipped), each emitting its index's Asset event when it committed.
 """
 
 from __future__ import annotations
@@ -19,50 +24,97 @@ from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import SPARK_OPTIONS, reject_unknown_kwargs
 from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
+from geneva_provider.operators.indexes import (
+    GenevaPlanIndexRefreshesOperator,
+    GenevaRefreshIndexOperator,
+    GenevaSparkIndexOperator,
+)
 from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
 from geneva_provider.operators.views import GenevaPlanRefreshOperator
 
 PLAN_ARGUMENTS = ("parallelism",)
 BACKFILL_PLAN_ARGUMENTS = (*PLAN_ARGUMENTS, "partition_where")
+INDEX_PLAN_ARGUMENTS = ("retrain", "target_groups")
 CHANGE_DAG_START = datetime(2024, 1, 1)
 
 
-def backfill_task_group(group_id: str, table: str, column: str, **kwargs: Any) -> TaskGroup:
-    """plan -> Spark apply -> Spark write+commit -> verify of ``column``, each task retried on its own.
+def backfill_task_group(group_id: str, table: str, column: str, *, refresh_indexes: bool = True,
+                        **kwargs: Any) -> TaskGroup:
+    """plan -> Spark apply -> Spark write+commit -> verify of ``column`` -> plan_indexes -> Spark index, each task
+    retried on its own.
 
     When the plan has nothing to compute, the Spark tasks and verify are skipped (no Asset event);
     when the group's upstream is skipped, the whole group is skipped.  ``partition_where`` (e.g.
     ``"date = {{ partition_key }}"``) limits each run to its partition's rows
-    (:class:`~geneva_provider.operators.backfill.GenevaPlanBackfillOperator`).
+    (:class:`~geneva_provider.operators.backfill.GenevaPlanBackfillOperator`).  With ``refresh_indexes`` (default
+    True), the indexes on the column index add-only what they do not cover (also after a run with nothing to
+    compute: an append another writer made); no index, or nothing to index: the Spark index task is skipped.
     """
     with TaskGroup(group_id=group_id, tooltip=f"backfill {table}.{column}") as group:
         _wire(group, GenevaPlanBackfillOperator, BackfillOptions, {"table": table, "column": column}, table, column,
-              kwargs, BACKFILL_PLAN_ARGUMENTS)
+              kwargs, BACKFILL_PLAN_ARGUMENTS, refresh_indexes)
     return group
 
 
-def refresh_task_group(group_id: str, view: str, **kwargs: Any) -> TaskGroup:
-    """plan refresh -> Spark apply -> Spark write+commit -> verify (emits the view's Asset).
+def refresh_task_group(group_id: str, view: str, *, refresh_indexes: bool = True, **kwargs: Any) -> TaskGroup:
+    """plan refresh -> Spark apply -> Spark write+commit -> verify (emits the view's Asset) -> plan_indexes ->
+    Spark index (a materialized view's or a chunker view's refresh).
 
-    With no new or stale rows, the Spark tasks are skipped.
+    With no new or stale rows, the Spark tasks are skipped.  With ``refresh_indexes`` (default True), the indexes
+    on the columns the refresh writes index add-only what it added or rewrote (one on a UDF column added to the
+    view waits for that column's backfill, whose own index stage refreshes it).
     """
     with TaskGroup(group_id=group_id, tooltip=f"refresh view {view}") as group:
-        _wire(group, GenevaPlanRefreshOperator, RefreshOptions, {"view": view}, view, None, kwargs)
+        _wire(group, GenevaPlanRefreshOperator, RefreshOptions, {"view": view}, view, None, kwargs,
+              refresh_indexes=refresh_indexes)
     return group
+
+
+def index_refresh_task_group(group_id: str, table: str, index: str, **kwargs: Any) -> TaskGroup:
+    """plan -> Spark index: an add-only refresh of the index ``index`` of ``table`` (``retrain=True``: built again
+    from a new training); the Spark task is skipped when the index covers every fragment, and emits
+    :func:`~geneva_provider.assets.index_asset` when it committed.  ``target_groups`` and ``retrain`` go to the
+    plan task, the Spark options to the Spark task, the rest to both.
+    """
+    from geneva_provider.assets import index_asset
+
+    kwargs = _group_defaults(kwargs)
+    plan_kwargs = {k: kwargs.pop(k) for k in INDEX_PLAN_ARGUMENTS if k in kwargs}
+    spark_kwargs = {k: kwargs.pop(k) for k in SPARK_OPTIONS if k in kwargs}
+    with TaskGroup(group_id=group_id, tooltip=f"refresh index {index} of {table}") as group:
+        reject_unknown_kwargs(GenevaRefreshIndexOperator, kwargs,
+                              valid=(*INDEX_PLAN_ARGUMENTS, *SPARK_OPTIONS, "lance_conn_id"),
+                              subject=f"index_refresh_task_group {group_id!r} (task {group.child_id('plan')!r})")
+        plan = GenevaRefreshIndexOperator(task_id="plan", table=table, index_name=index, **plan_kwargs, **kwargs)
+        plan >> GenevaSparkIndexOperator(task_id="index", plan=plan.output, table=table,
+                                         outlets=[index_asset(table, index, kwargs["lance_conn_id"])],
+                                         **spark_kwargs, **kwargs)
+    return group
+
+
+def _group_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Every group's defaults: two retries 30 s apart, the default Lance connection."""
+    kwargs = {"retries": 2, "retry_delay": timedelta(seconds=30), **kwargs}
+    kwargs.setdefault("lance_conn_id", LanceHook.default_conn_name)
+    return kwargs
 
 
 def _wire(group: TaskGroup, plan_cls: type, options: type[JobOptions], target: dict[str, str], table: str,
-          column: str | None, kwargs: dict[str, Any], plan_arguments: Sequence[str] = PLAN_ARGUMENTS) -> None:
-    """The plan task and the stages after it: Spark apply, Spark write+commit, verify (emitting the Asset).
+          column: str | None, kwargs: dict[str, Any], plan_arguments: Sequence[str] = PLAN_ARGUMENTS,
+          refresh_indexes: bool = True) -> None:
+    """The plan task and the stages after it: Spark apply, Spark write+commit, verify (emitting the Asset), then
+    the index stage (:func:`_index_stage`) with ``refresh_indexes``.
 
     An argument no task of the group takes is refused naming the group's plan task and every
     option the group accepts (not just the plan operator's).
     """
-    kwargs = {"retries": 2, "retry_delay": timedelta(seconds=30), **kwargs}
-    kwargs.setdefault("lance_conn_id", LanceHook.default_conn_name)
+    factory = "backfill_task_group" if column is not None else "refresh_task_group"
+    if not isinstance(refresh_indexes, bool):
+        raise InvalidArgumentError(f"{factory} {group.group_id!r}: refresh_indexes must be True or False, "
+                                   f"got {refresh_indexes!r}")
+    kwargs = _group_defaults(kwargs)
     plan_kwargs = {k: kwargs.pop(k) for k in (*options.names(), *plan_arguments) if k in kwargs}
     spark_kwargs = {k: kwargs.pop(k) for k in SPARK_OPTIONS if k in kwargs}
-    factory = "backfill_task_group" if column is not None else "refresh_task_group"
     reject_unknown_kwargs(plan_cls, kwargs, valid=(*options.names(), *plan_arguments, *SPARK_OPTIONS, "lance_conn_id"),
                           subject=f"{factory} {group.group_id!r} (task {group.child_id('plan')!r})")
     plan = plan_cls(task_id="plan", **target, **plan_kwargs, **kwargs)
@@ -75,6 +127,23 @@ def _wire(group: TaskGroup, plan_cls: type, options: type[JobOptions], target: d
     # and are skipped with everything else when plan itself is skipped (e.g. by a sensor).
     plan >> apply >> write >> verify
     plan >> [write, verify]
+    if refresh_indexes:
+        _index_stage([plan, verify], table, column, spark_kwargs, kwargs)
+
+
+def _index_stage(after: list[Any], table: str, column: str | None, spark_kwargs: dict[str, Any],
+                 kwargs: dict[str, Any]) -> None:
+    """plan_indexes -> Spark index, mapped over the plans (one task per index with fragments to index; none:
+    skipped).  plan_indexes runs after verify, and also when verify was skipped for lack of work (an index may
+    still lack fragments another writer added), not when the group's plan was skipped or anything failed."""
+    from geneva_provider.assets import index_alias
+
+    plan = GenevaPlanIndexRefreshesOperator(task_id="plan_indexes", table=table, column=column,
+                                            trigger_rule="none_failed_min_one_success", **kwargs)
+    after >> plan
+    outlets = [index_alias(table, kwargs["lance_conn_id"])]
+    GenevaSparkIndexOperator.partial(task_id="index", table=table, outlets=outlets, **spark_kwargs,
+                                     **kwargs).expand(plan=plan.output)
 
 
 def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_name, *, dag_id: str | None = None,
@@ -85,19 +154,22 @@ def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_nam
     """The DAG that follows ``table``'s changes: scheduled on ``lance_table_asset(table)`` (a watcher), each run
     backfills every ``auto_backfill`` column of the table, then refreshes the views made with
     ``refresh_on_change=True`` over it, and those over them (source -> view -> view), each after its source,
-    and backfills each such view's own ``auto_backfill`` columns (a chunk view's embedding) after its refresh.
+    and backfills each such view's own ``auto_backfill`` columns (a chunk view's embedding) after its refresh,
+    and refreshes add-only each index those left behind (``index_<name>``: :func:`index_refresh_task_group`)
+    after every group writing its table.
 
     Its tasks are the follower graph's steps (:func:`~geneva_provider.pipeline.followers.followers_of` of the
     table's change), each a task group made by its kind's factory (:func:`follower_group`), after the groups it
     waits for, read when the DAG file is parsed: the DAG's shape follows a new ``auto_backfill`` column or view at
     the next parse.  Pass ``columns`` and ``views`` ((view, source) pairs, each after its source; and
     ``view_columns``, (view, column) pairs, else none) to parse without opening the database: then those are the
-    followers, and no others.  ``kwargs`` go to every task group (job and Spark options, ``retries`` ...);
+    followers, and no others (and each backfill or refresh group refreshes its indexes itself, as
+    ``refresh_indexes=True`` does).  ``kwargs`` go to every task group (job and Spark options, ``retries`` ...);
     ``dag_kwargs`` to the DAG (``max_active_runs`` is 1: runs queue behind one another, each picking up
     what the one before left).  The runs' own commits do not start another run: the watcher leaves them out.
     """
     from geneva_provider.assets import lance_table_asset
-    from geneva_provider.pipeline.followers import BackfillColumn, RefreshView
+    from geneva_provider.pipeline.followers import BackfillColumn, RefreshIndex, RefreshView
 
     if "partition_where" in kwargs:  # each run would fail its plan: the watcher's runs have no partition key
         raise InvalidArgumentError(
@@ -109,10 +181,15 @@ def table_change_dag(table: str, lance_conn_id: str = LanceHook.default_conn_nam
     options = {"start_date": CHANGE_DAG_START, "catchup": False, "max_active_runs": 1,
                "tags": ["geneva", "on-change"], **(dag_kwargs or {})}
     backfilled = [s.column for s in plan.of_kind(BackfillColumn) if s.table == table]
+    # Walked from the database, the graph's index steps refresh each index after every step writing its table (an
+    # index made later joins at the next parse, as a new column does); steps given by name carry no index steps,
+    # so each group runs its own index stage.
+    kwargs.setdefault("refresh_indexes", columns is not None or views is not None)
     with DAG(dag_id=dag_id or f"geneva_on_change_{table}",
              schedule=[lance_table_asset(table, lance_conn_id, poll_interval=poll_interval)],
              doc_md=f"Follows changes of table `{table}`: backfills {backfilled}, refreshes "
-                    f"{[s.view for s in plan.of_kind(RefreshView)]}.", **options) as dag:
+                    f"{[s.view for s in plan.of_kind(RefreshView)]}, indexes "
+                    f"{[s.index for s in plan.of_kind(RefreshIndex)]}.", **options) as dag:
         follower_groups(plan, table, lance_conn_id=lance_conn_id, **kwargs)
     return dag
 
@@ -140,6 +217,15 @@ def _refresh_view(step: Any, group_id: str, **kwargs: Any) -> TaskGroup:
     return refresh_task_group(group_id, step.view, **kwargs)
 
 
+@follower_group("refresh_index")
+def _refresh_index(step: Any, group_id: str, **kwargs: Any) -> TaskGroup:
+    """The other steps' job options (a backfill's, a refresh's, their index stage's) are not an index refresh's:
+    left out here."""
+    skipped = {*BackfillOptions.names(), *RefreshOptions.names(), *BACKFILL_PLAN_ARGUMENTS, "refresh_indexes"}
+    return index_refresh_task_group(group_id, step.table, step.index,
+                                    **{k: v for k, v in kwargs.items() if k not in skipped})
+
+
 def follower_groups(plan: Any, root: str, **kwargs: Any) -> list[TaskGroup]:
     """One task group per step of ``plan`` (a ``FollowerPlan`` of a change of ``root``), each after the groups it
     waits for through a join task (``trigger_rule="none_failed"``: a step runs when those before it had nothing to
@@ -147,7 +233,7 @@ def follower_groups(plan: Any, root: str, **kwargs: Any) -> list[TaskGroup]:
     from airflow.providers.standard.operators.empty import EmptyOperator
 
     groups: list[TaskGroup] = []
-    joins: dict[str, Any] = {}
+    joins: dict[tuple[str, tuple[int, ...]], Any] = {}  # one join per cause and groups waited for
     for i, follower in enumerate(plan.followers):
         step = follower.step
         factory = _FOLLOWER_GROUPS.get(step.kind)
@@ -159,10 +245,16 @@ def follower_groups(plan: Any, root: str, **kwargs: Any) -> list[TaskGroup]:
         upstream = [groups[j] for j in follower.after]
         group = factory(step, step.label(root), **kwargs)
         if join_id is not None:
-            if join_id not in joins:
-                joins[join_id] = EmptyOperator(task_id=join_id, trigger_rule="none_failed")
-            upstream >> joins[join_id]
-            joins[join_id] >> group
+            # Steps of one cause share its join unless one waits for more (an index refresh after both a view's
+            # refresh and the backfill that refresh caused): that one gets a join of its own, or the shared join
+            # would wait for a group that waits for it.
+            key = (join_id, follower.after)
+            if key not in joins:
+                taken = any(j == join_id for j, _ in joins)
+                joins[key] = EmptyOperator(task_id=f"before_{step.label(root)}" if taken else join_id,
+                                           trigger_rule="none_failed")
+            upstream >> joins[key]
+            joins[key] >> group
         else:
             upstream >> group
         groups.append(group)

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
 
 from geneva_provider.core.contracts.kinds import Stage
+from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import reject_unknown_kwargs, with_retry_policy
@@ -67,6 +69,9 @@ class GenevaCreateIndexOperator(_GenevaPlanIndexOperator):
     :param num_bits: bits per PQ code, 4 or 8
     :param name: the index's name (default ``<column>_idx``) (templated)
     :param replace: replace an index of the same name (default True, as LanceDB)
+    :param exist_ok: when an index of that name exists on that column, keep it: the task is skipped and nothing
+        is planned (so is the Spark task after it) -- create on a DAG's first run, and let the backfill's index
+        stage keep it fresh on the next ones (default False; an index of that name on another column is refused)
     :param fts: a full-text index's tokenizer settings (``FtsConfig``'s names: ``base_tokenizer``, ``language``,
         ``with_position``, ``lower_case``, ``stem``, ``remove_stop_words``, ``ascii_folding``, ``max_token_length``)
     :param target_groups: segment tasks (fragment groups) the build is cut into (default: up to 8, none under
@@ -79,8 +84,13 @@ class GenevaCreateIndexOperator(_GenevaPlanIndexOperator):
     def __init__(self, *, table: str, column: str | None = None, vector_column_name: str | None = None,
                  index_type: str = "IVF_PQ", metric: str = "l2", num_partitions: int | None = None,
                  num_sub_vectors: int | None = None, num_bits: int = 8, name: str | None = None,
-                 replace: bool = True, fts: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 replace: bool = True, exist_ok: bool = False, fts: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(table=table, **kwargs)
+        if not isinstance(exist_ok, bool):
+            raise InvalidArgumentError(f"{type(self).__name__} '{self.task_id}' of table '{table}': "
+                                       f"exist_ok must be True or False, got {exist_ok!r}")
+        self.exist_ok = exist_ok
         self.column, self.vector_column_name, self.name = column, vector_column_name, name
         self.index_type, self.metric, self.replace, self.fts = index_type, metric, replace, fts
         self.num_partitions, self.num_sub_vectors, self.num_bits = num_partitions, num_sub_vectors, num_bits
@@ -88,12 +98,18 @@ class GenevaCreateIndexOperator(_GenevaPlanIndexOperator):
     def _request(self, dataset: Any) -> Any:
         from geneva_provider.core.contracts.index_models import FtsConfig
         from geneva_provider.pipeline.indexes.checks import index_spec
+        from geneva_provider.pipeline.indexes.stats import index_segments
 
         extra = {"fts": FtsConfig(**self.fts)} if self.fts else {}
-        return index_spec(dataset, self.table, self.vector_column_name, self.column, self.index_type,
+        spec = index_spec(dataset, self.table, self.vector_column_name, self.column, self.index_type,
                           metric=self.metric, num_partitions=self.num_partitions,
                           num_sub_vectors=self.num_sub_vectors, num_bits=self.num_bits, name=self.name,
-                          replace=self.replace, **extra)
+                          replace=self.replace and not self.exist_ok, **extra)
+        existing = sorted({c for s in index_segments(dataset, spec.index_name) for c in s["fields"]})
+        if self.exist_ok and existing == [spec.column]:
+            raise AirflowSkipException(f"index '{spec.index_name}' of table '{self.table}' exists on column "
+                                       f"'{spec.column}' (exist_ok=True): kept as it is, nothing planned")
+        return spec
 
 
 class GenevaRefreshIndexOperator(_GenevaPlanIndexOperator):
@@ -123,8 +139,89 @@ class GenevaRefreshIndexOperator(_GenevaPlanIndexOperator):
         return IndexRefresh.of(refresh_name(self.table, self.index_name, self.column), self.retrain)
 
 
+class GenevaPlanIndexRefreshesOperator(BaseOperator):
+    """Plans the index stage of a job: an add-only refresh of each index the job's commit may have left behind --
+    those on ``column`` (on any column of its multi-output group), or, for a view's refresh (``column`` None),
+    those on the columns it writes (not on a UDF column added to the view: its backfill's stage refreshes them)
+    -- and returns the list of plan summaries, one per index with fragments to index (XCom: a
+    ``GenevaSparkIndexOperator`` mapped over it; an empty list skips it).
+
+    An index not built by this package (no saved artifacts) is left as it is, with a warning; one whose new rows
+    drifted from its training is retrained (``pipeline/indexes/upkeep.py``).
+
+    :param table: the table (templated)
+    :param column: the column the job wrote (templated); None: a view's refresh
+    :param lance_conn_id: the ``lance`` connection naming the database (and its storage options)
+    """
+
+    template_fields: Sequence[str] = ("table", "column")
+    ui_color = "#f0e8f8"
+
+    def __init__(self, *, table: str, column: str | None = None, lance_conn_id: str = LanceHook.default_conn_name,
+                 **kwargs: Any) -> None:
+        reject_unknown_kwargs(type(self), kwargs)
+        super().__init__(**with_retry_policy(kwargs))
+        self.table, self.column, self.lance_conn_id = table, column, lance_conn_id
+
+    @fails_without_retry
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from geneva_provider.pipeline.indexes.upkeep import job_indexes, plan_refreshes
+
+        tbl = LanceHook(self.lance_conn_id).open_table(self.table)
+        names = job_indexes(tbl.dataset(), self.column)
+        plans = plan_refreshes(tbl.ref, names, tbl.checkpoint_store, airflow_run_id=context.get("run_id"))
+        on = f"column '{self.column}'" if self.column is not None else "any column"
+        self.log.info("Indexes of table '%s' on %s: %s; to refresh: %s", self.table, on, names or "none",
+                      [f"{p.job_id}: {p.describe()}" for p in plans] or "none (nothing to index)")
+        return [p.to_xcom() for p in plans]
+
+
 class GenevaSparkIndexOperator(_GenevaSparkStageOperator):
     """Builds an index plan on Spark: one Spark task per fragment group (segment), one commit; skipped when
-    there is nothing to index."""
+    there is nothing to index.
+
+    :param table: the plan's table: the task's outlet is then :func:`~geneva_provider.assets.index_alias` of it,
+        to which each build that committed adds an event of its index's
+        :func:`~geneva_provider.assets.index_asset` (extra: table, index, version, rows indexed).  An ``Asset``
+        given in ``outlets`` gets that extra instead
+    """
 
     stage = Stage.INDEX
+
+    def __init__(self, *, table: str | None = None, **kwargs: Any) -> None:
+        if table is not None and "outlets" not in kwargs:
+            from geneva_provider.assets import index_alias
+
+            kwargs["outlets"] = [index_alias(table, kwargs.get("lance_conn_id", LanceHook.default_conn_name))]
+        super().__init__(**kwargs)
+        self.table = table
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        result = super().execute(context)
+        self._announce(context, result)
+        return result
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        result = super().execute_complete(context, event)
+        self._announce(context, result)
+        return result
+
+    def _announce(self, context: Any, result: dict[str, Any]) -> None:
+        """The outlets' events of a build that committed (it indexed fragments): an alias gets its index's
+        Asset, an Asset its extra."""
+        from airflow.sdk import Asset, AssetAlias
+
+        from geneva_provider.assets import index_asset
+        from geneva_provider.core.contracts.models import PlanSummary
+
+        if not result.get("fragments_indexed"):
+            return
+        plan = PlanSummary.from_xcom(self.plan)
+        extra = {"table": plan.table, "index": result["index_name"], "version": result["version"],
+                 "rows_indexed": result["rows_indexed"], "refresh": result["refresh"], "job_id": result["job_id"]}
+        for outlet in self.outlets or []:
+            if isinstance(outlet, AssetAlias):
+                context["outlet_events"][outlet].add(index_asset(plan.table, result["index_name"],
+                                                                 self.lance_conn_id), extra=extra)
+            elif isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra = extra

@@ -26,6 +26,7 @@ from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
 from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
 from geneva_provider.pipeline.indexes.upkeep import (
     indexes_on,
+    job_indexes,
     refresh_indexes,
     release_delta_segments,
     view_refresh_indexes,
@@ -76,12 +77,10 @@ def backfill(table: TableRef, column: str, options: BackfillOptions | None = Non
     """Runs every stage of a backfill of ``column`` in this process, on ``spark`` (a session or a task runner), the
     active session or the local one jobs without a session share (:func:`calls_session`); then, with
     ``refresh_indexes``, refreshes the indexes on the columns it writes (:func:`refresh_job_indexes`)."""
-    from geneva_provider.core.functions.udf import computed_with
-
     return run_job(table, column, lambda parallelism: plan_backfill(
         table, column, options, store=store, parallelism=parallelism), spark, control,
         manifest=udf_manifest(table, column),
-        indexes=(lambda ds: indexes_on(ds, computed_with(ds.schema, column))) if refresh_indexes else None)
+        indexes=(lambda ds: job_indexes(ds, column)) if refresh_indexes else None)
 
 
 def udf_manifest(table: TableRef, column: str) -> Any:

@@ -51,8 +51,12 @@ def test_backfill_after_ingest(dagbag, lance_db, capfd):
     ingest = dagbag.get_dag("geneva_ingest_events")
     backfill = dagbag.get_dag("geneva_backfill_after_ingest")
 
+    from geneva_provider.pipeline.spark.in_process import InProcessRunner
+
     dr, states, _, _ = run(ingest, run_conf={"rows": 8_000})
     assert dr.state == "success", states
+    # An index on another column than the backfilled one: the group's index stage leaves it alone.
+    lance_db.open_table("events").create_scalar_index("id", spark=InProcessRunner())
 
     dr, states, tis, first_s = run(backfill)
     stage_s = {t: round(tis[f"backfill_words.{t}"].duration or 0, 1)
@@ -60,7 +64,9 @@ def test_backfill_after_ingest(dagbag, lance_db, capfd):
     assert dr.state == "success", states
     assert states == {"add_columns": "success", "backfill_words.plan": "success",
                       "backfill_words.apply": "success", "backfill_words.write_commit": "success",
-                      "backfill_words.verify": "success"}
+                      "backfill_words.verify": "success", "backfill_words.plan_indexes": "success",
+                      "backfill_words.index": "skipped"}  # no index on 'words': no Spark index task
+    assert tis["backfill_words.plan_indexes"].xcom_pull(task_ids="backfill_words.plan_indexes") == []
     plan = tis["backfill_words.plan"].xcom_pull(task_ids="backfill_words.plan")
     assert plan["rows_to_compute"] == 8_000 and plan["table"] == "events" and plan["column"] == "words"
     applied = tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")
@@ -89,6 +95,9 @@ def test_backfill_after_ingest(dagbag, lance_db, capfd):
     assert tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")["rows_computed"] == 2_000
     got = tbl.to_arrow(["text", "words"]).to_pydict()
     assert got["words"] == [words_of(t) for t in got["text"]] and len(got["words"]) == 10_000
+    # The index on 'id' was not the job's: its new rows are left to its own refresh, the stage skipped again.
+    assert states["backfill_words.index"] == "skipped"
+    assert tbl.index_stats("id_idx").num_unindexed_rows == 2_000
     assert_no_secret_leaked(capfd)
     with capfd.disabled():
         print(f"\nbackfill DAG: first run {first_s:.1f}s (task seconds {stage_s}), no-op run {noop_s:.1f}s")
@@ -259,17 +268,34 @@ def rag_chunks_got(view) -> tuple[list[tuple[int, int, str]], dict[tuple[int, in
             {(r["doc_id"], r["start"]): r["embedding"] for r in got})
 
 
+RAG_INDEX_URI = "lance://lance_default/doc_chunks/index/embedding_idx"
+
+
+def rag_index_events(run_id: str) -> list[tuple[str, str, dict]]:
+    """The index Asset events the run emitted: (source task, source alias names, extra)."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return [(e.source_task_id, sorted(a.name for a in e.source_aliases), dict(e.extra or {}))
+                for e in session.query(AssetEvent) if e.source_run_id == run_id and e.asset.uri == RAG_INDEX_URI]
+
+
 @pytest.mark.slow
-def test_rag_ingest_chunks_and_embeds_only_new_documents(dagbag, lance_db, capfd):
+def test_rag_ingest_chunks_embeds_indexes_and_finds_a_known_chunk(dagbag, lance_db, capfd):
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
 
     from geneva_provider.examples import hashed_embedding, split_text
+    from geneva_provider.pipeline.indexes.stats import index_segments
 
     rag = dagbag.get_dag("geneva_rag_ingest")
     dr, states, tis, first_s = run(rag, run_conf={"docs": 120})
     assert dr.state == "success", states
-    assert set(states.values()) == {"success"}, states
+    # No index yet when the embedding backfill ends: its index stage plans nothing and skips its Spark task.
+    assert {k for k, v in states.items() if v != "success"} == {"embed_chunks.index"}, states
+    assert states["embed_chunks.index"] == "skipped"
+    assert tis["embed_chunks.plan_indexes"].xcom_pull(task_ids="embed_chunks.plan_indexes") == []
     docs, view = lance_db.open_table("docs"), lance_db.open_table("doc_chunks")
     assert docs.dataset().has_stable_row_ids and docs.count_rows() == 120
     wanted = rag_chunks_wanted(docs)
@@ -280,18 +306,31 @@ def test_rag_ingest_chunks_and_embeds_only_new_documents(dagbag, lance_db, capfd
         assert embeddings[doc_id, start] == pytest.approx(hashed_embedding(chunk))
     assert tis["refresh_chunks.apply"].xcom_pull(task_ids="refresh_chunks.apply")["status"] == "success"
     first_chunks = len(wanted)
-    with create_session() as session:  # docs ingested, the view refreshed, its embedding column computed
+    # The index, built by the DAG over every chunk; the search found the newest document's first chunk first.
+    stats = view.index_stats("embedding_idx")
+    assert (stats.index_type, stats.columns) == ("IVF_FLAT", ["embedding"])
+    assert (stats.num_indexed_rows, stats.num_unindexed_rows, stats.num_partitions) == (first_chunks, 0, 4)
+    found = tis["search"].xcom_pull(task_ids="search")
+    assert (found["doc_id"], found["start"], found["distance"]) == (119, 0, 0.0), found
+    with create_session() as session:  # docs ingested, the view refreshed, its embedding column computed, indexed
         emitted = {(e.asset.uri, e.source_task_id) for e in session.query(AssetEvent) if e.source_run_id == dr.run_id}
     assert emitted == {("lance://lance_default/docs", "ingest"),
                        ("lance://lance_default/doc_chunks", "refresh_chunks.verify"),
-                       ("lance://lance_default/doc_chunks/embedding", "embed_chunks.verify")}, emitted
+                       ("lance://lance_default/doc_chunks/embedding", "embed_chunks.verify"),
+                       (RAG_INDEX_URI, "build_index")}, emitted
+    ((_, aliases, extra),) = rag_index_events(dr.run_id)
+    assert aliases == ["lance.lance_default.doc_chunks.indexes"]
+    assert (extra["index"], extra["rows_indexed"], extra["refresh"]) == ("embedding_idx", first_chunks, False)
     assert tis["embed_chunks.plan"].xcom_pull(task_ids="embed_chunks.plan")["rows_to_compute"] == first_chunks
     assert tis["embed_chunks.apply"].xcom_pull(task_ids="embed_chunks.apply")["rows_computed"] == first_chunks
     before = dict(embeddings)
+    segments = {s["uuid"]: sorted(s["fragment_ids"]) for s in index_segments(view.dataset(), "embedding_idx")}
 
-    # A second batch: only the new documents are chunked, only their chunks embedded.
+    # A second batch: only the new documents are chunked, only their chunks embedded, only their fragments indexed
+    # -- add-only, by the backfill's index stage; the index exists, so create_index and build_index are skipped.
     dr, states, tis, second_s = run(rag, run_conf={"docs": 30})
     assert dr.state == "success", states
+    assert {k for k, v in states.items() if v != "success"} == {"create_index", "build_index"}, states
     assert docs.count_rows() == 150
     wanted = rag_chunks_wanted(docs)
     chunks, embeddings = rag_chunks_got(view)
@@ -303,6 +342,18 @@ def test_rag_ingest_chunks_and_embeds_only_new_documents(dagbag, lance_db, capfd
     assert {k: v for k, v in embeddings.items() if k[0] < 120} == before  # the old chunks left as they were
     assert tis["embed_chunks.plan"].xcom_pull(task_ids="embed_chunks.plan")["rows_to_compute"] == len(new)
     assert tis["embed_chunks.apply"].xcom_pull(task_ids="embed_chunks.apply")["rows_computed"] == len(new)
+    stats = view.index_stats("embedding_idx")
+    assert (stats.num_indexed_rows, stats.num_unindexed_rows) == (len(wanted), 0)
+    after = {s["uuid"]: sorted(s["fragment_ids"]) for s in index_segments(view.dataset(), "embedding_idx")}
+    assert {u: after.get(u) for u in segments} == segments and len(after) > len(segments)  # old segments kept
+    refreshed = tis["embed_chunks.index"].xcom_pull(task_ids="embed_chunks.index", map_indexes=0)
+    assert refreshed["refresh"] and not refreshed["trained"] and refreshed["rows_indexed"] == len(new)
+    assert sorted(f for u, fs in after.items() if u not in segments for f in fs) == refreshed["fragments_indexed"]
+    ((source, aliases, extra),) = rag_index_events(dr.run_id)
+    assert (source, aliases) == ("embed_chunks.index", ["lance.lance_default.doc_chunks.indexes"])
+    assert (extra["rows_indexed"], extra["refresh"], extra["version"]) == (len(new), True, view.version)
+    found = tis["search"].xcom_pull(task_ids="search")
+    assert (found["doc_id"], found["start"], found["distance"]) == (149, 0, 0.0), found
     view.dataset().validate()
     assert_no_secret_leaked(capfd)
     with capfd.disabled():
@@ -333,6 +384,7 @@ def test_on_change_backfill_computes_only_the_rows_each_outside_write_added(dagb
     # What the watcher reacts to: writes from outside Airflow.  dag.test() stands in for the run its event starts.
     tbl.add(sample(3_000))
     dr, states, tis, _ = run(dag)
+    assert states.pop("backfill_words.index") == "skipped", states  # no index on the column: no Spark index task
     assert dr.state == "success" and set(states.values()) == {"success"}, states
     assert sorted(read_calls(calls)) == list(range(3_000))
     assert tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")["rows_computed"] == 3_000
@@ -368,6 +420,7 @@ def test_on_change_chunks_then_embeds_exactly_the_new_documents_chunks(dagbag, l
 
     docs.add(documents(40))
     dr, states, tis, _ = run(dag)
+    assert [states.pop(f"{g}.index") for g in ("refresh_chunks", "embed_chunks")] == ["skipped"] * 2, states
     assert dr.state == "success" and set(states.values()) == {"success"}, states
     chunks, embeddings = rag_chunks_got(view)
     assert chunks == rag_chunks_wanted(docs) and len(chunks) > 40

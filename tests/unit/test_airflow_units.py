@@ -243,9 +243,127 @@ def test_task_groups_pass_any_base_operator_argument_to_every_task():
                                     execution_timeout=timedelta(minutes=30), retries=4, checkpoint_size=500,
                                     conf={"spark.executor.memory": "2g"})
     tasks = {t.task_id.split(".")[-1]: t for t in group.children.values()}
-    assert set(tasks) == {"plan", "apply", "write_commit", "verify"}
+    assert set(tasks) == {"plan", "apply", "write_commit", "verify", "plan_indexes", "index"}
     for task in tasks.values():
         assert (task.pool, task.queue, task.priority_weight, task.retries) == ("small_cluster", "spark", 7, 4)
         assert task.execution_timeout == timedelta(minutes=30)
     assert tasks["plan"].checkpoint_size == 500
     assert tasks["apply"].conf == tasks["write_commit"].conf == {"spark.executor.memory": "2g"}
+    assert tasks["index"].partial_kwargs["conf"] == {"spark.executor.memory": "2g"}  # mapped: one task per plan
+
+
+def test_the_index_stage_follows_verify_and_is_mapped_over_the_plans_emitting_through_the_tables_alias():
+    from airflow.sdk import DAG, AssetAlias
+
+    from geneva_provider.core.errors import InvalidArgumentError
+    from geneva_provider.task_groups import backfill_task_group, refresh_task_group
+
+    with DAG(dag_id="index_stage", schedule=None, start_date=datetime(2026, 1, 1)):
+        group = backfill_task_group("g", "events", "w", lance_conn_id="lake")
+        view = refresh_task_group("v", "chunks")
+        bare = backfill_task_group("bare", "events", "w", refresh_indexes=False)
+    tasks = {t.task_id: t for t in group.children.values()}
+    plan = tasks["g.plan_indexes"]
+    # After verify, and also when verify was skipped for lack of work; not after a skipped plan or a failure.
+    assert plan.upstream_task_ids == {"g.plan", "g.verify"} and plan.trigger_rule == "none_failed_min_one_success"
+    assert (plan.table, plan.column, plan.lance_conn_id) == ("events", "w", "lake")
+    index = tasks["g.index"]
+    assert index.upstream_task_ids == {"g.plan_indexes"} and index.expand_input.value["plan"].operator is plan
+    assert index.outlets == [AssetAlias(name="lance.lake.events.indexes")]  # not the table's or column's Asset
+    view_plan = view.children["v.plan_indexes"]
+    assert (view_plan.table, view_plan.column) == ("chunks", None)  # every index of the view
+    assert {t.split(".")[-1] for t in bare.children} == {"plan", "apply", "write_commit", "verify"}
+    with DAG(dag_id="bad_flag", schedule=None, start_date=datetime(2026, 1, 1)):
+        with pytest.raises(InvalidArgumentError, match=r"backfill_task_group 'g2': refresh_indexes must be True or "
+                                                       r"False, got 'yes'"):
+            backfill_task_group("g2", "events", "w", refresh_indexes="yes")
+
+
+def test_index_assets_name_the_connection_table_and_index_and_refuse_a_bad_name():
+    from geneva_provider.assets import index_alias, index_asset, table_asset
+    from geneva_provider.core.errors import InvalidArgumentError
+
+    asset = index_asset("chunks", "embedding_idx", "lake")
+    assert (asset.name, asset.uri) == ("lance.lake.chunks.index.embedding_idx", "lance://lake/chunks/index/embedding_idx")
+    assert asset.uri not in {table_asset("chunks", c, "lake").uri for c in ("index", "embedding_idx")}
+    assert index_alias("chunks", "lake").name == "lance.lake.chunks.indexes"
+    for bad in ("", "a/b", None):
+        with pytest.raises(InvalidArgumentError, match=r"index_asset of table 'chunks': index must be an index name"):
+            index_asset("chunks", bad)
+
+
+def test_create_index_exist_ok_must_be_a_flag():
+    from geneva_provider.core.errors import InvalidArgumentError
+    from geneva_provider.operators.indexes import GenevaCreateIndexOperator
+
+    with pytest.raises(InvalidArgumentError, match=r"GenevaCreateIndexOperator 'c' of table 'chunks': exist_ok must "
+                                                   r"be True or False, got 'no'"):
+        GenevaCreateIndexOperator(task_id="c", table="chunks", exist_ok="no")
+
+
+def test_the_index_stages_plan_task_plans_a_refresh_of_the_columns_indexes_only_when_they_miss_fragments(lance_db):
+    from geneva_provider.core.errors import InvalidArgumentError
+    from geneva_provider.operators.indexes import GenevaCreateIndexOperator, GenevaPlanIndexRefreshesOperator
+    from geneva_provider.pipeline.indexes import run_index
+    from geneva_provider.pipeline.indexes.stats import unindexed_fragments
+    from geneva_provider.pipeline.spark.in_process import InProcessRunner
+    from tests.index_data import clustered
+
+    tbl = lance_db.create_table("emb", clustered(400), max_rows_per_file=200)
+    tbl.create_index("vec", index_type="IVF_FLAT", num_partitions=4, spark=InProcessRunner())
+    tbl.create_scalar_index("id", spark=InProcessRunner())
+    tbl.add(clustered(100, start=400, seed=1))  # a fragment neither index covers
+    new = unindexed_fragments(tbl.dataset(), "vec_idx")
+    assert len(new) == 1
+
+    def plans(column):
+        return GenevaPlanIndexRefreshesOperator(task_id="plan_indexes", table="emb", column=column).execute(context())
+
+    (plan,) = plans("vec")  # the vector column's index only, add-only with its saved training
+    assert (plan["kind"], plan["index_name"], plan["table"]) == ("index", "vec_idx", "emb")
+    assert unindexed_fragments(tbl.dataset(), "id_idx") == new  # 'id''s index is not this job's
+    done = run_index(plan["plan_uri"], InProcessRunner())
+    assert (done.refresh, done.trained, done.fragments_indexed, done.rows_indexed) == (True, False, new, 100)
+    assert tbl.index_stats("vec_idx").num_unindexed_rows == 0
+    assert plans("vec") == []  # nothing left to index: no plan, the mapped Spark task is skipped
+    assert [p["index_name"] for p in plans(None)] == ["id_idx"]  # a view's refresh: every index it writes
+
+    # exist_ok: the index of that name on that column is kept, the task skipped, nothing planned or written.
+    version = tbl.version
+    create = dict(task_id="create_index", table="emb", column="vec", index_type="IVF_FLAT", num_partitions=4)
+    with pytest.raises(AirflowSkipException, match=r"index 'vec_idx' of table 'emb' exists on column 'vec' "
+                                                   r"\(exist_ok=True\): kept as it is, nothing planned"):
+        GenevaCreateIndexOperator(**create, exist_ok=True).execute(context())
+    with pytest.raises(InvalidArgumentError, match=r"an index named 'vec_idx' exists on column\(s\) \['vec'\], not "
+                                                   r"'id'; give this one another name="):
+        GenevaCreateIndexOperator(task_id="c", table="emb", column="id", index_type="BTREE", name="vec_idx",
+                                  exist_ok=True).execute(context())
+    with pytest.raises(InvalidArgumentError, match=r"an index named 'vec_idx' exists on column 'vec'; pass "
+                                                   r"replace=True"):
+        GenevaCreateIndexOperator(**create, replace=False).execute(context())
+    assert tbl.version == version
+    tbl.dataset().validate()
+
+
+def test_an_index_refresh_group_plans_then_builds_emitting_its_index_asset_and_refuses_an_unknown_argument():
+    from airflow.sdk import DAG
+
+    from geneva_provider.core.errors import InvalidArgumentError
+    from geneva_provider.task_groups import index_refresh_task_group, table_change_dag
+
+    with DAG(dag_id="index_group", schedule=None, start_date=datetime(2026, 1, 1)):
+        group = index_refresh_task_group("ix", "docs", "embedding_idx", retrain=True, target_groups=4, pool="p",
+                                         conf={"spark.executor.memory": "2g"})
+    plan, index = group.children["ix.plan"], group.children["ix.index"]
+    assert (plan.table, plan.index_name, plan.retrain, plan.target_groups, plan.pool) == (
+        "docs", "embedding_idx", True, 4, "p")
+    assert index.upstream_task_ids == {"ix.plan"} and index.conf == {"spark.executor.memory": "2g"}
+    assert [o.uri for o in index.outlets] == ["lance://lance_default/docs/index/embedding_idx"]
+    with DAG(dag_id="index_group_bad", schedule=None, start_date=datetime(2026, 1, 1)):
+        with pytest.raises(InvalidArgumentError, match=r"index_refresh_task_group 'ix' \(task 'ix.plan'\): unknown "
+                                                       r"argument\(s\) \['retrian'\]"):
+            index_refresh_task_group("ix", "docs", "embedding_idx", retrian=True)
+    # Steps named (no database read at parse): no index steps, so each group runs its own index stage.
+    dag = table_change_dag("events", columns=["words"], views=[("events_short", "events")], retries=2)
+    assert {"backfill_words.plan_indexes", "backfill_words.index", "refresh_events_short.plan_indexes"} <= set(
+        dag.task_ids)

@@ -163,3 +163,24 @@ def test_the_command_line_lists_a_tables_followers_in_order(db, capsys):
         ({"kind": "backfill_column", "table": "evens", "column": "t"}, [])]
     assert main(["--db", db.uri, "table", "followers", "missing"]) != 0
     assert "missing" in capsys.readouterr().err
+
+
+def test_an_index_refresh_waiting_for_a_views_refresh_and_its_backfill_gets_a_join_of_its_own(lance_db):
+    from geneva_provider.pipeline.followers import RefreshIndex
+    from geneva_provider.task_groups import table_change_dag
+
+    _, evens = tables(lance_db)
+    evens.create_scalar_index("x", spark=InProcessRunner())  # on a column the view's refresh writes
+    plan = lance_db.followers("src")
+    steps = plan.steps()
+    index = steps.index(RefreshIndex(table="evens", index="x_idx"))
+    # caused by the view's refresh, as the view's backfill is, but it also waits for that backfill
+    assert plan.followers[plan.cause_of(index)].step == RefreshView(view="evens", source="src")
+    assert steps.index(BackfillColumn(table="evens", column="t")) in plan.followers[index].after
+
+    dag = table_change_dag("src", retries=0)
+    dag.check_cycle()  # the view's shared join would otherwise wait for the backfill that waits for it
+    assert dag.task_group_dict["backfill_evens_t"].upstream_task_ids == {"after_refresh_evens"}
+    assert dag.task_group_dict["index_evens_x_idx"].upstream_task_ids == {"before_index_evens_x_idx"}
+    assert dag.task_dict["before_index_evens_x_idx"].upstream_task_ids == {"refresh_evens.verify",
+                                                                          "backfill_evens_t.verify"}

@@ -16,5 +16,5 @@ from geneva_provider.pipeline.indexes.groups import fragment_groups
 from geneva_provider.pipeline.indexes.kind import create_index, plan_index, refresh_index, run_index
 from geneva_provider.pipeline.indexes.stats import index_stats, list_indices, unindexed_fragments
 
-__all__ = ["DEFAULT_MAX_SEGMENTS", "create_index", "fragment_groups", "index_stats", "list_indices",
-           "plan_index", "refresh_index", "run_index", "unindexed_fragments"]
+__all__ = ["DEFAULT_MAX_SEGMENTS", "create_index", "fragment_groups", "index_stats", "list_indices", "plan_index",
+           "refresh_index", "run_index", "unindexed_fragments"]

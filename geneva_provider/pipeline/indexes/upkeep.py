@@ -13,10 +13,11 @@ how to adopt it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBuildResult
+from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBuildResult, IndexRefresh
 from geneva_provider.core.store.layout import IndexRecords
 from geneva_provider.pipeline.indexes.build import MIN_GROUP_ROWS
 from geneva_provider.pipeline.indexes.checks import field_id_of
@@ -24,6 +25,7 @@ from geneva_provider.pipeline.indexes.stats import index_segments, unindexed_fra
 from geneva_provider.pipeline.spark.task_runner import is_compute
 
 if TYPE_CHECKING:
+    from geneva_provider.core.contracts.models import PlanSummary
     from geneva_provider.core.lib_types import Dataset
     from geneva_provider.core.refs import TableRef
     from geneva_provider.core.store.checkpoint import CheckpointStore
@@ -48,19 +50,31 @@ def view_refresh_indexes(ds: Dataset) -> list[str]:
     return sorted(d.name for d in ds.describe_indices() if not added & set(d.field_names))
 
 
-def refresh_indexes(table: TableRef, names: Sequence[str], spark: Compute | Callable[[], Compute],
-                    store: CheckpointStore | None = None, *, retrain: bool = False) -> list[IndexBuildResult]:
-    """Refreshes each index of ``names`` on ``table`` add-only with its saved artifacts; returns what each
-    refresh that indexed something (or retrained) did.
+def job_indexes(ds: Dataset, column: str | None) -> list[str]:
+    """The indexes a job's index stage refreshes: those on the columns a backfill of ``column`` writes (every
+    column of its multi-output group), or those a view's refresh writes the columns of (``column`` None:
+    :func:`view_refresh_indexes`)."""
+    from geneva_provider.core.functions.udf import computed_with
 
-    ``spark`` is a session or task runner, or a function giving one, called only when an index has fragments to
-    index.  The artifacts are looked up in ``store``, then in the table's own checkpoint store.  An index whose
-    new rows drifted past :data:`~geneva_provider.pipeline.indexes.drift.DRIFT_RETRAIN_FACTOR` is retrained.
-    """
-    from geneva_provider.pipeline import indexes  # the package's refresh_index, wherever the engine defines it
+    return view_refresh_indexes(ds) if column is None else indexes_on(ds, computed_with(ds.schema, column))
 
-    results: list[IndexBuildResult] = []
-    compute: Compute | None = None
+
+@dataclass(frozen=True)
+class DueRefresh:
+    """One index with fragments to index (or to retrain): the store holding its saved artifacts, and the request
+    (whose plan measures the new rows' drift and retrains past the rule's factor, :mod:`.drift`)."""
+
+    store: CheckpointStore
+    request: IndexRefresh
+
+
+def due_refreshes(table: TableRef, names: Sequence[str], store: CheckpointStore | None = None, *,
+                  retrain: bool = False) -> Iterator[DueRefresh]:
+    """The refresh each index of ``names`` needs now, one at a time (each read at the table's latest version, after
+    the one before committed): none for an index dropped meanwhile, covering every fragment, or not built by this
+    package (a warning says how to adopt it); a retrain when asked (the refresh's plan retrains too when the new
+    rows drifted past :data:`~geneva_provider.pipeline.indexes.drift.DRIFT_RETRAIN_FACTOR`).  The artifacts are
+    looked up in ``store``, then in the table's own checkpoint store."""
     for name in names:
         ds = table.dataset()
         if not index_segments(ds, name):
@@ -75,12 +89,37 @@ def refresh_indexes(table: TableRef, names: Sequence[str], spark: Compute | Call
                         "build it again with create_index(..., name='%s', replace=True)", name, table.name, len(new),
                         name)
             continue
-        holder, _ = found
+        yield DueRefresh(found[0], IndexRefresh.of(name, retrain))
+
+
+def refresh_indexes(table: TableRef, names: Sequence[str], spark: Compute | Callable[[], Compute],
+                    store: CheckpointStore | None = None, *, retrain: bool = False) -> list[IndexBuildResult]:
+    """Refreshes each index of ``names`` on ``table`` add-only with its saved artifacts (:func:`due_refreshes`:
+    retrained when asked or drifted); returns what each refresh that indexed something (or retrained) did.
+
+    ``spark`` is a session or task runner, or a function giving one, called only when an index has fragments to
+    index.
+    """
+    from geneva_provider.pipeline import indexes  # the package's refresh_index, wherever the engine defines it
+
+    results: list[IndexBuildResult] = []
+    compute: Compute | None = None
+    for due in due_refreshes(table, names, store, retrain=retrain):
         if compute is None:
             compute = _compute(spark)
-        # The refresh's plan measures the new rows' drift, and retrains past the rule's factor (.drift).
-        results.append(indexes.refresh_index(table, name, compute, store=holder, retrain=retrain))
+        results.append(indexes.refresh_index(table, due.request.index_name, compute, store=due.store,
+                                             retrain=due.request.retrain))
     return results
+
+
+def plan_refreshes(table: TableRef, names: Sequence[str], store: CheckpointStore | None = None, *,
+                   airflow_run_id: str | None = None) -> list[PlanSummary]:
+    """The plans of the refreshes :func:`due_refreshes` finds, each stored like any index job's, for an index stage
+    run elsewhere (Airflow's Spark index task, one per plan); none when no index has anything to index."""
+    from geneva_provider.pipeline import indexes  # the package's plan_index, wherever the engine defines it
+
+    return [indexes.plan_index(table, due.request, store=due.store, airflow_run_id=airflow_run_id)
+            for due in due_refreshes(table, names, store)]
 
 
 def release_delta_segments(table: TableRef, target_rows: int, store: CheckpointStore | None = None) -> list[str]:
