@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from geneva_provider.core.catalog import TableResolver
 from geneva_provider.core.contracts.index_models import IndexBuildResult, IndexRefresh, IndexSpec
@@ -245,18 +245,8 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
                 written = run_write_commit(summary.plan_uri, runner, so)
                 seconds[Stage.WRITE_COMMIT] = time.perf_counter() - t
             control.runner = None
-    except Exception as exc:
-        if not control.cancelled.is_set():
-            if (record := read_record(store, summary.job_id)) is not None and record.status is JobStatus.PENDING:
-                # It failed before its first stage (its Spark session did not start): it holds nothing now.
-                update_record(store, summary.job_id, status=JobStatus.FAILED,
-                              error=f"{type(exc).__name__}: {exc}"[:2_000])
-            raise
-        update_record(store, summary.job_id, status=JobStatus.CANCELLED, error="cancelled",
-                      finished_at=dt.datetime.now(dt.UTC).isoformat())
-        if isinstance(exc, JobCancelledError):
-            raise
-        raise JobCancelledError(f"job {summary.job_id} was cancelled while running") from None
+    except Exception as exc:  # noqa: BLE001 - _raise_ended raises it (or the cancel it was)
+        _raise_ended(exc, store, summary, control)
     if applied.timed_out:  # nothing committed: the next job finds the checkpoints and computes only the rest
         update_record(store, summary.job_id, status=JobStatus.FAILED,
                       error=f"timed out after computing {applied.rows_computed} of {summary.rows_to_compute} rows; "
@@ -298,6 +288,21 @@ def refresh_job_indexes(table: TableRef, indexes: Callable[[Dataset], list[str]]
     return refresh_indexes(table, indexes(table.dataset()), lambda: _runner(spark), store, retrain=retrain)
 
 
+def _raise_ended(exc: Exception, store: CheckpointStore, summary: PlanSummary, control: JobControl) -> NoReturn:
+    """How an in-process job that raised ends: a failure re-raised (recorded FAILED when it had not started its
+    first stage -- its Spark session did not start -- so it holds nothing now); a cancelled job recorded CANCELLED
+    and JobCancelledError raised."""
+    if not control.cancelled.is_set():
+        if (record := read_record(store, summary.job_id)) is not None and record.status is JobStatus.PENDING:
+            update_record(store, summary.job_id, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}"[:2_000])
+        raise exc
+    update_record(store, summary.job_id, status=JobStatus.CANCELLED, error="cancelled",
+                  finished_at=dt.datetime.now(dt.UTC).isoformat())
+    if isinstance(exc, JobCancelledError):
+        raise exc
+    raise JobCancelledError(f"job {summary.job_id} was cancelled while running") from None
+
+
 def _rounded(seconds: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in seconds.items()}
 
@@ -336,16 +341,7 @@ def build_index(table: TableRef, request: IndexSpec | IndexRefresh, *, spark: Co
             if control.on_plan is not None:
                 control.on_plan(summary)
             return run_index(summary.plan_uri, runner, so)
-    except Exception as exc:
-        if not control.cancelled.is_set():
-            if (record := read_record(store, summary.job_id)) is not None and record.status is JobStatus.PENDING:
-                update_record(store, summary.job_id, status=JobStatus.FAILED,
-                              error=f"{type(exc).__name__}: {exc}"[:2_000])
-            raise
-        update_record(store, summary.job_id, status=JobStatus.CANCELLED, error="cancelled",
-                      finished_at=dt.datetime.now(dt.UTC).isoformat())
-        if isinstance(exc, JobCancelledError):
-            raise
-        raise JobCancelledError(f"job {summary.job_id} was cancelled while running") from None
+    except Exception as exc:  # noqa: BLE001 - _raise_ended raises it (or the cancel it was)
+        _raise_ended(exc, store, summary, control)
     finally:
         control.runner = None
