@@ -1,6 +1,6 @@
 """Task-group factories wiring a job's stages, reusable inside any team DAG.
 
-Both factories take the same arguments in the same way: the job's options (declared once in
+The factories take the same arguments in the same way: the job's options (declared once in
 :mod:`geneva_provider.core.contracts.options`) go to the plan task, the Spark options to the Spark
 tasks, and everything else (``pool``, ``queue``, ``execution_timeout``, ``priority_weight``,
 ``retries`` ...) to every task of the group, as any ``BaseOperator`` argument.
@@ -8,7 +8,8 @@ tasks, and everything else (``pool``, ``queue``, ``execution_timeout``, ``priori
 After verify comes the index stage (``refresh_indexes=True``, the default, as the notebook's jobs): a plan task
 finding the indexes the commit left behind (on the backfilled column; on the columns a view's refresh writes) and
 planning an add-only refresh of each with fragments to index, then one Spark index task per plan (dynamic task
-mapping; none: skipped), each emitting its index's Asset event when it committed.
+mapping; none: skipped), each emitting its index's Asset event when it committed.  A compaction's group
+(:func:`compaction_task_group`) ends with the same stage over every index of the table.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from geneva_provider.operators.indexes import (
     GenevaRefreshIndexOperator,
     GenevaSparkIndexOperator,
 )
+from geneva_provider.operators.maintenance import GenevaPlanCompactionOperator, GenevaSparkCompactOperator
 from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
 from geneva_provider.operators.views import GenevaPlanRefreshOperator
 
 PLAN_ARGUMENTS = ("parallelism",)
 BACKFILL_PLAN_ARGUMENTS = (*PLAN_ARGUMENTS, "partition_where")
 INDEX_PLAN_ARGUMENTS = ("retrain", "target_groups")
+COMPACTION_PLAN_ARGUMENTS = ("target_rows_per_fragment", "options", "exclude_live_jobs")
 CHANGE_DAG_START = datetime(2024, 1, 1)
 
 
@@ -92,6 +95,37 @@ def index_refresh_task_group(group_id: str, table: str, index: str, **kwargs: An
     return group
 
 
+def compaction_task_group(group_id: str, table: str, *, refresh_indexes: bool = True, **kwargs: Any) -> TaskGroup:
+    """plan_compaction -> Spark compact -> plan_indexes -> Spark index: a compaction that keeps the table's indexes
+    whole.
+
+    ``target_rows_per_fragment``, ``options`` and ``exclude_live_jobs`` go to the plan task
+    (:class:`~geneva_provider.operators.maintenance.GenevaPlanCompactionOperator`), the Spark options to the Spark
+    tasks, the rest to every task.  With ``refresh_indexes`` (default True, as ``Table.compact``), the plan first
+    drops the small segments index refreshes left, which would keep Lance from coalescing their fragments, and
+    the index stage then indexes add-only whatever fragment no segment covers (what the compaction made of them);
+    nothing to compact: the compact task is skipped, the index stage still runs (and is skipped with nothing to
+    index).
+    """
+    if not isinstance(refresh_indexes, bool):
+        raise InvalidArgumentError(f"compaction_task_group {group_id!r}: refresh_indexes must be True or False, "
+                                   f"got {refresh_indexes!r}")
+    kwargs = _group_defaults(kwargs)
+    plan_kwargs = {k: kwargs.pop(k) for k in COMPACTION_PLAN_ARGUMENTS if k in kwargs}
+    spark_kwargs = {k: kwargs.pop(k) for k in SPARK_OPTIONS if k in kwargs}
+    with TaskGroup(group_id=group_id, tooltip=f"compact {table}") as group:
+        reject_unknown_kwargs(GenevaPlanCompactionOperator, kwargs,
+                              valid=(*COMPACTION_PLAN_ARGUMENTS, *SPARK_OPTIONS, "lance_conn_id"),
+                              subject=f"compaction_task_group {group_id!r} (task {group.child_id('plan')!r})")
+        plan = GenevaPlanCompactionOperator(task_id="plan", table=table, release_index_segments=refresh_indexes,
+                                            **plan_kwargs, **kwargs)
+        compact = GenevaSparkCompactOperator(task_id="compact", plan=plan.output, **spark_kwargs, **kwargs)
+        plan >> compact
+        if refresh_indexes:
+            _index_stage([plan, compact], table, None, spark_kwargs, kwargs, all_indexes=True)
+    return group
+
+
 def _group_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Every group's defaults: two retries 30 s apart, the default Lance connection."""
     kwargs = {"retries": 2, "retry_delay": timedelta(seconds=30), **kwargs}
@@ -132,14 +166,15 @@ def _wire(group: TaskGroup, plan_cls: type, options: type[JobOptions], target: d
 
 
 def _index_stage(after: list[Any], table: str, column: str | None, spark_kwargs: dict[str, Any],
-                 kwargs: dict[str, Any]) -> None:
+                 kwargs: dict[str, Any], *, all_indexes: bool = False) -> None:
     """plan_indexes -> Spark index, mapped over the plans (one task per index with fragments to index; none:
     skipped).  plan_indexes runs after verify, and also when verify was skipped for lack of work (an index may
     still lack fragments another writer added), not when the group's plan was skipped or anything failed."""
     from geneva_provider.assets import index_alias
 
     plan = GenevaPlanIndexRefreshesOperator(task_id="plan_indexes", table=table, column=column,
-                                            trigger_rule="none_failed_min_one_success", **kwargs)
+                                            all_indexes=all_indexes, trigger_rule="none_failed_min_one_success",
+                                            **kwargs)
     after >> plan
     outlets = [index_alias(table, kwargs["lance_conn_id"])]
     GenevaSparkIndexOperator.partial(task_id="index", table=table, outlets=outlets, **spark_kwargs,

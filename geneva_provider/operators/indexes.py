@@ -151,26 +151,29 @@ class GenevaPlanIndexRefreshesOperator(BaseOperator):
 
     :param table: the table (templated)
     :param column: the column the job wrote (templated); None: a view's refresh
+    :param all_indexes: every index of the table, whatever ``column`` -- after a compaction, which rewrites
+        every column of the fragments it coalesces
     :param lance_conn_id: the ``lance`` connection naming the database (and its storage options)
     """
 
     template_fields: Sequence[str] = ("table", "column")
     ui_color = "#f0e8f8"
 
-    def __init__(self, *, table: str, column: str | None = None, lance_conn_id: str = LanceHook.default_conn_name,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, table: str, column: str | None = None, all_indexes: bool = False,
+                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
         reject_unknown_kwargs(type(self), kwargs)
         super().__init__(**with_retry_policy(kwargs))
-        self.table, self.column, self.lance_conn_id = table, column, lance_conn_id
+        self.table, self.column, self.all_indexes, self.lance_conn_id = table, column, all_indexes, lance_conn_id
 
     @fails_without_retry
     def execute(self, context: Any) -> list[dict[str, Any]]:
-        from geneva_provider.pipeline.indexes.upkeep import job_indexes, plan_refreshes
+        from geneva_provider.pipeline.indexes.upkeep import indexes_on, job_indexes, plan_refreshes
 
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        names = job_indexes(tbl.dataset(), self.column)
+        ds = tbl.dataset()
+        names = indexes_on(ds) if self.all_indexes else job_indexes(ds, self.column)
         plans = plan_refreshes(tbl.ref, names, tbl.checkpoint_store, airflow_run_id=context.get("run_id"))
-        on = f"column '{self.column}'" if self.column is not None else "any column"
+        on = f"column '{self.column}'" if self.column is not None and not self.all_indexes else "any column"
         self.log.info("Indexes of table '%s' on %s: %s; to refresh: %s", self.table, on, names or "none",
                       [f"{p.job_id}: {p.describe()}" for p in plans] or "none (nothing to index)")
         return [p.to_xcom() for p in plans]

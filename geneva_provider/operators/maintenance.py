@@ -30,6 +30,10 @@ class GenevaPlanCompactionOperator(BaseOperator):
     :param options: further ``lance.optimize.CompactionOptions`` (``materialize_deletions``, ...), and the
         commit's ``commit_retries`` / ``commit_timeout``.
     :param exclude_live_jobs: leave alone fragments that live backfills and refreshes still have to commit.
+    :param release_index_segments: first drop the small segments index refreshes left (two or more, smaller than
+        the target), which would keep the compaction from coalescing their fragments -- for a compaction followed
+        by its index stage (``compaction_task_group`` does both), which indexes again what the compaction made of
+        them; until then those rows are searched by a flat scan, answers unchanged.
     :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
     """
 
@@ -39,7 +43,8 @@ class GenevaPlanCompactionOperator(BaseOperator):
 
     def __init__(self, *, table: str, target_rows_per_fragment: int | None = None,
                  options: dict[str, Any] | None = None, exclude_live_jobs: bool = True,
-                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
+                 release_index_segments: bool = False, lance_conn_id: str = LanceHook.default_conn_name,
+                 **kwargs: Any) -> None:
         reject_unknown_kwargs(type(self), kwargs)  # like the plan operators: not Airflow's generic TypeError
         if not rendered_later(target_rows_per_fragment):
             parse_count(target_rows_per_fragment, "target_rows_per_fragment", f"compaction of table {table!r}")
@@ -48,11 +53,12 @@ class GenevaPlanCompactionOperator(BaseOperator):
         self.target_rows_per_fragment = target_rows_per_fragment
         self.options = options or {}
         self.exclude_live_jobs = exclude_live_jobs
+        self.release_index_segments = release_index_segments
         self.lance_conn_id = lance_conn_id
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.pipeline.maintenance.compaction import plan_compaction
+        from geneva_provider.pipeline.jobs import plan_compaction_keeping_indexes
 
         options = dict(self.options)
         target = parse_count(self.target_rows_per_fragment, "target_rows_per_fragment",
@@ -60,8 +66,9 @@ class GenevaPlanCompactionOperator(BaseOperator):
         if target is not None:
             options["target_rows_per_fragment"] = target
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        summary = plan_compaction(tbl.ref, options, store=tbl.checkpoint_store,
-                                  exclude_live_jobs=self.exclude_live_jobs, airflow_run_id=context.get("run_id"))
+        summary = plan_compaction_keeping_indexes(
+            tbl.ref, options, store=tbl.checkpoint_store, exclude_live_jobs=self.exclude_live_jobs,
+            airflow_run_id=context.get("run_id"), release_index_segments=self.release_index_segments)
         self.log.info("Compaction plan %s for table '%s': %s", summary.job_id, self.table, summary.describe())
         push_job_link(context, summary.job_id, summary.table, self.lance_conn_id)
         return summary.to_xcom()

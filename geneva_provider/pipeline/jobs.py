@@ -31,7 +31,12 @@ from geneva_provider.pipeline.indexes.upkeep import (
     release_delta_segments,
     view_refresh_indexes,
 )
-from geneva_provider.pipeline.maintenance.compaction import compaction_options, plan_compaction, run_compaction
+from geneva_provider.pipeline.maintenance.compaction import (
+    DEFAULT_TARGET_ROWS,
+    compaction_options,
+    plan_compaction,
+    run_compaction,
+)
 from geneva_provider.pipeline.spark.contexts import context_session, ship_manifest
 from geneva_provider.pipeline.spark.runner import local_session, running_context
 from geneva_provider.pipeline.spark.task_runner import is_compute, task_runner
@@ -46,7 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TARGET_ROWS = 1024 * 1024  # lance's default target_rows_per_fragment of a compaction
 
 
 @dataclass
@@ -130,10 +134,8 @@ def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Co
         raise InvalidArgumentError(f"compaction of table '{table.name}': spark must be a SparkSession or a task "
                                    "runner (or None), "
                                    f"got {spark!r}")
-    if refresh_indexes:  # small segments of refreshes would keep the compaction from coalescing their fragments
-        checked, _, _ = compaction_options(table, options)  # bad options change nothing
-        release_delta_segments(table, checked.get("target_rows_per_fragment") or DEFAULT_TARGET_ROWS, store)
-    summary = plan_compaction(table, options, store=store, exclude_live_jobs=exclude_live_jobs)
+    summary = plan_compaction_keeping_indexes(table, options, store=store, exclude_live_jobs=exclude_live_jobs,
+                                              release_index_segments=refresh_indexes)
     if summary.nothing_to_do:
         log.info("compaction of table '%s': nothing to compact%s", table.name,
                  f" (fragments {summary.fragments_excluded} left alone: held by live jobs)"
@@ -148,6 +150,22 @@ def compact(table: TableRef, options: dict[str, Any] | None = None, *, spark: Co
     t = time.perf_counter()
     refreshed = refresh_job_indexes(table, indexes_on, spark, store)
     return result.model_copy(update={"indexes": refreshed, "seconds": result.seconds + time.perf_counter() - t})
+
+
+def plan_compaction_keeping_indexes(table: TableRef, options: dict[str, Any] | None = None, *,
+                                    store: CheckpointStore | None = None, exclude_live_jobs: bool = True,
+                                    airflow_run_id: str | None = None, release_index_segments: bool = True
+                                    ) -> PlanSummary:
+    """:func:`~geneva_provider.pipeline.maintenance.compaction.plan_compaction`, with ``release_index_segments``
+    first dropping the small index segments that would keep it from coalescing small fragments
+    (:func:`~geneva_provider.pipeline.indexes.upkeep.release_delta_segments`): the plan of a compaction followed by
+    its index stage, which indexes again what the compaction made of their fragments (``compact`` here, Airflow's
+    ``compaction_task_group``)."""
+    if release_index_segments:
+        checked, _, _ = compaction_options(table, options)  # bad options change nothing
+        release_delta_segments(table, checked.get("target_rows_per_fragment") or DEFAULT_TARGET_ROWS, store)
+    return plan_compaction(table, options, store=store, exclude_live_jobs=exclude_live_jobs,
+                           airflow_run_id=airflow_run_id)
 
 
 _CALLS_SESSION: list[SparkSession] = []  # the local session that jobs given no session share (the first starts it)

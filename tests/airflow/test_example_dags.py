@@ -219,8 +219,10 @@ def test_hourly_view_refresh_and_chained_view(dagbag, lance_db, capfd):
 
 
 @pytest.mark.slow
-def test_maintenance_compacts_on_spark_without_recompute(dagbag, lance_db, tmp_path, spark):
+def test_maintenance_compacts_on_spark_without_recompute_and_keeps_the_index_whole(dagbag, lance_db, tmp_path,
+                                                                                   spark):
     from geneva_provider.examples import sample
+    from geneva_provider.pipeline.indexes.stats import index_segments
     from tests.helpers import clear_calls, counting_double, read_calls
 
     calls = tmp_path / "calls"
@@ -228,28 +230,45 @@ def test_maintenance_compacts_on_spark_without_recompute(dagbag, lance_db, tmp_p
     tbl = lance_db.create_table("events", sample(12_000), max_rows_per_file=1_000)
     tbl.add_columns({"y": counting_double(str(calls))})
     tbl.backfill("y", spark=spark)
+    tbl.create_scalar_index("y", spark=spark, progress=False)
+    for i in range(3):  # each append's backfill indexes its fragment add-only: three small segments of 100 rows
+        tbl.add(sample(100, start=12_000 + 100 * i))
+        assert [r.rows_indexed for r in tbl.backfill("y", spark=spark, progress=False).indexes] == [100]
+    assert len(index_segments(tbl.dataset(), "y_idx")) == 4
     tbl.delete("x % 10 = 0")
     clear_calls(calls)
     before = tbl.to_arrow(["id", "y"]).sort_by("id")
 
     dr, states, tis, _ = run(dagbag.get_dag("geneva_maintenance"), run_conf={"target_rows_per_fragment": 5_000})
     assert dr.state == "success", states
-    assert states == {"plan_compaction": "success", "compact": "success", "cleanup_checkpoints": "success",
-                      "cleanup_old_versions": "success"}
+    assert states == {"compaction.plan": "success", "compaction.compact": "success",
+                      "compaction.plan_indexes": "success", "compaction.index": "success",
+                      "cleanup_checkpoints": "success", "cleanup_old_versions": "success"}
     cleaned = tis["cleanup_checkpoints"].xcom_pull(task_ids="cleanup_checkpoints")
     assert cleaned["table"] == "events" and cleaned["kept_for_live_jobs"] == 0
-    planned = tis["plan_compaction"].xcom_pull(task_ids="plan_compaction")
-    assert planned["kind"] == "compaction" and planned["fragments_to_compute"] == 12
-    compacted = tis["compact"].xcom_pull(task_ids="compact")
-    assert compacted["status"] == "success" and compacted["fragments_removed"] == 12
-    assert len(tbl.dataset().get_fragments()) == 2
+    planned = tis["compaction.plan"].xcom_pull(task_ids="compaction.plan")
+    # the three small segments released first: every fragment compacts, the 100-row ones too
+    assert planned["kind"] == "compaction" and planned["fragments_to_compute"] == 15
+    compacted = tis["compaction.compact"].xcom_pull(task_ids="compaction.compact")
+    assert compacted["status"] == "success" and compacted["fragments_removed"] == 15
+    ds = tbl.dataset()
+    assert len(ds.get_fragments()) <= 3
     assert tbl.to_arrow(["id", "y"]).sort_by("id").equals(before)
-    assert tbl.backfill("y", spark=spark).rows_computed == 0 and read_calls(calls) == []
-    tbl.dataset().validate()
+    assert tbl.backfill("y", spark=spark, refresh_indexes=False).rows_computed == 0 and read_calls(calls) == []
+    # the index stage indexed what the compaction made of the released fragments: the index covers every row
+    stats = tbl.index_stats("y_idx")
+    assert (stats.num_indexed_rows, stats.num_unindexed_rows) == (before.num_rows, 0)
+    ys = before.column("y").to_pylist()
+    for where, wanted in (("y = 24002", lambda y: y == 24002), ("y < 2000", lambda y: y < 2000),
+                          ("y >= 23990", lambda y: y >= 23990)):  # answers through the index equal a scan's
+        got = sorted(ds.to_table(columns=["y"], filter=where).column("y").to_pylist())
+        assert got == sorted(y for y in ys if wanted(y)) and got, where
+    ds.validate()
 
-    # Nothing left to compact: the Spark task is skipped.
+    # Nothing left to compact: the Spark task is skipped, and so is the index task (nothing to index).
     dr, states, _, _ = run(dagbag.get_dag("geneva_maintenance"), run_conf={"target_rows_per_fragment": 5_000})
-    assert dr.state == "success" and states["compact"] == "skipped", states
+    assert dr.state == "success" and states["compaction.compact"] == "skipped", states
+    assert states["compaction.plan_indexes"] == "success" and states["compaction.index"] == "skipped", states
 
 
 def rag_chunks_wanted(docs) -> list[tuple[int, int, str]]:

@@ -279,6 +279,41 @@ def test_the_index_stage_follows_verify_and_is_mapped_over_the_plans_emitting_th
             backfill_task_group("g2", "events", "w", refresh_indexes="yes")
 
 
+def test_the_compaction_group_releases_small_segments_and_ends_with_the_index_stage_over_every_index():
+    from airflow.sdk import DAG
+
+    from geneva_provider.core.errors import InvalidArgumentError
+    from geneva_provider.task_groups import compaction_task_group
+
+    with DAG(dag_id="compaction_group", schedule=None, start_date=datetime(2026, 1, 1)):
+        group = compaction_task_group("c", "events", target_rows_per_fragment=5_000, exclude_live_jobs=False,
+                                      conf={"spark.executor.memory": "2g"}, pool="maint", lance_conn_id="lake")
+        bare = compaction_task_group("bare", "events", refresh_indexes=False)
+    tasks = {t.task_id: t for t in group.children.values()}
+    assert set(tasks) == {"c.plan", "c.compact", "c.plan_indexes", "c.index"}
+    plan = tasks["c.plan"]
+    assert (plan.table, plan.target_rows_per_fragment, plan.exclude_live_jobs, plan.release_index_segments,
+            plan.lance_conn_id) == ("events", 5_000, False, True, "lake")
+    assert tasks["c.compact"].conf == {"spark.executor.memory": "2g"} and tasks["c.compact"].upstream_task_ids == {
+        "c.plan"}
+    plan_indexes = tasks["c.plan_indexes"]
+    # after the compaction, and also when it was skipped for lack of work; over every index of the table
+    assert plan_indexes.upstream_task_ids == {"c.plan", "c.compact"}
+    assert plan_indexes.trigger_rule == "none_failed_min_one_success"
+    assert (plan_indexes.table, plan_indexes.column, plan_indexes.all_indexes) == ("events", None, True)
+    assert {t.pool for t in tasks.values()} == {"maint"}
+    bare_tasks = {t.task_id: t for t in bare.children.values()}
+    assert set(bare_tasks) == {"bare.plan", "bare.compact"} and not bare_tasks["bare.plan"].release_index_segments
+    with DAG(dag_id="bad_compaction_group", schedule=None, start_date=datetime(2026, 1, 1)):
+        with pytest.raises(InvalidArgumentError, match=r"compaction_task_group 'c2': refresh_indexes must be True "
+                                                       r"or False, got 'yes'"):
+            compaction_task_group("c2", "events", refresh_indexes="yes")
+        with pytest.raises(InvalidArgumentError, match=r"compaction_task_group 'c3'.*bogus"):
+            compaction_task_group("c3", "events", bogus=1)
+        with pytest.raises(InvalidArgumentError, match=r"target_rows_per_fragment"):
+            compaction_task_group("c4", "events", target_rows_per_fragment=0)
+
+
 def test_index_assets_name_the_connection_table_and_index_and_refuse_a_bad_name():
     from geneva_provider.assets import index_alias, index_asset, table_asset
     from geneva_provider.core.errors import InvalidArgumentError

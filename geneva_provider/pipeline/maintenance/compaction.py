@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMMIT_OPTIONS = ("commit_retries", "commit_timeout")  # options of the commit, not of Lance's rewrite
+DEFAULT_TARGET_ROWS = 1024 * 1024  # lance's default target_rows_per_fragment of a compaction
 COMPACTION_RETRIES = 2  # each retry plans and runs the rewrites again: fewer than a commit's default
 
 
