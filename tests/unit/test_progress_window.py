@@ -74,7 +74,8 @@ def test_a_known_start_gives_a_rate_from_the_first_change():
 
 
 def test_eta_text():
-    assert eta_text(None) == "" and eta_text(12.4) == "ETA 12s" and eta_text(65) == "ETA 1m05s"
+    assert eta_text(None) == "" and eta_text(4.24) == "ETA 4.2s" and eta_text(12.4) == "ETA 12s"
+    assert eta_text(65) == "ETA 1m05s" and eta_text(9.96) == "ETA 10s"
 
 
 @pytest.mark.parametrize("how", ["COLUMNS=0", "shutil says 0"])

@@ -47,7 +47,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 PROGRESS_SECONDS = 5.0  # how often a running stage logs a progress line
-COUNT_SECONDS = 0.5     # how often it counts the rows its checkpoints hold into the job's record
+COUNT_SECONDS = 0.25    # how often it counts the rows its checkpoints hold into the job's record
 LOCAL_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 LOCAL_CLUSTER_MB = 2048  # the local-cluster worker's memory: its one executor's (spark.executor.memory, 1g) fits
 

@@ -79,9 +79,11 @@ class RecentRate:
 
 
 def eta_text(seconds: float | None) -> str:
-    """``ETA 1m05s`` / ``ETA 12s`` (empty when there is no ETA)."""
+    """``ETA 1m05s`` / ``ETA 12s`` / ``ETA 4.2s`` (tenths under 10 s; empty when there is no ETA)."""
     if seconds is None:
         return ""
+    if seconds < 9.95:
+        return f"ETA {seconds:.1f}s"
     whole = round(seconds)
     return f"ETA {whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"ETA {whole}s"
 
