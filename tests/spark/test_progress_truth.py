@@ -66,8 +66,9 @@ def test_counts_trail_the_udf_by_at_most_a_second_and_the_eta_tells_the_time_lef
              if (m := _LINE.match(r.getMessage()))]
     during = [(t, int(m[1].replace(",", "")), m) for t, m in looks if done[0] < t < done[-1]]
     assert len(during) >= 20, [m.string for _, m in looks]
-    behind = [t - done[count] for t, count, _ in during if count < len(done)]  # seconds since the row after it
-    print(f"{len(during)} looks; behind the UDF by at most {max(behind):.2f}s, on average {sum(behind) / len(behind):.2f}s")
+    behind = [t - done[count] for t, count, _ in during if count < len(done)]  # since the first row not counted
+    print(f"{len(during)} looks; behind the UDF by at most {max(behind):.2f}s, "
+          f"on average {sum(behind) / len(behind):.2f}s")
     for t, count, m in during:
         assert count <= computed_by(t), (m.string, computed_by(t))  # never ahead of the UDF
         assert count >= computed_by(t - LAG), (m.string, computed_by(t), computed_by(t - LAG))  # <= 1 s behind
