@@ -190,7 +190,7 @@ def test_a_bar_shows_the_rate_the_rows_move_at(db, capsys, monkeypatch, tmp_path
     real = sum(n for _, n in calls[1:]) / (calls[-1][0] - calls[0][0])  # the calls' rows over their time
     bar = capsys.readouterr().err
     shown_lines = [(int(n), float(rate)) for n, _, _, rate in _BAR.findall(bar)]
-    mid_run = [(n, rate) for n, rate in shown_lines if 200 <= n < 600]
+    mid_run = [(n, rate) for n, rate in shown_lines if 300 <= n < 600]  # three steps seen: two intervals
     assert len(mid_run) >= 3, shown_lines
     for rows, rate in mid_run:
         assert real * 0.7 <= rate <= real * 1.3, (rows, rate, real, shown_lines)

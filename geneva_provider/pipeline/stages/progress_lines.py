@@ -67,7 +67,7 @@ class RecentRate:
             return None
         (t0, r0), (t1, r1) = self._changes[0], self._changes[-1]
         gap = (t1 - t0) / (len(self._changes) - 1)
-        end = t1 if self._now - t1 <= gap else self._now
+        end = max(t1, self._now - 2 * gap)  # a silence past twice the usual gap counts: the rate falls
         return max(r1 - r0, 0) / (end - t0) if end > t0 else None
 
     def eta(self, total: int) -> float | None:
