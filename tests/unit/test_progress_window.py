@@ -17,6 +17,7 @@ import re
 import shutil
 import time
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -137,3 +138,35 @@ def test_a_job_says_what_it_does_before_its_first_count(db, caplog, monkeypatch)
     tbl.backfill("y", spark=InProcessRunner())  # nothing to do: said so, once planned
     again = [r.getMessage() for r in caplog.records if r.name == "geneva_provider.progress"][len(said):]
     assert again == ["t.y: planning ...", "t.y: up to date: nothing to compute (30 rows reused)"], again
+
+
+def test_an_airflow_apply_line_counts_the_running_calls_rows_and_gives_an_eta(db):
+    """The task log's lines of an apply stage: the rows its running calls computed since their last checkpoint
+    (their markers' heartbeats) on top of the checkpointed ones, and an ETA from the recent rate."""
+    from geneva_provider.core.contracts.models import JobRecord, JobSpec
+    from geneva_provider.operators.progress import ProgressLogger
+    from geneva_provider.pipeline.spark.worker_deaths import CallWatch
+    from geneva_provider.pipeline.stages.job_records import start_record, update_record
+    from tests.unit.test_quiet_runs import _collecting_logger
+
+    tbl = db.create_table("t", pa.table({"x": [1]}))
+    store = tbl.checkpoint_store
+    start_record(store, JobRecord(job_id="j1", kind="backfill", table="t", column="y", status="RUNNING",
+                                  stage="apply", created_at="2026-01-01T00:00:00", updated_at="2026-01-01T00:00:00",
+                                  rows_planned=1_000, rows_checkpointed=200))
+    job = JobSpec.model_construct(table="t")
+    watch = CallWatch(store, job, "j1", partition=0, attempt=0)
+    log, lines = _collecting_logger("geneva_provider.tests.in_flight")
+    with ProgressLogger(store, "j1", "apply", log, seconds=0.1):
+        with watch.calling("y", "slow", np.arange(100, dtype=np.uint64)) as tick:
+            for _ in range(3):
+                time.sleep(0.55)
+                tick(50)  # a heartbeat at most every half second: 50, then 100, then 150 rows of this call
+            time.sleep(0.3)
+        update_record(store, "j1", rows_checkpointed=350)  # the call's rows, checkpointed
+        time.sleep(0.3)
+    computed = [int(m[1]) for line in lines if (m := re.search(r"; (\d+) computed", line))]
+    assert computed and computed == sorted(computed) and computed[-1] == 350, lines
+    assert {250, 300}.issubset(computed), lines  # the call's rows showed before its checkpoint
+    assert any(re.search(r"computed, ETA [\d.]+s$", line) for line in lines), lines
+    assert "; 350 of 1000 rows checkpointed, " in lines[-1] and "; 350 computed" in lines[-1], lines  # the last
