@@ -170,3 +170,26 @@ def test_an_airflow_apply_line_counts_the_running_calls_rows_and_gives_an_eta(db
     assert {250, 300}.issubset(computed), lines  # the call's rows showed before its checkpoint
     assert any(re.search(r"computed, ETA [\d.]+s$", line) for line in lines), lines
     assert "; 350 of 1000 rows checkpointed, " in lines[-1] and "; 350 computed" in lines[-1], lines  # the last
+
+
+def test_a_view_refresh_says_what_it_does_and_counts_its_rows(db, caplog, monkeypatch):
+    monkeypatch.setattr(shown, "LOG_SECONDS", 0.2)
+    tbl = db.create_table("events", pa.table({"id": list(range(40)), "x": list(range(40))}))
+
+    @gp.udf(data_type=pa.int64())
+    def slow(x):
+        time.sleep(0.03)
+        return 3 * x
+
+    view = db.create_materialized_view("tripled", tbl.search(None).where("x < 30").select(
+        {"id": "id", "x": "x", "z": slow}))
+    caplog.set_level(logging.INFO, logger="geneva_provider")
+    assert view.refresh(spark=InProcessRunner()).rows_computed == 30
+    said = [r.getMessage() for r in caplog.records if r.name == "geneva_provider.progress"]
+    assert said[:2] == ["refresh tripled: planning ...",
+                        "refresh tripled: planned 30 rows to compute; starting Spark ..."], said
+    counts = [int(m[1]) for s in said if (m := re.match(r"refresh tripled: (\d+) of 30 rows computed", s))]
+    assert counts and counts == sorted(counts) and counts[-1] <= 30, said
+    assert said[-1].startswith("refresh tripled: done: 30 rows computed"), said
+    assert view.to_arrow(["x", "z"]).to_pylist() == [{"x": x, "z": 3 * x} for x in range(30)]
+    view.to_lance().validate()
