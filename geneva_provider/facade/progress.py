@@ -10,7 +10,7 @@
 
 A line says what the job does from the moment it is called (``planning ...``, then ``starting Spark ...``
 before a session comes up), so the 15-35 s of a JVM's start are not silent.  Rows are those checkpointed
-(the job's record, counted every half second) plus those its running UDF calls have computed since their
+(the job's record, counted every quarter second) plus those its running UDF calls have computed since their
 last checkpoint (their markers' heartbeats, every half second): within about a second of the UDF.  The
 rate and the ETA are the recent ones (:class:`~geneva_provider.pipeline.stages.progress_lines.RecentRate`),
 not averages since the start.  Airflow tasks do not come here: their operators log their own lines
