@@ -639,16 +639,20 @@ def _report_progress(sc: SparkContext | None, group: str, description: str, done
     tracker = sc.statusTracker() if sc is not None else None
     # The stage's rows are counted into its record every COUNT_SECONDS -- a display reading the record trails
     # the checkpoints by that much, not by a log line's interval -- and a line is logged every PROGRESS_SECONDS.
+    # A count that takes long (many checkpoints to list on an object store) is made at most a fifth of the time.
     next_line = time.monotonic() + PROGRESS_SECONDS
-    while not done.wait(COUNT_SECONDS if progress is not None else PROGRESS_SECONDS):
+    wait = COUNT_SECONDS if progress is not None else PROGRESS_SECONDS
+    while not done.wait(wait):
         logging_now = time.monotonic() >= next_line or progress is None
         if logging_now:
             next_line = time.monotonic() + PROGRESS_SECONDS
         if progress is not None:
+            t = time.monotonic()
             try:
                 line = progress()
             except Exception:  # noqa: BLE001 - progress reporting must never fail a job
                 line = None
+            wait = max(COUNT_SECONDS, 4 * (time.monotonic() - t))
             if line and logging_now:
                 log.info("%s", line)
             if line or not logging_now:
