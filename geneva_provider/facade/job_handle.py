@@ -119,6 +119,7 @@ def with_progress(store: CheckpointStore, label: str, run: Callable[[JobControl]
             from geneva_provider.facade.progress import JobProgress
 
             shown = JobProgress(store, label)
+            shown.begin()  # a first line at once: the plan reads the table, a Spark session takes seconds
 
         def planned(summary: PlanSummary) -> None:  # the Spark session is up: it may have taken SIGINT over
             guard.install()
@@ -127,6 +128,8 @@ def with_progress(store: CheckpointStore, label: str, run: Callable[[JobControl]
                 shown.attach(summary)
 
         control.on_plan = planned
+        if shown is not None:
+            control.on_start = shown.starting
         try:
             result = run(control)
         except BaseException as exc:

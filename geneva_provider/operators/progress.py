@@ -1,4 +1,9 @@
-"""Progress lines of a running Spark stage in its task log (:mod:`geneva_provider.pipeline.stages.progress_lines`)."""
+"""Progress lines of a running Spark stage in its task log (:mod:`geneva_provider.pipeline.stages.progress_lines`).
+
+An apply stage's lines count the rows its running UDF calls computed since their last checkpoint too (their
+markers' heartbeats, :func:`~geneva_provider.pipeline.spark.worker_deaths.rows_in_flight`): the rows computed
+within about a second, and a rate and ETA over the last seconds, not only what the checkpoints hold.
+"""
 
 from __future__ import annotations
 
@@ -56,11 +61,19 @@ class ProgressLogger:
 
         return read_record(self.store, self.job_id)
 
+    def _in_flight(self, record: Any) -> int:
+        from geneva_provider.core.contracts.kinds import Stage
+        from geneva_provider.pipeline.spark.worker_deaths import rows_in_flight
+
+        if self.stage != Stage.APPLY or record.stage != Stage.APPLY:
+            return 0
+        return rows_in_flight(self.store, self.job_id)
+
     def _log(self, final: bool = False) -> None:
         record = self._record()
         if record is None or self._lines is None:
             return
         note = self.note() if self.note is not None else None
-        line = self._lines.look(record, note, final=final)
+        line = self._lines.look(record, note, final=final, in_flight=0 if final else self._in_flight(record))
         if line is not None:
             (self.log.warning if note else self.log.info)("%s", line)

@@ -60,6 +60,9 @@ class JobControl:
     # Told the plan of a job with work to do once its Spark session is up (a progress bar drawn from then on
     # does not have the session's start-up output printed into it).
     on_plan: Callable[[PlanSummary], None] | None = None
+    # Told the plan of a job with work to do before its Spark session (or runner) is brought up: a display says
+    # "starting Spark" at once, not only once a JVM has started 15-35 s later.
+    on_start: Callable[[PlanSummary], None] | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
     runner: TaskRunner | None = None
     summary: PlanSummary | None = None
@@ -247,6 +250,8 @@ def run_job(table: TableRef, column: str, plan: Callable[[int | None], PlanSumma
         # Heartbeats from the plan to the end: the job is live while its Spark session starts, too.
         # A cancel request from another process (``geneva-provider jobs cancel``) stops it as a handle's cancel does.
         with keep_alive(store, summary.job_id), watch_cancel(store, summary.job_id, control.cancel):
+            if control.on_start is not None:
+                control.on_start(summary)
             control.runner = runner = _runner(spark)
             if manifest is not None:
                 ship_manifest(runner, manifest, f"job on table '{table.name}'"
@@ -355,6 +360,8 @@ def build_index(table: TableRef, request: IndexSpec | IndexRefresh, *, spark: Co
     try:
         control.check(Stage.INDEX)
         with keep_alive(store, summary.job_id), watch_cancel(store, summary.job_id, control.cancel):
+            if control.on_start is not None:
+                control.on_start(summary)
             control.runner = runner = _runner(spark)
             if control.on_plan is not None:
                 control.on_plan(summary)

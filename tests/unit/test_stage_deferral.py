@@ -213,7 +213,7 @@ def test_a_deferred_stage_logs_the_same_progress_lines_as_one_waited_for_in_its_
 
     assert asyncio.run(run())["status"] == "succeeded"
     pattern = (rf"^apply {submission.job_id}: \w+; (\d+) of 1000 rows checkpointed, 0 ready to commit, "
-               r"0 committed \(\d+ rows/s\)$")
+               r"0 committed \(\d+ rows/s\)(; \d+ computed(, ETA [\d.]+s)?)?$")
     import re
 
     counts = [int(re.match(pattern, line)[1]) for line in lines]  # every line in the task's format

@@ -502,27 +502,30 @@ def unapplied_rows(plan: ColumnPlan, store: CheckpointStore) -> dict[int, int]:
 
 class ApplyProgress(StageProgress):
     """Rows computed so far, from the names of the checkpoints written since the stage began and the rows of
-    the column files staged since (records read once each)."""
+    the column files staged since (records read once each).  A fragment whose file is staged counts its file's
+    rows, not its checkpoints too: a task that computed it whole may have checkpointed its chunks as well."""
 
     def __init__(self, plan: ColumnPlan, store: CheckpointStore, tasks: list[Task]) -> None:
         self.plan, self.store = plan, store
         jobs = JobStore(store)
         self.before = set(jobs.batches(plan.job_prefix))
-        self.staged: dict[str, int] = {k.key(): 0 for k in jobs.staged_keys(plan.job_prefix)}
+        self.staged: dict[str, dict[int, int]] = {k.key(): {} for k in jobs.staged_keys(plan.job_prefix)}
         self.already = plan.rows_to_compute - sum(t.rows for t in tasks)
         self.t0 = time.perf_counter()
 
     def __call__(self) -> str:
         jobs = JobStore(self.store)
-        new = sum(bk.end - bk.start for bk in jobs.batches(self.plan.job_prefix) if bk not in self.before)
         for key in (k.key() for k in jobs.staged_keys(self.plan.job_prefix)):
             if key not in self.staged:
                 try:
                     record = self.store.get_model(key, StagedFiles)
                 except (KeyError, CorruptCheckpointError):  # being written, or removed: counted next time
                     continue
-                self.staged[key] = sum(c.rows for c in record.files.values() if c.job_id == self.plan.job_id)
-        new += sum(self.staged.values())
+                self.staged[key] = {fid: c.rows for fid, c in record.files.items() if c.job_id == self.plan.job_id}
+        staged = {fid: rows for files in self.staged.values() for fid, rows in files.items()}
+        new = sum(bk.end - bk.start for bk in jobs.batches(self.plan.job_prefix)
+                  if bk not in self.before and bk.frag_id not in staged)
+        new += sum(staged.values())
         done = min(self.already + new, self.plan.rows_to_compute)
         update_record(self.store, self.plan.job_id, rows_checkpointed=done)
         elapsed = time.perf_counter() - self.t0

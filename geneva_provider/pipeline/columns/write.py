@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -164,32 +165,34 @@ def write_commit(plan: ColumnPlan, runner: TaskRunner, storage_options: dict[str
         committer.ready += sum(committer.rows[fid] for fid in applied)
         committer.complete.update(fid for fid, ckpt in applied.items() if ckpt.complete)
     ctx = StageContext.of(plan, runner.options_for_tasks(storage_options) if to_write else storage_options)
-    groups = [to_write[i:i + granularity] for i in range(0, len(to_write), granularity)]
-    log.info("write %s: %s to write in %s, %s to commit", plan.job_id, counted(len(to_write), "fragment"),
-             counted(len(groups), "group"), counted(len(to_commit_now), "staged fragment"))
     if to_commit_now:
         committer.complete.update(f.id for f in plan.fragments if f.action is Action.REUSE and f.complete)
-        ready = sorted(to_commit_now)
-        for i in range(0, len(ready), granularity):  # the versions commit_granularity advertises
-            committer.commit({fid: to_commit_now[fid] for fid in ready[i:i + granularity]})
-    if groups:
-        description = f"geneva write {plan.table}.{','.join(plan.output_columns)}"
-        slots = plan.settings.concurrency or plan.settings.parallelism
-        workers = max(1, min(len(groups), slots))
-        # A group's fragments are dealt over at most `slots` Spark tasks, largest first: many small
-        # fragments cost a few task launches, not one each.
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="geneva-writer") as pool:
-            futures = {pool.submit(runner.run_tasks, sorted(g, key=lambda f: f.physical_rows, reverse=True),
-                                   partial(_write_partition, ctx), description=description, concurrency=slots,
-                                   tag=job_tag(plan.job_id))
-                       for g in groups}
-            while futures:
-                finished, futures = wait(futures, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    written = fut.result()
+    groups = commit_groups(plan, to_write, to_commit_now, granularity)
+    log.info("write %s: %s to write and %s to commit, in %s", plan.job_id, counted(len(to_write), "fragment"),
+             counted(len(to_commit_now), "staged fragment"), counted(len(groups), "commit"))
+    writing = [i for i, g in enumerate(groups) if g.to_write]
+    description = f"geneva write {plan.table}.{','.join(plan.output_columns)}"
+    slots = plan.settings.concurrency or plan.settings.parallelism
+    # A group's fragments are dealt over at most `slots` Spark tasks, largest first: many small fragments cost
+    # a few task launches, not one each.  Groups are written at once and committed in their order.
+    with ThreadPoolExecutor(max_workers=max(1, min(len(writing), slots)), thread_name_prefix="geneva-writer") as pool:
+        futures = {i: pool.submit(runner.run_tasks, sorted(groups[i].to_write, key=lambda f: f.physical_rows,
+                                                            reverse=True),
+                                  partial(_write_partition, ctx), description=description, concurrency=slots,
+                                  tag=job_tag(plan.job_id))
+                   for i in writing}
+        try:
+            for i, group in enumerate(groups):
+                files = dict(group.staged)
+                if group.to_write:
+                    written = futures[i].result()
                     committer.ready += sum(r.rows for r in written)
                     committer.complete.update(r.frag for r in written if r.complete)
-                    committer.commit({r.frag: r.file for r in written})
+                    files.update({r.frag: r.file for r in written})
+                committer.commit(files)
+        finally:
+            for fut in futures.values():
+                fut.cancel()
     outcome = committer.summary(round(time.perf_counter() - t0, 3))
     update_record(committer.store, plan.job_id, commit_conflict_retries=committer.retries,
                   commit_seconds=round(committer.commit_seconds, 3),
@@ -228,6 +231,27 @@ def _committed_earlier(plan: ColumnPlan, store: CheckpointStore, storage_options
     return {f.id for f in plan.fragments
             if f.action in (Action.COMPUTE, Action.REUSE) and f.id in live
             and output_files(live[f.id], plan.output_field_ids) in mine.get(f.id, set())}
+
+
+@dataclass(frozen=True)
+class CommitGroup:
+    """The fragments of one commit: those a writer task writes, and those whose file is ready (staged by apply
+    or reused from an earlier job)."""
+
+    to_write: list[FragmentPlan]
+    staged: dict[int, DataFileRef]
+
+
+def commit_groups(plan: ColumnPlan, to_write: list[FragmentPlan], staged: dict[int, DataFileRef],
+                  granularity: int) -> list[CommitGroup]:
+    """``commit_granularity`` as one rule over the plan's fragment order: every ``granularity`` fragments to
+    commit, in order, make one commit (the last may hold fewer) -- whichever path made their file: a writer
+    task, the apply task that computed the fragment whole, or an earlier job's file reused."""
+    writing = {f.id: f for f in to_write}
+    order = [f.id for f in plan.fragments if f.id in writing or f.id in staged]
+    chunks = [order[i:i + granularity] for i in range(0, len(order), granularity)]
+    return [CommitGroup([writing[fid] for fid in chunk if fid in writing],
+                        {fid: staged[fid] for fid in chunk if fid in staged}) for chunk in chunks]
 
 
 class _Committer:

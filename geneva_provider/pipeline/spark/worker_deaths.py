@@ -17,7 +17,9 @@ fails at once, not after every retry Spark allows.
 
 While a long call runs, its marker also counts the rows it has computed so far (``rows_done``,
 written at most once per ``HEARTBEAT_SECONDS``): a job's progress moves within a checkpoint, not
-only when one is written (:func:`rows_in_flight`).
+only when one is written (:func:`rows_in_flight`), and trails the UDF by about half a second.  A marker
+kept for the next call of a span (see :meth:`CallWatch.calling`) has its count put back to 0 when a call
+that counted returns: its rows go to a checkpoint, and counting them in both would show rows twice.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ log = logging.getLogger(__name__)
 
 MAX_DEATHS = 2  # deaths of a task's workers on the same rows before the task stops calling the UDF
 MEMORY_CONF = "spark.executor.pyspark.memory"
-HEARTBEAT_SECONDS = 1.0  # how often a running call's marker is rewritten with the rows it has computed
+HEARTBEAT_SECONDS = 0.5  # how often a running call's marker is rewritten with the rows it has computed
 
 # The partition the in-process task runner is running in this thread (Spark's TaskContext says it on Spark).
 IN_PROCESS_PARTITION: ContextVar[int | None] = ContextVar("geneva_in_process_partition", default=None)
@@ -121,6 +123,28 @@ class Span(NamedTuple):
     rows: int
 
 
+class Heartbeat:
+    """Told the rows a running call computed (thread-safe: a concurrent UDF's threads call it); passes the count
+    on at most once per ``HEARTBEAT_SECONDS``: one small write every half second, never one per row.  Only while
+    the call runs: its caller calls it before the call returns."""
+
+    def __init__(self, write: Callable[[int], None]) -> None:
+        self.write = write
+        self.wrote = False  # a count was written during the call
+        self._lock = threading.Lock()
+        self._rows = 0
+        self._at = time.monotonic()  # when the count was last written (the call's start at first)
+
+    def __call__(self, rows: int) -> None:
+        with self._lock:
+            self._rows += rows
+            now = time.monotonic()
+            if now - self._at < HEARTBEAT_SECONDS:
+                return
+            self._at, self.wrote = now, True
+            self.write(self._rows)
+
+
 class CallWatch:
     """One Spark task's markers: ``with watch.calling(column, udf, addrs):`` around each UDF call."""
 
@@ -156,7 +180,7 @@ class CallWatch:
 
     @contextmanager
     def calling(self, column: str, udf: str, addrs: Sequence[int] | np.ndarray, label: str | None = None,
-                span: Span | None = None) -> Iterator[Callable[[int], None]]:
+                span: Span | None = None) -> Iterator[Heartbeat]:
         """Marks the call of ``udf`` for ``column`` over the rows at ``addrs`` while it runs (``label``: who
         runs, in words, when not a UDF computing ``column``).  Gives a function to tell the rows the call
         has computed (:meth:`heartbeat`).
@@ -189,8 +213,9 @@ class CallWatch:
             real_exit(status)
 
         os._exit = recorded_exit
+        tick = self.heartbeat(call)
         try:
-            yield self.heartbeat(call)
+            yield tick
         except SystemExit as exc:  # sys.exit in a UDF ends the worker with this code
             self._put(call.model_copy(update={"exit": f"sys.exit({exc.code!r})"}))
             raise
@@ -201,6 +226,8 @@ class CallWatch:
             os._exit = real_exit
         if not kept:
             self._delete()
+        elif tick.wrote:  # its rows go to a checkpoint: not counted twice
+            self._put(call)
 
     def release(self, force: bool = False) -> None:
         """Removes the span marker kept between calls (``force``: the marker, kept or not)."""
@@ -208,23 +235,9 @@ class CallWatch:
             self.marked = None
             self._delete()
 
-    def heartbeat(self, call: RunningCall) -> Callable[[int], None]:
-        """A counter of the call's computed rows (thread-safe: a concurrent UDF's threads call it) that
-        rewrites the marker with them at most once per ``HEARTBEAT_SECONDS``: one small write a second,
-        never one per row.  Only while the call runs: its caller calls it before the call returns."""
-        lock = threading.Lock()
-        counted = [0, time.monotonic()]  # rows done, when the marker was last written
-
-        def tick(rows: int) -> None:
-            with lock:
-                counted[0] += rows
-                now = time.monotonic()
-                if now - counted[1] < HEARTBEAT_SECONDS:
-                    return
-                counted[1] = now
-                self._put(call.model_copy(update={"rows_done": int(counted[0])}))
-
-        return tick
+    def heartbeat(self, call: RunningCall) -> Heartbeat:
+        """A counter of the call's computed rows (:class:`Heartbeat`) that rewrites the marker with them."""
+        return Heartbeat(lambda rows: self._put(call.model_copy(update={"rows_done": rows})))
 
     def _put(self, call: RunningCall) -> None:
         try:
