@@ -48,5 +48,6 @@ def view_lineage(source_uri: str, source_version: int, source_names: Sequence[st
 
 
 def written(schema: Any, columns: Sequence[str]) -> list[WrittenColumn]:
-    """The written ``columns`` with their Arrow types in ``schema`` (those it holds)."""
-    return [WrittenColumn(name=c, type=str(schema.field(c).type)) for c in columns if c in schema.names]
+    """The written ``columns`` with their Arrow types, in the order of ``schema`` (the table's, as a user reads it)."""
+    wanted = set(columns)
+    return [WrittenColumn(name=f.name, type=str(f.type)) for f in schema if f.name in wanted]
