@@ -229,3 +229,35 @@ def test_openlineage_events_of_a_backfill_a_view_refresh_a_chunker_refresh_and_a
     buggy.dataset().validate()
     for tbl in (comments, short, chunks):
         tbl.dataset().validate()
+
+
+PARENT_DAG = """
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from geneva_provider.task_groups import backfill_task_group
+
+with DAG(dag_id="geneva_ol_parent", schedule=None, start_date=datetime(2026, 1, 1)):
+    backfill_task_group("small", "small", "y", openlineage_inject_parent_job_info=True, refresh_indexes=False)
+"""
+
+
+def test_a_spark_submit_stage_names_its_task_as_the_openlineage_parent_of_its_application(lance_db, airflow_db,
+                                                                                         spark_submit, capfd):
+    """``openlineage_inject_parent_job_info=True``: the stage's spark-submit command carries the task's OpenLineage
+    parent job properties, as ``SparkSubmitOperator`` passes them to the OpenLineage Spark listener."""
+    from tests.helpers import dag_bag, events_table, plain_double
+
+    tbl = lance_db.create_table("small", events_table(50))
+    tbl.add_columns({"y": plain_double})
+    with dag_bag("geneva_test_ol_parent.py", PARENT_DAG) as bag:
+        dr = bag.get_dag("geneva_ol_parent").test()
+    states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
+    assert set(states.values()) == {"success"}, states
+    assert tbl.to_arrow()["y"].to_pylist() == [2 * x for x in range(50)]
+    out = "".join(capfd.readouterr())
+    for task in ("apply", "write_commit"):
+        assert f"spark.openlineage.parentJobName=geneva_ol_parent.small.{task}" in out, task
+    assert "spark.openlineage.parentRunId=" in out and "spark.openlineage.rootParentJobName=geneva_ol_parent" in out
+    assert FAKE_SECRET not in out
