@@ -112,3 +112,25 @@ def _lance_error(ds: Dataset, where: str) -> BaseException | None:
             raise
         return exc
     return None
+
+
+_NAME = re.compile(r"""'(?:[^']|'')*'|"((?:[^"]|"")*)"|`((?:[^`]|``)*)`|([A-Za-z_][A-Za-z0-9_]*)""")
+
+
+def filter_columns(where: str | None, names: Any) -> list[str]:
+    """The columns among ``names`` that the SQL filter ``where`` reads, in the filter's order (none for None).
+
+    A name counts bare (``x > 1``) or quoted (``"my col"``, ```my col```), never inside a string literal
+    (``s = 'x'``); a nested field (``meta.lang``) counts as its top-level column.
+    """
+    if not where:
+        return []
+    known = set(names)
+    found: list[str] = []
+    for match in _NAME.finditer(where):
+        quoted_double, quoted_back, bare = match.groups()
+        name = (quoted_double.replace('""', '"') if quoted_double is not None
+                else quoted_back.replace("``", "`") if quoted_back is not None else bare)
+        if name is not None and name in known and name not in found:
+            found.append(name)
+    return found

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 # What the Spark stage operators take besides the plan (the task groups pass them to both Spark tasks).
 SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package", "cluster_credentials",
+                 "openlineage_inject_parent_job_info",
                  "spark_conn_id", "deferrable", "durable", "poll_interval", "progress_interval")
 
 
@@ -163,20 +164,3 @@ def _duration(value: Any) -> timedelta | None:
         return None
     return parsed if isinstance(parsed, timedelta) else None
 
-
-def lineage(table_uri: str | None, table: str, column: str | None) -> Any:
-    """Input table and output column as OpenLineage datasets (the OpenLineage provider is optional)."""
-    from airflow.providers.common.compat.openlineage.facet import Dataset
-    from airflow.providers.openlineage.extractors import OperatorLineage
-
-    namespace, name = _dataset_name(table_uri or table)
-    return OperatorLineage(inputs=[Dataset(namespace=namespace, name=name)],
-                           outputs=[Dataset(namespace=namespace, name=f"{name}#{column}" if column else name)])
-
-
-def _dataset_name(uri: str) -> tuple[str, str]:
-    if "://" in uri:
-        scheme, _, rest = uri.partition("://")
-        bucket, _, path = rest.partition("/")
-        return f"{scheme}://{bucket}", path
-    return "file", uri

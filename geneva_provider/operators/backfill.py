@@ -22,12 +22,12 @@ from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import (
     check_dict,
     import_udf,
-    lineage,
     option_params,
     parse_options,
     take_options,
     with_retry_policy,
 )
+from geneva_provider.operators.lineage import LineageMixin
 from geneva_provider.operators.links import GenevaJobLink, push_job_link
 from geneva_provider.operators.partitions import (
     check_partition_where,
@@ -156,7 +156,7 @@ def _resolved_alteration(alteration: dict[str, Any], job: str) -> dict[str, Any]
     return resolved
 
 
-class GenevaPlanBackfillOperator(BaseOperator):
+class GenevaPlanBackfillOperator(LineageMixin, BaseOperator):
     """Plans a backfill: stores the plan in the checkpoint store and returns its summary for XCom.
 
     Takes every backfill option (``where``, ``read_version``, checkpoint and task sizes,
@@ -199,7 +199,7 @@ class GenevaPlanBackfillOperator(BaseOperator):
         self.parallelism = parallelism
         self.partition_where = partition_where
         self.lance_conn_id = lance_conn_id
-        self._table_uri: str | None = None
+        self._summary: Any = None  # the plan's summary once planned (its lineage)
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
@@ -213,22 +213,18 @@ class GenevaPlanBackfillOperator(BaseOperator):
             options = dataclasses.replace(options, where=where)
             self.log.info("Partition %r of column '%s': computing the rows where %s", key, self.column, where)
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        self._table_uri = tbl.uri
-        summary = plan_backfill(tbl.ref, self.column, options, parallelism=self.parallelism,
-                                airflow_run_id=context.get("run_id"))
+        self._summary = summary = plan_backfill(tbl.ref, self.column, options, parallelism=self.parallelism,
+                                                airflow_run_id=context.get("run_id"))
         self.log.info("Plan %s: %s", summary.job_id, summary.describe())
         push_job_link(context, summary.job_id, summary.table, self.lance_conn_id)
         return summary.to_xcom()
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        return lineage(self._table_uri, self.table, self.column)
 
 
 GenevaPlanBackfillOperator.__doc__ = inherit_params(GenevaPlanBackfillOperator.__doc__,
                                                     extra=option_params(BackfillOptions))
 
 
-class GenevaVerifyOperator(BaseOperator):
+class GenevaVerifyOperator(LineageMixin, BaseOperator):
     """Fails loudly if any planned row lacks its value; on success emits the table's Asset event.
 
     A plan that had nothing to do skips the task instead, so no Asset event wakes downstream DAGs
@@ -257,8 +253,7 @@ class GenevaVerifyOperator(BaseOperator):
         self.table = table
         self.column = column
         self.lance_conn_id = lance_conn_id
-        self._table_uri: str | None = None
-        self._column: str | None = None
+        self._verified: Any = None  # the verify stage's result (what was committed: lineage's statistics)
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
@@ -272,9 +267,7 @@ class GenevaVerifyOperator(BaseOperator):
             raise AirflowSkipException(f"{plan.kind} {plan.job_id} of '{plan.table}' had nothing to compute or "
                                        f"commit (up to date at version {plan.read_version}): no Asset event")
         hook = LanceHook(self.lance_conn_id)
-        result = verify(plan, hook.storage_options)
-        self._table_uri = hook.database.table_uri(result.table)
-        self._column = result.column
+        self._verified = result = verify(plan, hook.storage_options)
         extra = {"table": result.table, "column": result.column, "version": result.version,
                  "job_id": result.job_id, "rows_computed": plan.rows_to_compute}
         for outlet in self.outlets or []:
@@ -297,5 +290,5 @@ class GenevaVerifyOperator(BaseOperator):
                 "pass the plan of that table and column (or table/column of this plan), so the Asset event "
                 "names what was computed")
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        return lineage(self._table_uri, self.table or "", self._column)
+    def lineage_written(self) -> Any:
+        return self._verified.written if self._verified is not None else None

@@ -23,6 +23,7 @@ from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.hooks.errors import fails_without_retry, no_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators._common import with_retry_policy
+from geneva_provider.operators.lineage import LineageMixin, inject_parent_job_info
 from geneva_provider.operators.links import GenevaJobLink, SparkUILink, push_job_link, push_spark_ui_link
 from geneva_provider.operators.progress import ProgressLogger, progress_seconds
 from geneva_provider.operators.spark_backends import (
@@ -36,7 +37,7 @@ from geneva_provider.operators.spark_backends import (
 from geneva_provider.pipeline.stages.registry import SparkStage, spark_stage
 
 if TYPE_CHECKING:
-    from geneva_provider.core.contracts.models import PlanSummary, StageReport
+    from geneva_provider.core.contracts.models import PlanSummary, StageReport, WriteResult
     from geneva_provider.hooks.spark_submit import GenevaSparkSubmitHook
 
 
@@ -55,7 +56,7 @@ except ImportError:  # before 3.3: every try submits the stage (today's behaviou
             return self.poll_until_complete(external_id, context)  # type: ignore[attr-defined]
 
 
-class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
+class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
     """Runs one Spark stage of a plan (its ``stage``'s registry entry) and returns the stage's JSON result.
 
     :param plan: the plan stage's summary (its XCom, an ``XComArg``) (templated)
@@ -80,6 +81,9 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
     :param progress_interval: seconds between two progress lines (rows, rows/s) in the task log while the
         stage runs -- a line only when rows moved, and one every ``PROGRESS_HEARTBEATS`` intervals regardless
         (default ``[geneva] progress_interval``, else 5)
+    :param openlineage_inject_parent_job_info: add this task's OpenLineage parent job properties
+        (``spark.openlineage.parent*``) to the stage's Spark conf, as ``SparkSubmitOperator`` does (default
+        ``[openlineage] spark_inject_parent_job_info``); a spark-submit stage's application gets them
 
     The task's extra links open the job's record ("Geneva job") and the Spark UI of the stage's driver
     ("Spark UI": a spark-submit driver's, or the Spark Connect server's when it runs one).
@@ -115,9 +119,12 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         durable: bool = True,
         poll_interval: float = 5.0,
         progress_interval: float | None = None,
+        openlineage_inject_parent_job_info: bool = airflow_conf.getboolean(
+            "openlineage", "spark_inject_parent_job_info", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(durable=durable, **with_retry_policy(kwargs))
+        self.openlineage_inject_parent_job_info = openlineage_inject_parent_job_info
         self.ship_package = ship_package
         self.cluster_credentials = cluster_credentials
         self.plan = plan
@@ -166,6 +173,8 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
             raise AirflowSkipException(f"plan {plan.job_id} has nothing for the {self.stage} stage to do")
         self._storage_options  # noqa: B018 - the Lance connection first: a missing one is named before Spark's
         push_job_link(context, plan.job_id, plan.table, self.lance_conn_id)
+        if self.openlineage_inject_parent_job_info and context.get("ti") is not None:
+            self.conf = inject_parent_job_info(self.conf, context)
         # A bare execute() (a notebook, a script) has no task runner to defer with: it waits in place.
         self._defers = self.deferrable and context.get("ti") is not None
         if self._defers and not isinstance(self.backend, ConnectBackend):
@@ -348,6 +357,14 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         if isinstance(error, GenevaError):  # the package's error, as itself
             return error if error.retryable else no_retry(error)
         return AirflowException(message)
+
+    def lineage_written(self) -> WriteResult | None:
+        """The write+commit stage's result, once read (what it committed: lineage's statistics and version)."""
+        from geneva_provider.core.contracts.models import WriteResult
+
+        if self.stage != Stage.WRITE_COMMIT or self._result is None:
+            return None
+        return WriteResult.model_validate({k: v for k, v in self._result[1].items() if k != "status"})
 
     def on_kill(self) -> None:
         """Stops the stage's Spark work: the stage this task runs, or the process of its own that runs it."""

@@ -23,6 +23,7 @@ from geneva_provider.operators._common import (
     take_options,
     with_retry_policy,
 )
+from geneva_provider.operators.lineage import LineageMixin
 from geneva_provider.operators.links import GenevaJobLink, push_job_link
 
 VIEW_COLUMNS_EXPECTED = '{"out": "source_column"} or {"out": "my_pkg.udfs:embed"}'
@@ -99,7 +100,7 @@ def _check_definition(job: str, columns: Any, shuffle: Any) -> None:
         raise InvalidArgumentError(f"{job}: shuffle must be True or False (the seed goes in seed=), got {shuffle!r}")
 
 
-class GenevaPlanRefreshOperator(BaseOperator):
+class GenevaPlanRefreshOperator(LineageMixin, BaseOperator):
     """Plans a view refresh: appends placeholders for new source rows, stores the plan, returns its summary.
 
     Takes every refresh option (``src_version``, ``max_rows_per_fragment`` and the tuning options
@@ -125,6 +126,7 @@ class GenevaPlanRefreshOperator(BaseOperator):
             setattr(self, name, value)
         self.parallelism = parallelism
         self.lance_conn_id = lance_conn_id
+        self._summary: Any = None  # the plan's summary once planned (its lineage)
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
@@ -132,8 +134,8 @@ class GenevaPlanRefreshOperator(BaseOperator):
 
         db = LanceHook(self.lance_conn_id).database
         options = parse_options(RefreshOptions, self, f"refresh of view '{self.view}'")
-        summary = plan_refresh(db.catalog.ref(self.view), options, resolve=db.catalog.resolve,
-                               parallelism=self.parallelism, airflow_run_id=context.get("run_id"))
+        self._summary = summary = plan_refresh(db.catalog.ref(self.view), options, resolve=db.catalog.resolve,
+                                               parallelism=self.parallelism, airflow_run_id=context.get("run_id"))
         self.log.info("Refresh plan %s for view '%s': %s", summary.job_id, self.view, summary.describe())
         push_job_link(context, summary.job_id, summary.table, self.lance_conn_id)
         return summary.to_xcom()

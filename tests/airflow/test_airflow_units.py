@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import pyarrow as pa
 import pytest
@@ -55,8 +56,17 @@ def test_plan_and_verify_operators(events, spark):
     extra = ctx["outlet_events"][verify.outlets[0]].extra
     assert extra == {"table": "events", "column": "w", "version": events.version, "job_id": summary["job_id"],
                      "rows_computed": 5_000}
+    # OpenLineage: the table is the one dataset read and written (not a dataset per column), the column's edge
+    # from its UDF's input; verify reports the version committed and the rows, as the write+commit stage left them.
     lineage = plan_op.get_openlineage_facets_on_complete(None)
-    assert lineage.inputs[0].name == events.uri and lineage.outputs[0].name == f"{events.uri}#w"
+    path = os.path.abspath(events.uri)
+    assert [d.name for d in lineage.inputs] == [d.name for d in lineage.outputs] == [path]
+    edges = lineage.outputs[0].facets["columnLineage"].fields["w"].inputFields
+    assert [(e.name, e.field, e.transformations[0].subtype) for e in edges] == [
+        (path, "x", "TRANSFORMATION"), (path, "x", "FILTER")]  # embed(x), where x < 5000
+    [verified] = verify.get_openlineage_facets_on_complete(None).outputs
+    assert verified.facets["version"].datasetVersion == str(events.version)
+    assert verified.outputFacets["outputStatistics"].rowCount == 5_000
 
 
 def test_column_backfilled_sensor_and_trigger(events, spark):

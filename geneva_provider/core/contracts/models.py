@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from geneva_provider.core.contracts.error_payload import ErrorPayload
 from geneva_provider.core.contracts.index_models import IndexBuildPlan, IndexBuildResult, IndexRefresh, IndexSpec
 from geneva_provider.core.contracts.kinds import DigestScheme, EventStatus, JobKind, RowOutcome, Stage
+from geneva_provider.core.contracts.lineage_models import JobLineage
 from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.wording import counted, skipped_rows
@@ -339,6 +340,7 @@ class JobSpec(_TableJob):
     rows_total: int = 0                       # live rows of the table at the read version
     resource_asks: list[ResourceAsk] = Field(default_factory=list)  # the UDFs' CPU / GPU / memory needs per task
     udtf: UdtfWork | None = None  # a UDTF view refresh: its source and deletions
+    lineage: JobLineage | None = None  # what it reads and writes, column by column (OpenLineage's facts)
 
     @model_validator(mode="after")
     def _groups_agree(self) -> JobSpec:
@@ -396,7 +398,7 @@ class _JobPlan(JobSpec, PlanBase):
         return PlanSummary(
             job_id=self.job_id, plan_uri=plan_uri, kind=self.kind, table=self.table, column=self.column,
             read_version=self.read_version, rows_to_compute=self.rows_to_compute, rows_reused=self.rows_reused,
-            rows_appended=self.rows_appended, nothing_to_do=self.nothing_to_do, **counts)
+            rows_appended=self.rows_appended, nothing_to_do=self.nothing_to_do, lineage=self.lineage, **counts)
 
 
 class ColumnPlan(_JobPlan):
@@ -476,6 +478,7 @@ class PlanSummary(_Model):
     fragments_excluded: list[int] = Field(default_factory=list)  # compaction: left alone, held by live jobs
     fragments_held_by: dict[str, list[int]] = Field(default_factory=dict)  # compaction: live job id -> its fragments
     index_name: str | None = None  # an index build: the index it builds or refreshes
+    lineage: JobLineage | None = None  # a column job: the tables and columns it reads and writes (no secret)
 
     @classmethod
     def from_xcom(cls, value: Any) -> PlanSummary:
@@ -607,6 +610,8 @@ class WriteResult(_Model):
     fragments_vanished: list[int]
     commit_retries: int
     seconds: float
+    files_written: int = 0  # data files the job's commits added to the table
+    bytes_written: int = 0  # ... and their size
 
 
 class GroupFragments(_Model):
@@ -812,6 +817,7 @@ class VerifyResult(_Model):
     rows_verified: int
     fragments_deleted: list[int] = Field(default_factory=list)
     rows_failed: int = 0  # of the rows verified, those the UDF's error policy skipped (NULL; see the error store)
+    written: WriteResult | None = None  # what the job's write+commit stage committed (None: nothing to do)
 
 
 class ViewCheck(_Model):

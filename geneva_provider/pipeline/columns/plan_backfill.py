@@ -31,6 +31,7 @@ from geneva_provider.core.fingerprints import (
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding, live_row_addresses
 from geneva_provider.core.functions.udf import UdfColumnInfo, lead_column, udf_column_info
 from geneva_provider.core.incarnations import incarnations
+from geneva_provider.core.lineage import backfill_lineage
 from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store.checkpoint import CheckpointStore
@@ -100,7 +101,8 @@ def plan_backfill(
         incarnations=incarnations(ds, [*outputs, fp]),
         udf=UdfRef(name=info.name, version=info.version, kind=info.kind), max_failed_rows=info.max_failed_rows,
         max_failed_fraction=info.max_failed_fraction, rows_total=ds.count_rows(),
-        resource_asks=[ResourceAsk(udf=info.name, column=column, resources=info.resources)] if info.resources else [])
+        resource_asks=[ResourceAsk(udf=info.name, column=column, resources=info.resources)] if info.resources else [],
+        lineage=backfill_lineage(table.uri, ds.version, ds.schema, outputs, inputs, (info.name, info.version), where))
     return store_plan(spec, fragments, work, options, call, f"table '{table.name}' column '{column}'",
                       rows_stale=examiner.rows_stale)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.contracts.models import PlanSummary, VerifyResult
+from geneva_provider.core.store.layout import JobStore
 from geneva_provider.pipeline.stages.job_records import finish_record, job_stage
 from geneva_provider.pipeline.stages.kinds import job_kind
 from geneva_provider.pipeline.stages.planning import load_plan
@@ -38,4 +39,6 @@ def verify(plan: str | PlanSummary | dict[str, Any], storage_options: dict[str, 
     with job_stage(store, doc.job_id, Stage.VERIFY):
         result = job_kind(doc.kind).verify(doc, store, storage_options)
     record = finish_record(store, doc.job_id, version=result.version)
+    committed = JobStore(store).committed(doc.job_id)
+    result = result.model_copy(update={"written": committed.result if committed is not None else None})
     return result.model_copy(update={"rows_failed": record.rows_failed}) if record is not None else result

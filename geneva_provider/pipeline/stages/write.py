@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING
 from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.contracts.models import WriteResult
 from geneva_provider.core.incarnations import check_planned_columns
+from geneva_provider.core.store.layout import JobStore
 from geneva_provider.pipeline.spark.task_runner import task_runner
 from geneva_provider.pipeline.stages.kinds import job_kind
 from geneva_provider.pipeline.stages.planning import load_plan
 from geneva_provider.pipeline.stages.spark_stage import spark_stage
 
 if TYPE_CHECKING:
+    from geneva_provider.core.store.checkpoint import CheckpointStore
     from geneva_provider.pipeline.spark.task_runner import Compute
 
 log = logging.getLogger(__name__)
@@ -38,4 +40,25 @@ def run_write_commit(plan_uri: str, spark: Compute, storage_options: dict[str, s
     runner = task_runner(spark)
     with spark_stage(plan, store, Stage.WRITE_COMMIT, runner, storage_options):
         check_planned_columns(plan, storage_options, "write+commit")  # before any file is written
-        return kind.write_commit(plan, store, runner, storage_options)
+        result = kind.write_commit(plan, store, runner, storage_options)
+    return with_files_written(plan.table_uri, plan.read_version, result, store, storage_options)
+
+
+def with_files_written(table_uri: str, read_version: int, result: WriteResult, store: CheckpointStore,
+                       storage_options: dict[str, str] | None) -> WriteResult:
+    """The result with the data files its commits added (those of ``result.version`` that ``read_version`` did not
+    hold) and their size, also in the job's commit record, where verify reads them (lineage's output statistics)."""
+    import lance
+
+    def files(version: int) -> dict[str, int]:
+        ds = lance.dataset(table_uri, version=version, storage_options=storage_options)
+        return {f.path: f.file_size_bytes or 0 for frag in ds.get_fragments() for f in frag.data_files()}
+
+    before = files(read_version)
+    added = {path: size for path, size in files(result.version).items() if path not in before}
+    result = result.model_copy(update={"files_written": len(added), "bytes_written": sum(added.values())})
+    jobs = JobStore(store)
+    record = jobs.committed(result.job_id)
+    if record is not None:
+        jobs.put_committed(result.job_id, record.model_copy(update={"result": result}))
+    return result

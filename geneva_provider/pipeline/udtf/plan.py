@@ -23,12 +23,14 @@ import numpy as np
 import pyarrow as pa
 
 from geneva_provider.core.contracts.kinds import JobKind
+from geneva_provider.core.contracts.lineage_models import udf_description
 from geneva_provider.core.contracts.models import ExpandPart, ExpandTask, JobSpec, OutputGroup, PlanSummary, UdtfWork
 from geneva_provider.core.contracts.options import RefreshOptions
 from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
 from geneva_provider.core.fragments import column_field_ids, files_holding
 from geneva_provider.core.functions.udtf import UDTFKind, load_udtf
 from geneva_provider.core.incarnations import incarnations
+from geneva_provider.core.lineage import view_lineage
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.resources import ResourceAsk
@@ -115,7 +117,10 @@ def plan_udtf_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) -
         data_storage_version=str(ds.data_storage_version), job_prefix=prefix, rows_total=src.count_rows(),
         resource_asks=[ResourceAsk(udf=fn.name, column=view.name, resources=fn.resources)] if fn.resources else [],
         max_failed_rows=fn.on_error.skip_limits[0], max_failed_fraction=fn.on_error.skip_limits[1],
-        udtf=work)
+        udtf=work,
+        lineage=view_lineage(source.uri, src.version, src.schema.names, view.uri, ds.schema, spec.columns,
+                             {c: (spec.input_columns, udf_description("UDTF", spec.udtf, spec.version))
+                              for c in fn.output_schema.names}, spec.where, group_by=spec.partition_by))
     if not tasks and not work.deletes and state.base_version != src.version:
         # Nothing to expand or delete at this version: the view now matches it (the next refresh starts here).
         mark_refreshed(ds, work, state.pending)

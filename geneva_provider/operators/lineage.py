@@ -1,0 +1,152 @@
+"""OpenLineage for the Geneva operators: one table dataset in and out, column edges, schema, statistics, versions.
+
+Lineage tools (Marquez, DataHub, a cloud catalog) join datasets across tools by their OpenLineage name, so a job
+reports its table under the naming spec's name for the table's URI (:func:`dataset_name`): a backfill reads and
+writes the same dataset, a view's refresh reads its source table and writes the view.  The facts come from the
+plan summary (:class:`~geneva_provider.core.contracts.lineage_models.JobLineage`: each written column's input
+columns and UDF, the filter's columns, the versions read) and from what the write+commit stage committed
+(rows, files, bytes, the version after the last commit); never from the storage options, which no event carries.
+
+:class:`LineageMixin` gives an operator the three methods the OpenLineage provider calls
+(``get_openlineage_facets_on_start / on_complete / on_failure``); on failure the provider adds the error facet.
+The OpenLineage provider is optional: nothing here is imported until it calls those methods.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from geneva_provider.core.contracts.lineage_models import JobLineage
+    from geneva_provider.core.contracts.models import PlanSummary, WriteResult
+
+_BUCKETS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "wasb", "wasbs", "oss", "hdfs")
+
+
+def dataset_name(uri: str) -> tuple[str, str]:
+    """OpenLineage's (namespace, name) of a table at ``uri``: ``file`` and the absolute path for a local table,
+    ``s3://bucket`` (``gs://``, ``abfss://container@account``...) and the key path for an object store."""
+    if "://" not in uri:
+        return "file", os.path.abspath(uri).rstrip("/") or "/"
+    scheme, _, rest = uri.partition("://")
+    if scheme == "file":
+        return "file", os.path.abspath(rest or "/").rstrip("/") or "/"
+    authority, _, path = rest.partition("/")
+    path = path.rstrip("/")
+    if scheme in _BUCKETS:
+        return f"{scheme}://{authority}", path
+    return f"{scheme}://{authority}", f"/{path}"
+
+
+def operator_lineage(lineage: JobLineage | None, written: WriteResult | None = None) -> Any:
+    """The job's ``OperatorLineage``: the input table at the version read and the output table, with its column
+    lineage and schema, and -- once committed (``written``) -- its output statistics and the version committed.
+    No lineage (a job kind without columns): an empty one."""
+    from airflow.providers.common.compat.openlineage.facet import InputDataset, OutputDataset
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    if lineage is None:
+        return OperatorLineage()
+    from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
+
+    source_ns, source_name = dataset_name(lineage.source_uri)
+    namespace, name = dataset_name(lineage.table_uri)
+    facets: dict[str, Any] = {"schema": _schema(lineage), "columnLineage": _column_lineage(lineage)}
+    output_facets: dict[str, Any] = {}
+    if written is not None:
+        facets["version"] = DatasetVersionDatasetFacet(datasetVersion=str(written.version))
+        output_facets["outputStatistics"] = _statistics(written)
+    source = InputDataset(namespace=source_ns, name=source_name,
+                          facets={"version": DatasetVersionDatasetFacet(datasetVersion=str(lineage.source_version))})
+    return OperatorLineage(inputs=[source], outputs=[OutputDataset(namespace=namespace, name=name, facets=facets,
+                                                                   outputFacets=output_facets)])
+
+
+def _column_lineage(lineage: JobLineage) -> Any:
+    """Each written column from its input columns (``DIRECT``: the UDF's ``TRANSFORMATION``, a copy's
+    ``IDENTITY``), and the filter's and grouping's columns (``INDIRECT``) for each and for the whole dataset."""
+    from airflow.providers.common.compat.openlineage.facet import ColumnLineageDatasetFacet, Fields, InputField
+    from openlineage.client.generated.column_lineage_dataset import Transformation
+
+    namespace, name = dataset_name(lineage.source_uri)
+
+    def indirect() -> list[Any]:
+        return [InputField(namespace=namespace, name=name, field=column,
+                           transformations=[Transformation(type="INDIRECT", subtype=subtype, description=label)])
+                for columns, subtype, label in ((lineage.filter_columns, "FILTER", "where"),
+                                                (lineage.group_columns, "GROUP_BY", "partition_by"))
+                for column in columns]
+
+    fields = {
+        edge.column: Fields(
+            inputFields=[*(InputField(namespace=namespace, name=name, field=column, transformations=[
+                Transformation(type="DIRECT", subtype=str(edge.kind), description=edge.description)])
+                for column in edge.inputs), *indirect()])
+        for edge in lineage.edges}
+    return ColumnLineageDatasetFacet(fields=fields, dataset=indirect())
+
+
+def _schema(lineage: JobLineage) -> Any:
+    from airflow.providers.common.compat.openlineage.facet import SchemaDatasetFacet, SchemaDatasetFacetFields
+
+    return SchemaDatasetFacet(fields=[SchemaDatasetFacetFields(name=c.name, type=c.type) for c in lineage.written])
+
+
+def _statistics(written: WriteResult) -> Any:
+    from airflow.providers.common.compat.openlineage.facet import OutputStatisticsOutputDatasetFacet
+
+    return OutputStatisticsOutputDatasetFacet(rowCount=written.rows_committed, size=written.bytes_written,
+                                              fileCount=written.files_written)
+
+
+class LineageMixin:
+    """The OpenLineage provider's three methods, for an operator of a column job (a backfill, a view's refresh).
+
+    An operator says what it knows through :meth:`lineage_plan` (the plan summary: its own result, or the
+    ``plan`` it was given) and :meth:`lineage_written` (what was committed, once it is known); the events
+    of the job's tasks then name the same datasets and columns.
+    """
+
+    def lineage_plan(self) -> PlanSummary | None:
+        """The job's plan summary: the one the operator planned or read (``_summary``), else its ``plan``
+        argument as rendered (None when it is not one yet)."""
+        from geneva_provider.core.contracts.models import PlanSummary
+        from geneva_provider.core.errors import InvalidArgumentError
+
+        summary: PlanSummary | None = getattr(self, "_summary", None)
+        if summary is not None:
+            return summary
+        plan = getattr(self, "plan", None)
+        try:
+            return PlanSummary.from_xcom(plan) if plan is not None else None
+        except InvalidArgumentError:  # not rendered (an XComArg before the task ran): no lineage yet
+            return None
+
+    def lineage_written(self) -> WriteResult | None:
+        """What the job committed, when this operator knows it (default: nothing)."""
+        return None
+
+    def _operator_lineage(self) -> Any:
+        plan = self.lineage_plan()
+        return operator_lineage(plan.lineage if plan is not None else None, self.lineage_written())
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        return self._operator_lineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self._operator_lineage()
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self._operator_lineage()
+
+
+def inject_parent_job_info(conf: dict[str, Any], context: Any) -> dict[str, Any]:
+    """``conf`` with the OpenLineage parent job properties of this task (``spark.openlineage.parentJobName``,
+    ``parentRunId``, ...), as ``SparkSubmitOperator(openlineage_inject_parent_job_info=True)`` adds them: the
+    OpenLineage Spark listener of the stage's application then names this task as its parent."""
+    from airflow.providers.common.compat.openlineage.utils.spark import (
+        inject_parent_job_information_into_spark_properties,
+    )
+
+    return inject_parent_job_information_into_spark_properties(dict(conf), context)
