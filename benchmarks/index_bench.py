@@ -62,6 +62,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 from machine_load import LoadMeter, MachineLoad
+from report import ResultTable
 
 from geneva_provider.core.contracts.index_models import IndexSpec
 from geneva_provider.core.refs import TableRef
@@ -229,23 +230,12 @@ class TimedRunner(SparkRunner):
 
 
 # ---------------------------------------------------------------------- main
-ROWS: list[tuple[str, ...]] = []
-HEADER = ("run", "rows indexed", "build s", "recall@10", "p50 ms", "p90 ms", "machine load")
+TABLE = ResultTable("run", "rows indexed", "build s", "recall@10", "p50 ms", "p90 ms", "machine load")
 
 
 def row(label: str, rows: int, t: Timing, s: Searched | None) -> None:
-    line = (label, f"{rows:,}", f"{t.wall:.1f}", f"{s.recall:.3f}" if s else "-", f"{s.p50_ms:.2f}" if s else "-",
-            f"{s.p90_ms:.2f}" if s else "-", t.load_text())
-    ROWS.append(line)
-    print("  " + " | ".join(line), flush=True)
-
-
-def print_table() -> None:
-    widths = [max(len(r[i]) for r in [HEADER, *ROWS]) for i in range(len(HEADER))]
-    print("\n" + "=" * 100)
-    for r in [HEADER, *ROWS]:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-    print("=" * 100, flush=True)
+    TABLE.add(label, f"{rows:,}", f"{t.wall:.1f}", f"{s.recall:.3f}" if s else "-", f"{s.p50_ms:.2f}" if s else "-",
+              f"{s.p90_ms:.2f}" if s else "-", t.load_text())
 
 
 def covers_all(ds: lance.LanceDataset, name: str, label: str) -> None:
@@ -357,7 +347,7 @@ def main() -> None:
         ds_ours.validate()
         lance.dataset(theirs_uri).validate()
 
-        print_table()
+        TABLE.show()
         build = statistics.median(o.wall / t.wall for o, _, t, _ in rounds)
         ours_recall = statistics.median(s.recall for _, s, _, _ in rounds)
         theirs_recall = statistics.median(s.recall for _, _, _, s in rounds)
