@@ -57,6 +57,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from machine_load import LoadMeter, MachineLoad
+from report import aligned
 
 import geneva_provider as gp
 
@@ -420,12 +421,11 @@ def print_table(bench: Bench, labels: dict[str, str], repeat: int) -> None:
                      f"{gaps:.2f}", load])
     head = ["run" + (f" (median of {repeat})" if repeat > 1 else ""), "process", "DAG run", *TASKS, "tasks total",
             "run-tasks", "others"]
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    line = "  ".join(f"{{:<{widths[0]}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    print(line.format(*head))
-    print("-" * (sum(widths) + 2 * (len(widths) - 1)))
-    for r in rows:
-        print(line.format(*r))
+    first, *rest = aligned(head, rows)
+    print(first)
+    print("-" * len(first))
+    for line in rest:
+        print(line)
     print("(seconds; process = wall time of the child process; DAG run = dag_run end - start from the metadata DB "
           "(dags test takes the start\n before it parses the DAG folder and sets the run up, ~1 s); tasks span = first "
           "task start to last task end; run-tasks = the DAG run's time outside its tasks;\n others = max cores other "

@@ -18,12 +18,13 @@ then ranked again by exact float64 distances, so float32 rounding cannot reorder
 
 Both indexes: IVF_PQ, ``l2``, ``--partitions`` (256) partitions, ``--sub-vectors`` (16) sub-vectors of
 ``num_bits=8``, trained on the same sample sizes (pylance's ``sample_rate=256`` rows per partition / per code); IVF
-k-means up to 50 iterations on both sides, the PQ codebook's 50 in pylance and ``PQ_MAX_ITERS`` (25) in the Spark
-build (``training.py`` says why).  Both searched at ``k=10``, ``nprobes=--nprobes`` (20: at 256 partitions for 256
-clusters, more probes found nothing more), ``refine_factor=--refine`` (50: these vectors' neighbours are close
-together in all 128 dimensions, so PQ distances alone rank them poorly; at 10, recall@10 is ~0.55 on both
-sides), one query at a time through ``LanceDataset.to_table(nearest=...)`` on one opened dataset per side (its
-index cache warm: every query runs once before the timed pass).  Figures, side by side:
+k-means up to 50 iterations on both sides, run once by pylance and ``IVF_RESTARTS`` (3) times by the Spark build
+(which keeps the centroids nearest to a sample of the rows), the PQ codebook's 50 in pylance and ``PQ_MAX_ITERS``
+(15) in the Spark build (``training.py`` says why).  Both searched at ``k=10``, ``nprobes=--nprobes`` (20: at 256
+partitions for 256 clusters, more probes found nothing more), ``refine_factor=--refine`` (50: these vectors'
+neighbours are close together in all 128 dimensions, so PQ distances alone rank them poorly; at 10, recall@10 is
+~0.55 on both sides), one query at a time through ``LanceDataset.to_table(nearest=...)`` on one opened dataset per
+side (its index cache warm: every query runs once before the timed pass).  Figures, side by side:
 
 1. build seconds (Spark: ``create_index(TableRef, IndexSpec.of(...), spark)`` on a warm ``local[2]`` session,
    default groups = the session's 2 cores; pylance: ``LanceDataset.create_index`` in this process, which uses
@@ -62,11 +63,12 @@ import lance
 import numpy as np
 import pyarrow as pa
 from machine_load import LoadMeter, MachineLoad
+from report import ResultTable
 
 from geneva_provider.core.contracts.index_models import IndexSpec
 from geneva_provider.core.refs import TableRef
 from geneva_provider.pipeline.indexes import create_index, index_stats, refresh_index
-from geneva_provider.pipeline.indexes.training import PQ_MAX_ITERS
+from geneva_provider.pipeline.indexes.training import IVF_RESTARTS, PQ_MAX_ITERS
 from geneva_provider.pipeline.spark.task_runner import SparkRunner
 from geneva_provider.stages import local_session
 
@@ -229,23 +231,12 @@ class TimedRunner(SparkRunner):
 
 
 # ---------------------------------------------------------------------- main
-ROWS: list[tuple[str, ...]] = []
-HEADER = ("run", "rows indexed", "build s", "recall@10", "p50 ms", "p90 ms", "machine load")
+TABLE = ResultTable("run", "rows indexed", "build s", "recall@10", "p50 ms", "p90 ms", "machine load")
 
 
 def row(label: str, rows: int, t: Timing, s: Searched | None) -> None:
-    line = (label, f"{rows:,}", f"{t.wall:.1f}", f"{s.recall:.3f}" if s else "-", f"{s.p50_ms:.2f}" if s else "-",
-            f"{s.p90_ms:.2f}" if s else "-", t.load_text())
-    ROWS.append(line)
-    print("  " + " | ".join(line), flush=True)
-
-
-def print_table() -> None:
-    widths = [max(len(r[i]) for r in [HEADER, *ROWS]) for i in range(len(HEADER))]
-    print("\n" + "=" * 100)
-    for r in [HEADER, *ROWS]:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-    print("=" * 100, flush=True)
+    TABLE.add(label, f"{rows:,}", f"{t.wall:.1f}", f"{s.recall:.3f}" if s else "-", f"{s.p50_ms:.2f}" if s else "-",
+              f"{s.p90_ms:.2f}" if s else "-", t.load_text())
 
 
 def covers_all(ds: lance.LanceDataset, name: str, label: str) -> None:
@@ -276,8 +267,9 @@ def main() -> None:
     params = {"metric": "l2", "num_partitions": args.partitions, "num_sub_vectors": args.sub_vectors, "num_bits": 8}
     print(f"index benchmark: {n:,} x {dim}-d float32 ({CLUSTERS} clusters), {args.fragments} fragments of "
           f"{per_fragment:,} rows, +{extra:,} rows; IVF_PQ {params}; search k={K} nprobes={args.nprobes} "
-          f"refine_factor={args.refine}; {args.queries} queries; PQ k-means iterations: Spark build {PQ_MAX_ITERS}, "
-          f"pylance 50; {os.cpu_count()} CPUs, master {MASTER}, pyspark "
+          f"refine_factor={args.refine}; {args.queries} queries; IVF k-means runs: Spark build {IVF_RESTARTS}, "
+          f"pylance 1; PQ k-means iterations: Spark build {PQ_MAX_ITERS}, pylance 50; {os.cpu_count()} CPUs, "
+          f"master {MASTER}, pyspark "
           f"{__import__('pyspark').__version__}, pylance {lance.__version__}, load average "
           f"{' / '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
     engine_log = logging.getLogger("geneva_provider.pipeline.indexes")
@@ -357,7 +349,7 @@ def main() -> None:
         ds_ours.validate()
         lance.dataset(theirs_uri).validate()
 
-        print_table()
+        TABLE.show()
         build = statistics.median(o.wall / t.wall for o, _, t, _ in rounds)
         ours_recall = statistics.median(s.recall for _, s, _, _ in rounds)
         theirs_recall = statistics.median(s.recall for _, _, _, s in rounds)

@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata, write_fragments
 from machine_load import LoadMeter, MachineLoad
+from report import ResultTable
 
 import geneva_provider as gp
 from geneva_provider.stages import local_session
@@ -160,27 +161,16 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, Timing]:
     return out, timing
 
 
-ROWS: list[tuple[str, ...]] = []
-HEADER = ("run", "docs in source", "chunker calls", "wall s", "calls/s", "chunk rows (all)", "machine load")
+TABLE = ResultTable("run", "docs in source", "chunker calls", "wall s", "calls/s", "chunk rows (all)", "machine load")
 
 
 def row(label: str, docs: int, t: Timing, calls: int, chunk_rows: int) -> None:
-    line = (label, f"{docs:,}", f"{calls:,}", f"{t.wall:.2f}", f"{calls / t.wall:,.0f}" if calls else "-",
-            f"{chunk_rows:,}", t.load_text())
-    ROWS.append(line)
-    print("  " + " | ".join(line), flush=True)
+    TABLE.add(label, f"{docs:,}", f"{calls:,}", f"{t.wall:.2f}", f"{calls / t.wall:,.0f}" if calls else "-",
+              f"{chunk_rows:,}", t.load_text())
 
 
 def stages(res: gp.BackfillResult) -> None:
     print("    stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in res.seconds.items()), flush=True)
-
-
-def print_table() -> None:
-    widths = [max(len(r[i]) for r in [HEADER, *ROWS]) for i in range(len(HEADER))]
-    print("\n" + "=" * 100)
-    for r in [HEADER, *ROWS]:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-    print("=" * 100, flush=True)
 
 
 def check(view: gp.Table, ref_uri: str, n_docs: int) -> int:
@@ -265,7 +255,7 @@ def main() -> None:
         stages(res)
         view.dataset().validate()
         print("result check: the view's chunks equal the reference's after each run: OK")
-        print_table()
+        TABLE.show()
         print(f"first refresh, median of {len(ratios)} rounds: {ratio:.2f}x the reference (target <= {TARGET:.1f}x: "
               f"{'MET' if ratio <= TARGET else 'NOT MET'})", flush=True)
     finally:

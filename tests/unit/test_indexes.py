@@ -25,7 +25,9 @@ from geneva_provider.pipeline.indexes import (
     refresh_index,
     unindexed_fragments,
 )
+from geneva_provider.pipeline.indexes.drift import centroid_distance
 from geneva_provider.pipeline.indexes.groups import balanced_groups
+from geneva_provider.pipeline.indexes.training import lowest_distance
 from geneva_provider.stages import InProcessRunner
 from tests.index_data import DIM, NPROBES, REFINE, KilledAfter, clustered, queries, recall, write_table
 
@@ -252,6 +254,24 @@ def test_artifacts_round_trip_json(table):
     assert (len(args["ivf_centroids"]), args["ivf_centroids"].type.list_size) == (16, DIM)
     assert args["num_sub_vectors"] == 8
     assert again.matches(pq_spec()) and not again.matches(IndexSpec.of("vec", "IVF_PQ", num_partitions=32))
+
+
+def test_of_several_ivf_trainings_the_one_nearest_to_the_rows_is_kept():
+    """The IVF restarts keep the centroids a k-means local minimum did not spoil: here the 16 true centres beat
+    the same centres with two clusters sharing one centroid (the 16th doubled up on another cluster's)."""
+    data = clustered(4000)
+    col = data.column("vec").combine_chunks()
+    rows = col.values.to_numpy().reshape(len(col), DIM)
+    centres = np.random.default_rng(12345).normal(size=(16, DIM)).astype(np.float32) * 4.0  # clustered()'s
+    merged = centres.copy()
+    merged[0] = (centres[0] + centres[1]) / 2  # one centroid between two clusters ...
+    merged[1] = centres[2] + 0.5  # ... and two in one
+    kept, distance = lowest_distance(["merged", "true", "merged again"], {"merged": merged, "true": centres,
+                                     "merged again": merged}.get, rows, "l2")
+    assert kept == "true" and distance == pytest.approx(np.sqrt(DIM), rel=0.05)  # unit noise in 64-d
+    assert centroid_distance(rows, merged, "l2") > 1.05 * distance
+    assert lowest_distance(["first", "second"], {"first": merged, "second": centres}.get,
+                           np.zeros((0, DIM), np.float32), "l2") == ("first", None)  # nothing to judge by
 
 
 # ------------------------------------------------------------------ scalar and full-text

@@ -60,11 +60,6 @@ def centroid_distance(vectors: Any, centroids: Any, metric: str) -> float | None
     return float(np.sqrt(np.maximum(nearest, 0.0)).mean())
 
 
-def training_distance(ds: Dataset, column: str, centroids: Any, metric: str) -> float | None:
-    """The centroid distance of a sample of ``ds``'s rows: what training records for later refreshes."""
-    return centroid_distance(sample_vectors(ds, column), centroids, metric)
-
-
 def drift(ds: Dataset, artifacts: IndexArtifacts, fragment_ids: Sequence[int]) -> float | None:
     """The drift of ``fragment_ids``'s rows from the index's training (None: nothing to compare, e.g. a scalar
     index, an index trained before the measure was recorded, or no vectors)."""
