@@ -10,12 +10,12 @@ Spark Connect server: which sessions its log shows, the values written, the tabl
 from __future__ import annotations
 
 import re
-from datetime import datetime
 
 import pytest
 
 from tests.airflow.test_example_dags import run, words_of
 from tests.conftest import FAKE_SECRET
+from tests.helpers import dag_bag
 
 
 def _sessions(server) -> set[str]:
@@ -23,25 +23,33 @@ def _sessions(server) -> set[str]:
     return set(re.findall(r"sessionId: ([0-9a-f-]{36}) accessed", server.log_path.read_text(errors="replace")))
 
 
-def _backfill_dag(in_process_rows: int):
-    from airflow.sdk import DAG
+DAGS = """
+from datetime import datetime
 
-    from geneva_provider.task_groups import backfill_task_group
+from airflow.sdk import DAG
 
-    with DAG(dag_id=f"small_plans_{in_process_rows}", schedule=None, start_date=datetime(2026, 1, 1),
-             catchup=False) as dag:
+from geneva_provider.task_groups import backfill_task_group
+
+for rows in (0, 5_000):
+    with DAG(dag_id=f"small_plans_{rows}", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
         backfill_task_group("backfill_words", "events", "words", retries=0, refresh_indexes=False,
-                            in_process_rows=in_process_rows)
-    return dag
+                            in_process_rows=rows)
+"""
+
+
+@pytest.fixture(scope="module")
+def small_plan_dags(airflow_db):
+    with dag_bag("geneva_test_small_plans.py", DAGS) as bag:
+        yield bag
 
 
 @pytest.mark.slow
-def test_a_small_plan_runs_in_the_task_and_a_large_one_over_connect(lance_db, connect_server, capfd):
+def test_a_small_plan_runs_in_the_task_and_a_large_one_over_connect(small_plan_dags, lance_db, connect_server, capfd):
     from geneva_provider.examples import sample, word_count
 
     tbl = lance_db.create_table("events", sample(6_000), max_rows_per_file=3_000)
     tbl.add_columns({"words": word_count})
-    dag = _backfill_dag(in_process_rows=5_000)
+    dag = small_plan_dags.get_dag("small_plans_5000")
 
     before = _sessions(connect_server)
     dr, states, tis, _ = run(dag)  # 6,000 rows to compute: more than 5,000, over Spark Connect
@@ -72,12 +80,12 @@ def test_a_small_plan_runs_in_the_task_and_a_large_one_over_connect(lance_db, co
 
 
 @pytest.mark.slow
-def test_in_process_rows_zero_keeps_a_small_plan_on_spark(lance_db, connect_server):
+def test_in_process_rows_zero_keeps_a_small_plan_on_spark(small_plan_dags, lance_db, connect_server):
     from geneva_provider.examples import sample, word_count
 
     lance_db.create_table("events", sample(500), max_rows_per_file=250).add_columns({"words": word_count})
     before = _sessions(connect_server)
-    dr, states, tis, _ = run(_backfill_dag(in_process_rows=0))
+    dr, states, tis, _ = run(small_plan_dags.get_dag("small_plans_0"))
     assert dr.state == "success", states
     assert tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")["rows_computed"] == 500
     assert len(_sessions(connect_server) - before) == 1
