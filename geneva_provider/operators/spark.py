@@ -200,7 +200,8 @@ class _GenevaSparkStageOperator(ResumableJobMixin, BaseOperator):
         # A bare execute() (a notebook, a script) has no task runner to defer with: it waits in place.
         self._defers = self.deferrable and context.get("ti") is not None
         if self._defers and not isinstance(self.backend, ConnectBackend):
-            self.log.info("deferrable=True: a spark-submit stage runs in its task (only Spark Connect stages defer)")
+            what = "a small plan's stage" if isinstance(self.backend, InProcessBackend) else "a spark-submit stage"
+            self.log.info("deferrable=True: %s runs in its task (only Spark Connect stages defer)", what)
         return self.execute_resumable(context)
 
     # ------------------------------------------------------------ ResumableJobMixin: submit, status, poll, result
