@@ -6,16 +6,19 @@ HTML page for a browser.  The api-server reads it from the table's checkpoint st
 connection's storage options, which never leave the server: the record holds none, and the page shows the
 record only.  Only users the api-server authenticated may read it (the UI's session, or an API token).
 Registered through the provider info (``plugins``), so installing the package is enough.
+
+Every Airflow process that deserializes a DAG loads the plugins (for their operator extra links): ``dags test``,
+the scheduler, each task's runner.  So this module imports no FastAPI and builds no app when it loads -- that
+took seconds per process (issue 44); the api-server builds the app the first time it reads ``fastapi_apps``.
+No ``from __future__ import annotations`` here: FastAPI reads the endpoint's annotations, which are the
+objects the builder imported.
 """
 
-from __future__ import annotations
-
+import functools
 import html
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from geneva_provider.operators.links import JOBS_PATH
 
@@ -41,32 +44,37 @@ def job_record(job_id: str, table: str, conn: str) -> dict[str, Any]:
     return {name: fields.get(name) for name in JOB_FIELDS}
 
 
-def _authenticated() -> Any:
+@functools.cache
+def job_pages_app() -> Any:
+    """The FastAPI app of the job record pages (built once, when the api-server mounts it)."""
     from airflow.api_fastapi.core_api.security import requires_authenticated
+    from fastapi import Depends, FastAPI, HTTPException, Request
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-    return requires_authenticated()
+    app = FastAPI(title="Geneva jobs", dependencies=[Depends(requires_authenticated())])
 
+    @app.get("/jobs/{job_id}")
+    def get_job(job_id: str, table: str, conn: str, request: Request) -> Response:
+        try:
+            fields = job_record(job_id, table, conn)
+        except LookupError as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
+        if "text/html" not in request.headers.get("accept", ""):
+            return JSONResponse(fields)
+        rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape('' if v is None else str(v))}</td></tr>"
+                       for k, v in fields.items())
+        return HTMLResponse(f"<!doctype html><title>Geneva job {html.escape(job_id)}</title>"
+                            f"<h1>Geneva job {html.escape(job_id)}</h1><table>{rows}</table>")
 
-app = FastAPI(title="Geneva jobs", dependencies=[Depends(_authenticated())])
-
-
-@app.get("/jobs/{job_id}")
-def get_job(job_id: str, table: str, conn: str, request: Request) -> Response:
-    try:
-        fields = job_record(job_id, table, conn)
-    except LookupError as exc:
-        raise HTTPException(status_code=404, detail=str(exc)) from None
-    if "text/html" not in request.headers.get("accept", ""):
-        return JSONResponse(fields)
-    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape('' if v is None else str(v))}</td></tr>"
-                   for k, v in fields.items())
-    return HTMLResponse(f"<!doctype html><title>Geneva job {html.escape(job_id)}</title>"
-                        f"<h1>Geneva job {html.escape(job_id)}</h1><table>{rows}</table>")
+    return app
 
 
 class GenevaPlugin(AirflowPlugin):
     """Mounts the job record pages on the api-server at ``/geneva``."""
 
     name = "geneva"
-    fastapi_apps: list[Any] = [  # noqa: RUF012 - AirflowPlugin's own attribute, read from the class
-        {"app": app, "url_prefix": JOBS_PATH.rsplit("/", 1)[0], "name": "Geneva jobs"}]
+
+    @property
+    def fastapi_apps(self) -> list[Any]:  # type: ignore[override] - AirflowPlugin's list, built when read
+        """The api-server reads the app from the plugin it loaded (an instance): built then, not at import."""
+        return [{"app": job_pages_app(), "url_prefix": JOBS_PATH.rsplit("/", 1)[0], "name": "Geneva jobs"}]

@@ -16,25 +16,47 @@ from pathlib import Path
 
 
 def package_zip(target: str | os.PathLike[str] | None = None) -> str:
-    """Writes the zip to ``target`` (default: this user's one in the temp dir, rebuilt each time) and returns its
-    path; it appears whole (written beside it, then renamed)."""
+    """Writes the zip to ``target`` and returns its path; it appears whole (written beside it, then renamed).
+
+    Without ``target``: this user's zip of these very sources in the temp dir, named by the package's version and
+    a digest of its files' paths, sizes and modification times -- built once, then found again by every stage of
+    every job (a Spark Connect session's artifact, a spark-submit's ``--py-files``) until a source file changes.
+    Its bytes are the same each time, so the session marker that decides whether a resumed session needs it
+    shipped again (:func:`geneva_provider.pipeline.spark.connect.connect_session`) holds across builds too.
+    """
+    import hashlib
+
     import geneva_provider
+
+    files = _sources(Path(geneva_provider.__file__).parent)
+    if target is None:
+        digest = hashlib.sha256()
+        for path, name in files:
+            stat = path.stat()
+            digest.update(f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        out = Path(tempfile.gettempdir()) / (f"geneva_provider-{geneva_provider.__version__}-{os.getuid()}-"
+                                             f"{digest.hexdigest()[:16]}.zip")
+        if out.is_file():
+            return str(out)
+    else:
+        out = Path(target)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, name in files:
+            zf.write(path, name)
+    os.replace(tmp, out)
+    return str(out)
+
+
+def _sources(package: Path) -> list[tuple[Path, str]]:
+    """The package's Python files and their names in the zip (the stages' programs under ``spark_apps/``)."""
     from geneva_provider.core.contracts.kinds import Stage
     from geneva_provider.spark_apps import app_path
 
-    out = Path(target) if target is not None else \
-        Path(tempfile.gettempdir()) / f"geneva_provider-{geneva_provider.__version__}-{os.getuid()}.zip"
-    package = Path(geneva_provider.__file__).parent
     apps = Path(app_path(Stage.APPLY)).parent  # packaged inside geneva_provider, or spark_apps/ in a source tree
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(package.rglob("*.py")):
-            if apps not in path.parents:
-                zf.write(path, f"geneva_provider/{path.relative_to(package)}")
-        for path in sorted(apps.glob("*.py")):
-            zf.write(path, f"geneva_provider/spark_apps/{path.name}")
-    os.replace(tmp, out)
-    return str(out)
+    files = [(path, f"geneva_provider/{path.relative_to(package)}") for path in sorted(package.rglob("*.py"))
+             if apps not in path.parents]
+    return files + [(path, f"geneva_provider/spark_apps/{path.name}") for path in sorted(apps.glob("*.py"))]
 
 
 if __name__ == "__main__":

@@ -62,6 +62,9 @@ os.environ.update({
     "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
     "GENEVA_HOURLY_WAIT_SECONDS": "3",
     "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",  # the sensors honour it (the tests check deferral)
+    # The suite's tables are small: every Spark stage goes to Spark, as the tests of that path expect; the tests of
+    # small plans run in the task's process (in_process_rows) set it themselves.
+    "AIRFLOW__GENEVA__IN_PROCESS_ROWS": "0",
 })
 
 

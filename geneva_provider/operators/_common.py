@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 # What the Spark stage operators take besides the plan (the task groups pass them to both Spark tasks).
 SPARK_OPTIONS = ("conf", "py_files", "env_vars", "spark_binary", "ship_package", "cluster_credentials",
                  "openlineage_inject_parent_job_info",
-                 "spark_conn_id", "deferrable", "durable", "poll_interval", "progress_interval")
+                 "spark_conn_id", "deferrable", "durable", "poll_interval", "progress_interval", "in_process_rows")
+IN_PROCESS_ROWS = 20_000  # the default of in_process_rows: see geneva_provider.operators.spark_backends.small_plan
 
 
 def with_retry_policy(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -35,6 +36,24 @@ def with_retry_policy(kwargs: dict[str, Any]) -> dict[str, Any]:
     if policy is not None and "retry_policy" not in kwargs and "retry_policy" not in (kwargs.get("default_args") or {}):
         kwargs["retry_policy"] = policy
     return kwargs
+
+
+def in_process_rows_setting(value: int | None, who: str) -> int:
+    """The most rows a plan may have to compute and run its Spark stages in the task's process: ``value``, else
+    ``[geneva] in_process_rows``, else :data:`IN_PROCESS_ROWS`; 0 runs every stage on Spark."""
+    if value is None:
+        from airflow.sdk import conf
+
+        text = conf.get("geneva", "in_process_rows", fallback=None)
+        try:
+            value = IN_PROCESS_ROWS if text is None or not text.strip() else int(text)
+        except ValueError:
+            raise InvalidArgumentError(f"{who}: [geneva] in_process_rows must be a whole number of rows (0: never "
+                                       f"in the task's process), got {text!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"{who}: in_process_rows must be a whole number of rows, 0 or more (0: never in "
+                                   f"the task's process), got {value!r}")
+    return value
 
 
 def option_params(cls: type[JobOptions]) -> dict[str, str]:

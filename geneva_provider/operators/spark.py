@@ -22,16 +22,18 @@ from geneva_provider.core.contracts.kinds import EventStatus, Stage
 from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.hooks.errors import fails_without_retry, no_retry
 from geneva_provider.hooks.lance import LanceHook
-from geneva_provider.operators._common import with_retry_policy
+from geneva_provider.operators._common import in_process_rows_setting, with_retry_policy
 from geneva_provider.operators.lineage import LineageMixin, inject_parent_job_info
 from geneva_provider.operators.links import GenevaJobLink, SparkUILink, push_job_link, push_spark_ui_link
 from geneva_provider.operators.progress import ProgressLogger, progress_seconds
 from geneva_provider.operators.spark_backends import (
     ConnectBackend,
+    InProcessBackend,
     SparkBackend,
     SparkSettings,
     SparkSubmitBackend,
     StageRun,
+    small_plan,
     spark_backend,
 )
 from geneva_provider.pipeline.stages.registry import SparkStage, spark_stage
@@ -56,6 +58,19 @@ except ImportError:  # before 3.3: every try submits the stage (today's behaviou
             return self.poll_until_complete(external_id, context)  # type: ignore[attr-defined]
 
 
+FIRST_POLL_SECONDS = 0.1  # the first look at a stage run in a process of its own
+
+
+def poll_wait(elapsed: float, poll_interval: float) -> float:
+    """Seconds until the next look at a stage that has run ``elapsed`` seconds: a tenth of that, from
+    ``FIRST_POLL_SECONDS`` up to ``poll_interval``.
+
+    A small stage's end is seen within a fraction of a second of it (a fixed 5 s wait made every short
+    stage last a multiple of 5 s), and a long one's store is read no more often than ``poll_interval``.
+    """
+    return min(max(FIRST_POLL_SECONDS, elapsed / 10), max(poll_interval, FIRST_POLL_SECONDS))
+
+
 class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
     """Runs one Spark stage of a plan (its ``stage``'s registry entry) and returns the stage's JSON result.
 
@@ -77,13 +92,18 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
         a worker crash or a task restart reattaches to it instead of starting it again (default ``True``;
         Airflow 3.3+).  ``False`` runs the stage in the task process: a killed task's Spark work may go on on
         the server while its retry starts the stage again
-    :param poll_interval: seconds between two looks at a stage that runs in a process of its own
+    :param poll_interval: at most this many seconds between two looks at a stage that runs in a process of its
+        own (the first looks come sooner: a tenth of the stage's time so far, from 0.1 s)
     :param progress_interval: seconds between two progress lines (rows, rows/s) in the task log while the
         stage runs -- a line only when rows moved, and one every ``PROGRESS_HEARTBEATS`` intervals regardless
         (default ``[geneva] progress_interval``, else 5)
     :param openlineage_inject_parent_job_info: add this task's OpenLineage parent job properties
         (``spark.openlineage.parent*``) to the stage's Spark conf, as ``SparkSubmitOperator`` does (default
         ``[openlineage] spark_inject_parent_job_info``); a spark-submit stage's application gets them
+    :param in_process_rows: the apply and write+commit stages of a plan with at most this many rows to compute (and
+        no UDF asking for GPUs) run in the task's own process with the in-process task runner -- no Spark session,
+        upload or job, which cost more than such work -- through the same checkpoints and commit (default
+        ``[geneva] in_process_rows``, else 20,000; 0: always on Spark)
 
     The task's extra links open the job's record ("Geneva job") and the Spark UI of the stage's driver
     ("Spark UI": a spark-submit driver's, or the Spark Connect server's when it runs one).
@@ -121,6 +141,7 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
         progress_interval: float | None = None,
         openlineage_inject_parent_job_info: bool = airflow_conf.getboolean(
             "openlineage", "spark_inject_parent_job_info", fallback=False),
+        in_process_rows: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(durable=durable, **with_retry_policy(kwargs))
@@ -137,11 +158,21 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.progress_interval = progress_seconds(progress_interval, f"{type(self).__name__} '{self.task_id}'")
+        self.in_process_rows = in_process_rows_setting(in_process_rows, f"{type(self).__name__} '{self.task_id}'")
+
+    runs_small_plans = False  # whether a small plan's stage runs in the task's process (in_process_rows)
 
     @cached_property
     def backend(self) -> SparkBackend:
-        """How the stage runs, chosen from the Spark connection (when the task runs: after rendering)."""
-        return spark_backend(self.spark_settings(), self.log)
+        """How the stage runs (when the task runs: after rendering): in the task's process for a small plan
+        (:func:`~geneva_provider.operators.spark_backends.small_plan`), else as the Spark connection says."""
+        settings = self.spark_settings()
+        plan = getattr(self, "_summary", None)
+        if self.runs_small_plans and plan is not None:
+            why = small_plan(settings, plan, self._storage_options)
+            if why is not None:
+                return InProcessBackend(settings, self.log, why)
+        return spark_backend(settings, self.log)
 
     @property
     def entry(self) -> SparkStage:
@@ -178,7 +209,8 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
         # A bare execute() (a notebook, a script) has no task runner to defer with: it waits in place.
         self._defers = self.deferrable and context.get("ti") is not None
         if self._defers and not isinstance(self.backend, ConnectBackend):
-            self.log.info("deferrable=True: a spark-submit stage runs in its task (only Spark Connect stages defer)")
+            what = "a small plan's stage" if isinstance(self.backend, InProcessBackend) else "a spark-submit stage"
+            self.log.info("deferrable=True: %s runs in its task (only Spark Connect stages defer)", what)
         return self.execute_resumable(context)
 
     # ------------------------------------------------------------ ResumableJobMixin: submit, status, poll, result
@@ -248,8 +280,9 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
                                                   progress_interval=self.progress_interval),
                        method_name="execute_complete")
         with ProgressLogger(store, submission.job_id, submission.stage, self.log, seconds=self.progress_interval):
+            started = time.monotonic()
             while submission.status(store) == RunStatus.RUNNING:
-                time.sleep(self.poll_interval)
+                time.sleep(poll_wait(time.monotonic() - started, self.poll_interval))
         return self.get_job_result(external_id, context)
 
     def _deadline(self, context: Any) -> float | None:
@@ -335,7 +368,7 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
                              env_vars=self.env_vars, spark_binary=self.spark_binary, ship_package=self.ship_package,
                              cluster_credentials=self.cluster_credentials,
                              submitter=f"{type(self).__name__} '{self.task_id}'",
-                             progress_interval=self.progress_interval)
+                             progress_interval=self.progress_interval, in_process_rows=self.in_process_rows)
 
     def make_hook(self, plan: PlanSummary, storage_options: dict[str, str] | None, result_key: str
                   ) -> GenevaSparkSubmitHook:
@@ -383,6 +416,7 @@ class GenevaSparkApplyOperator(_GenevaSparkStageOperator):
     """Apply stage on Spark: computes every planned range not yet checkpointed (a retry resumes)."""
 
     stage = Stage.APPLY
+    runs_small_plans = True
 
     def nothing_to_do(self, plan: PlanSummary) -> bool:
         return plan.nothing_to_do or not plan.tasks
@@ -392,4 +426,5 @@ class GenevaSparkWriteCommitOperator(_GenevaSparkStageOperator):
     """Write+commit stage on Spark: one column file per fragment, DataReplacement commits."""
 
     stage = Stage.WRITE_COMMIT
+    runs_small_plans = True
 

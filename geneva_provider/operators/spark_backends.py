@@ -34,10 +34,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow.sdk.exceptions import AirflowException
-
 from geneva_provider.core.contracts.kinds import EventStatus, Stage
-from geneva_provider.hooks.errors import airflow_connection
 from geneva_provider.operators.progress import ProgressLogger
 from geneva_provider.pipeline.stages.progress_lines import PROGRESS_SECONDS
 from geneva_provider.spark_apps import app_path
@@ -72,6 +69,7 @@ class SparkSettings:
     cluster_credentials: bool = False
     submitter: str = "a geneva stage"  # who runs the stage, for messages: "GenevaSparkApplyOperator 'apply'"
     progress_interval: float = PROGRESS_SECONDS  # seconds between two progress lines in the task log
+    in_process_rows: int = 0  # a plan with at most this many rows to compute runs here, without Spark (0: never)
 
 
 @dataclass(frozen=True)
@@ -158,6 +156,14 @@ class SparkBackend(ABC):
         """What is wrong while the job record cannot show it (for the progress lines); None: nothing."""
         return None
 
+    def _leave(self, submission: StageSubmission, store: Any, report: StageReport) -> None:
+        """Leaves the report in the store; one the store refuses stays with this process (its failure is logged)."""
+        try:
+            submission.leave(store, report)
+        except Exception as exc:  # noqa: BLE001 - the stage's own outcome matters more than where it is kept
+            self.log.warning("Could not leave the %s stage's report in the store: %s", submission.stage, exc)
+            self._report = report
+
     def _output_tail(self) -> str:
         return ""
 
@@ -192,10 +198,75 @@ def spark_backend(settings: SparkSettings, log: Any) -> SparkBackend:
     """
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
+    from geneva_provider.hooks.errors import airflow_connection
+
     conn = airflow_connection(settings.conn_id, "spark_conn_id", SPARK_CONNECTION_TYPES)
     if conn.conn_type == SparkConnectHook.conn_type:
         return ConnectBackend(settings, log)
     return SparkSubmitBackend(settings, log)
+
+
+def small_plan(settings: SparkSettings, plan: PlanSummary, storage_options: dict[str, str] | None) -> str | None:
+    """Why ``plan``'s Spark stages run in the task's process (:class:`InProcessBackend`), or None: they go to Spark.
+
+    A plan with at most ``settings.in_process_rows`` rows to compute (the ``in_process_rows`` operator argument,
+    ``[geneva] in_process_rows``, 20,000 by default) and no UDF asking for GPUs.  There its work is smaller than
+    what Spark costs before any of it starts -- over Spark Connect a session, its package upload, a probe job
+    and a new Python worker daemon that imports pyarrow, lance and the stages; over spark-submit a JVM -- and the
+    in-process task runner runs it through the very stage code, checkpoints and commit.  Both stages of a plan
+    decide alike (the same summary), so apply's checkpoints and write+commit's files come from one place.
+    """
+    if plan.rows_to_compute > settings.in_process_rows:
+        return None
+    from geneva_provider.pipeline.stages.planning import load_plan
+
+    job_plan, _ = load_plan(plan.plan_uri, storage_options)
+    if any(ask.resources.num_gpus for ask in job_plan.resource_asks):  # GPUs are given by Spark alone
+        return None
+    return (f"{plan.rows_to_compute:,} rows to compute, at most {settings.in_process_rows:,} (in_process_rows): "
+            "in this process, no Spark")
+
+
+class InProcessBackend(SparkBackend):
+    """Runs a small plan's stage in the task's own process with the in-process task runner: no Spark at all.
+
+    What the stage computes, checkpoints, writes and commits is the same code as on Spark (the runner is the
+    :class:`~geneva_provider.pipeline.spark.task_runner.TaskRunner` seam); it leaves its report in the store as
+    the other backends do, so a retry of the task resumes from its checkpoints whichever backend it gets.
+    Nothing runs outside this process, so a killed task leaves nothing running.
+    """
+
+    def __init__(self, settings: SparkSettings, log: Any, why: str = "") -> None:
+        super().__init__(settings, log)
+        self.why = why
+        self._runner: Any = None
+        self._job_id = ""
+
+    def _start(self, stage: SparkStage, plan: PlanSummary, storage_options: dict[str, str] | None, store: Any,
+               submission: StageSubmission) -> Callable[[], _Ended]:
+        from geneva_provider.core.contracts.models import StageReport
+        from geneva_provider.pipeline.spark.in_process import InProcessRunner
+
+        self._runner, self._job_id = InProcessRunner(), plan.job_id
+        self.log.info("Running the %s stage of plan %s in the task's process (%s): %s", stage.name, plan.job_id,
+                      self.why, plan.describe())
+
+        def drive() -> _Ended:
+            cause = None
+            try:
+                report = StageReport(status=EventStatus.SUCCESS,
+                                     result=stage.function(plan.plan_uri, self._runner, storage_options))
+            except Exception as exc:  # noqa: BLE001 - the operator reports it with the package's reason first
+                report, cause = StageReport.failed(exc), exc
+            self._leave(submission, store, report)
+            return _Ended(failed=cause is not None, cause=cause)
+
+        return drive
+
+    def on_kill(self) -> None:
+        """Stops the stage's tasks before their next one (each then fails as cancelled)."""
+        if self._runner is not None:
+            self._runner.cancel(self._job_id)
 
 
 class ConnectBackend(SparkBackend):
@@ -260,14 +331,6 @@ class ConnectBackend(SparkBackend):
 
         return drive
 
-    def _leave(self, submission: StageSubmission, store: Any, report: StageReport) -> None:
-        """Leaves the report in the store; one the store refuses stays with this process (its failure is logged)."""
-        try:
-            submission.leave(store, report)
-        except Exception as exc:  # noqa: BLE001 - the stage's own outcome matters more than where it is kept
-            self.log.warning("Could not leave the %s stage's report in the store: %s", submission.stage, exc)
-            self._report = report
-
     def _note(self) -> str | None:
         from geneva_provider.pipeline.spark.connect import unreachable
 
@@ -331,6 +394,8 @@ class SparkSubmitBackend(SparkBackend):
                submission: StageSubmission) -> Callable[[], _Ended]:
         self._hook = hook = self.make_hook(stage, plan, storage_options, submission.result_key)
         self.log.info("Submitting the %s stage of plan %s: %s", stage.name, plan.job_id, plan.describe())
+
+        from airflow.sdk.exceptions import AirflowException
 
         def drive() -> _Ended:
             try:

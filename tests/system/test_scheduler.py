@@ -121,6 +121,8 @@ class AirflowStack:
             # The masking under test must not depend on a deployment's extra sensitive names.
             "AIRFLOW__CORE__SENSITIVE_VAR_CONN_NAMES": "",
             "AIRFLOW__CORE__HIDE_SENSITIVE_VAR_CONN_FIELDS": "True",
+            # The tests' tables are small: their Spark stages go to Spark, not the task's process (tests/conftest.py).
+            "AIRFLOW__GENEVA__IN_PROCESS_ROWS": "0",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs),
             "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(self.logs / "dag_processor"),
