@@ -16,6 +16,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -44,11 +46,12 @@ from geneva_provider.core.contracts.options import JobOptions, check_count
 from geneva_provider.core.errors import CorruptCheckpointError, InvalidArgumentError
 from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
-from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_runs
+from geneva_provider.core.ranges import count_of, runs_of, slice_runs
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open_store, split_key_uri
 from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix, new_job_id, src_files_key
 from geneva_provider.pipeline.stages.job_records import check_leases, start_record, take_over
 from geneva_provider.pipeline.stages.kinds import registered_kinds
+from geneva_provider.pipeline.stages.task_cuts import cut_tasks
 
 if TYPE_CHECKING:
     from geneva_provider.core.catalog import TableResolver
@@ -95,6 +98,9 @@ class Examiner(Protocol):
         """Reads inputs and fingerprints (no UDF) and says which rows need a value."""
 
 
+MEASURED_ROWS_MIN = 10_000  # rows an apply must compute for its cost per row to be kept
+
+
 def validity_signature(src_files: list[str], fragment_meta: FragmentMeta, out_leaves: list[int]) -> list[str]:
     """Every file that decides a fragment's validity: what its values are computed from, and the values."""
     return sorted(set(src_files) | set(files_holding(fragment_meta, out_leaves)))
@@ -117,6 +123,23 @@ def record_valid(store: CheckpointStore, job: str, signatures: dict[int, list[st
     ledger = load_ledger(store, job)
     ledger.fragments.update(signatures)
     JobStore(store).put_ledger(job, ledger)
+
+
+def record_row_seconds(store: CheckpointStore, job: str, rows: int, seconds: float) -> None:
+    """Keeps what ``rows`` rows cost an apply (reading, UDF, fingerprints) in the job's ledger, for the next plan
+    to judge whether splitting a fragment pays (:mod:`~geneva_provider.pipeline.stages.task_cuts`).
+
+    Fewer than :data:`MEASURED_ROWS_MIN` rows make no measurement (a task's fixed costs would be counted as the
+    rows') and change nothing; a store that cannot be written loses only the hint.
+    """
+    if rows < MEASURED_ROWS_MIN:
+        return
+    ledger = load_ledger(store, job)
+    ledger.row_seconds = seconds / rows
+    try:
+        JobStore(store).put_ledger(job, ledger)
+    except OSError as exc:  # a hint for the next plan: never a reason to fail the job that measured it
+        log.warning("could not keep the measured cost of a row in the ledger of %s: %s", job, exc)
 
 
 def plan_fragments(
@@ -259,7 +282,8 @@ def store_plan(
     counts = [(fid, count_of(r)) for fid, r in work]
     rows_to_compute = sum(n for _, n in counts)
     lo, _ = options.checkpoint_bounds()
-    pieces = pack_tasks(counts, call.parallelism, lo, options.task_size)
+    pieces = cut_tasks(counts, call.parallelism, lo, options.task_size,
+                       lambda: load_ledger(call.store, job.job_prefix).row_seconds)
     # A part holding every row of its fragment to compute (none checkpointed before) writes the fragment's file.
     entries = {f.id: f for f in fragments}
     whole = {fid for fid, r in work if entries[fid].needed == r}
@@ -336,7 +360,23 @@ def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
     store = open_store(root, storage_options)
     if key not in store:
         raise InvalidArgumentError(f"plan not found: {plan_uri}")
-    return plan_from_json(store.get_text(key), f"plan {plan_uri}"), store
+    with _PLANS_LOCK:
+        plan = _PLANS_READ.get(plan_uri)
+    if plan is None:
+        plan = plan_from_json(store.get_text(key), f"plan {plan_uri}")
+        with _PLANS_LOCK:
+            _PLANS_READ[plan_uri] = plan
+            while len(_PLANS_READ) > _PLANS_READ_MAX:
+                _PLANS_READ.popitem(last=False)
+    return plan, store
+
+
+# Plans already read, by URI.  A plan is written once under its job's own id and never rewritten, and no stage
+# changes the plan it is handed, so the stages of a job run in one process (a notebook's backfill) parse its
+# document once: a plan of 1,000 fragments takes ~0.1 s to parse, and apply, write+commit and verify each read it.
+_PLANS_READ: OrderedDict[str, AnyPlan] = OrderedDict()
+_PLANS_READ_MAX = 16
+_PLANS_LOCK = threading.Lock()
 
 
 def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> tuple[JobPlan, CheckpointStore]:
@@ -351,17 +391,38 @@ def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> t
     return cast("JobPlan", plan), store
 
 
+# Staged-files records already read, by (store, key).  A record is written once under a key of its own (a new
+# uuid) and never rewritten, so what a key held stays true while the store lists it; only listed keys are looked
+# up.  Every stage of a job and every plan of its column read them all, and a record of many fragments takes
+# milliseconds to read and parse: one job over 1,000 fragments read 57 of them (issue 44).
+_STAGED_READ: OrderedDict[tuple[str, str], StagedFiles] = OrderedDict()
+_STAGED_READ_MAX = 4_096
+_STAGED_LOCK = threading.Lock()
+
+
 def staged_records(store: CheckpointStore, job: str) -> dict[str, StagedFiles]:
     """The job's staged-files records by key (an unreadable one is removed: its fragments are written again)."""
     records = {}
     for staged in JobStore(store).staged_keys(job):
         key = staged.key()
+        known = (store.uri, key) if store.uri is not None else None
+        with _STAGED_LOCK:
+            record = _STAGED_READ.get(known) if known is not None else None
+        if record is not None:
+            records[key] = record
+            continue
         try:
             records[key] = store.get_model(key, StagedFiles)
         except KeyError:
             continue
         except CorruptCheckpointError as exc:
             discard_corrupt(store, key, exc)
+            continue
+        if known is not None:
+            with _STAGED_LOCK:
+                _STAGED_READ[known] = records[key]
+                while len(_STAGED_READ) > _STAGED_READ_MAX:
+                    _STAGED_READ.popitem(last=False)
     return records
 
 
