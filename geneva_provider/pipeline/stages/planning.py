@@ -16,9 +16,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
@@ -51,6 +50,7 @@ from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open
 from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix, new_job_id, src_files_key
 from geneva_provider.pipeline.stages.job_records import check_leases, start_record, take_over
 from geneva_provider.pipeline.stages.kinds import registered_kinds
+from geneva_provider.pipeline.stages.parsed_docs import ParsedDocs
 from geneva_provider.pipeline.stages.task_cuts import cut_tasks
 
 if TYPE_CHECKING:
@@ -360,23 +360,8 @@ def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
     store = open_store(root, storage_options)
     if key not in store:
         raise InvalidArgumentError(f"plan not found: {plan_uri}")
-    with _PLANS_LOCK:
-        plan = _PLANS_READ.get(plan_uri)
-    if plan is None:
-        plan = plan_from_json(store.get_text(key), f"plan {plan_uri}")
-        with _PLANS_LOCK:
-            _PLANS_READ[plan_uri] = plan
-            while len(_PLANS_READ) > _PLANS_READ_MAX:
-                _PLANS_READ.popitem(last=False)
-    return plan, store
-
-
-# Plans already read, by URI.  A plan is written once under its job's own id and never rewritten, and no stage
-# changes the plan it is handed, so the stages of a job run in one process (a notebook's backfill) parse its
-# document once: a plan of 1,000 fragments takes ~0.1 s to parse, and apply, write+commit and verify each read it.
-_PLANS_READ: OrderedDict[str, AnyPlan] = OrderedDict()
-_PLANS_READ_MAX = 16
-_PLANS_LOCK = threading.Lock()
+    # No stage changes the plan it is handed: the stages of a job run in one process share one parsed plan.
+    return _PLANS_PARSED.get(plan_uri, store.get_text(key), lambda t: plan_from_json(t, f"plan {plan_uri}")), store
 
 
 def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> tuple[JobPlan, CheckpointStore]:
@@ -391,13 +376,8 @@ def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> t
     return cast("JobPlan", plan), store
 
 
-# Staged-files records already read, by (store, key).  A record is written once under a key of its own (a new
-# uuid) and never rewritten, so what a key held stays true while the store lists it; only listed keys are looked
-# up.  Every stage of a job and every plan of its column read them all, and a record of many fragments takes
-# milliseconds to read and parse: one job over 1,000 fragments read 57 of them (issue 44).
-_STAGED_READ: OrderedDict[tuple[str, str], StagedFiles] = OrderedDict()
-_STAGED_READ_MAX = 4_096
-_STAGED_LOCK = threading.Lock()
+_STAGED_PARSED: ParsedDocs[StagedFiles] = ParsedDocs(512)
+_PLANS_PARSED: ParsedDocs[AnyPlan] = ParsedDocs(16)
 
 
 def staged_records(store: CheckpointStore, job: str) -> dict[str, StagedFiles]:
@@ -405,25 +385,22 @@ def staged_records(store: CheckpointStore, job: str) -> dict[str, StagedFiles]:
     records = {}
     for staged in JobStore(store).staged_keys(job):
         key = staged.key()
-        known = (store.uri, key) if store.uri is not None else None
-        with _STAGED_LOCK:
-            record = _STAGED_READ.get(known) if known is not None else None
-        if record is not None:
-            records[key] = record
-            continue
         try:
-            records[key] = store.get_model(key, StagedFiles)
+            text = store.get_text(key)
+            records[key] = _STAGED_PARSED.get(store.uri and f"{store.uri}/{key}", text, partial(_staged_of, key=key))
         except KeyError:
             continue
         except CorruptCheckpointError as exc:
             discard_corrupt(store, key, exc)
-            continue
-        if known is not None:
-            with _STAGED_LOCK:
-                _STAGED_READ[known] = records[key]
-                while len(_STAGED_READ) > _STAGED_READ_MAX:
-                    _STAGED_READ.popitem(last=False)
     return records
+
+
+def _staged_of(text: str, key: str) -> StagedFiles:
+    """A staged-files record from its text (CorruptCheckpointError when it does not parse, as ``get_model``)."""
+    try:
+        return StagedFiles.model_validate_json(text)
+    except ValueError as exc:
+        raise CorruptCheckpointError(f"{key} does not hold a StagedFiles: {str(exc)[:200]}") from None
 
 
 def staged_files(store: CheckpointStore, job: str) -> dict[int, list[FragmentCheckpoint]]:
