@@ -50,16 +50,21 @@ def cut_tasks(work: list[tuple[int, int]], parallelism: int, min_rows: int, task
     return whole_fragments(work, parallelism)
 
 
+TASKS_PER_SLOT = 4  # whole fragments are dealt over up to this many tasks a slot: a slow slot takes fewer
+
+
 def whole_fragments(work: list[tuple[int, int]], parallelism: int) -> list[list[tuple[int, int, int]]]:
-    """Every fragment whole, dealt over at most ``parallelism`` tasks, largest first to the least loaded."""
-    slots = max(1, min(parallelism, len(work)))
+    """Every fragment whole, dealt over at most ``TASKS_PER_SLOT x parallelism`` tasks, largest first to the least
+    loaded; the largest tasks first (Spark launches them in order, the small ones fill the gaps)."""
+    slots = max(1, min(TASKS_PER_SLOT * parallelism, len(work)))
     loads = [(0, i) for i in range(slots)]
     tasks: list[list[tuple[int, int, int]]] = [[] for _ in range(slots)]
     for fid, n in sorted(work, key=lambda w: w[1], reverse=True):
         load, i = heapq.heappop(loads)
         tasks[i].append((fid, 0, n))
         heapq.heappush(loads, (load + n, i))
-    return [sorted(t) for t in tasks if t]
+    done = [sorted(t) for t in tasks if t]
+    return sorted(done, key=lambda t: sum(b - a for _, a, b in t), reverse=True)
 
 
 def _splits_fragment(pieces: list[list[tuple[int, int, int]]], rows: dict[int, int]) -> bool:
