@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from geneva_provider.stages import load_plan, plan_backfill, run_apply
-from tests.helpers import clear_calls, counting_array_triple, counting_double, events_table, read_calls
+from tests.helpers import clear_calls, counting_array_triple, counting_double, events_table, read_calls, times
 
 
 def _jobs(spark) -> int:
@@ -63,7 +63,7 @@ def test_a_measured_cheap_column_keeps_a_large_new_fragment_whole_where_an_unmea
     assert parts == [(new, [(0, 40_000)], True)]  # one task computes it whole and writes its file
     # The same fragment in a table whose column was never measured: guided tasks split it over the slots.
     fresh = db.create_table("fresh", events_table(40_000))
-    fresh.add_columns({"y": counting_array_triple(call_dir)})
+    fresh.add_columns({"y": times(3, name="triple")})
     plan, _ = load_plan(plan_backfill(fresh.ref, "y", parallelism=2).plan_uri)
     assert len(plan.tasks) > 1 and all(p.target is None for t in plan.tasks for p in t.parts)
     res = tbl.backfill("y", spark=spark)
@@ -73,13 +73,13 @@ def test_a_measured_cheap_column_keeps_a_large_new_fragment_whole_where_an_unmea
 
 
 def test_an_increment_of_a_column_measured_expensive_stays_on_spark(db, spark, call_dir):
-    tbl = _measured(db, spark, call_dir, counting_double(call_dir, sleep=0.0003), rows=10_000)
-    tbl.add(events_table(1_000, start=10_000))  # ~0.3 s of calls: more than a Spark job costs
+    tbl = _measured(db, spark, call_dir, counting_double(call_dir, sleep=0.0005), rows=10_000)
+    tbl.add(events_table(2_000, start=10_000))  # ~1 s of calls: their share of the slots saves more than a job costs
     before = _jobs(spark)
-    assert tbl.backfill("y", spark=spark).rows_computed == 1_000
+    assert tbl.backfill("y", spark=spark).rows_computed == 2_000
     assert _jobs(spark) > before and _own_calls(call_dir) == []
-    assert sorted(read_calls(call_dir)) == list(range(10_000, 11_000))
-    assert tbl.to_arrow(["y"]).column("y").to_pylist() == [2 * x for x in range(11_000)]
+    assert sorted(read_calls(call_dir)) == list(range(10_000, 12_000))
+    assert tbl.to_arrow(["y"]).column("y").to_pylist() == [2 * x for x in range(12_000)]
 
 
 def test_a_driver_apply_whose_job_ended_before_its_commit_is_committed_by_the_rerun_without_computing(db, spark,

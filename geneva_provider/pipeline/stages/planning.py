@@ -38,7 +38,6 @@ from geneva_provider.core.contracts.models import (
     StagedFiles,
     Task,
     TaskPart,
-    UdfRef,
     plan_from_json,
     plan_of,
 )
@@ -126,31 +125,16 @@ def record_valid(store: CheckpointStore, job: str, signatures: dict[int, list[st
     JobStore(store).put_ledger(job, ledger)
 
 
-# What a row of a UDF (name, version) cost the last apply of it in this process, whatever its table: a warm
-# session's next table of the same UDF starts from it (a UDF's cost is its code's, not its table's).
-_UDF_ROW_SECONDS: dict[tuple[str, str], float] = {}
-
-
-def udf_row_seconds(store: CheckpointStore, job_prefix: str, udf: UdfRef | None) -> float | None:
-    """What a row of a job's column costs: as its ledger says, else as the same UDF measured in this process."""
-    measured = load_ledger(store, job_prefix).row_seconds
-    if measured is None and udf is not None:
-        measured = _UDF_ROW_SECONDS.get((udf.name, udf.version))
-    return measured
-
-
 def record_row_seconds(store: CheckpointStore, plan: JobPlan, rows: int, seconds: float) -> None:
     """Keeps what ``rows`` rows cost an apply (reading, UDF, fingerprints) in the job's ledger, for the next plan
-    to judge whether splitting a fragment pays (:mod:`~geneva_provider.pipeline.stages.task_cuts`), and for this
-    process's next apply of the same UDF.
+    to judge whether splitting a fragment pays (:mod:`~geneva_provider.pipeline.stages.task_cuts`) and whether its
+    apply is cheaper on the driver (:mod:`~geneva_provider.pipeline.stages.on_driver`).
 
     Fewer than :data:`MEASURED_ROWS_MIN` rows make no measurement (a task's fixed costs would be counted as the
     rows') and change nothing; a store that cannot be written loses only the hint.
     """
     if rows < MEASURED_ROWS_MIN:
         return
-    if plan.udf is not None:
-        _UDF_ROW_SECONDS[(plan.udf.name, plan.udf.version)] = seconds / rows
     job = plan.job_prefix
     ledger = load_ledger(store, job)
     ledger.row_seconds = seconds / rows
@@ -301,7 +285,7 @@ def store_plan(
     rows_to_compute = sum(n for _, n in counts)
     lo, _ = options.checkpoint_bounds()
     pieces = cut_tasks(counts, call.parallelism, lo, options.task_size,
-                       lambda: udf_row_seconds(call.store, job.job_prefix, job.udf))
+                       lambda: load_ledger(call.store, job.job_prefix).row_seconds)
     # A part holding every row of its fragment to compute (none checkpointed before) writes the fragment's file.
     entries = {f.id: f for f in fragments}
     whole = {fid for fid, r in work if entries[fid].needed == r}

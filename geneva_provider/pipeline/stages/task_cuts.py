@@ -10,9 +10,8 @@ Splitting saves at most the fragment's own compute time, so a fragment whose row
 :data:`SPLIT_COST_SECONDS` to compute is kept whole.
 
 What a row costs is what the job prefix's last apply measured (reading its inputs, calling the UDF,
-fingerprinting), kept in the prefix's ledger (:attr:`~geneva_provider.core.contracts.models.Ledger.row_seconds`),
-else what an apply of the same UDF measured in this process.  A job with no measurement is cut as before: an
-unknown UDF may be a model.
+fingerprinting), kept in the prefix's ledger (:attr:`~geneva_provider.core.contracts.models.Ledger.row_seconds`).
+A job with no measurement (the column's first) is cut as before: an unknown UDF may be a model.
 """
 
 from __future__ import annotations
