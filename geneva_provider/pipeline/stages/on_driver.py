@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from geneva_provider.pipeline.spark.in_process import InProcessRunner
 from geneva_provider.pipeline.spark.runner import is_connect
 from geneva_provider.pipeline.spark.task_runner import SparkRunner
+from geneva_provider.pipeline.stages.checkpoint_sizing import job_sizer
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,6 +76,7 @@ def apply_runner(runner: TaskRunner, plan: JobPlan, measured: Callable[[], float
         return runner
     log.info("apply %s: %d rows at the %.2g s a row measured before (~%.3f s): computed on the driver, cheaper "
              "than a Spark job", plan.job_id, plan.rows_to_compute, row_seconds, estimate)
+    job_sizer(plan.job_id, plan.settings).assume(row_seconds)  # the driver's tasks start at the measured speed
     return InProcessRunner(slots)
 
 

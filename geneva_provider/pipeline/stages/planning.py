@@ -388,8 +388,7 @@ def staged_records(store: CheckpointStore, job: str) -> dict[str, StagedFiles]:
     for staged in JobStore(store).staged_keys(job):
         key = staged.key()
         try:
-            text = store.get_text(key)
-            records[key] = _STAGED_PARSED.get(store.uri and f"{store.uri}/{key}", text, partial(_staged_of, key=key))
+            records[key] = _STAGED_PARSED.read(store, key, partial(_staged_of, key=key))
         except KeyError:
             continue
         except CorruptCheckpointError as exc:
