@@ -652,6 +652,9 @@ class Ledger(_Model):
     """
 
     fragments: dict[int, list[str]] = Field(default_factory=dict)
+    # What the job prefix's last apply measured a row to cost (reading its inputs, the UDF, fingerprints),
+    # in seconds: how the next plan judges whether splitting a fragment over tasks can pay.
+    row_seconds: float | None = None
 
 
 class CompactionPlan(PlanBase):

@@ -75,6 +75,11 @@ class CheckpointStore(ABC):
         """Some columns of a stored table (a store may read only those)."""
         return self[key].select(columns)
 
+    def stamp(self, key: str) -> tuple[int, ...] | None:
+        """What changes whenever ``key`` is written again, read without reading the value (a local file's inode,
+        modification time and size); None when the store cannot tell cheaply, or the key is absent."""
+        return None
+
     def schema(self, key: str) -> pa.Schema:
         """The schema of a stored table (a store may read only its footer)."""
         return self[key].schema
@@ -184,6 +189,15 @@ class LanceCheckpointStore(CheckpointStore):
 
     def get_columns(self, key: str, columns: list[str]) -> pa.Table:
         return self._read(key, columns)
+
+    def stamp(self, key: str) -> tuple[int, ...] | None:
+        if self._local is None:
+            return None
+        try:
+            st = os.stat(os.path.join(self._local, key + KEY_SUFFIX))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)  # a write renames a new file into place: a new inode
 
     def schema(self, key: str) -> pa.Schema:
         schema: pa.Schema = self._read(key, None, lambda reader: reader.metadata().schema)

@@ -18,7 +18,7 @@ from geneva_provider.core.contracts.models import (
     VerifyResult,
 )
 from geneva_provider.core.errors import VerificationError
-from geneva_provider.core.fragments import fragment_of
+from geneva_provider.core.fragments import data_file_path, fragment_of
 from geneva_provider.core.listing import shortened
 from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.core.store.layout import JobStore
@@ -54,7 +54,7 @@ def verify_columns(plan: ColumnPlan, store: CheckpointStore, storage_options: di
                 problems.append(f"fragment {entry.id} ({entry.rows} rows) no longer exists: it was compacted or "
                                 "rewritten during the job, so its rows were not committed")
             continue
-        files = {df.path for df in meta.files}
+        files = {data_file_path(df) for df in meta.files}
         if committed.get(entry.id) not in files:
             if staged is None:
                 staged = {fid: {c.file.path for c in ckpts}

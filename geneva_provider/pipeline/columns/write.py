@@ -44,6 +44,7 @@ from geneva_provider.pipeline.committer import CommitPolicy
 from geneva_provider.pipeline.spark.runner import job_tag
 from geneva_provider.pipeline.stages.context import StageContext
 from geneva_provider.pipeline.stages.job_records import update_record
+from geneva_provider.pipeline.stages.on_driver import write_runner
 from geneva_provider.pipeline.stages.planning import (
     discard_corrupt,
     record_valid,
@@ -157,13 +158,16 @@ def write_commit(plan: ColumnPlan, runner: TaskRunner, storage_options: dict[str
         log.info("write %s: %s committed by an earlier attempt of this plan", plan.job_id,
                  counted(len(earlier), "fragment was", "fragments were"))
     # Fragments the apply computed whole and staged its file for: committed as they are, no writer task.
-    applied = {fid: ckpt for fid, ckpt in applied_files(plan, committer.store).items()
-               if fid in {f.id for f in to_write}}
+    writing = {f.id for f in to_write}
+    applied = {fid: ckpt for fid, ckpt in applied_files(plan, committer.store).items() if fid in writing}
     if applied:
         to_write = [f for f in to_write if f.id not in applied]
         to_commit_now.update({fid: ckpt.file for fid, ckpt in applied.items()})
         committer.ready += sum(committer.rows[fid] for fid in applied)
         committer.complete.update(fid for fid, ckpt in applied.items() if ckpt.complete)
+    if to_write:  # a few rows to write from checkpoints: on the driver, without a Spark job
+        runner = write_runner(runner, plan, sum(f.physical_rows for f in to_write),
+                              StageContext.of(plan, storage_options).dataset().schema)
     ctx = StageContext.of(plan, runner.options_for_tasks(storage_options) if to_write else storage_options)
     if to_commit_now:
         committer.complete.update(f.id for f in plan.fragments if f.action is Action.REUSE and f.complete)

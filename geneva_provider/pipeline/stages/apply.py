@@ -29,7 +29,8 @@ from geneva_provider.pipeline.spark.worker_deaths import clear_markers, death_er
 from geneva_provider.pipeline.stages.context import StageContext
 from geneva_provider.pipeline.stages.job_records import update_record
 from geneva_provider.pipeline.stages.kinds import JobKindSpec, job_kind
-from geneva_provider.pipeline.stages.planning import load_plan
+from geneva_provider.pipeline.stages.on_driver import apply_runner
+from geneva_provider.pipeline.stages.planning import load_ledger, load_plan, record_row_seconds
 from geneva_provider.pipeline.stages.skip_limits import check_skip_limits
 from geneva_provider.pipeline.stages.spark_stage import spark_stage
 
@@ -55,7 +56,7 @@ def run_apply(plan_uri: str, spark: Compute, storage_options: dict[str, str] | N
                  plan.read_version)
         return ApplyResult(job_id=plan.job_id, tasks_run=0, rows_computed=0, rows_reused=plan.rows_reused,
                            checkpoints_written=0, errors=0, seconds=0.0)
-    runner = task_runner(spark)
+    runner = apply_runner(task_runner(spark), plan, lambda: load_ledger(store, plan.job_prefix).row_seconds)
     profile = runner.resource_profile(plan.resource_asks, plan.label())  # refused before any Spark job
     with spark_stage(plan, store, Stage.APPLY, runner, storage_options):
         check_planned_columns(plan, storage_options, "apply")  # no value is computed for a column re-created since
@@ -129,5 +130,7 @@ def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, r
         return counts
     update_record(store, plan.job_id, rows_checkpointed=planned, rows_failed=failed, rows_retried=counts.rows_retried,
                   **measured)
+    if not kind.counts_calls:  # a column's rows: what one cost tells the next plan whether splitting a fragment pays
+        record_row_seconds(store, plan, computed, measured["read_seconds"] + measured["udf_seconds"])
     check_skip_limits(plan, failed)
     return counts

@@ -108,6 +108,19 @@ class CheckpointSizer:
             return False
         return ws / wr <= 2 * ss / sr
 
+    def assume(self, row_seconds: float) -> None:
+        """Starts from a speed measured before (the column's last apply) instead of a probe, as if one checkpoint
+        of ``TARGET_CHECKPOINT_SECONDS`` had been measured at it; nothing when the size is fixed or already learnt.
+
+        What the driver's tasks start from when an apply runs on the driver (:mod:`.on_driver`): a cheap column's
+        increment is then one chunk, not a probe of 100 rows and a ramp of small checkpoints.
+        """
+        if self.fixed or self._rows or not self.target_seconds or row_seconds <= 0:
+            return
+        rows = self.target_seconds / row_seconds
+        self._rows, self._seconds = rows, self.target_seconds
+        self._size = max(self.lo, min(self.hi, int(rows)))
+
     def observe(self, rows: int, seconds: float) -> None:
         """Records a checkpoint of ``rows`` computed (and stored) in ``seconds``; sets the next size.
 

@@ -195,16 +195,18 @@ def _beat(store: CheckpointStore, job_id: str, lease: float) -> None:
 
 
 @contextmanager
-def keep_alive(store: CheckpointStore, job_id: str) -> Iterator[None]:
+def keep_alive(store: CheckpointStore, job_id: str, *, beaten: bool = False) -> Iterator[None]:
     """Heartbeats the job's record from a daemon thread while the block runs.
 
     When the last heartbeat of the job in this process ends, the record gets the gap lease: the next
     stage may run later, in another process (an Airflow task), and the job stays live till then.
+    ``beaten``: the caller has just written the first heartbeat (:func:`heartbeat`) with a change of its own.
     """
     with _LOCK:
         _beating[job_id] = _beating.get(job_id, 0) + 1
     lease = lease_seconds()
-    _beat(store, job_id, lease)
+    if not beaten:
+        _beat(store, job_id, lease)
     try:
         with _every(lease / 10, f"geneva-heartbeat-{job_id}", lambda: _beat(store, job_id, lease),
                     f"job {job_id}: could not write its heartbeat"):
@@ -218,18 +220,24 @@ def keep_alive(store: CheckpointStore, job_id: str) -> Iterator[None]:
         _beat(store, job_id, gap_lease_seconds() if last else lease)
 
 
-@contextmanager
-def job_stage(store: CheckpointStore, job_id: str, stage: str) -> Iterator[None]:
-    """Marks the job RUNNING in ``stage`` and heartbeats it; a stage that raises marks it FAILED with the error
-    (CANCELLED when it was stopped on request: a JobCancelledError).
+def heartbeat() -> dict[str, Any]:
+    """A heartbeat's fields, to write with another change of the record in one write (see ``keep_alive``)."""
+    return {"heartbeat_at": _now(), "lease_seconds": lease_seconds()}
 
+
+@contextmanager
+def job_stage(store: CheckpointStore, job_id: str, stage: str, **changes: Any) -> Iterator[None]:
+    """Marks the job RUNNING in ``stage`` (with ``changes``) and heartbeats it; a stage that raises marks it FAILED
+    with the error (CANCELLED when it was stopped on request: a JobCancelledError).
+
+    The RUNNING mark carries the first heartbeat: one read and one write of the record, not two of each.
     A FAILED or CANCELLED record holds nothing: a compaction may rewrite the job's fragments at once.
     """
     from geneva_provider.core.errors import JobCancelledError
 
-    update_record(store, job_id, status=JobStatus.RUNNING, stage=stage, error=None)
+    update_record(store, job_id, status=JobStatus.RUNNING, stage=stage, error=None, **changes, **heartbeat())
     try:
-        with keep_alive(store, job_id):
+        with keep_alive(store, job_id, beaten=True):
             yield
     except BaseException as exc:
         update_record(store, job_id, status=JobStatus.CANCELLED if isinstance(exc, JobCancelledError)

@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 import os
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
@@ -44,11 +45,13 @@ from geneva_provider.core.contracts.options import JobOptions, check_count
 from geneva_provider.core.errors import CorruptCheckpointError, InvalidArgumentError
 from geneva_provider.core.fingerprints import is_fingerprint_column
 from geneva_provider.core.fragments import files_holding, live_row_addresses, output_files
-from geneva_provider.core.ranges import count_of, pack_tasks, runs_of, slice_runs
+from geneva_provider.core.ranges import count_of, runs_of, slice_runs
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open_store, split_key_uri
 from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix, new_job_id, src_files_key
 from geneva_provider.pipeline.stages.job_records import check_leases, start_record, take_over
 from geneva_provider.pipeline.stages.kinds import registered_kinds
+from geneva_provider.pipeline.stages.parsed_docs import ParsedDocs
+from geneva_provider.pipeline.stages.task_cuts import cut_tasks
 
 if TYPE_CHECKING:
     from geneva_provider.core.catalog import TableResolver
@@ -95,6 +98,9 @@ class Examiner(Protocol):
         """Reads inputs and fingerprints (no UDF) and says which rows need a value."""
 
 
+MEASURED_ROWS_MIN = 10_000  # rows an apply must compute for its cost per row to be kept
+
+
 def validity_signature(src_files: list[str], fragment_meta: FragmentMeta, out_leaves: list[int]) -> list[str]:
     """Every file that decides a fragment's validity: what its values are computed from, and the values."""
     return sorted(set(src_files) | set(files_holding(fragment_meta, out_leaves)))
@@ -117,6 +123,25 @@ def record_valid(store: CheckpointStore, job: str, signatures: dict[int, list[st
     ledger = load_ledger(store, job)
     ledger.fragments.update(signatures)
     JobStore(store).put_ledger(job, ledger)
+
+
+def record_row_seconds(store: CheckpointStore, plan: JobPlan, rows: int, seconds: float) -> None:
+    """Keeps what ``rows`` rows cost an apply (reading, UDF, fingerprints) in the job's ledger, for the next plan
+    to judge whether splitting a fragment pays (:mod:`~geneva_provider.pipeline.stages.task_cuts`) and whether its
+    apply is cheaper on the driver (:mod:`~geneva_provider.pipeline.stages.on_driver`).
+
+    Fewer than :data:`MEASURED_ROWS_MIN` rows make no measurement (a task's fixed costs would be counted as the
+    rows') and change nothing; a store that cannot be written loses only the hint.
+    """
+    if rows < MEASURED_ROWS_MIN:
+        return
+    job = plan.job_prefix
+    ledger = load_ledger(store, job)
+    ledger.row_seconds = seconds / rows
+    try:
+        JobStore(store).put_ledger(job, ledger)
+    except OSError as exc:  # a hint for the next plan: never a reason to fail the job that measured it
+        log.warning("could not keep the measured cost of a row in the ledger of %s: %s", job, exc)
 
 
 def plan_fragments(
@@ -259,7 +284,8 @@ def store_plan(
     counts = [(fid, count_of(r)) for fid, r in work]
     rows_to_compute = sum(n for _, n in counts)
     lo, _ = options.checkpoint_bounds()
-    pieces = pack_tasks(counts, call.parallelism, lo, options.task_size)
+    pieces = cut_tasks(counts, call.parallelism, lo, options.task_size,
+                       lambda: load_ledger(call.store, job.job_prefix).row_seconds)
     # A part holding every row of its fragment to compute (none checkpointed before) writes the fragment's file.
     entries = {f.id: f for f in fragments}
     whole = {fid for fid, r in work if entries[fid].needed == r}
@@ -336,7 +362,8 @@ def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
     store = open_store(root, storage_options)
     if key not in store:
         raise InvalidArgumentError(f"plan not found: {plan_uri}")
-    return plan_from_json(store.get_text(key), f"plan {plan_uri}"), store
+    # No stage changes the plan it is handed: the stages of a job run in one process share one parsed plan.
+    return _PLANS_PARSED.get(plan_uri, store.get_text(key), lambda t: plan_from_json(t, f"plan {plan_uri}")), store
 
 
 def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> tuple[JobPlan, CheckpointStore]:
@@ -351,18 +378,30 @@ def load_plan(plan_uri: str, storage_options: dict[str, str] | None = None) -> t
     return cast("JobPlan", plan), store
 
 
+_STAGED_PARSED: ParsedDocs[StagedFiles] = ParsedDocs(512)
+_PLANS_PARSED: ParsedDocs[AnyPlan] = ParsedDocs(16)
+
+
 def staged_records(store: CheckpointStore, job: str) -> dict[str, StagedFiles]:
     """The job's staged-files records by key (an unreadable one is removed: its fragments are written again)."""
     records = {}
     for staged in JobStore(store).staged_keys(job):
         key = staged.key()
         try:
-            records[key] = store.get_model(key, StagedFiles)
+            records[key] = _STAGED_PARSED.read(store, key, partial(_staged_of, key=key))
         except KeyError:
             continue
         except CorruptCheckpointError as exc:
             discard_corrupt(store, key, exc)
     return records
+
+
+def _staged_of(text: str, key: str) -> StagedFiles:
+    """A staged-files record from its text (CorruptCheckpointError when it does not parse, as ``get_model``)."""
+    try:
+        return StagedFiles.model_validate_json(text)
+    except ValueError as exc:
+        raise CorruptCheckpointError(f"{key} does not hold a StagedFiles: {str(exc)[:200]}") from None
 
 
 def staged_files(store: CheckpointStore, job: str) -> dict[int, list[FragmentCheckpoint]]:

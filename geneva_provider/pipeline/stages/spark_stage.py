@@ -10,7 +10,7 @@ from geneva_provider.core.errors import GenevaError
 from geneva_provider.pipeline.spark.pinned_versions import check_pinned_versions, translate_gone
 from geneva_provider.pipeline.spark.runner import spark_ui_url
 from geneva_provider.pipeline.spark.task_runner import SparkRunner
-from geneva_provider.pipeline.stages.job_records import job_stage, update_record
+from geneva_provider.pipeline.stages.job_records import job_stage
 
 if TYPE_CHECKING:
     from geneva_provider.core.contracts.kinds import Stage
@@ -30,9 +30,9 @@ def spark_stage(plan: JobPlan, store: CheckpointStore, stage: Stage, runner: Tas
     same way, and a Spark Connect server that dies fails the stage within a minute
     (:func:`~geneva_provider.pipeline.spark.connect.bounded_retries`).
     """
-    with job_stage(store, plan.job_id, stage), runner.retries():
-        if isinstance(runner, SparkRunner):  # where the stage's Spark UI is, for its task's link
-            update_record(store, plan.job_id, spark_ui=spark_ui_url(runner.spark))
+    # Where the stage's Spark UI is, for its task's link: written with the stage's RUNNING mark.
+    ui = {"spark_ui": spark_ui_url(runner.spark)} if isinstance(runner, SparkRunner) else {}
+    with job_stage(store, plan.job_id, stage, **ui), runner.retries():
         check_pinned_versions(plan, plan.job_id, storage_options)
         try:
             yield
