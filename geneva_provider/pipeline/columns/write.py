@@ -174,17 +174,17 @@ def write_commit(plan: ColumnPlan, runner: TaskRunner, storage_options: dict[str
     groups = commit_groups(plan, to_write, to_commit_now, granularity)
     log.info("write %s: %s to write and %s to commit, in %s", plan.job_id, counted(len(to_write), "fragment"),
              counted(len(to_commit_now), "staged fragment"), counted(len(groups), "commit"))
-    writing = [i for i, g in enumerate(groups) if g.to_write]
+    writers = [i for i, g in enumerate(groups) if g.to_write]
     description = f"geneva write {plan.table}.{','.join(plan.output_columns)}"
     slots = plan.settings.concurrency or plan.settings.parallelism
     # A group's fragments are dealt over at most `slots` Spark tasks, largest first: many small fragments cost
     # a few task launches, not one each.  Groups are written at once and committed in their order.
-    with ThreadPoolExecutor(max_workers=max(1, min(len(writing), slots)), thread_name_prefix="geneva-writer") as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(len(writers), slots)), thread_name_prefix="geneva-writer") as pool:
         futures = {i: pool.submit(runner.run_tasks, sorted(groups[i].to_write, key=lambda f: f.physical_rows,
                                                             reverse=True),
                                   partial(_write_partition, ctx), description=description, concurrency=slots,
                                   tag=job_tag(plan.job_id))
-                   for i in writing}
+                   for i in writers}
         try:
             for i, group in enumerate(groups):
                 files = dict(group.staged)
