@@ -82,12 +82,9 @@ def index_refresh_task_group(group_id: str, table: str, index: str, **kwargs: An
     from geneva_provider.assets import index_asset
 
     kwargs = _group_defaults(kwargs)
-    plan_kwargs = {k: kwargs.pop(k) for k in INDEX_PLAN_ARGUMENTS if k in kwargs}
-    spark_kwargs = {k: kwargs.pop(k) for k in SPARK_OPTIONS if k in kwargs}
     with TaskGroup(group_id=group_id, tooltip=f"refresh index {index} of {table}") as group:
-        reject_unknown_kwargs(GenevaRefreshIndexOperator, kwargs,
-                              valid=(*INDEX_PLAN_ARGUMENTS, *SPARK_OPTIONS, "lance_conn_id"),
-                              subject=f"index_refresh_task_group {group_id!r} (task {group.child_id('plan')!r})")
+        plan_kwargs, spark_kwargs = _split_arguments(group, "index_refresh_task_group", GenevaRefreshIndexOperator,
+                                                     INDEX_PLAN_ARGUMENTS, kwargs)
         plan = GenevaRefreshIndexOperator(task_id="plan", table=table, index_name=index, **plan_kwargs, **kwargs)
         plan >> GenevaSparkIndexOperator(task_id="index", plan=plan.output, table=table,
                                          outlets=[index_asset(table, index, kwargs["lance_conn_id"])],
@@ -111,12 +108,9 @@ def compaction_task_group(group_id: str, table: str, *, refresh_indexes: bool = 
         raise InvalidArgumentError(f"compaction_task_group {group_id!r}: refresh_indexes must be True or False, "
                                    f"got {refresh_indexes!r}")
     kwargs = _group_defaults(kwargs)
-    plan_kwargs = {k: kwargs.pop(k) for k in COMPACTION_PLAN_ARGUMENTS if k in kwargs}
-    spark_kwargs = {k: kwargs.pop(k) for k in SPARK_OPTIONS if k in kwargs}
     with TaskGroup(group_id=group_id, tooltip=f"compact {table}") as group:
-        reject_unknown_kwargs(GenevaPlanCompactionOperator, kwargs,
-                              valid=(*COMPACTION_PLAN_ARGUMENTS, *SPARK_OPTIONS, "lance_conn_id"),
-                              subject=f"compaction_task_group {group_id!r} (task {group.child_id('plan')!r})")
+        plan_kwargs, spark_kwargs = _split_arguments(group, "compaction_task_group", GenevaPlanCompactionOperator,
+                                                     COMPACTION_PLAN_ARGUMENTS, kwargs)
         plan = GenevaPlanCompactionOperator(task_id="plan", table=table, release_index_segments=refresh_indexes,
                                             **plan_kwargs, **kwargs)
         compact = GenevaSparkCompactOperator(task_id="compact", plan=plan.output, **spark_kwargs, **kwargs)
@@ -124,6 +118,18 @@ def compaction_task_group(group_id: str, table: str, *, refresh_indexes: bool = 
         if refresh_indexes:
             _index_stage([plan, compact], table, None, spark_kwargs, kwargs, all_indexes=True)
     return group
+
+
+def _split_arguments(group: TaskGroup, factory: str, plan_cls: type, plan_arguments: Sequence[str],
+                     kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pops from ``kwargs`` the plan task's arguments and the Spark tasks' options, leaving what every task takes;
+    an argument no task of the group takes is refused naming the group's plan task and every option the group
+    accepts (not just the plan operator's)."""
+    plan_kwargs = {k: kwargs.pop(k) for k in plan_arguments if k in kwargs}
+    spark_kwargs = {k: kwargs.pop(k) for k in SPARK_OPTIONS if k in kwargs}
+    reject_unknown_kwargs(plan_cls, kwargs, valid=(*plan_arguments, *SPARK_OPTIONS, "lance_conn_id"),
+                          subject=f"{factory} {group.group_id!r} (task {group.child_id('plan')!r})")
+    return plan_kwargs, spark_kwargs
 
 
 def _group_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -137,20 +143,16 @@ def _wire(group: TaskGroup, plan_cls: type, options: type[JobOptions], target: d
           column: str | None, kwargs: dict[str, Any], plan_arguments: Sequence[str] = PLAN_ARGUMENTS,
           refresh_indexes: bool = True) -> None:
     """The plan task and the stages after it: Spark apply, Spark write+commit, verify (emitting the Asset), then
-    the index stage (:func:`_index_stage`) with ``refresh_indexes``.
-
-    An argument no task of the group takes is refused naming the group's plan task and every
-    option the group accepts (not just the plan operator's).
+    the index stage (:func:`_index_stage`) with ``refresh_indexes``; the arguments split by
+    :func:`_split_arguments`.
     """
     factory = "backfill_task_group" if column is not None else "refresh_task_group"
     if not isinstance(refresh_indexes, bool):
         raise InvalidArgumentError(f"{factory} {group.group_id!r}: refresh_indexes must be True or False, "
                                    f"got {refresh_indexes!r}")
     kwargs = _group_defaults(kwargs)
-    plan_kwargs = {k: kwargs.pop(k) for k in (*options.names(), *plan_arguments) if k in kwargs}
-    spark_kwargs = {k: kwargs.pop(k) for k in SPARK_OPTIONS if k in kwargs}
-    reject_unknown_kwargs(plan_cls, kwargs, valid=(*options.names(), *plan_arguments, *SPARK_OPTIONS, "lance_conn_id"),
-                          subject=f"{factory} {group.group_id!r} (task {group.child_id('plan')!r})")
+    plan_kwargs, spark_kwargs = _split_arguments(group, factory, plan_cls, (*options.names(), *plan_arguments),
+                                                 kwargs)
     plan = plan_cls(task_id="plan", **target, **plan_kwargs, **kwargs)
     apply = GenevaSparkApplyOperator(task_id="apply", plan=plan.output, **spark_kwargs, **kwargs)
     write = GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan.output,
