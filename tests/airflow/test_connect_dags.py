@@ -284,7 +284,7 @@ def test_maintenance_dag_compacts_over_spark_connect(dagbag, lance_db, over_conn
     clear_calls(call_dir)
     dr, states, tis, _ = run(dagbag.get_dag("geneva_maintenance"), run_conf={"target_rows_per_fragment": 3_000})
     assert dr.state == "success", states
-    compacted = tis["compact"].xcom_pull(task_ids="compact")
+    compacted = tis["compaction.compact"].xcom_pull(task_ids="compaction.compact")
     assert compacted["status"] == "success" and compacted["fragments_removed"] == 12
     assert len(tbl.dataset().get_fragments()) == 2 and tbl.to_arrow(["id", "y"]).sort_by("id").equals(before)
     assert "Running the compact stage of plan" in _task_logs(capfd, caplog)

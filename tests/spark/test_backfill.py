@@ -444,7 +444,7 @@ def test_a_fragment_computed_whole_is_written_by_its_task_and_only_committed_aft
     caplog.clear()
     written = run_write_commit(plan_uri, spark)
     assert written.fragments_committed == 4
-    assert any("0 fragments to write in 0 groups, 4 staged fragments to commit" in r.getMessage()
+    assert any("0 fragments to write and 4 staged fragments to commit" in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]
     verify(plan_uri)
     assert column(tbl, "z") == {x: 3 * x for x in range(20_000) if not 6_000 <= x < 6_100}

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import geneva_provider as gp
-from geneva_provider.stages import load_plan, plan_backfill, verify
+from geneva_provider.stages import plan_backfill, verify
 from tests.class_archive import short_lived
 from tests.helpers import counting_double, events_table, read_calls
 from tests.standalone_spark import EXECUTOR_CLASS, StandaloneSpark
@@ -174,19 +174,13 @@ def test_example_dag_runs_on_the_cluster_by_changing_only_the_connection(standal
     got = tbl.to_arrow(["text", "words"]).to_pydict()
     assert len(got["words"]) == 12_000 and got["words"] == [len(t.split()) for t in got["text"]]
     tbl.dataset().validate()
-    # The write stage deals the fragments no apply task wrote whole over the plan's slots: no more Spark tasks
-    # than slots (a fragment an apply task computed whole was written by it, and is only committed).
-    plan_ti = next(ti for ti in dr.get_task_instances() if ti.task_id == "backfill_words.plan")
-    plan_uri = plan_ti.xcom_pull(task_ids="backfill_words.plan")["plan_uri"]
-    plan, _ = load_plan(plan_uri)
-    to_write = fragments - sum(1 for task in plan.tasks for part in task.parts if part.target is not None)
-    # Both Spark stages ran as applications of the standalone master, their tasks in its executors.
+    # Both Spark stages ran as applications of the standalone master, the apply's tasks in its executors.  The
+    # write stage has at most 12,000 small values to write from checkpoints (the fragments no apply task wrote
+    # whole): its driver writes them, cheaper than a Spark job (pipeline/stages/on_driver.py), so no executor task.
     for stage in ("apply", "write_commit"):
-        app_id = find_app_id(cluster, f"geneva-{stage}-events-words")
-        assert_executor_on_every_worker(cluster, app_id)
-        assert sum(finished_tasks(cluster, app_id).values()) >= (1 if stage == "apply" else min(to_write, 1))
-    write_id = find_app_id(cluster, "geneva-write_commit-events-words")
-    assert sum(finished_tasks(cluster, write_id).values()) == min(to_write, plan.settings.parallelism)
+        assert_executor_on_every_worker(cluster, find_app_id(cluster, f"geneva-{stage}-events-words"))
+    assert sum(finished_tasks(cluster, find_app_id(cluster, "geneva-apply-events-words")).values()) >= 1
+    assert sum(finished_tasks(cluster, find_app_id(cluster, "geneva-write_commit-events-words")).values()) == 0
     print(f"\nexample DAG on the standalone cluster: {seconds:.1f}s")
 
 
