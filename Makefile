@@ -78,7 +78,7 @@ typecheck: $(STAMP)
 # Every import the package makes is declared (deptry; configured in pyproject.toml). Twice: the whole
 # package against the base dependencies + the `airflow` extra, then the core alone (all but the
 # Airflow surface) against the base dependencies only -- what installing the package without extras brings.
-AIRFLOW_SURFACE := geneva_provider/(hooks|operators|sensors|triggers)/|geneva_provider/(task_groups|assets|plugin)\.py
+AIRFLOW_SURFACE := geneva_provider/(hooks|operators|sensors|triggers)/|geneva_provider/(task_groups|assets|openlineage|plugin)\.py
 check-deps: $(STAMP)
 	@echo "check-deps: deptry, the whole package (base dependencies + the airflow extra)"
 	$(VENV)/bin/deptry --no-ansi .

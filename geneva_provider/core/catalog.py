@@ -121,6 +121,13 @@ class Catalog:
             raise TableNotFoundError(f"table '{name}' in {self.uri} has no location")
         return TableRef(name, found, self.storage_options)
 
+    def location(self, name: str) -> str | None:
+        """Where table ``name`` is, or -- not created yet -- where a directory database will put it
+        (``<root>/<name>.lance``); None for a table another namespace has not placed yet."""
+        if self.exists(name):
+            return self.ref(name).uri
+        return f"{self.uri.rstrip('/')}/{check_table_name(name)}.lance" if self.impl == DIRECTORY else None
+
     def create(self, name: str, data: Any, *, mode: str = "create", **write_options: Any) -> TableRef:
         """Writes ``data`` as table ``name`` (``mode``: "create" or "overwrite")."""
         import lance

@@ -19,6 +19,7 @@ from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.wording import counted, skipped_rows
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.openlineage import LineageMixin
 from geneva_provider.operators._common import (
     check_dict,
     import_udf,
@@ -27,7 +28,6 @@ from geneva_provider.operators._common import (
     take_options,
     with_retry_policy,
 )
-from geneva_provider.operators.lineage import LineageMixin
 from geneva_provider.operators.links import GenevaJobLink, push_job_link
 from geneva_provider.operators.partitions import (
     check_partition_where,
@@ -39,7 +39,7 @@ from geneva_provider.operators.partitions import (
 COLUMNS_EXPECTED = '{"y": "my_pkg.udfs:double"} or {"y": ("my_pkg.udfs:double", ["a"])}'
 
 
-class _SchemaOperator(BaseOperator):
+class _SchemaOperator(LineageMixin, BaseOperator):
     """What the schema-changing operators share: the table and the ``lance`` connection naming its database.
 
     :param table: table name in the Lance database (templated)
@@ -76,6 +76,7 @@ class GenevaAddColumnsOperator(_SchemaOperator):
         job = f"add_columns on table '{self.table}'"
         columns = check_dict(self.columns, "columns", job, COLUMNS_EXPECTED)  # {} is an error, as for Table.add_columns
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
+        read = tbl.version
         declared = tbl.udf_column_listings()
         specs: dict[str, Any] = {}
         for column, spec in columns.items():
@@ -83,6 +84,9 @@ class GenevaAddColumnsOperator(_SchemaOperator):
             fn = import_udf(ref, column)
             specs[column] = (fn, inputs) if inputs is not None else fn
         version = tbl.add_columns(specs)  # a column already holding its UDF stays; one holding another: ColumnError
+        from geneva_provider.core.lineage import declared_lineage
+
+        self.record_lineage(declared_lineage(tbl.uri, read, tbl.dataset(version).schema, list(specs)), version)
         added, kept = sorted(c for c in specs if c not in declared), sorted(c for c in specs if c in declared)
         if added:
             self.log.info("Declared UDF columns %s on table '%s'", added, self.table)
@@ -132,8 +136,15 @@ class GenevaAlterColumnsOperator(_SchemaOperator):
                                        f"{ALTERATIONS_EXPECTED}, got {self.alterations!r}")
         resolved = [_resolved_alteration(a, job) for a in self.alterations]
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
+        read = tbl.version
         version = tbl.alter_columns(resolved)
         paths = [a.get("path") for a in resolved]
+        renamed = {str(a.get("rename") or a.get("name")): str(a["path"]) for a in resolved
+                   if a.get("rename") or a.get("name")}
+        altered = [next((new for new, old in renamed.items() if old == p), str(p)) for p in paths]
+        from geneva_provider.core.lineage import declared_lineage
+
+        self.record_lineage(declared_lineage(tbl.uri, read, tbl.dataset(version).schema, altered, renamed), version)
         self.log.info("Altered column(s) %s of table '%s' (version %s)", paths, self.table, version)
         return {"table": self.table, "altered": paths, "version": version}
 
@@ -291,4 +302,5 @@ class GenevaVerifyOperator(LineageMixin, BaseOperator):
                 "names what was computed")
 
     def lineage_written(self) -> Any:
-        return self._verified.written if self._verified is not None else None
+        written = self._verified.written if self._verified is not None else None
+        return written.committed() if written is not None else None

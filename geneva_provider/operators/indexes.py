@@ -20,12 +20,13 @@ from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.openlineage import LineageMixin
 from geneva_provider.operators._common import reject_unknown_kwargs, with_retry_policy
 from geneva_provider.operators.links import GenevaJobLink, push_job_link
 from geneva_provider.operators.spark import _GenevaSparkStageOperator
 
 
-class _GenevaPlanIndexOperator(BaseOperator):
+class _GenevaPlanIndexOperator(LineageMixin, BaseOperator):
     """Plans an index job on the Airflow worker and returns its summary for XCom."""
 
     ui_color = "#f0e8f8"
@@ -47,7 +48,7 @@ class _GenevaPlanIndexOperator(BaseOperator):
         from geneva_provider.pipeline.indexes.kind import plan_index
 
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        summary = plan_index(tbl.ref, self._request(tbl.dataset()), store=tbl.checkpoint_store,
+        self._summary = summary = plan_index(tbl.ref, self._request(tbl.dataset()), store=tbl.checkpoint_store,
                              target_groups=self.target_groups, airflow_run_id=context.get("run_id"))
         self.log.info("Index plan %s for table '%s': %s", summary.job_id, self.table, summary.describe())
         push_job_link(context, summary.job_id, summary.table, self.lance_conn_id)
@@ -139,7 +140,7 @@ class GenevaRefreshIndexOperator(_GenevaPlanIndexOperator):
         return IndexRefresh.of(refresh_name(self.table, self.index_name, self.column), self.retrain)
 
 
-class GenevaPlanIndexRefreshesOperator(BaseOperator):
+class GenevaPlanIndexRefreshesOperator(LineageMixin, BaseOperator):
     """Plans the index stage of a job: an add-only refresh of each index the job's commit may have left behind --
     those on ``column`` (on any column of its multi-output group), or, for a view's refresh (``column`` None),
     those on the columns it writes (not on a UDF column added to the view: its backfill's stage refreshes them)
@@ -167,12 +168,14 @@ class GenevaPlanIndexRefreshesOperator(BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> list[dict[str, Any]]:
+        from geneva_provider.core.contracts.lineage_models import JobLineage
         from geneva_provider.pipeline.indexes.upkeep import indexes_on, job_indexes, plan_refreshes
 
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
         ds = tbl.dataset()
         names = indexes_on(ds) if self.all_indexes else job_indexes(ds, self.column)
         plans = plan_refreshes(tbl.ref, names, tbl.checkpoint_store, airflow_run_id=context.get("run_id"))
+        self.record_lineage(JobLineage.of_table(tbl.uri, ds.version))
         on = f"column '{self.column}'" if self.column is not None and not self.all_indexes else "any column"
         self.log.info("Indexes of table '%s' on %s: %s; to refresh: %s", self.table, on, names or "none",
                       [f"{p.job_id}: {p.describe()}" for p in plans] or "none (nothing to index)")

@@ -17,12 +17,13 @@ from geneva_provider.core.contracts.options import parse_count, rendered_later
 from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.openlineage import LineageMixin
 from geneva_provider.operators._common import duration, reject_unknown_kwargs, with_retry_policy
 from geneva_provider.operators.links import GenevaJobLink, push_job_link
 from geneva_provider.operators.spark import _GenevaSparkStageOperator
 
 
-class GenevaPlanCompactionOperator(BaseOperator):
+class GenevaPlanCompactionOperator(LineageMixin, BaseOperator):
     """Plans a compaction of a table on the Airflow worker; returns the plan summary for XCom.
 
     :param table: the table to compact (templated)
@@ -66,7 +67,7 @@ class GenevaPlanCompactionOperator(BaseOperator):
         if target is not None:
             options["target_rows_per_fragment"] = target
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        summary = plan_compaction_keeping_indexes(
+        self._summary = summary = plan_compaction_keeping_indexes(
             tbl.ref, options, store=tbl.checkpoint_store, exclude_live_jobs=self.exclude_live_jobs,
             airflow_run_id=context.get("run_id"), release_index_segments=self.release_index_segments)
         self.log.info("Compaction plan %s for table '%s': %s", summary.job_id, self.table, summary.describe())
@@ -80,7 +81,7 @@ class GenevaSparkCompactOperator(_GenevaSparkStageOperator):
     stage = Stage.COMPACT
 
 
-class _GenevaTableCleanupOperator(BaseOperator):
+class _GenevaTableCleanupOperator(LineageMixin, BaseOperator):
     """A clean-up of one table of things older than ``older_than``.
 
     :param table: table name in the Lance database (templated)

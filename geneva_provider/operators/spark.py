@@ -22,8 +22,8 @@ from geneva_provider.core.contracts.kinds import EventStatus, Stage
 from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.hooks.errors import fails_without_retry, no_retry
 from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.openlineage import LineageMixin, inject_parent_job_info
 from geneva_provider.operators._common import in_process_rows_setting, with_retry_policy
-from geneva_provider.operators.lineage import LineageMixin, inject_parent_job_info
 from geneva_provider.operators.links import GenevaJobLink, SparkUILink, push_job_link, push_spark_ui_link
 from geneva_provider.operators.progress import ProgressLogger, progress_seconds
 from geneva_provider.operators.spark_backends import (
@@ -39,7 +39,8 @@ from geneva_provider.operators.spark_backends import (
 from geneva_provider.pipeline.stages.registry import SparkStage, spark_stage
 
 if TYPE_CHECKING:
-    from geneva_provider.core.contracts.models import PlanSummary, StageReport, WriteResult
+    from geneva_provider.core.contracts.lineage_models import Committed
+    from geneva_provider.core.contracts.models import PlanSummary, StageReport
     from geneva_provider.hooks.spark_submit import GenevaSparkSubmitHook
 
 
@@ -191,6 +192,7 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
 
     _defers = False  # deferrable, and run by a task runner that can defer (set by execute, execute_complete)
     _result: tuple[Any, dict[str, Any]] | None = None  # the submission whose result was read, and that result
+    _outcome: Any = None  # ... and that result as its model (ApplyResult, WriteResult, ...)
 
     def nothing_to_do(self, plan: PlanSummary) -> bool:
         return plan.nothing_to_do
@@ -330,6 +332,7 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
             run = self.backend.result(submission, store)
         if run.succeeded and run.report is not None:
             self._result = (submission, run.report.to_xcom())
+            self._outcome = run.report.result
             return self._result[1]
         raise self._failure(submission.job_id, run.report, run.output_tail) from run.cause
 
@@ -391,13 +394,10 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
             return error if error.retryable else no_retry(error)
         return AirflowException(message)
 
-    def lineage_written(self) -> WriteResult | None:
-        """The write+commit stage's result, once read (what it committed: lineage's statistics and version)."""
-        from geneva_provider.core.contracts.models import WriteResult
-
-        if self.stage != Stage.WRITE_COMMIT or self._result is None:
-            return None
-        return WriteResult.model_validate({k: v for k, v in self._result[1].items() if k != "status"})
+    def lineage_written(self) -> Committed | None:
+        """What the stage committed, once its result is read (lineage's statistics and version): a write+commit's
+        rows, files and bytes, a compaction's files, an index build's rows; nothing for an apply."""
+        return self._outcome.committed() if self._outcome is not None else None
 
     def on_kill(self) -> None:
         """Stops the stage's Spark work: the stage this task runs, or the process of its own that runs it."""

@@ -15,6 +15,7 @@ from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.openlineage import LineageMixin
 from geneva_provider.operators._common import (
     check_dict,
     import_udf,
@@ -23,13 +24,12 @@ from geneva_provider.operators._common import (
     take_options,
     with_retry_policy,
 )
-from geneva_provider.operators.lineage import LineageMixin
 from geneva_provider.operators.links import GenevaJobLink, push_job_link
 
 VIEW_COLUMNS_EXPECTED = '{"out": "source_column"} or {"out": "my_pkg.udfs:embed"}'
 
 
-class GenevaCreateMaterializedViewOperator(BaseOperator):
+class GenevaCreateMaterializedViewOperator(LineageMixin, BaseOperator):
     """Creates a materialized view; leaves an identical existing view alone, refuses a different one.
 
     :param view: the view's table name (templated)
@@ -65,12 +65,16 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
         self.max_rows_per_fragment = max_rows_per_fragment
         self.lance_conn_id = lance_conn_id
 
+    def lineage_tables(self) -> tuple[str, str]:
+        return self.source_table, self.view
+
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.core.views.meta import view_info
 
         db = LanceHook(self.lance_conn_id).database
-        query = db.open_table(self.source_table).search(None).where(self.where or None).select(
+        source = db.open_table(self.source_table)
+        query = source.search(None).where(self.where or None).select(
             {out: import_udf(ref, out) if ":" in ref else ref for out, ref in self.columns.items()})
         if self.shuffle:
             query = query.shuffle(seed=self.seed)
@@ -84,10 +88,22 @@ class GenevaCreateMaterializedViewOperator(BaseOperator):
                     f"view '{self.view}' exists with a different definition: {existing.to_json()}; "
                     "drop it to redefine it")
             self.log.info("View '%s' exists with the same definition: left as it is", self.view)
+            self._record_view(source, view)
             return {"view": self.view, "created": False, "rows": view.count_rows(), "version": view.version}
         view = db.create_materialized_view(self.view, query, max_rows_per_fragment=self.max_rows_per_fragment)
+        self._record_view(source, view)
         self.log.info("Created view '%s' with %d placeholder rows", self.view, view.count_rows())
         return {"view": self.view, "created": True, "rows": view.count_rows(), "version": view.version}
+
+
+    def _record_view(self, source: Any, view: Any) -> None:
+        """The view's lineage: its columns from the source's, at the source version it was made of."""
+        from geneva_provider.core.lineage import query_view_lineage
+        from geneva_provider.core.views.meta import view_info
+
+        info = view_info(view.schema.metadata, self.view)
+        self.record_lineage(query_view_lineage(source.uri, info.base_table_version, source.schema.names, view.uri,
+                                               view.schema, info.query), view.version)
 
 
 def _check_definition(job: str, columns: Any, shuffle: Any) -> None:

@@ -23,10 +23,11 @@ from geneva_provider.core.errors import GenevaError, InvalidArgumentError
 from geneva_provider.core.table_events import SuccessEvent, TimeoutEvent, parse_event
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
+from geneva_provider.openlineage import LineageMixin
 from geneva_provider.triggers.table import GenevaColumnBackfilledTrigger, GenevaTableChangedTrigger
 
 
-class _GenevaDeferrableSensor(BaseSensorOperator):
+class _GenevaDeferrableSensor(LineageMixin, BaseSensorOperator):
     """Deferrable as the deployment's ``[operators] default_deferrable`` says (or ``deferrable=``).
 
     It logs what it waits for and its absolute deadline when it starts, what it saw at each poke,
@@ -37,6 +38,8 @@ class _GenevaDeferrableSensor(BaseSensorOperator):
     :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
     :param deferrable: wait in the triggerer, holding no worker slot (default ``[operators] default_deferrable``)
     """
+
+    lineage_reads_only = True  # OpenLineage: it reads the table it waits on
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -142,7 +142,7 @@ def test_airflow_loads_the_provider_and_example_dags_without_heavy_imports(tmp_p
         pm.initialize_providers_hooks()
         info = pm.providers["airflow-provider-geneva"].data
         assert pm.hooks["lance"].hook_class_name == "geneva_provider.hooks.lance.LanceHook"
-        modules = ["geneva_provider.task_groups", "geneva_provider.assets"]
+        modules = ["geneva_provider.task_groups", "geneva_provider.assets", "geneva_provider.openlineage"]
         for section in ("hooks", "operators", "sensors", "triggers"):
             modules += [m for entry in info[section] for m in entry["python-modules"]]
         for m in modules:

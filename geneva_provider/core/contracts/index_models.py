@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from geneva_provider.core.contracts.kinds import Stage
+from geneva_provider.core.contracts.lineage_models import Committed
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.core.wording import counted
 
@@ -329,6 +330,10 @@ class IndexBuildResult(BaseModel):
     seconds: dict[str, float] = {}  # "total": the stage's wall time
     # The refreshed rows' centroid distance over the training rows' (pipeline/indexes/drift.py); None: not measured.
     drift: float | None = None
+
+    def committed(self) -> Committed:
+        """What lineage reports of it: the version left and the rows it indexed."""
+        return Committed(version=self.version, rows=self.rows_indexed)
 
     @property
     def nothing_to_do(self) -> bool:

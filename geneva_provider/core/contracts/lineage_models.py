@@ -2,7 +2,7 @@
 
 The planner knows it (the UDF's name, version and input columns, the view's copied columns, the filter) and the
 plan summary carries it to the Airflow surface, which reports it as OpenLineage facets
-(:mod:`geneva_provider.operators.lineage`).  No storage option is ever part of it: it names tables by URI only.
+(:mod:`geneva_provider.openlineage`).  No storage option is ever part of it: it names tables by URI only.
 """
 
 from __future__ import annotations
@@ -46,12 +46,30 @@ class JobLineage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source_uri: str
-    source_version: int
+    source_version: int | None  # None: not read yet (a table job's event before it ran)
     table_uri: str
     edges: list[ColumnEdge] = Field(default_factory=list)
     filter_columns: list[str] = Field(default_factory=list)  # input columns selecting the rows (INDIRECT / FILTER)
     group_columns: list[str] = Field(default_factory=list)   # input columns grouping the rows (a batch UDTF's key)
     written: list[WrittenColumn] = Field(default_factory=list)
+    reads_only: bool = False  # a wait on the table (a sensor): an input, no output
+
+    @classmethod
+    def of_table(cls, table_uri: str, version: int | None = None, *, reads_only: bool = False) -> JobLineage:
+        """A job on a table as a whole (a compaction, an index build, a clean-up, a wait): the table read at
+        ``version`` and written, no column edges."""
+        return cls(source_uri=table_uri, source_version=version, table_uri=table_uri, reads_only=reads_only)
+
+
+class Committed(BaseModel):
+    """What a job committed, as lineage reports it: the version it left and, when known, what it wrote."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int
+    rows: int | None = None
+    bytes: int | None = None
+    files: int | None = None
 
 
 def udf_description(kind: str, name: str, version: str) -> str:

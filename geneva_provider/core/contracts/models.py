@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from geneva_provider.core.contracts.error_payload import ErrorPayload
 from geneva_provider.core.contracts.index_models import IndexBuildPlan, IndexBuildResult, IndexRefresh, IndexSpec
 from geneva_provider.core.contracts.kinds import DigestScheme, EventStatus, JobKind, RowOutcome, Stage
-from geneva_provider.core.contracts.lineage_models import JobLineage
+from geneva_provider.core.contracts.lineage_models import Committed, JobLineage
 from geneva_provider.core.errors import InvalidArgumentError, PlanFormatError
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.wording import counted, skipped_rows
@@ -478,7 +478,7 @@ class PlanSummary(_Model):
     fragments_excluded: list[int] = Field(default_factory=list)  # compaction: left alone, held by live jobs
     fragments_held_by: dict[str, list[int]] = Field(default_factory=dict)  # compaction: live job id -> its fragments
     index_name: str | None = None  # an index build: the index it builds or refreshes
-    lineage: JobLineage | None = None  # a column job: the tables and columns it reads and writes (no secret)
+    lineage: JobLineage | None = None  # the tables (and a column job's columns) it reads and writes (no secret)
 
     @classmethod
     def from_xcom(cls, value: Any) -> PlanSummary:
@@ -598,6 +598,10 @@ class ApplyResult(_Model):
     udtf_calls: int | None = None  # a UDTF view refresh: the UDTF's calls (parents expanded, partitions run)
     timed_out: bool = False  # the job's timeout passed: tasks stopped at a checkpoint, rows are left to compute
 
+    def committed(self) -> Committed | None:
+        """Nothing: the apply stage commits no version (its write+commit does)."""
+        return None
+
 
 class WriteResult(_Model):
     """The write+commit stage's outcome."""
@@ -612,6 +616,11 @@ class WriteResult(_Model):
     seconds: float
     files_written: int = 0  # data files the job's commits added to the table
     bytes_written: int = 0  # ... and their size
+
+    def committed(self) -> Committed:
+        """What lineage reports of it: the version left, the rows, bytes and files written."""
+        return Committed(version=self.version, rows=self.rows_committed, bytes=self.bytes_written,
+                         files=self.files_written)
 
 
 class GroupFragments(_Model):
@@ -681,7 +690,8 @@ class CompactionPlan(PlanBase):
                            read_version=self.read_version, rows_to_compute=0, rows_reused=0, tasks=len(self.tasks),
                            fragments_to_compute=len(self.fragments), fragments_reused=0, fragments_done=0,
                            nothing_to_do=self.nothing_to_do, fragments_excluded=self.excluded,
-                           fragments_held_by=self.held_by)
+                           fragments_held_by=self.held_by,
+                           lineage=JobLineage.of_table(self.table_uri, self.read_version))
 
     @classmethod
     def describe_summary(cls, summary: PlanSummary) -> str:
@@ -707,6 +717,10 @@ class CompactionResult(_Model):
     held_by: dict[str, list[int]] = Field(default_factory=dict)  # live job id -> its fragments, left alone
     seconds: float = 0.0
     indexes: list[IndexBuildResult] = Field(default_factory=list)  # the remap check's refreshes (indexed something)
+
+    def committed(self) -> Committed:
+        """What lineage reports of it: the version left and the data files it wrote."""
+        return Committed(version=self.version, files=self.files_added)
 
     def describe(self) -> str:
         """What it rewrote, in the one wording of its log line and the CLI's answer (without the holders' names)."""
@@ -743,7 +757,8 @@ class IndexPlan(PlanBase):
                            read_version=self.read_version, rows_to_compute=build.rows if build is not None else 0,
                            rows_reused=0, tasks=len(build.groups) if build is not None else 0,
                            fragments_to_compute=fragments, fragments_reused=0, fragments_done=0,
-                           nothing_to_do=self.nothing_to_do, index_name=self.index_name)
+                           nothing_to_do=self.nothing_to_do, index_name=self.index_name,
+                           lineage=JobLineage.of_table(self.table_uri, self.read_version))
 
     @classmethod
     def describe_summary(cls, summary: PlanSummary) -> str:

@@ -27,7 +27,6 @@ import pyarrow as pa
 from geneva_provider.core.catalog import TableResolver
 from geneva_provider.core.column_paths import path_column
 from geneva_provider.core.contracts.kinds import JobKind
-from geneva_provider.core.contracts.lineage_models import udf_description
 from geneva_provider.core.contracts.models import JobSpec, PlanSummary, SourceSpec
 from geneva_provider.core.contracts.options import RefreshOptions
 from geneva_provider.core.errors import InvalidArgumentError
@@ -35,7 +34,7 @@ from geneva_provider.core.fingerprints import fingerprint_column, fingerprint_fi
 from geneva_provider.core.fragments import column_field_ids, column_leaf_ids, files_holding
 from geneva_provider.core.functions.udf import udf_column_info
 from geneva_provider.core.incarnations import incarnations
-from geneva_provider.core.lineage import view_lineage
+from geneva_provider.core.lineage import query_view_lineage
 from geneva_provider.core.refs import TableRef, check_table_ref
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store.checkpoint import CheckpointStore
@@ -135,9 +134,7 @@ def plan_query_refresh(view: TableRef, options: RefreshOptions, call: PlanCall) 
                        for c, u in zip(udf_cols, udf_infos, strict=True) if u is not None and u.resources is not None],
         source=SourceSpec(uri=source.uri, version=src.version, copied=q.columns, udf_columns=udf_cols,
                           read_columns=src_read),
-        lineage=view_lineage(source.uri, src.version, src.schema.names, view.uri, ds.schema, q.columns,
-                             {c: (u.input_columns, udf_description("UDF", u.udf, u.version))
-                              for c, u in q.udf_columns.items()}, q.where))
+        lineage=query_view_lineage(source.uri, src.version, src.schema.names, view.uri, ds.schema, q))
     return store_plan(spec, fragments, work, options, call,
                       f"view '{view.name}' from source version {src.version} ({added} rows added, {removed} removed)")
 

@@ -2,13 +2,17 @@
 
 Lineage tools (Marquez, DataHub, a cloud catalog) join datasets across tools by their OpenLineage name, so a job
 reports its table under the naming spec's name for the table's URI (:func:`dataset_name`): a backfill reads and
-writes the same dataset, a view's refresh reads its source table and writes the view.  The facts come from the
-plan summary (:class:`~geneva_provider.core.contracts.lineage_models.JobLineage`: each written column's input
-columns and UDF, the filter's columns, the versions read) and from what the write+commit stage committed
-(rows, files, bytes, the version after the last commit); never from the storage options, which no event carries.
+writes the same dataset, a view's refresh (or creation) reads its source table and writes the view, a compaction,
+an index build or a clean-up reads and writes its table, a sensor reads the table it waits on.  The facts come
+from the plan summary (:class:`~geneva_provider.core.contracts.lineage_models.JobLineage`: each written column's
+input columns and UDF, the filter's columns, the versions read), from what an operator did itself (the columns it
+declared, the view it created), and from what the job committed (rows, files, bytes, the version after the last
+commit: :class:`~geneva_provider.core.contracts.lineage_models.Committed`); never from the storage options, which
+no event carries.
 
-:class:`LineageMixin` gives an operator the three methods the OpenLineage provider calls
-(``get_openlineage_facets_on_start / on_complete / on_failure``); on failure the provider adds the error facet.
+:class:`LineageMixin` gives every operator and sensor of the package the three methods the OpenLineage provider
+calls (``get_openlineage_facets_on_start / on_complete / on_failure``); on failure the provider adds the error
+facet.
 The OpenLineage provider is optional: nothing here is imported until it calls those methods.
 """
 
@@ -18,8 +22,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from geneva_provider.core.contracts.lineage_models import JobLineage
-    from geneva_provider.core.contracts.models import PlanSummary, WriteResult
+    from geneva_provider.core.contracts.lineage_models import Committed, JobLineage
+    from geneva_provider.core.contracts.models import PlanSummary
 
 _BUCKETS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "wasb", "wasbs", "oss", "hdfs")
 
@@ -39,10 +43,10 @@ def dataset_name(uri: str) -> tuple[str, str]:
     return f"{scheme}://{authority}", f"/{path}"
 
 
-def operator_lineage(lineage: JobLineage | None, written: WriteResult | None = None) -> Any:
+def operator_lineage(lineage: JobLineage | None, committed: Committed | None = None) -> Any:
     """The job's ``OperatorLineage``: the input table at the version read and the output table, with its column
-    lineage and schema, and -- once committed (``written``) -- its output statistics and the version committed.
-    No lineage (a job kind without columns): an empty one."""
+    lineage and schema (a column job's), and -- once committed -- its output statistics and the version
+    committed.  A wait on a table (``reads_only``): the input alone.  No lineage: an empty one."""
     from airflow.providers.common.compat.openlineage.facet import InputDataset, OutputDataset
     from airflow.providers.openlineage.extractors import OperatorLineage
 
@@ -51,14 +55,21 @@ def operator_lineage(lineage: JobLineage | None, written: WriteResult | None = N
     from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
 
     source_ns, source_name = dataset_name(lineage.source_uri)
+    source = InputDataset(namespace=source_ns, name=source_name, facets={} if lineage.source_version is None else {
+        "version": DatasetVersionDatasetFacet(datasetVersion=str(lineage.source_version))})
+    if lineage.reads_only:
+        return OperatorLineage(inputs=[source])
     namespace, name = dataset_name(lineage.table_uri)
-    facets: dict[str, Any] = {"schema": _schema(lineage), "columnLineage": _column_lineage(lineage)}
+    facets: dict[str, Any] = {}
+    if lineage.written:
+        facets["schema"] = _schema(lineage)
+    if lineage.edges or lineage.filter_columns or lineage.group_columns:
+        facets["columnLineage"] = _column_lineage(lineage)
     output_facets: dict[str, Any] = {}
-    if written is not None:
-        facets["version"] = DatasetVersionDatasetFacet(datasetVersion=str(written.version))
-        output_facets["outputStatistics"] = _statistics(written)
-    source = InputDataset(namespace=source_ns, name=source_name,
-                          facets={"version": DatasetVersionDatasetFacet(datasetVersion=str(lineage.source_version))})
+    if committed is not None:
+        facets["version"] = DatasetVersionDatasetFacet(datasetVersion=str(committed.version))
+        if committed.rows is not None or committed.bytes is not None or committed.files is not None:
+            output_facets["outputStatistics"] = _statistics(committed)
     return OperatorLineage(inputs=[source], outputs=[OutputDataset(namespace=namespace, name=name, facets=facets,
                                                                    outputFacets=output_facets)])
 
@@ -93,20 +104,26 @@ def _schema(lineage: JobLineage) -> Any:
     return SchemaDatasetFacet(fields=[SchemaDatasetFacetFields(name=c.name, type=c.type) for c in lineage.written])
 
 
-def _statistics(written: WriteResult) -> Any:
+def _statistics(committed: Committed) -> Any:
     from airflow.providers.common.compat.openlineage.facet import OutputStatisticsOutputDatasetFacet
 
-    return OutputStatisticsOutputDatasetFacet(rowCount=written.rows_committed, size=written.bytes_written,
-                                              fileCount=written.files_written)
+    return OutputStatisticsOutputDatasetFacet(rowCount=committed.rows, size=committed.bytes,
+                                              fileCount=committed.files)
 
 
 class LineageMixin:
-    """The OpenLineage provider's three methods, for an operator of a column job (a backfill, a view's refresh).
+    """The OpenLineage provider's three methods, for every operator and sensor of the package.
 
-    An operator says what it knows through :meth:`lineage_plan` (the plan summary: its own result, or the
-    ``plan`` it was given) and :meth:`lineage_written` (what was committed, once it is known); the events
-    of the job's tasks then name the same datasets and columns.
+    What an operator knows, first found first: the lineage it recorded while it ran (``_lineage``: the columns
+    it declared, the view it created), its plan summary's (:meth:`lineage_plan`: the one it planned or read, or
+    its ``plan`` argument), else :meth:`lineage_default` (its table, by name, before it ran); and what was
+    committed (:meth:`lineage_written`, once known).  The events of a job's tasks then name the same datasets
+    and columns.
     """
+
+    _lineage: JobLineage | None = None
+    _committed: Committed | None = None
+    lineage_reads_only = False  # a sensor: it reads the table it waits on, writes nothing
 
     def lineage_plan(self) -> PlanSummary | None:
         """The job's plan summary: the one the operator planned or read (``_summary``), else its ``plan``
@@ -123,13 +140,44 @@ class LineageMixin:
         except InvalidArgumentError:  # not rendered (an XComArg before the task ran): no lineage yet
             return None
 
-    def lineage_written(self) -> WriteResult | None:
-        """What the job committed, when this operator knows it (default: nothing)."""
-        return None
+    def lineage_written(self) -> Committed | None:
+        """What the job committed, when this operator knows it (default: what it recorded, ``_committed``)."""
+        return self._committed
+
+    def record_lineage(self, lineage: JobLineage, committed_version: int | None = None) -> None:
+        """What the operator's own work read and wrote (and the version it committed), for its events."""
+        from geneva_provider.core.contracts.lineage_models import Committed
+
+        self._lineage = lineage
+        if committed_version is not None:
+            self._committed = Committed(version=committed_version)
+
+    def lineage_tables(self) -> tuple[str, str] | None:
+        """The (source, output) table names of the operator's job, for :meth:`lineage_default` (default: its
+        ``table`` read and written; None: no table named yet)."""
+        table = getattr(self, "table", None)
+        return (table, table) if isinstance(table, str) else None
+
+    def lineage_default(self) -> JobLineage | None:
+        """The operator's tables by URI (a table it creates: where it will be), before it ran (no version read)."""
+        from geneva_provider.core.contracts.lineage_models import JobLineage
+        from geneva_provider.hooks.lance import LanceHook
+
+        tables = self.lineage_tables()
+        if tables is None:
+            return None
+        catalog = LanceHook(getattr(self, "lance_conn_id", LanceHook.default_conn_name)).database.catalog
+        source, output = (catalog.location(t) for t in tables)
+        if source is None or output is None:  # a table a namespace has not placed yet: named once it exists
+            return None
+        return JobLineage(source_uri=source, source_version=None, table_uri=output, reads_only=self.lineage_reads_only)
 
     def _operator_lineage(self) -> Any:
-        plan = self.lineage_plan()
-        return operator_lineage(plan.lineage if plan is not None else None, self.lineage_written())
+        lineage = self._lineage
+        if lineage is None:
+            plan = self.lineage_plan()
+            lineage = plan.lineage if plan is not None else None
+        return operator_lineage(lineage if lineage is not None else self.lineage_default(), self.lineage_written())
 
     def get_openlineage_facets_on_start(self) -> Any:
         return self._operator_lineage()
