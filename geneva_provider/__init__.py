@@ -39,6 +39,8 @@ _EXPORTS = {
     "udf": "geneva_provider.core.functions.udf",
     "Columns": "geneva_provider.core.functions.udf",
     "UnpackedUDF": "geneva_provider.core.functions.udf",
+    "computed": "geneva_provider.core.functions.computed",
+    "Computed": "geneva_provider.core.functions.computed",
     "UDTF": "geneva_provider.core.functions.udtf",
     "chunker": "geneva_provider.core.functions.udtf",
     "scalar_udtf": "geneva_provider.core.functions.udtf",
@@ -117,6 +119,7 @@ if TYPE_CHECKING:
         UDFWorkerDiedError,
         VerificationError,
     )
+    from geneva_provider.core.functions.computed import Computed, computed
     from geneva_provider.core.functions.udf import UDF, Columns, UDFKind, UnpackedUDF, udf
     from geneva_provider.core.functions.udtf import UDTF, chunker, scalar_udtf, udtf
     from geneva_provider.core.manifest import GenevaManifest, SparkCluster

@@ -18,6 +18,7 @@ from geneva_provider.core.filters import check_where, lance_reason
 from geneva_provider.core.fingerprints import (
     is_fingerprint_column,
 )
+from geneva_provider.core.functions.computed import Computed
 from geneva_provider.core.functions.udf import UDF, UdfColumnListing, UnpackedUDF, lead_column, udf_column_info
 from geneva_provider.core.refs import TableRef
 from geneva_provider.facade.indexes import IndexMethods
@@ -193,11 +194,14 @@ class Table(IndexMethods):
         ds.delete(where)
 
     # ------------------------------------------------------------------ UDF columns
-    def add_columns(self, columns: dict[str, UDF | tuple[UDF, Sequence[str]] | str] | UDF | UnpackedUDF) -> int:
+    def add_columns(self, columns: dict[str, UDF | tuple[UDF, Sequence[str]] | Computed | str] | UDF | UnpackedUDF
+                    ) -> int:
         """Declares UDF columns: metadata-only, every value NULL until backfilled. Returns the version.
 
         A SQL expression instead of a UDF (``{"c": "cast(NULL as string)"}``, ``{"z": "x * 2"}``) is a plain
         column computed now by Lance, as the reference does (its own commit, before the UDF columns').
+        ``{"c": computed("a * 2 + b")}`` is a *maintained* computed column: a UDF column whose function is the
+        expression, kept valid by backfills as any UDF column (:mod:`geneva_provider.core.functions.computed`).
 
         ``{"y": double}`` reads the UDF's own input columns; ``{"y": (double, ["a"])}`` maps its
         parameters onto other columns.  A column that already holds the identical UDF (same version,
@@ -236,10 +240,13 @@ class Table(IndexMethods):
                     raise InvalidArgumentError(
                         f"add_columns on table '{self.name}': column '{column}' takes a @udf function, a pair "
                         f"(udf, [input columns]) or a SQL expression, got {spec!r}")
+                if isinstance(spec, Computed):
+                    update.add_computed_column(column, spec)
+                    continue
                 fn, inputs = spec if isinstance(spec, tuple) else (spec, None)
                 if not isinstance(fn, UDF):
                     raise InvalidArgumentError(f"add_columns on table '{self.name}': column '{column}' needs a @udf "
-                                               f"function or a SQL expression, got {fn!r}")
+                                               f"function, computed(<SQL>) or a SQL expression, got {fn!r}")
                 update.add_udf_column(column, fn, inputs)
             return update
 

@@ -55,6 +55,7 @@ from geneva_provider.pipeline.schema_edit import SchemaField, edited_schema
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from geneva_provider.core.functions.computed import Computed
     from geneva_provider.core.functions.udf import UdfColumnInfo
     from geneva_provider.core.lib_types import Dataset
     from geneva_provider.core.refs import TableRef
@@ -112,6 +113,11 @@ class UpdateColumns:
                 f"{self.subject}: UDF '{fn.name}' computes the columns {UnpackedUDF(fn).columns} (it returns "
                 f"Columns[...]); add it as add_columns({fn.name}), not under the one column name '{column}'")
         return self._add_udf(column, [column], fn, inputs)
+
+    def add_computed_column(self, column: str, spec: Computed) -> Self:
+        """Adds ``column`` kept equal to the SQL expression of ``spec`` over its row (``computed("a * 2")``): a UDF
+        column bound against the schema as changed so far, so it may read a column added before it."""
+        return self.add_udf_column(column, spec.bind(column, self._schema, self.subject))
 
     def add_udf_group(self, unpacked: UnpackedUDF, inputs: Sequence[str] | None = None) -> Self:
         """Adds the columns of a multi-output UDF, one per field of its struct, with one fingerprint column.
