@@ -291,7 +291,8 @@ class Table(IndexMethods):
     def alter_columns(self, *alterations: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> int:
         """Alters columns, each named by an alteration dict's ``path`` (several dicts, or one list of them).
 
-        ``{"path": "y", "udf": new_udf}`` revises UDF column ``y``: the new UDF (``input_columns``: other
+        ``{"path": "y", "udf": new_udf}`` revises UDF column ``y`` (``{"path": "c", "udf": computed("a * 3")}`` a
+        computed column's expression): the new UDF (``input_columns``: other
         inputs, default those of the old one) must return the column's type.  Its values stay, and read, as
         the old UDF computed them, but each is *stale* from now on (its fingerprint is seeded with the old
         UDF's version) until a backfill computes it again: ``backfill("y")`` computes every stale row,
@@ -675,7 +676,8 @@ class Table(IndexMethods):
 _ALTERATION_KEYS = ("path", "udf", "virtual_column", "input_columns", "rename", "name", "nullable", "data_type")
 
 
-def _alteration(alteration: Any, subject: str) -> tuple[str, UDF | None, list[str] | None, dict[str, Any]]:
+def _alteration(alteration: Any, subject: str
+                ) -> tuple[str, UDF | Computed | None, list[str] | None, dict[str, Any]]:
     """One ``alter_columns`` dict as (path, new UDF, its inputs, Lance's changes: rename / nullable / data_type).
 
     The reference's aliases are taken: ``virtual_column`` for ``udf`` (its older name), ``name`` for ``rename``

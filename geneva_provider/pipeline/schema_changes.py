@@ -37,6 +37,7 @@ from geneva_provider.core.fingerprints import (
     left_by_a_rename,
 )
 from geneva_provider.core.fragments import column_field
+from geneva_provider.core.functions.computed import Computed
 from geneva_provider.core.functions.udf import (
     META_COLUMN_UID,
     META_NAME,
@@ -55,7 +56,6 @@ from geneva_provider.pipeline.schema_edit import SchemaField, edited_schema
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from geneva_provider.core.functions.computed import Computed
     from geneva_provider.core.functions.udf import UdfColumnInfo
     from geneva_provider.core.lib_types import Dataset
     from geneva_provider.core.refs import TableRef
@@ -269,15 +269,18 @@ class UpdateColumns:
         self._field_metadata[column] = (info.column_uid, {**metadata, **kept})
         return self
 
-    def revise_udf(self, column: str, fn: UDF, inputs: Sequence[str] | None = None) -> Self:
+    def revise_udf(self, column: str, fn: UDF | Computed, inputs: Sequence[str] | None = None) -> Self:
         """Stores ``fn`` as ``column``'s UDF with its own name and version, reading ``inputs`` (default: the
         columns the old UDF read); the column keeps its incarnation, its values and their fingerprints.
 
         The fingerprints are seeded with the UDF's version, so every value an older version computed is
         stale from now on -- still stored and read -- and the next backfill (or one whose ``where`` selects
         it) computes it again; a UDF of the same version changes nothing the backfill sees.  The type must be
-        the column's and the inputs must exist.
+        the column's and the inputs must exist.  A new expression (``computed("a * 3")``) reads the columns it names.
         """
+        if isinstance(fn, Computed):
+            fn = fn.bind(column, self._schema, self.subject)
+            inputs = fn.input_columns
         info, metadata = self._check_swap(column, fn, "new", inputs)
         self._field_metadata[column] = (info.column_uid, {**metadata, META_COLUMN_UID: info.column_uid})
         return self
