@@ -80,7 +80,7 @@ __all__ = [
     "UDFDefinitionError", "UDFExecutionError", "UDFKind", "UDFWorkerDiedError", "VerificationError", "__version__",
     "connect", "local_session", "task_device", "task_gpus", "udf",
     "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
-    "UDTF", "chunker", "scalar_udtf", "udtf",
+    "UDTF", "chunker", "scalar_udtf", "udtf", "Computed", "computed",
     "ExecutionContext", "GenevaManifest", "SparkCluster", "local_context", "local_ray_context",
 ]
 

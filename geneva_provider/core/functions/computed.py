@@ -29,6 +29,7 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass
+
 import pyarrow as pa
 
 from geneva_provider.core.column_names import user_columns
