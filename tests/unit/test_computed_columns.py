@@ -61,9 +61,14 @@ def test_computed_refuses_an_expression_that_is_not_a_value_of_its_row(expressio
     assert expression.strip() == "" or repr(expression) in str(caught.value)
 
 
-def test_a_column_named_like_a_volatile_function_is_still_a_column():
-    # only a call (or the bare keyword current_date) is refused; a struct field named 'now' is a field
+def test_a_column_named_like_a_volatile_function_is_still_a_column(db):
+    # only a call (or a bare niladic keyword such as current_date) is refused: a column named 'now' is a column
     assert gp.computed("info.now + 1").expression == "info.now + 1"
+    tbl = db.create_table("t", pa.table({"now": [1, 2], "rand": [10, 20]}))
+    tbl.add_columns({"c": gp.computed("now + rand")})
+    assert tbl.udf_columns()["c"]["input_columns"] == ["now", "rand"]
+    tbl.backfill("c", spark=InProcessRunner())
+    assert tbl.to_arrow(["c"]).column("c").to_pylist() == [11, 22]
 
 
 @pytest.mark.parametrize(("expression", "kwargs", "message"), [

@@ -40,10 +40,12 @@ from geneva_provider.core.functions.udf import META_COMPUTED, UDF, UDFKind
 __all__ = ["Computed", "SqlExpression", "computed", "referenced_columns", "tokens"]
 
 # Functions whose value is not a function of the row: a value recomputed later would differ for the same inputs.
-VOLATILE = frozenset({
-    "random", "rand", "uuid", "gen_random_uuid", "random_uuid", "now", "today", "current_date", "current_time",
-    "current_timestamp", "localtime", "localtimestamp", "clock_timestamp", "statement_timestamp",
-    "transaction_timestamp", "sysdate",
+# SQL's niladic ones are written without parentheses too (``current_date``); the others only as calls, so a
+# column (or a struct field) named ``now`` is still a column.
+NILADIC = frozenset({"current_date", "current_time", "current_timestamp", "localtime", "localtimestamp"})
+VOLATILE = NILADIC | frozenset({
+    "random", "rand", "uuid", "gen_random_uuid", "random_uuid", "now", "today", "clock_timestamp",
+    "statement_timestamp", "transaction_timestamp", "sysdate",
 })
 # Functions whose value depends on other rows (of whichever batch a task computes): not a per-row value.
 ACROSS_ROWS = frozenset({
@@ -195,10 +197,11 @@ def computed(expression: str, *, data_type: pa.DataType | None = None) -> Comput
         word = t.text.lower()
         if t.kind != "name" or (i > 0 and toks[i - 1].text == "."):
             continue
-        if word in VOLATILE:
+        called = i + 1 < len(toks) and toks[i + 1].text == "("
+        if word in NILADIC or (called and word in VOLATILE):
             raise InvalidArgumentError(f"computed({expression!r}): {t.text} is not a function of the row (a value "
                                        "recomputed later would differ): a computed column must be deterministic")
-        if word in ACROSS_ROWS and (word == "over" or (i + 1 < len(toks) and toks[i + 1].text == "(")):
+        if word in ACROSS_ROWS and (word == "over" or called):
             raise InvalidArgumentError(f"computed({expression!r}): {t.text} reads other rows; a computed column "
                                        "is a value of each row alone")
     return Computed(expression=expression, data_type=data_type)
