@@ -39,6 +39,8 @@ _EXPORTS = {
     "udf": "geneva_provider.core.functions.udf",
     "Columns": "geneva_provider.core.functions.udf",
     "UnpackedUDF": "geneva_provider.core.functions.udf",
+    "computed": "geneva_provider.core.functions.computed",
+    "Computed": "geneva_provider.core.functions.computed",
     "UDTF": "geneva_provider.core.functions.udtf",
     "chunker": "geneva_provider.core.functions.udtf",
     "scalar_udtf": "geneva_provider.core.functions.udtf",
@@ -78,7 +80,7 @@ __all__ = [
     "UDFDefinitionError", "UDFExecutionError", "UDFKind", "UDFWorkerDiedError", "VerificationError", "__version__",
     "connect", "local_session", "task_device", "task_gpus", "udf",
     "ErrorPolicy", "Fail", "Retry", "Skip", "fail_fast", "retry_all", "retry_transient", "skip_on_error",
-    "UDTF", "chunker", "scalar_udtf", "udtf",
+    "UDTF", "chunker", "scalar_udtf", "udtf", "Computed", "computed",
     "ExecutionContext", "GenevaManifest", "SparkCluster", "local_context", "local_ray_context",
 ]
 
@@ -117,6 +119,7 @@ if TYPE_CHECKING:
         UDFWorkerDiedError,
         VerificationError,
     )
+    from geneva_provider.core.functions.computed import Computed, computed
     from geneva_provider.core.functions.udf import UDF, Columns, UDFKind, UnpackedUDF, udf
     from geneva_provider.core.functions.udtf import UDTF, chunker, scalar_udtf, udtf
     from geneva_provider.core.manifest import GenevaManifest, SparkCluster

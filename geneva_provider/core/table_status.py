@@ -47,6 +47,7 @@ class ColumnState(BaseModel):
     rows_valid: int    # the stored fingerprint equals that of the row's current inputs
     rows_stale: int    # a stored fingerprint that differs: the value is old until the next backfill
     rows_missing: int  # never computed (no fingerprint: a new row, a ``where`` left it out, a skipped error)
+    expression: str | None = None  # a computed column's SQL expression (``computed("a * 2")``)
 
 
 class ViewLag(BaseModel):

@@ -18,6 +18,7 @@ from geneva_provider.core.filters import check_where, lance_reason
 from geneva_provider.core.fingerprints import (
     is_fingerprint_column,
 )
+from geneva_provider.core.functions.computed import Computed
 from geneva_provider.core.functions.udf import UDF, UdfColumnListing, UnpackedUDF, lead_column, udf_column_info
 from geneva_provider.core.refs import TableRef
 from geneva_provider.facade.indexes import IndexMethods
@@ -193,11 +194,14 @@ class Table(IndexMethods):
         ds.delete(where)
 
     # ------------------------------------------------------------------ UDF columns
-    def add_columns(self, columns: dict[str, UDF | tuple[UDF, Sequence[str]] | str] | UDF | UnpackedUDF) -> int:
+    def add_columns(self, columns: dict[str, UDF | tuple[UDF, Sequence[str]] | Computed | str] | UDF | UnpackedUDF
+                    ) -> int:
         """Declares UDF columns: metadata-only, every value NULL until backfilled. Returns the version.
 
         A SQL expression instead of a UDF (``{"c": "cast(NULL as string)"}``, ``{"z": "x * 2"}``) is a plain
         column computed now by Lance, as the reference does (its own commit, before the UDF columns').
+        ``{"c": computed("a * 2 + b")}`` is a *maintained* computed column: a UDF column whose function is the
+        expression, kept valid by backfills as any UDF column (:mod:`geneva_provider.core.functions.computed`).
 
         ``{"y": double}`` reads the UDF's own input columns; ``{"y": (double, ["a"])}`` maps its
         parameters onto other columns.  A column that already holds the identical UDF (same version,
@@ -236,10 +240,13 @@ class Table(IndexMethods):
                     raise InvalidArgumentError(
                         f"add_columns on table '{self.name}': column '{column}' takes a @udf function, a pair "
                         f"(udf, [input columns]) or a SQL expression, got {spec!r}")
+                if isinstance(spec, Computed):
+                    update.add_computed_column(column, spec)
+                    continue
                 fn, inputs = spec if isinstance(spec, tuple) else (spec, None)
                 if not isinstance(fn, UDF):
                     raise InvalidArgumentError(f"add_columns on table '{self.name}': column '{column}' needs a @udf "
-                                               f"function or a SQL expression, got {fn!r}")
+                                               f"function, computed(<SQL>) or a SQL expression, got {fn!r}")
                 update.add_udf_column(column, fn, inputs)
             return update
 
@@ -284,7 +291,8 @@ class Table(IndexMethods):
     def alter_columns(self, *alterations: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> int:
         """Alters columns, each named by an alteration dict's ``path`` (several dicts, or one list of them).
 
-        ``{"path": "y", "udf": new_udf}`` revises UDF column ``y``: the new UDF (``input_columns``: other
+        ``{"path": "y", "udf": new_udf}`` revises UDF column ``y`` (``{"path": "c", "udf": computed("a * 3")}`` a
+        computed column's expression): the new UDF (``input_columns``: other
         inputs, default those of the old one) must return the column's type.  Its values stay, and read, as
         the old UDF computed them, but each is *stale* from now on (its fingerprint is seeded with the old
         UDF's version) until a backfill computes it again: ``backfill("y")`` computes every stale row,
@@ -668,7 +676,8 @@ class Table(IndexMethods):
 _ALTERATION_KEYS = ("path", "udf", "virtual_column", "input_columns", "rename", "name", "nullable", "data_type")
 
 
-def _alteration(alteration: Any, subject: str) -> tuple[str, UDF | None, list[str] | None, dict[str, Any]]:
+def _alteration(alteration: Any, subject: str
+                ) -> tuple[str, UDF | Computed | None, list[str] | None, dict[str, Any]]:
     """One ``alter_columns`` dict as (path, new UDF, its inputs, Lance's changes: rename / nullable / data_type).
 
     The reference's aliases are taken: ``virtual_column`` for ``udf`` (its older name), ``name`` for ``rename``

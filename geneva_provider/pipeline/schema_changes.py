@@ -37,6 +37,7 @@ from geneva_provider.core.fingerprints import (
     left_by_a_rename,
 )
 from geneva_provider.core.fragments import column_field
+from geneva_provider.core.functions.computed import Computed
 from geneva_provider.core.functions.udf import (
     META_COLUMN_UID,
     META_NAME,
@@ -112,6 +113,11 @@ class UpdateColumns:
                 f"{self.subject}: UDF '{fn.name}' computes the columns {UnpackedUDF(fn).columns} (it returns "
                 f"Columns[...]); add it as add_columns({fn.name}), not under the one column name '{column}'")
         return self._add_udf(column, [column], fn, inputs)
+
+    def add_computed_column(self, column: str, spec: Computed) -> Self:
+        """Adds ``column`` kept equal to the SQL expression of ``spec`` over its row (``computed("a * 2")``): a UDF
+        column bound against the schema as changed so far, so it may read a column added before it."""
+        return self.add_udf_column(column, spec.bind(column, self._schema, self.subject))
 
     def add_udf_group(self, unpacked: UnpackedUDF, inputs: Sequence[str] | None = None) -> Self:
         """Adds the columns of a multi-output UDF, one per field of its struct, with one fingerprint column.
@@ -263,15 +269,18 @@ class UpdateColumns:
         self._field_metadata[column] = (info.column_uid, {**metadata, **kept})
         return self
 
-    def revise_udf(self, column: str, fn: UDF, inputs: Sequence[str] | None = None) -> Self:
+    def revise_udf(self, column: str, fn: UDF | Computed, inputs: Sequence[str] | None = None) -> Self:
         """Stores ``fn`` as ``column``'s UDF with its own name and version, reading ``inputs`` (default: the
         columns the old UDF read); the column keeps its incarnation, its values and their fingerprints.
 
         The fingerprints are seeded with the UDF's version, so every value an older version computed is
         stale from now on -- still stored and read -- and the next backfill (or one whose ``where`` selects
         it) computes it again; a UDF of the same version changes nothing the backfill sees.  The type must be
-        the column's and the inputs must exist.
+        the column's and the inputs must exist.  A new expression (``computed("a * 3")``) reads the columns it names.
         """
+        if isinstance(fn, Computed):
+            fn = fn.bind(column, self._schema, self.subject)
+            inputs = fn.input_columns
         info, metadata = self._check_swap(column, fn, "new", inputs)
         self._field_metadata[column] = (info.column_uid, {**metadata, META_COLUMN_UID: info.column_uid})
         return self

@@ -48,4 +48,6 @@ def column_states(table: TableRef, ds: Dataset | None = None) -> list[ColumnStat
     ds = ds if ds is not None else table.dataset()
     if table_kind(ds.schema.metadata).computes_udf_columns:
         return []
-    return [column_state(ds, table.name, f.name) for f in ds.schema if udf_column_info(f.metadata) is not None]
+    infos = ((f.name, udf_column_info(f.metadata)) for f in ds.schema)
+    return [column_state(ds, table.name, name).model_copy(update={"expression": info.expression})
+            for name, info in infos if info is not None]

@@ -190,7 +190,7 @@ def test_table_status_counts_the_rows_whose_inputs_were_updated_as_stale(db, cap
     tbl = db.create_table("t", events_table(100), max_rows_per_file=40)
     tbl.add_columns({"y": cli_double})
     assert tbl.status().columns[0].model_dump() == {"column": "y", "rows_valid": 0, "rows_stale": 0,
-                                                    "rows_missing": 100}
+                                                    "rows_missing": 100, "expression": None}
     tbl.backfill("y", spark=InProcessRunner())
     tbl.dataset().update({"x": "x + 1000"}, where="x >= 35 AND x < 45")  # 10 rows, over two fragments
     tbl.add(events_table(5, start=100))
@@ -202,7 +202,8 @@ def test_table_status_counts_the_rows_whose_inputs_were_updated_as_stale(db, cap
     assert out.splitlines()[0] == f"table t: version {tbl.version}, 105 rows"
     assert out.splitlines()[-1].split() == ["y", "90", "10", "5"]
     code, out, _ = run(capsys, "--db", db.uri, "--json", "table", "status", "t")
-    assert json.loads(out)["columns"] == [{"column": "y", "rows_valid": 90, "rows_stale": 10, "rows_missing": 5}]
+    assert json.loads(out)["columns"] == [{"column": "y", "rows_valid": 90, "rows_stale": 10, "rows_missing": 5,
+                                           "expression": None}]
     # The next backfill computes exactly the rows the status called stale or missing.
     assert tbl.backfill("y", spark=InProcessRunner()).rows_computed == 15
     state = tbl.status().columns[0]

@@ -279,7 +279,8 @@ def test_add_columns_takes_sql_expressions_beside_udfs(db, call_dir):
         tbl.add_columns({"bad": "no_such_column + 1"})
     with pytest.raises(gp.ColumnError, match=r"columns \['z'\] exist already"):
         tbl.add_columns({"z": "x + 1"})
-    with pytest.raises(gp.InvalidArgumentError, match="column 'w' needs a @udf function or a SQL expression"):
+    with pytest.raises(gp.InvalidArgumentError,
+                       match=r"column 'w' needs a @udf function, computed\(<SQL>\) or a SQL expression"):
         tbl.add_columns({"v": "x + 1", "w": 42})
     assert tbl.version == before and "v" not in tbl.schema.names and version < before
 

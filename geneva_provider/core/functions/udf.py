@@ -68,6 +68,8 @@ JOB_DEFAULTS = ("checkpoint_size", "task_size", "min_checkpoint_size", "max_chec
 # the order of the UDF's fields); each other column names that first column, its *lead*.
 META_OUTPUTS = META_PREFIX + "outputs"
 META_OUTPUT_OF = META_PREFIX + "output_of"
+# A maintained SQL computed column (:mod:`geneva_provider.core.functions.computed`): its expression.
+META_COMPUTED = META_PREFIX + "computed"
 
 
 class UDFKind(StrEnum):
@@ -390,6 +392,7 @@ class UdfColumnInfo:
     job_defaults: dict[str, int] = field(default_factory=dict)  # backfill sizes of @udf(checkpoint_size=...)
     auto_backfill: bool = False
     outputs: list[str] | None = None  # a multi-output UDF's lead: every column of its group (None: one column)
+    expression: str | None = None  # a computed column's SQL expression (None: a Python UDF's column)
 
     def columns(self, column: str) -> list[str]:
         """The columns computed with ``column`` (its lead's group, or itself), in the UDF's field order."""
@@ -400,7 +403,7 @@ class UdfColumnInfo:
         return UdfColumnListing(name=self.name, version=self.version, kind=self.kind,
                                 input_columns=self.input_columns, column_uid=self.column_uid,
                                 resources=self.resources, auto_backfill=self.auto_backfill,
-                                job_defaults=self.job_defaults)
+                                job_defaults=self.job_defaults, expression=self.expression)
 
     def describe(self) -> dict[str, Any]:
         """The user-facing facts as a dict (what ``Table.udf_columns()`` lists per column)."""
@@ -410,7 +413,8 @@ class UdfColumnInfo:
 class UdfColumnListing(BaseModel):
     """One UDF column as ``Table.udf_columns()`` lists it: its UDF's name, version, kind, inputs, the
     resources each Spark task computing it asks for (``@udf(num_gpus=1)``; None when it asks for none),
-    ``@udf(auto_backfill=...)`` and the backfill sizes it gives (``@udf(checkpoint_size=...)``)."""
+    ``@udf(auto_backfill=...)``, the backfill sizes it gives (``@udf(checkpoint_size=...)``) and, for a
+    computed column (``computed("a * 2")``), its SQL ``expression``."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -422,6 +426,7 @@ class UdfColumnListing(BaseModel):
     resources: UDFResources | None = None
     auto_backfill: bool = False
     job_defaults: dict[str, int] = {}
+    expression: str | None = None
 
 
 def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | None:
@@ -437,7 +442,8 @@ def udf_column_info(field_metadata: dict[Any, Any] | None) -> UdfColumnInfo | No
                          max_failed_fraction=limits.get("max_fraction"), resources=resources_from_metadata(md),
                          job_defaults=json.loads(md.get(META_JOB_DEFAULTS, "{}")),
                          auto_backfill=md.get(META_AUTO_BACKFILL) == "true",
-                         outputs=json.loads(md[META_OUTPUTS]) if META_OUTPUTS in md else None)
+                         outputs=json.loads(md[META_OUTPUTS]) if META_OUTPUTS in md else None,
+                         expression=md.get(META_COMPUTED))
 
 
 def load_udf(pickle_b64: str) -> UDF:
