@@ -222,18 +222,20 @@ class Table(IndexMethods):
                     f"add_columns on table '{self.name}': UDF '{columns.name}' computes one column; pass "
                     f"{{'<column name>': {columns.name}}} (only a UDF returning Columns[...] is passed alone)")
             unpacked = columns if isinstance(columns, UnpackedUDF) else UnpackedUDF(columns)
-            self.dataset()  # TableNotFoundError if the table was dropped
-            return UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'").add_udf_group(
+            read = self.dataset()  # TableNotFoundError if the table was dropped; opened once, for the change too
+            return UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'", read=read).add_udf_group(
                 unpacked).commit()
         if not isinstance(columns, Mapping) or not columns:
             raise InvalidArgumentError(f"add_columns on table '{self.name}': no columns given; pass a dict of column "
                                        f"name -> @udf function (or (udf, [input columns])), got {columns!r}")
-        self.dataset()  # TableNotFoundError if the table was dropped
+        # TableNotFoundError if the table was dropped.  Opened once: the change is built on this version (a cell
+        # run again, its columns declared already, opens the table once and commits nothing).
+        read = self.dataset()
         sql = {column: spec for column, spec in columns.items() if isinstance(spec, str)}
         udfs = {column: spec for column, spec in columns.items() if not isinstance(spec, str)}
 
-        def declared() -> UpdateColumns:
-            update = UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'")
+        def declared(read: Any = None) -> UpdateColumns:
+            update = UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'", read=read)
             for column, spec in udfs.items():
                 if isinstance(spec, tuple) and (len(spec) != 2 or isinstance(spec[1], str)
                                                 or not isinstance(spec[1], Sequence)):
@@ -251,11 +253,11 @@ class Table(IndexMethods):
             return update
 
         if not sql:
-            return declared().commit()
+            return declared(read).commit()
         if udfs:
-            declared()  # every UDF column checked before the expressions are computed and committed
+            declared(read)  # every UDF column checked before the expressions are computed and committed
         self._add_sql_columns(sql)
-        return declared().commit() if udfs else self.version
+        return declared().commit() if udfs else self.version  # built on the version the expressions committed
 
     def _add_sql_columns(self, sql: dict[str, str]) -> None:
         """Columns computed now from SQL expressions over each row (the reference's ``add_columns({"c": "x * 2"})``):

@@ -34,6 +34,7 @@ from geneva_provider.operators.spark_backends import (
     SparkSubmitBackend,
     StageRun,
     small_plan,
+    small_write,
     spark_backend,
 )
 from geneva_provider.pipeline.stages.registry import SparkStage, spark_stage
@@ -173,7 +174,17 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
             why = small_plan(settings, plan, self._storage_options)
             if why is not None:
                 return InProcessBackend(settings, self.log, why)
-        return spark_backend(settings, self.log)
+        backend = spark_backend(settings, self.log)
+        if plan is not None and isinstance(backend, SparkSubmitBackend):
+            why = self.small_without_jvm(settings, plan)
+            if why is not None:
+                return InProcessBackend(settings, self.log, why)
+        return backend
+
+    def small_without_jvm(self, settings: SparkSettings, plan: PlanSummary) -> str | None:
+        """Why this stage of a plan that is not small runs in the task's process rather than in a spark-submit JVM,
+        or None (it goes to spark-submit)."""
+        return None
 
     @property
     def entry(self) -> SparkStage:
@@ -427,4 +438,7 @@ class GenevaSparkWriteCommitOperator(_GenevaSparkStageOperator):
 
     stage = Stage.WRITE_COMMIT
     runs_small_plans = True
+
+    def small_without_jvm(self, settings: SparkSettings, plan: PlanSummary) -> str | None:
+        return small_write(settings, plan, self._storage_options)
 

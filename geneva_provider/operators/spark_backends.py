@@ -227,6 +227,33 @@ def small_plan(settings: SparkSettings, plan: PlanSummary, storage_options: dict
             "in this process, no Spark")
 
 
+def small_write(settings: SparkSettings, plan: PlanSummary, storage_options: dict[str, str] | None) -> str | None:
+    """Why a column's write+commit runs in the task's process though its plan is not small, or None: a JVM writes.
+
+    Its writers run on the driver anyway when their column files are small
+    (:func:`~geneva_provider.pipeline.stages.on_driver.write_runner`, at most ``DRIVER_WRITE_BYTES``), and the
+    driver commits: over spark-submit the stage's second JVM (~10 s of start for the demo's 100k rows) would run
+    nothing on Spark.  Here the same stage code writes and commits with the in-process runner instead.  Off with
+    ``in_process_rows=0`` (every stage on Spark), as the small plans are.
+    """
+    if not settings.in_process_rows or plan.nothing_to_do:
+        return None
+    from geneva_provider.core.contracts.models import Action, ColumnPlan
+    from geneva_provider.pipeline.stages import on_driver
+    from geneva_provider.pipeline.stages.context import StageContext
+    from geneva_provider.pipeline.stages.planning import load_plan
+
+    job_plan, _ = load_plan(plan.plan_uri, storage_options)
+    if not isinstance(job_plan, ColumnPlan):
+        return None
+    rows = sum(f.physical_rows for f in job_plan.fragments if f.action is Action.COMPUTE)
+    schema = StageContext.of(job_plan, storage_options).dataset().schema
+    size = on_driver.write_bytes(job_plan, rows, schema)
+    if size > on_driver.DRIVER_WRITE_BYTES:
+        return None
+    return f"{rows:,} rows (~{size // 1024:,} KiB) to write from checkpoints: in this process, no spark-submit"
+
+
 class InProcessBackend(SparkBackend):
     """Runs a small plan's stage in the task's own process with the in-process task runner: no Spark at all.
 

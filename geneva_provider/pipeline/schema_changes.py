@@ -84,11 +84,12 @@ class UpdateColumns:
     commit's retries of conflicts (by default the package's).
     """
 
-    def __init__(self, table: TableRef, *, subject: str | None = None, policy: CommitPolicy | None = None) -> None:
+    def __init__(self, table: TableRef, *, subject: str | None = None, policy: CommitPolicy | None = None,
+                 read: Dataset | None = None) -> None:
         self.table = table
         self.subject = subject or f"schema change of table '{table.name}'"
         self.policy = policy
-        ds = table.dataset()
+        ds = read if read is not None else table.dataset()  # ``read``: the table as the caller just opened it
         self._read = ds  # the version the changes are built on (a rename names its column's field id in it)
         self._schema: pa.Schema = ds.schema  # as the changes so far leave it
         self._existing = set(ds.schema.names)  # what a UDF added without inputs reads: the table's columns
@@ -509,6 +510,8 @@ class UpdateColumns:
             if what not in self._done:  # a commit() called again after a failed step does not redo the others
                 version = self._commit(what, landed, apply)
                 self._done.add(what)
+        if version is None and not self._done:  # nothing to change (a cell run again): the version it was judged at
+            return self._read.version
         return version if version is not None else self.table.dataset().version
 
     def _commit(self, what: str, landed: _Landed, apply: _Apply) -> int:

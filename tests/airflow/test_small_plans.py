@@ -91,3 +91,26 @@ def test_in_process_rows_zero_keeps_a_small_plan_on_spark(small_plan_dags, lance
     assert len(_sessions(connect_server) - before) == 1
     got = lance_db.open_table("events").to_arrow(["text", "words"]).to_pydict()
     assert got["words"] == [words_of(t) for t in got["text"]]
+
+
+@pytest.mark.slow
+def test_over_spark_submit_a_small_write_runs_in_the_task_after_a_larger_apply_in_its_jvm(small_plan_dags, lance_db,
+                                                                                          spark_submit, capfd):
+    """6,000 rows to compute, more than in_process_rows (5,000): apply is submitted (a JVM); its 6,000 int32 values
+    and fingerprints are a few KiB of column files, which write+commit writes and commits in the task's process
+    without starting a second JVM."""
+    from geneva_provider.examples import sample, word_count
+
+    tbl = lance_db.create_table("events", sample(6_000), max_rows_per_file=3_000)
+    tbl.add_columns({"words": word_count})
+    dr, states, tis, _ = run(small_plan_dags.get_dag("small_plans_5000"))
+    assert dr.state == "success", states
+    assert tis["backfill_words.apply"].xcom_pull(task_ids="backfill_words.apply")["rows_computed"] == 6_000
+    out, err = capfd.readouterr()
+    logs = out + err
+    assert "Submitting the apply stage" in logs and "Submitting the write_commit stage" not in logs
+    assert "in the task's process (6,000 rows (~" in logs and "no spark-submit" in logs
+    assert FAKE_SECRET not in logs
+    got = lance_db.open_table("events").to_arrow(["id", "text", "words"]).sort_by("id").to_pydict()
+    assert got["id"] == list(range(6_000)) and got["words"] == [words_of(t) for t in got["text"]]
+    lance_db.open_table("events").dataset().validate()

@@ -71,13 +71,31 @@ def test_hook_without_uri_says_what_to_set(monkeypatch):
         LanceHook("empty_lance").get_conn()
 
 
-def test_add_columns_operator_is_idempotent_and_refuses_redefinitions(events):
+def _count_opens(monkeypatch) -> list[str]:
+    """The URIs of every Lance dataset opened from now on (a call of ``lance.dataset``)."""
+    import lance
+
+    opened, real = [], lance.dataset
+
+    def counting(uri, *args, **kwargs):
+        opened.append(uri)
+        return real(uri, *args, **kwargs)
+
+    monkeypatch.setattr(lance, "dataset", counting)
+    return opened
+
+
+def test_add_columns_operator_is_idempotent_and_refuses_redefinitions(events, monkeypatch):
     columns = {"w": "tests.helpers:flaky_double", "e": ("geneva_provider.examples:embed", ["id"])}
     op = GenevaAddColumnsOperator(task_id="add", table="events", columns=columns)
     first = op.execute(context())
     assert first["added"] == ["e", "w"] and first["existing"] == []
     version = events.version
+    opened = _count_opens(monkeypatch)
     again = op.execute(context())
+    # A DAG run's add_columns task when its columns are declared: the table opened once to list them and once
+    # for Table.add_columns, which judges and changes the version it opened (it opened it three times)
+    assert len(opened) == 2 and again["version"] == version
     assert again["added"] == [] and again["existing"] == ["e", "w"] and events.version == version
     assert events.udf_columns()["e"]["input_columns"] == ["id"]
     other = GenevaAddColumnsOperator(task_id="x", table="events", columns={"w": "geneva_provider.examples:embed"})

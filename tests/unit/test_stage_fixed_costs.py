@@ -3,7 +3,8 @@
 * a stage run in a process of its own is seen ending within a fraction of its time, not at the next 5 s poll;
 * the package zip a stage ships is built once per version of the sources, not once per stage;
 * the process that runs a detached Connect stage does not import Airflow (seconds of imports per stage);
-* a small plan (``in_process_rows``) runs in the task's process unless a UDF asks for GPUs.
+* a small plan (``in_process_rows``) runs in the task's process unless a UDF asks for GPUs;
+* a write+commit whose column files are small runs in the task's process, not in a second spark-submit JVM.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import geneva_provider as gp
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.operators._common import IN_PROCESS_ROWS, in_process_rows_setting
 from geneva_provider.operators.spark import FIRST_POLL_SECONDS, poll_wait
-from geneva_provider.operators.spark_backends import SparkSettings, small_plan
+from geneva_provider.operators.spark_backends import SparkSettings, small_plan, small_write
+from geneva_provider.pipeline.stages import on_driver
 from geneva_provider.spark_apps.package import package_zip
 from geneva_provider.stages import plan_backfill
 from tests.helpers import events_table
@@ -100,3 +102,18 @@ def test_a_small_plan_runs_in_the_task_unless_it_is_larger_or_a_udf_wants_a_gpu(
     assert small_plan(SparkSettings(in_process_rows=0), small, None) is None
     gpu = plan_backfill(tbl.ref, "g")
     assert small_plan(SparkSettings(in_process_rows=1_000_000), gpu, None) is None  # GPUs only on Spark
+
+
+def test_a_write_of_small_column_files_runs_in_the_task_unless_they_are_larger_or_in_process_rows_is_0(
+        db, monkeypatch):
+    tbl = db.create_table("events", events_table(3_000), max_rows_per_file=1_000)
+    tbl.add_columns({"y": doubled})
+    plan = plan_backfill(tbl.ref, "y")
+    why = small_write(SparkSettings(in_process_rows=10), plan, None)  # a plan too large to run in the task
+    # 3,000 rows of y (int64) and its fingerprint column (8 bytes a value): 48,000 bytes of column files
+    assert why is not None and why.startswith("3,000 rows (~46 KiB)") and "no spark-submit" in why
+    assert small_write(SparkSettings(in_process_rows=0), plan, None) is None  # 0: every stage on Spark
+    monkeypatch.setattr(on_driver, "DRIVER_WRITE_BYTES", 3_000 * 16)
+    assert small_write(SparkSettings(in_process_rows=10), plan, None) is not None
+    monkeypatch.setattr(on_driver, "DRIVER_WRITE_BYTES", 3_000 * 16 - 1)  # one byte short: a JVM writes them
+    assert small_write(SparkSettings(in_process_rows=10), plan, None) is None

@@ -103,12 +103,17 @@ def write_runner(runner: TaskRunner, plan: JobPlan, rows: int, schema: pa.Schema
     """The runner of write+commit's writers for ``rows`` rows of the outputs (``schema``): the driver when small."""
     if isinstance(runner, InProcessRunner) or not rows:
         return runner
-    size = rows * sum(value_bytes(schema.field(c).type) for c in plan.output_columns)
+    size = write_bytes(plan, rows, schema)
     if size > DRIVER_WRITE_BYTES:
         return runner
     log.info("write %s: %d rows (~%d KiB) to write from checkpoints: written on the driver, cheaper than a Spark "
              "job", plan.job_id, rows, size // 1024)
     return InProcessRunner(runner.parallelism())
+
+
+def write_bytes(plan: JobPlan, rows: int, schema: pa.Schema) -> int:
+    """About how many bytes the column files of ``rows`` rows of the plan's outputs (types from ``schema``) hold."""
+    return rows * sum(value_bytes(schema.field(c).type) for c in plan.output_columns)
 
 
 def value_bytes(t: pa.DataType) -> int:
