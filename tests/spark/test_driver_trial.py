@@ -58,26 +58,3 @@ def test_a_fixed_checkpoint_size_is_never_cut_by_a_trial(db, spark, call_dir, ch
     tbl.backfill("y", spark=spark, checkpoint_size=checkpoint_size)
     assert os.getpid() not in calls_by_process(call_dir)
     assert sorted(read_calls(call_dir)) == list(range(200))
-
-
-def test_a_slow_chunker_views_first_refresh_leaves_the_driver_when_the_trial_ends(db, spark, call_dir, monkeypatch):
-    """A chunker tries on the driver too; its parents expanded there are not expanded again on Spark."""
-    import pyarrow as pa
-
-    from tests.helpers import WIDTH, counting_split
-
-    monkeypatch.setattr(on_driver, "TRIAL_SECONDS", 0.3)
-    texts = [("abcdefgh" * (1 + i % 4))[: WIDTH * (1 + i % 3)] for i in range(120)]
-    docs = db.create_table("docs", pa.table({"doc_id": pa.array(range(120), pa.int64()), "text": texts}),
-                           max_rows_per_file=40)
-    view = db.create_udtf_view("pieces", docs.search(None).select(["doc_id", "text"]),
-                               udtf=counting_split(call_dir, sleep=0.02))  # 20 ms a parent: ~2.4 s in all
-    view.refresh(spark=spark)
-    by_process = calls_by_process(call_dir)
-    on_the_driver = by_process.pop(os.getpid(), [])
-    assert 0 < len(on_the_driver) < 60 and by_process  # some parents on the driver, the rest on Spark
-    assert sorted(read_calls(call_dir)) == list(range(120))  # each parent expanded once
-    rows = view.to_arrow().to_pylist()
-    expected = sorted((i, s) for i, t in enumerate(texts) for s in range(0, len(t), WIDTH))
-    assert sorted((r["doc_id"], r["start"]) for r in rows) == expected
-    view.dataset().validate()
