@@ -117,9 +117,7 @@ def main() -> None:
         udf = counting_double(str(calls))
         warm = make_table(db, "warm", 2_000, 2)
         warm.add_columns({"y": udf})
-        # A fixed checkpoint size: no trial on the driver, so the warm-up starts Spark's Python workers and their
-        # imports, as a warm session has them.
-        warm.backfill("y", spark=spark, checkpoint_size=1_000)
+        warm.backfill("y", spark=spark)
         udf_rows(calls)
         print(f"pylance {lance.__version__}, local[2], x*2 array UDF", flush=True)
         for rows in args.rows:

@@ -390,12 +390,6 @@ class _JobPlan(JobSpec, PlanBase):
     rows_to_compute: int
     rows_reused: int
 
-    @property
-    def checkpoints_bounded(self) -> bool:
-        """Whether its tasks can stop at any checkpoint, each as small as wanted (a trial on the driver can bound
-        them): a column's rows and a chunker's parents can; a batch UDTF's partition runs whole."""
-        return True
-
     def job(self) -> JobSpec:
         """The plan without its fragments and tasks: what executors are sent."""
         return JobSpec.model_validate(self.model_dump(include=set(JobSpec.model_fields)))
@@ -451,10 +445,6 @@ class ExpandPlan(_JobPlan):
     @property
     def nothing_to_do(self) -> bool:
         return not self.tasks and not self.udtf.deletes
-
-    @property
-    def checkpoints_bounded(self) -> bool:
-        return not self.udtf.partitions  # a chunker's parents, not a batch UDTF's partitions
 
     def summary(self, plan_uri: str) -> PlanSummary:
         return self._summary(plan_uri, tasks=len(self.tasks), fragments_to_compute=0, fragments_reused=0,

@@ -59,7 +59,7 @@ def run_apply(plan_uri: str, spark: Compute, storage_options: dict[str, str] | N
     kind = job_kind(plan.kind)
     spark_runner = task_runner(spark)
     runner, trial = apply_runner(spark_runner, plan, lambda: load_ledger(store, plan.job_prefix).row_seconds,
-                                 trial=plan.checkpoints_bounded)
+                                 trial=not kind.counts_calls)
     profile = runner.resource_profile(plan.resource_asks, plan.label())  # refused before any Spark job
     with spark_stage(plan, store, Stage.APPLY, runner, storage_options):
         check_planned_columns(plan, storage_options, "apply")  # no value is computed for a column re-created since

@@ -70,7 +70,7 @@ def apply_runner(runner: TaskRunner, plan: JobPlan, measured: Callable[[], float
     driver's runner then runs the tasks until then, and ``runner`` what the trial left.
 
     ``measured()``: what a row of the column last cost (None: never measured), asked only on a local session;
-    ``trial``: whether the plan's tasks can stop at any checkpoint (a batch UDTF's partitions cannot).
+    ``trial``: whether the job kind's tasks honour a trial's deadline (a column's do).
     """
     if plan.resource_asks or not local_session(runner):
         return runner, None

@@ -193,9 +193,6 @@ class Expander:
                 continue
             todo, i = self.held.todo(part), 0
             while i < len(todo) and error is None:
-                if self.sizer.trial_over():  # a trial on the driver ended: Spark expands the rest
-                    result.timed_out = True
-                    return result
                 ids = todo[i:i + self.sizer.size]
                 t0 = time.perf_counter()
                 n, error = self._checkpoint(part, ids, result.failures)
