@@ -337,8 +337,7 @@ def apply_task(task: Task, worker: ColumnExecutor) -> ApplyTaskResult:
     deadline = ctx.settings.deadline
     try:
         for chunk in _chunks(pieces, worker.sizer):
-            # The job's timeout, or the end of a trial on the driver: stop between checkpoints.
-            if (deadline is not None and time.time() >= deadline) or worker.sizer.trial_over():
+            if deadline is not None and time.time() >= deadline:  # the job's timeout: stop between checkpoints
                 result.timed_out = True
                 ckpt.spill(list(ckpt.held), forget=True)  # what is held is kept
                 break

@@ -29,7 +29,7 @@ from geneva_provider.pipeline.spark.worker_deaths import clear_markers, death_er
 from geneva_provider.pipeline.stages.context import StageContext
 from geneva_provider.pipeline.stages.job_records import update_record
 from geneva_provider.pipeline.stages.kinds import JobKindSpec, job_kind
-from geneva_provider.pipeline.stages.on_driver import apply_runner, end_trial
+from geneva_provider.pipeline.stages.on_driver import apply_runner
 from geneva_provider.pipeline.stages.planning import load_ledger, load_plan, record_row_seconds
 from geneva_provider.pipeline.stages.skip_limits import check_skip_limits
 from geneva_provider.pipeline.stages.spark_stage import spark_stage
@@ -56,36 +56,15 @@ def run_apply(plan_uri: str, spark: Compute, storage_options: dict[str, str] | N
                  plan.read_version)
         return ApplyResult(job_id=plan.job_id, tasks_run=0, rows_computed=0, rows_reused=plan.rows_reused,
                            checkpoints_written=0, errors=0, seconds=0.0)
-    kind = job_kind(plan.kind)
-    spark_runner = task_runner(spark)
-    runner, trial = apply_runner(spark_runner, plan, lambda: load_ledger(store, plan.job_prefix).row_seconds,
-                                 trial=not kind.counts_calls)
+    runner = apply_runner(task_runner(spark), plan, lambda: load_ledger(store, plan.job_prefix).row_seconds)
     profile = runner.resource_profile(plan.resource_asks, plan.label())  # refused before any Spark job
     with spark_stage(plan, store, Stage.APPLY, runner, storage_options):
         check_planned_columns(plan, storage_options, "apply")  # no value is computed for a column re-created since
-        if trial is None:
-            return _apply(kind, plan, store, runner, storage_options, profile)
-        try:
-            tried = _apply(kind, plan, store, runner, storage_options, profile, trial=True)
-        finally:
-            end_trial(plan)
-        if not tried.timed_out or (plan.settings.deadline is not None and time.time() >= plan.settings.deadline):
-            return tried
-        log.info("apply %s: the trial on the driver computed %d rows in %.2f s; the rest on Spark", plan.job_id,
-                 tried.rows_computed, tried.seconds)
-    with spark_stage(plan, store, Stage.APPLY, spark_runner, storage_options):
-        rest = _apply(kind, plan, store, spark_runner, storage_options, profile)
-    return rest.model_copy(update={
-        "rows_computed": tried.rows_computed + rest.rows_computed, "seconds": round(tried.seconds + rest.seconds, 3),
-        "rows_reused": max(rest.rows_reused - tried.rows_computed, plan.rows_reused),
-        "checkpoints_written": tried.checkpoints_written + rest.checkpoints_written,
-        "tasks_run": max(tried.tasks_run, rest.tasks_run)})
+        return _apply(job_kind(plan.kind), plan, store, runner, storage_options, profile)
 
 
 def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, runner: TaskRunner,
-           storage_options: dict[str, str] | None, profile: Any | None, *, trial: bool = False) -> ApplyResult:
-    """The plan's pending tasks on ``runner``; ``trial``: a trial on the driver, whose end (its tasks stopped at a
-    checkpoint) leaves the rest to Spark rather than ending the job as its timeout does."""
+           storage_options: dict[str, str] | None, profile: Any | None) -> ApplyResult:
     tasks = kind.pending_tasks(plan, store)
     planned = plan.rows_to_compute
     log.info("apply %s: %d of %d planned tasks still to run (%s)", plan.job_id, len(tasks), len(plan.tasks),
@@ -144,9 +123,6 @@ def _apply(kind: JobKindSpec[Any, Any], plan: JobPlan, store: CheckpointStore, r
         update_record(store, plan.job_id, **measured)
         raise UDFExecutionError(errors[0].message + (f" ({len(errors)} tasks failed)" if len(errors) > 1 else "")
                                 + (f"; the failed rows are in the error store (job {plan.job_id})" if failures else ""))
-    if timed_out and trial:
-        update_record(store, plan.job_id, **measured)
-        return counts
     if timed_out:
         log.warning("apply %s: the job's timeout passed: its tasks stopped at a checkpoint after %d rows; a later "
                     "job resumes from the checkpoints", plan.job_id, computed)

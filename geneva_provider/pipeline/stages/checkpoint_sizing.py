@@ -26,8 +26,6 @@ same worker start there.  The min bound wins over the target: a function slower 
 
 from __future__ import annotations
 
-import time
-
 from geneva_provider.core.contracts.models import PlanSettings
 
 # Seconds of work one checkpoint holds once the speed is known.  A kill loses at most about this much
@@ -44,9 +42,6 @@ MAX_GROWTH = 8
 # rows / seconds over the decayed sums, so a checkpoint counts by the time it took: a short, noisy probe
 # or the few rows ending a task weigh little once a checkpoint of seconds has been measured.
 DECAY = 0.5
-# Rows of the first checkpoint of a trial on the driver (:mod:`.on_driver`): whatever the function costs, the trial
-# overruns its few tenths of a second by at most one row's work.
-TRIAL_PROBE_ROWS = 1
 _MIN_SECONDS = 1e-6  # a checkpoint measured as taking no time (a coarse clock) still gives a finite speed
 
 
@@ -69,7 +64,6 @@ class CheckpointSizer:
         self._seconds = 0.0
         self._work = (0.0, 0.0)   # decayed (rows, seconds) of computing chunks: read, function, fingerprints
         self._store = (0.0, 0.0)  # decayed (rows, seconds) of storing their checkpoints
-        self.deadline: float | None = None  # a trial's end (epoch seconds): no checkpoint is sized past it
 
     @classmethod
     def of(cls, settings: PlanSettings) -> CheckpointSizer:
@@ -89,26 +83,8 @@ class CheckpointSizer:
 
     @property
     def size(self) -> int:
-        """Rows (or parents) for the next checkpoint; in a trial, no more than the time left computes."""
-        if self.deadline is None:
-            return self._size
-        speed = self.rows_per_second
-        if speed is None:
-            return min(self._size, TRIAL_PROBE_ROWS)
-        return max(1, min(self._size, int(speed * (self.deadline - time.time()))))
-
-    def trial(self, deadline: float | None) -> bool:
-        """Sizes the checkpoints for a trial that ends at ``deadline`` (None: ends it): a probe of
-        :data:`TRIAL_PROBE_ROWS`, then at most what the measured speed computes in the time left.  False (no
-        trial) for a fixed size or no time target: those sizes are the user's, never cut."""
-        if deadline is not None and (self.fixed or not self.target_seconds):
-            return False
-        self.deadline = deadline
-        return True
-
-    def trial_over(self) -> bool:
-        """Whether a trial's time has run out."""
-        return self.deadline is not None and time.time() >= self.deadline
+        """Rows (or parents) for the next checkpoint."""
+        return self._size
 
     @property
     def rows_per_second(self) -> float | None:

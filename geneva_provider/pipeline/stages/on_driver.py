@@ -12,12 +12,9 @@ very runner the tests use, which runs the same tasks, pickled the same way, one 
   (1 - 1 / slots) <= SPARK_JOB_SECONDS`` (what Spark's slots would save is less than a job's fixed cost; at
   ~0.5 us a row of ``x * 2`` and 2 slots, up to ~1.2 million rows).  The cost of a row is what the column's last
   apply measured (kept in its ledger, :func:`~geneva_provider.pipeline.stages.planning.record_row_seconds`).
-  A column never measured (its first backfill on the table) starts with a **trial** on the driver: its tasks
-  run here for at most :data:`TRIAL_SECONDS`, checkpoint by checkpoint, the first of one row and each next one
-  no bigger than the speed measured so far computes in the time left (an unknown UDF may be a model: the trial
-  overruns by at most about one row of it).  A job done within the trial is done; otherwise its tasks stop at a
-  checkpoint and Spark computes the rest, resuming from those checkpoints (nothing computed twice).  What
-  a trial can cost a job that goes to Spark anyway is what Spark's other slots would have computed meanwhile.
+  A column never measured (its first backfill on the table) runs on Spark: an unknown UDF may be a model, and
+  its first apply checkpoints as Spark's workers judge worth it (what a later job after a drop and re-add of
+  the same UDF reuses).
 * **write+commit's writers** (fragments whose rows were computed in several tasks, written from their
   checkpoints), when the files to write hold at most :data:`DRIVER_WRITE_BYTES` (estimated from the output
   columns' types): their cost is reading checkpoints and writing a column file, whatever the UDF, and the
@@ -31,7 +28,6 @@ that work ends (well under a second of computing); its next stage is not run.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -51,7 +47,6 @@ log = logging.getLogger(__name__)
 # What a Spark job costs a warm local[2] session before its rows (measured for issue 44: ~0.1 to 0.3 s).  An apply
 # runs on the driver while computing its rows there costs less than this plus their share of Spark's slots.
 SPARK_JOB_SECONDS = 0.3
-TRIAL_SECONDS = 0.2  # how long a column never measured is computed on the driver before the rest goes to Spark
 DRIVER_WRITE_BYTES = 16 * 2**20  # column files of at most this many bytes are written on the driver
 VARIABLE_WIDTH_BYTES = 256  # what a value of a variable-width type (string, list, binary) is counted as
 
@@ -63,40 +58,26 @@ def local_session(runner: TaskRunner) -> bool:
     return str(runner.spark.sparkContext.master).startswith("local")
 
 
-def apply_runner(runner: TaskRunner, plan: JobPlan, measured: Callable[[], float | None], *,
-                 trial: bool = True) -> tuple[TaskRunner, float | None]:
-    """The runner of the plan's apply -- the driver for a measured cheap column on a local session, else
-    ``runner`` -- and, for a column never measured, the deadline of a trial on the driver (else None): the
-    driver's runner then runs the tasks until then, and ``runner`` what the trial left.
+def apply_runner(runner: TaskRunner, plan: JobPlan, measured: Callable[[], float | None]) -> TaskRunner:
+    """The runner of the plan's apply: the driver for a measured cheap column on a local session, else ``runner``.
 
-    ``measured()``: what a row of the column last cost (None: never measured), asked only on a local session;
-    ``trial``: whether the job kind's tasks honour a trial's deadline (a column's do).
+    ``measured()``: what a row of the column last cost (None: never measured), asked only on a local session.
     """
     if plan.resource_asks or not local_session(runner):
-        return runner, None
+        return runner
     row_seconds = measured()
     if row_seconds is None:
-        deadline = time.time() + TRIAL_SECONDS
-        if not trial or not job_sizer(plan.job_id, plan.settings).trial(deadline):
-            return runner, None
-        log.info("apply %s: %d rows of a column never measured: tried on the driver for up to %.1f s first",
-                 plan.job_id, plan.rows_to_compute, TRIAL_SECONDS)
-        return InProcessRunner(runner.parallelism()), deadline
+        return runner
     slots = runner.parallelism()
     estimate = plan.rows_to_compute * row_seconds
     # The driver computes the rows one task after another (``estimate``); Spark spreads them over its slots but
     # first pays a job's fixed cost: the driver wins while what the slots would save is less than that cost.
     if estimate * (1 - 1 / max(slots, 1)) > SPARK_JOB_SECONDS:
-        return runner, None
+        return runner
     log.info("apply %s: %d rows at the %.2g s a row measured before (~%.3f s): computed on the driver, cheaper "
              "than a Spark job", plan.job_id, plan.rows_to_compute, row_seconds, estimate)
     job_sizer(plan.job_id, plan.settings).assume(row_seconds)  # the driver's tasks start at the measured speed
-    return InProcessRunner(slots), None
-
-
-def end_trial(plan: JobPlan) -> None:
-    """Ends the plan's trial on the driver: the sizer of its tasks here sizes as any worker's again."""
-    job_sizer(plan.job_id, plan.settings).trial(None)
+    return InProcessRunner(slots)
 
 
 def write_runner(runner: TaskRunner, plan: JobPlan, rows: int, schema: pa.Schema) -> TaskRunner:
