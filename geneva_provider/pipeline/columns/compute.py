@@ -231,7 +231,7 @@ class _Checkpointer:
         if sum(h.nbytes for h in self.held.values()) >= MAX_HELD_BYTES:
             self.spill(list(self.held), forget=True)
         unstored = [f for f, h in self.held.items() if h.unstored]
-        if not unstored and (self.stager is None or not self.stager.staged):
+        if not unstored and (self.stager is None or not self.stager.pending):
             self.pending_since = None
             return
         now = time.monotonic()
@@ -257,9 +257,9 @@ class _Checkpointer:
         assert self.ds is not None and self.stager is not None and held.piece.target is not None
         new = pa.concat_tables([t for _, t, _ in held.parts])
         fields = [self.ds.schema.field(c) for c in self.ctx.job.output_columns]
-        ckpt = write_column_file(self.ctx, fragment_of(self.ds, held.piece.frag), new, held.piece.target,
-                                 len(held.piece), fields)
-        self.stager.stage(held.piece.frag, ckpt)
+        self.stager.stage_written(held.piece.frag, partial(
+            write_column_file, self.ctx, fragment_of(self.ds, held.piece.frag), new, held.piece.target,
+            len(held.piece), fields))
         self.stored += 1
 
     def spill(self, frags: list[int], *, forget: bool = False) -> None:
