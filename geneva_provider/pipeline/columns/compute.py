@@ -140,6 +140,7 @@ class _Checkpointer:
         self.pending_since: float | None = None  # when the oldest work neither checkpointed nor recorded began
         self.stored = 0  # batch checkpoints and column files written
         self.read_seconds = 0.0  # reading input rows, since the task last took it
+        self.fields: list[pa.Field] | None = None  # the output columns' fields in the table, for the files
 
     def hold(self, pieces: list[_Piece]) -> None:
         """Notes the pieces that are whole fragments with a file target: each is kept from its first row."""
@@ -256,7 +257,10 @@ class _Checkpointer:
         """The fragment's column file from its kept rows, staged (recorded by the stager)."""
         assert self.ds is not None and self.stager is not None and held.piece.target is not None
         new = pa.concat_tables([t for _, t, _ in held.parts])
-        fields = [self.ds.schema.field(c) for c in self.ctx.job.output_columns]
+        if self.fields is None:  # once a task: the dataset's schema is built anew at each ask
+            schema = self.ds.schema
+            self.fields = [schema.field(c) for c in self.ctx.job.output_columns]
+        fields = self.fields
         self.stager.stage_written(held.piece.frag, partial(
             write_column_file, self.ctx, fragment_of(self.ds, held.piece.frag), new, held.piece.target,
             len(held.piece), fields))

@@ -176,8 +176,9 @@ def plan_fragments(
             break
         fid = frag.fragment_id
         src_files = examiner.src_files(frag)
-        signature = validity_signature(src_files, frag.metadata, out_leaves)
-        out_file = output_files(frag.metadata, out_leaves)
+        meta = frag.metadata  # built anew at each ask
+        signature = validity_signature(src_files, meta, out_leaves)
+        out_file = output_files(meta, out_leaves)
         common = {"id": fid, "physical_rows": frag.physical_rows, "src_files": src_files, "base_file": out_file}
         if ledger.fragments.get(fid) == signature:
             fragments.append(FragmentPlan(**common, rows=frag.count_rows(), action=Action.DONE))

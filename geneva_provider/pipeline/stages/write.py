@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.contracts.models import WriteResult
+from geneva_provider.core.fragments import data_file_path
 from geneva_provider.core.incarnations import check_planned_columns
 from geneva_provider.core.store.layout import JobStore
 from geneva_provider.pipeline.spark.task_runner import task_runner
@@ -52,7 +53,7 @@ def with_files_written(table_uri: str, read_version: int, result: WriteResult, s
 
     def files(version: int) -> dict[str, int]:
         ds = lance.dataset(table_uri, version=version, storage_options=storage_options)
-        return {f.path: f.file_size_bytes or 0 for frag in ds.get_fragments() for f in frag.data_files()}
+        return {data_file_path(f): f.file_size_bytes or 0 for frag in ds.get_fragments() for f in frag.data_files()}
 
     before = files(read_version)
     added = {path: size for path, size in files(result.version).items() if path not in before}

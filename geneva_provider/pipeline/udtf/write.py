@@ -32,6 +32,7 @@ from geneva_provider.core.contracts.models import (
     WriteResult,
 )
 from geneva_provider.core.errors import CheckpointMissingError, ConcurrentOverwriteError
+from geneva_provider.core.fragments import data_file_path
 from geneva_provider.core.incarnations import check_incarnations
 from geneva_provider.core.ranges import positions_of
 from geneva_provider.core.refs import TableRef
@@ -95,12 +96,12 @@ def _group_fragments(plan: ExpandPlan, store: CheckpointStore, units: list[Unit]
 def _files(written: ExpandedFragments) -> list[str]:
     from lance.fragment import FragmentMetadata
 
-    return [f.path for text in written.fragments for f in FragmentMetadata.from_json(text).data_files()]
+    return [data_file_path(f) for text in written.fragments for f in FragmentMetadata.from_json(text).data_files()]
 
 
 def _live_files(ds: Dataset) -> set[str]:
     """The data files the view's fragments hold now."""
-    return {f.path for frag in ds.get_fragments() for f in frag.data_files()}
+    return {data_file_path(f) for frag in ds.get_fragments() for f in frag.data_files()}
 
 
 def _rows_of(uri: str, written: ExpandedFragments, parents: np.ndarray | None,
