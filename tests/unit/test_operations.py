@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 import geneva_provider as gp
@@ -141,7 +140,8 @@ def test_submit_returns_the_id_while_the_job_runs_and_another_process_sees_it_do
     gate.unlink()
     assert wait_done(db, accepted.job_id).job.status == JobStatus.DONE
     probe = ("import sys; from geneva_provider.core.catalog import Catalog; "
-             "from geneva_provider.core.contracts.operations import GetJob; from geneva_provider.operations import run; "
+             "from geneva_provider.core.contracts.operations import GetJob; "
+             "from geneva_provider.operations import run; "
              "print(run(Catalog(sys.argv[1]), GetJob(job_id=sys.argv[2])).model_dump_json())")
     out = subprocess.run([sys.executable, "-c", probe, db.uri, accepted.job_id], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parents[2])
