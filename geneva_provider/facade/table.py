@@ -6,9 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.column_names import check_column_name, is_internal_column, user_columns
-from geneva_provider.core.contracts.kinds import JobKind
-from geneva_provider.core.contracts.options import BackfillOptions, RefreshOptions
+from geneva_provider.core.column_names import is_internal_column, user_columns
 from geneva_provider.core.errors import (
     ColumnError,
     InvalidArgumentError,
@@ -19,12 +17,11 @@ from geneva_provider.core.fingerprints import (
     is_fingerprint_column,
 )
 from geneva_provider.core.functions.computed import Computed
-from geneva_provider.core.functions.udf import UDF, UdfColumnListing, UnpackedUDF, lead_column, udf_column_info
+from geneva_provider.core.functions.udf import UDF, UdfColumnListing, UnpackedUDF, udf_column_info
 from geneva_provider.core.refs import TableRef
 from geneva_provider.facade.indexes import IndexMethods
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     import pyarrow as pa
     from pyspark.sql import SparkSession
@@ -36,7 +33,7 @@ if TYPE_CHECKING:
     from geneva_provider.facade.job_handle import JobHandle
     from geneva_provider.facade.merge_insert import MergeInsert
     from geneva_provider.facade.query import Query
-    from geneva_provider.pipeline.jobs import JobControl
+    from geneva_provider.operations.background import PreparedJob
     from geneva_provider.pipeline.maintenance.cleanup import CleanupResult
     from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
@@ -213,7 +210,7 @@ class Table(IndexMethods):
         the names (and unpacks any UDF returning a struct).  Its columns are one group: computed in one
         call per row, backfilled together (``backfill`` of any of them), dropped together.
         """
-        from geneva_provider.pipeline.schema_changes import UpdateColumns
+        from geneva_provider.core.contracts.operations import AddColumns, request
 
         self._writable("add_columns")
         if isinstance(columns, UDF | UnpackedUDF):
@@ -222,57 +219,33 @@ class Table(IndexMethods):
                     f"add_columns on table '{self.name}': UDF '{columns.name}' computes one column; pass "
                     f"{{'<column name>': {columns.name}}} (only a UDF returning Columns[...] is passed alone)")
             unpacked = columns if isinstance(columns, UnpackedUDF) else UnpackedUDF(columns)
-            read = self.dataset()  # TableNotFoundError if the table was dropped; opened once, for the change too
-            return UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'", read=read).add_udf_group(
-                unpacked).commit()
-        if not isinstance(columns, Mapping) or not columns:
+            entries = [{"name": unpacked.udf.name, "virtual_column": {"udf": unpacked}}]
+        elif not isinstance(columns, Mapping) or not columns:
             raise InvalidArgumentError(f"add_columns on table '{self.name}': no columns given; pass a dict of column "
                                        f"name -> @udf function (or (udf, [input columns])), got {columns!r}")
-        # TableNotFoundError if the table was dropped.  Opened once: the change is built on this version (a cell
-        # run again, its columns declared already, opens the table once and commits nothing).
-        read = self.dataset()
-        sql = {column: spec for column, spec in columns.items() if isinstance(spec, str)}
-        udfs = {column: spec for column, spec in columns.items() if not isinstance(spec, str)}
+        else:
+            entries = [self._column_entry(column, spec) for column, spec in columns.items()]
+        return self._operate(request(AddColumns, id=[self.name], new_columns=entries)).version
 
-        def declared(read: Any = None) -> UpdateColumns:
-            update = UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'", read=read)
-            for column, spec in udfs.items():
-                if isinstance(spec, tuple) and (len(spec) != 2 or isinstance(spec[1], str)
-                                                or not isinstance(spec[1], Sequence)):
-                    raise InvalidArgumentError(
-                        f"add_columns on table '{self.name}': column '{column}' takes a @udf function, a pair "
-                        f"(udf, [input columns]) or a SQL expression, got {spec!r}")
-                if isinstance(spec, Computed):
-                    update.add_computed_column(column, spec)
-                    continue
-                fn, inputs = spec if isinstance(spec, tuple) else (spec, None)
-                if not isinstance(fn, UDF):
-                    raise InvalidArgumentError(f"add_columns on table '{self.name}': column '{column}' needs a @udf "
-                                               f"function, computed(<SQL>) or a SQL expression, got {fn!r}")
-                update.add_udf_column(column, fn, inputs)
-            return update
+    def _column_entry(self, column: str, spec: Any) -> dict[str, Any]:
+        """The front door's entry of one ``add_columns`` dict item: an expression, or a UDF (with its inputs)."""
+        if isinstance(spec, str):
+            return {"name": column, "expression": spec}
+        if isinstance(spec, Computed):
+            return {"name": column, "computed": spec.expression, "computed_type": spec.data_type}
+        if isinstance(spec, tuple) and (len(spec) != 2 or isinstance(spec[1], str)
+                                        or not isinstance(spec[1], Sequence)):
+            raise InvalidArgumentError(
+                f"add_columns on table '{self.name}': column '{column}' takes a @udf function, a pair "
+                f"(udf, [input columns]) or a SQL expression, got {spec!r}")
+        fn, inputs = spec if isinstance(spec, tuple) else (spec, None)
+        return {"name": column, "virtual_column": {"udf": fn, "input_columns": inputs}}
 
-        if not sql:
-            return declared(read).commit()
-        if udfs:
-            declared(read)  # every UDF column checked before the expressions are computed and committed
-        self._add_sql_columns(sql)
-        return declared().commit() if udfs else self.version  # built on the version the expressions committed
+    def _operate(self, request: Any) -> Any:
+        """``request`` run by the front door on this table's database."""
+        from geneva_provider.operations import run
 
-    def _add_sql_columns(self, sql: dict[str, str]) -> None:
-        """Columns computed now from SQL expressions over each row (the reference's ``add_columns({"c": "x * 2"})``):
-        Lance computes and commits them; ColumnError / InvalidArgumentError naming them, and nothing changes."""
-        names = self.schema.names
-        taken = [c for c in sql if c in names]
-        if taken:
-            raise ColumnError(f"add_columns on table '{self.name}': columns {taken} exist already")
-        for column in sql:
-            check_column_name(column, f"add_columns on table '{self.name}'")
-        try:
-            self.dataset().add_columns(dict(sql))
-        except (ValueError, OSError, RuntimeError) as exc:
-            raise InvalidArgumentError(f"add_columns on table '{self.name}': SQL expressions {sql} could not be "
-                                       f"computed: {lance_reason(exc)}") from None
+        return run(self._conn, request)
 
     def drop_columns(self, columns: Sequence[str]) -> None:
         """Drops columns (a UDF column with its fingerprint column).
@@ -280,15 +253,14 @@ class Table(IndexMethods):
         Refused, changing nothing: the package's own columns (a fingerprint goes with its column),
         every column at once, and a column a remaining UDF column reads (drop both together).
         """
-        from geneva_provider.pipeline.schema_changes import UpdateColumns
+        from geneva_provider.core.contracts.operations import DropColumns, request
 
         self._writable("drop_columns")
         if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns or not all(
                 isinstance(c, str) for c in columns):
             raise InvalidArgumentError(f"drop_columns on table '{self.name}': columns must be a non-empty list of "
                                        f"column names, got {columns!r}")
-        self.dataset()  # TableNotFoundError if the table was dropped
-        UpdateColumns(self.ref, subject=f"drop_columns on table '{self.name}'").drop_columns(columns).commit()
+        self._operate(request(DropColumns, id=[self.name], columns=list(columns)))
 
     def alter_columns(self, *alterations: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> int:
         """Alters columns, each named by an alteration dict's ``path`` (several dicts, or one list of them).
@@ -304,7 +276,7 @@ class Table(IndexMethods):
         values stay.  Every alteration is checked before anything changes (ColumnError / UDFDefinitionError /
         InvalidArgumentError naming the table and column); returns the table's version.
         """
-        from geneva_provider.pipeline.schema_changes import UpdateColumns
+        from geneva_provider.core.contracts.operations import AlterColumns, request
 
         self._writable("alter_columns")
         subject = f"alter_columns on table '{self.name}'"
@@ -313,15 +285,11 @@ class Table(IndexMethods):
         if not items:
             raise InvalidArgumentError(f"{subject}: no alterations given; pass dicts such as "
                                        "{'path': 'y', 'udf': new_udf} or {'path': 'a', 'rename': 'b'}")
-        self.dataset()  # TableNotFoundError if the table was dropped
-        update = UpdateColumns(self.ref, subject=subject)
+        parsed = []
         for alteration in items:
             path, fn, inputs, change = _alteration(alteration, subject)
-            if change:  # first: a rename that landed before (a rerun) is recognised under its former name
-                update.alter_column(path, **change)
-            if fn is not None:
-                update.revise_udf(change.get("rename", path), fn, inputs)
-        return update.commit()
+            parsed.append({"path": path, "udf": fn, "input_columns": inputs, **change})
+        return self._operate(request(AlterColumns, id=[self.name], alterations=parsed)).version
 
     def udf_columns(self) -> dict[str, dict[str, Any]]:
         """UDF columns of the table: name -> UDF name, version, kind, input columns, and the rows ``rows_valid``,
@@ -431,9 +399,8 @@ class Table(IndexMethods):
         """
         from geneva_provider.facade.job_handle import with_progress
 
-        run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options,
-                                refresh_indexes)
-        return with_progress(checkpoint_store or self.checkpoint_store, f"refresh {self.name}", run, progress)
+        job = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options, refresh_indexes)
+        return with_progress(job.store, job.label, job.run, progress)
 
     def refresh_async(
         self,
@@ -449,27 +416,24 @@ class Table(IndexMethods):
 
         The options are checked before this returns.
         """
-        from geneva_provider.facade.job_handle import JobHandle
+        from geneva_provider.operations.dispatch import start
 
-        run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options,
-                                refresh_indexes)
-        return JobHandle(checkpoint_store or self.checkpoint_store, f"refresh {self.name}", kind=JobKind.REFRESH,
-                         table=self.name).start(run)
+        return start(self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options,
+                                       refresh_indexes))
 
     def _refresh_job(self, src_version: int | None, max_rows_per_fragment: int | None, spark: Any,
                      store: CheckpointStore | None, options: dict[str, Any],
-                     refresh_indexes: bool = True) -> Callable[[JobControl], BackfillResult]:
-        from geneva_provider.pipeline.jobs import refresh
+                     refresh_indexes: bool = True) -> PreparedJob:
+        from geneva_provider.core.contracts.operations import RefreshView, request
+        from geneva_provider.operations import prepare
 
         self._writable("refresh")
-        _check_flag(refresh_indexes, "refresh_indexes", f"refresh of view '{self.name}'")
-        parsed = RefreshOptions.parse(options, job=f"refresh of view '{self.name}'", src_version=src_version,
-                                      max_rows_per_fragment=max_rows_per_fragment)
-        _check_store(store, f"refresh of view '{self.name}'")
-        self.dataset()  # TableNotFoundError now, not from the job, if the view was dropped
-        return lambda control: refresh(self.ref, parsed, resolve=self._conn.catalog.resolve, spark=spark,
-                                       store=store or self.checkpoint_store, control=control,
-                                       refresh_indexes=refresh_indexes)
+        job = f"refresh of view '{self.name}'"
+        _check_flag(refresh_indexes, "refresh_indexes", job)
+        _check_store(store, job)
+        refresh = request(RefreshView, id=[self.name], src_version=src_version,
+                          max_rows_per_fragment=max_rows_per_fragment, refresh_indexes=refresh_indexes)
+        return prepare(refresh, self._conn.catalog, spark=spark, checkpoint_store=store, options=options)
 
     def check(self, *, fingerprints: bool = False) -> ViewCheck:
         """Checks that this chunker or batch-UDTF view holds exactly what its UDTF makes of the source version
@@ -568,8 +532,8 @@ class Table(IndexMethods):
         """
         from geneva_provider.facade.job_handle import with_progress
 
-        run = self._backfill_job(column, where, spark, checkpoint_store, options, refresh_indexes)
-        return with_progress(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}", run, progress)
+        job = self._backfill_job(column, where, spark, checkpoint_store, options, refresh_indexes)
+        return with_progress(job.store, job.label, job.run, progress)
 
     def backfill_async(
         self,
@@ -585,31 +549,21 @@ class Table(IndexMethods):
 
         The column, the filter and the options are checked before this returns.
         """
-        from geneva_provider.facade.job_handle import JobHandle
+        from geneva_provider.operations.dispatch import start
 
-        run = self._backfill_job(column, where, spark, checkpoint_store, options, refresh_indexes)
-        return JobHandle(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}", kind=JobKind.BACKFILL,
-                         table=self.name, column=column).start(run)
+        return start(self._backfill_job(column, where, spark, checkpoint_store, options, refresh_indexes))
 
     def _backfill_job(self, column: str, where: str | None, spark: Any, store: CheckpointStore | None,
-                      options: dict[str, Any], refresh_indexes: bool = True) -> Callable[[JobControl], BackfillResult]:
-        from geneva_provider.pipeline.jobs import backfill
+                      options: dict[str, Any], refresh_indexes: bool = True) -> PreparedJob:
+        from geneva_provider.core.contracts.operations import BackfillColumn, request
+        from geneva_provider.operations import prepare
 
         self._writable("backfill")
-        _check_flag(refresh_indexes, "refresh_indexes", f"backfill of table '{self.name}'")
-        parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
-        from geneva_provider.pipeline.columns.plan_backfill import udf_with_inputs
-
-        _check_store(store, f"backfill of table '{self.name}'")
-        # Checked now, not from the job: backfill_async fails at the call on a dropped table, a
-        # column that is missing or not a UDF column, a UDF input that is gone, or a bad filter -- as
-        # backfill does.
-        ds = self.dataset()
-        udf_with_inputs(ds, self.name, lead_column(ds.schema, column))
-        if parsed.where:
-            check_where(ds, parsed.where, f"table '{self.name}'")
-        return lambda control: backfill(self.ref, column, parsed, spark=spark, store=store or self.checkpoint_store,
-                                        control=control, refresh_indexes=refresh_indexes)
+        job = f"backfill of table '{self.name}'"
+        _check_flag(refresh_indexes, "refresh_indexes", job)
+        _check_store(store, job)
+        backfill = request(BackfillColumn, id=[self.name], column=column, where=where, refresh_indexes=refresh_indexes)
+        return prepare(backfill, self._conn.catalog, spark=spark, checkpoint_store=store, options=options)
 
     # ------------------------------------------------------------------ errors
     def get_errors(self, job_id: str | None = None, column: str | None = None) -> pa.Table:
@@ -698,17 +652,12 @@ def _alteration(alteration: Any, subject: str
             raise InvalidArgumentError(f"{subject}: column '{path}': give '{key}' or '{alias}', not both")
     fn = alteration.get("udf", alteration.get("virtual_column"))
     inputs = alteration.get("input_columns")
-    if inputs is not None and fn is None:
-        raise InvalidArgumentError(f"{subject}: column '{path}': input_columns goes with a new 'udf'")
     if inputs is not None and (isinstance(inputs, str) or not isinstance(inputs, Sequence)):
         raise InvalidArgumentError(f"{subject}: column '{path}': input_columns must be a list of column names, "
                                    f"got {inputs!r}")
     change = {k: v for k, v in (("rename", alteration.get("rename", alteration.get("name"))),
                                 ("nullable", alteration.get("nullable")),
                                 ("data_type", alteration.get("data_type"))) if v is not None}
-    if fn is None and not change:
-        raise InvalidArgumentError(f"{subject}: column '{path}': nothing to alter (give udf, rename, nullable or "
-                                   "data_type)")
     return path, fn, list(inputs) if inputs is not None else None, change
 
 
