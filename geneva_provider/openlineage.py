@@ -19,6 +19,7 @@ The OpenLineage provider is optional: nothing here is imported until it calls th
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class LineageMixin:
     and columns.
     """
 
-    _lineage: JobLineage | None = None
+    _lineage: JobLineage | Callable[[], JobLineage] | None = None
     _committed: Committed | None = None
     lineage_reads_only = False  # a sensor: it reads the table it waits on, writes nothing
 
@@ -144,8 +145,10 @@ class LineageMixin:
         """What the job committed, when this operator knows it (default: what it recorded, ``_committed``)."""
         return self._committed
 
-    def record_lineage(self, lineage: JobLineage, committed_version: int | None = None) -> None:
-        """What the operator's own work read and wrote (and the version it committed), for its events."""
+    def record_lineage(self, lineage: JobLineage | Callable[[], JobLineage],
+                       committed_version: int | None = None) -> None:
+        """What the operator's own work read and wrote (and the version it committed), for its events; a
+        callable is called when an event asks (the table it reads is opened then, not in the task's work)."""
         from geneva_provider.core.contracts.lineage_models import Committed
 
         self._lineage = lineage
@@ -173,7 +176,7 @@ class LineageMixin:
         return JobLineage(source_uri=source, source_version=None, table_uri=output, reads_only=self.lineage_reads_only)
 
     def _operator_lineage(self) -> Any:
-        lineage = self._lineage
+        lineage = self._lineage() if callable(self._lineage) else self._lineage
         if lineage is None:
             plan = self.lineage_plan()
             lineage = plan.lineage if plan is not None else None

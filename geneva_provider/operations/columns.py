@@ -90,8 +90,8 @@ def _function(column: str, entry: VirtualColumnEntry, subject: str) -> UDF | Unp
                                    "by geneva_provider (it runs Python UDFs on Spark)")
     fn = loaded(entry.udf)
     if not isinstance(fn, UDF | UnpackedUDF):
-        raise InvalidArgumentError(f"{subject}: column '{column}' needs a @udf function, computed(<SQL>) or a SQL expression, "
-                                   f"got {fn!r}")
+        raise InvalidArgumentError(f"{subject}: column '{column}' needs a @udf function, computed(<SQL>) or a SQL "
+                                   f"expression, got {fn!r}")
     return fn
 
 

@@ -76,7 +76,6 @@ class GenevaAddColumnsOperator(_SchemaOperator):
         job = f"add_columns on table '{self.table}'"
         columns = check_dict(self.columns, "columns", job, COLUMNS_EXPECTED)  # {} is an error, as for Table.add_columns
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        read = tbl.version
         declared = tbl.udf_column_listings()
         specs: dict[str, Any] = {}
         for column, spec in columns.items():
@@ -86,7 +85,7 @@ class GenevaAddColumnsOperator(_SchemaOperator):
         version = tbl.add_columns(specs)  # a column already holding its UDF stays; one holding another: ColumnError
         from geneva_provider.core.lineage import declared_lineage
 
-        self.record_lineage(declared_lineage(tbl.uri, read, tbl.dataset(version).schema, list(specs)), version)
+        self.record_lineage(lambda: declared_lineage(tbl.uri, None, tbl.dataset(version).schema, list(specs)), version)
         added, kept = sorted(c for c in specs if c not in declared), sorted(c for c in specs if c in declared)
         if added:
             self.log.info("Declared UDF columns %s on table '%s'", added, self.table)
@@ -136,7 +135,6 @@ class GenevaAlterColumnsOperator(_SchemaOperator):
                                        f"{ALTERATIONS_EXPECTED}, got {self.alterations!r}")
         resolved = [_resolved_alteration(a, job) for a in self.alterations]
         tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        read = tbl.version
         version = tbl.alter_columns(resolved)
         paths = [a.get("path") for a in resolved]
         renamed = {str(a.get("rename") or a.get("name")): str(a["path"]) for a in resolved
@@ -144,7 +142,8 @@ class GenevaAlterColumnsOperator(_SchemaOperator):
         altered = [next((new for new, old in renamed.items() if old == p), str(p)) for p in paths]
         from geneva_provider.core.lineage import declared_lineage
 
-        self.record_lineage(declared_lineage(tbl.uri, read, tbl.dataset(version).schema, altered, renamed), version)
+        self.record_lineage(lambda: declared_lineage(tbl.uri, None, tbl.dataset(version).schema, altered, renamed),
+                            version)
         self.log.info("Altered column(s) %s of table '%s' (version %s)", paths, self.table, version)
         return {"table": self.table, "altered": paths, "version": version}
 
