@@ -7,7 +7,7 @@ what cannot be run (a Docker UDF backend) is refused with InvalidArgumentError n
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from geneva_provider.core.contracts.operations import (
     AddColumns,
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 #: ``udf_backend`` values that mean "a Python function run by this package"
 PYTHON_BACKENDS = frozenset({"", "python", "none", "python_udf", "pythonudf"})
 #: the spec's view kinds -> the front door's
-VIEW_KINDS = {"query": "query", "chunker": "chunker", "scalar_udtf": "chunker", "udtf": "udtf"}
+VIEW_KINDS: dict[str, Literal["query", "udtf", "chunker"]] = {
+    "query": "query", "chunker": "chunker", "scalar_udtf": "chunker", "udtf": "udtf"}
 
 
 def table_id(request: Any, what: str) -> list[str]:
@@ -146,7 +147,7 @@ def alter_columns(request: ln.AlterTableAlterColumnsRequest) -> AlterColumns:
         if entry.data_type is not None:
             data_type = str(arrow_type(entry.data_type, f"{what} column '{entry.path}'"))
         udf, inputs = None, None
-        if entry.virtual_column is not None:
+        if entry.virtual_column is not None and entry.virtual_column.udf:
             udf = _unpickled(entry.virtual_column.udf, f"{what} column '{entry.path}'")
             inputs = list(entry.virtual_column.input_columns or []) or None
         alterations.append(ColumnAlteration(path=entry.path, rename=entry.rename, nullable=entry.nullable,
@@ -160,10 +161,12 @@ def drop_columns(request: ln.AlterTableDropColumnsRequest) -> DropColumns:
 
 def create_index(request: ln.CreateTableIndexRequest, *, scalar: bool = False) -> CreateIndex:
     what = f"create_table_{'scalar_' if scalar else ''}index on column '{request.column}'"
+    given = _given(request, "name", "num_partitions", "num_sub_vectors", "num_bits", "sample_rate", "m",
+                   "ef_construction")
+    if request.distance_type:
+        given["distance_type"] = request.distance_type.lower()
     index_type = (request.index_type or ("BTREE" if scalar else "IVF_PQ")).upper()
-    return CreateIndex(id=table_id(request, what), column=request.column, index_type=index_type, **_given(
-        request, "name", "num_partitions", "num_sub_vectors", "num_bits", "sample_rate", "m", "ef_construction"),
-        **({"distance_type": request.distance_type.lower()} if request.distance_type else {}))
+    return CreateIndex(id=table_id(request, what), column=request.column, index_type=index_type, **given)
 
 
 def list_indices(request: ln.ListTableIndicesRequest) -> ListIndices:
@@ -186,7 +189,7 @@ def drop_index(request: ln.DropTableIndexRequest) -> DropIndex:
 
 def index_content(stats: index_models.IndexStats, uuid: str) -> Any:
     """One index as ``list_table_indices`` lists it (the spec's ``IndexContent``)."""
-    from lance_namespace_urllib3_client.models import IndexContent
+    from lance_namespace_urllib3_client.models.index_content import IndexContent
 
     return IndexContent(index_name=stats.name, index_uuid=uuid, columns=stats.columns, index_type=stats.index_type,
                         status="ready" if stats.num_unindexed_rows == 0 else "partial",

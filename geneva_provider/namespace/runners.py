@@ -81,6 +81,7 @@ class AirflowRunner:
         return run_id
 
     def describe(self, job_id: str) -> JobRecord | None:
+        from geneva_provider.core.contracts.kinds import JobKind, Stage
         from geneva_provider.core.contracts.models import JobRecord, JobStatus
 
         try:
@@ -92,9 +93,9 @@ class AirflowRunner:
             state, JobStatus.PENDING)
         request = (run.get("conf") or {}).get("request") or {}
         now = dt.datetime.now(dt.UTC).isoformat()
-        return JobRecord(job_id=job_id, kind=_KINDS.get(request.get("op", ""), "backfill"),
+        return JobRecord(job_id=job_id, kind=JobKind(_KINDS.get(request.get("op", ""), "backfill")),
                          table=(request.get("id") or [""])[-1], column=request.get("column"), status=status,
-                         stage="done" if status in (JobStatus.DONE, JobStatus.FAILED) else "plan",
+                         stage="done" if status in (JobStatus.DONE, JobStatus.FAILED) else Stage.PLAN,
                          created_at=run.get("queued_at") or now, updated_at=now, finished_at=run.get("end_date"),
                          airflow_run_id=job_id)
 

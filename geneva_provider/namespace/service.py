@@ -18,6 +18,7 @@ from typing import Any
 import lance_namespace as ln
 
 from geneva_provider.core.contracts.operations import (
+    BackfillColumn,
     CancelJob,
     ColumnsChanged,
     GetJob,
@@ -27,6 +28,7 @@ from geneva_provider.core.contracts.operations import (
     JobList,
     ListJobs,
     Operation,
+    RefreshView,
     ViewCreated,
 )
 from geneva_provider.core.errors import JobNotFoundError
@@ -74,7 +76,7 @@ class GenevaNamespace(ln.LanceNamespace):
         operation = convert.create_view(request)
         with_data = not operation.with_no_data
         created: ViewCreated = self._run(operation.model_copy(update={"with_no_data": True}))
-        job_id = self.runner.submit(convert.RefreshView(id=operation.id)) if with_data else None
+        job_id = self.runner.submit(RefreshView(id=operation.id)) if with_data else None
         return ln.CreateMaterializedViewResponse(version=created.version, job_id=job_id)
 
     def create_table_index(self, request: ln.CreateTableIndexRequest) -> ln.CreateTableIndexResponse:
@@ -93,7 +95,7 @@ class GenevaNamespace(ln.LanceNamespace):
             e.model_copy(update={"virtual_column": e.virtual_column.model_copy(update={"auto_backfill": False})})
             if e.virtual_column else e for e in operation.new_columns]})
         changed: ColumnsChanged = self._run(manual)
-        jobs = [self.runner.submit(convert.BackfillColumn(id=operation.id, column=entry.name)) for entry in backfills]
+        jobs = [self.runner.submit(BackfillColumn(id=operation.id, column=entry.name)) for entry in backfills]
         context = {"job_id": jobs[0]} if len(jobs) == 1 else {"job_ids": ",".join(jobs)} if jobs else None
         return ln.AlterTableAddColumnsResponse(version=changed.version, context=context)
 
@@ -108,7 +110,8 @@ class GenevaNamespace(ln.LanceNamespace):
 
     def list_table_indices(self, request: ln.ListTableIndicesRequest) -> ln.ListTableIndicesResponse:
         listed: IndexList = self._run(convert.list_indices(request))
-        uuids = {index.name: str(index.uuid) for index in self.catalog.ref(request.id[-1]).dataset().list_indices()
+        table = convert.table_id(request, "list_table_indices")[-1]
+        uuids = {index["name"]: index["uuid"] for index in self.catalog.ref(table).dataset().list_indices()
                  } if listed.indexes else {}
         return ln.ListTableIndicesResponse(indexes=[convert.index_content(stats, uuids.get(stats.name, ""))
                                                     for stats in listed.indexes])
