@@ -6,7 +6,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.catalog import DIRECTORY, Catalog
-from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.errors import GenevaError, InvalidArgumentError
 from geneva_provider.core.filters import lance_reason
 from geneva_provider.core.primary_key import key_columns, keyed
@@ -16,6 +15,7 @@ if TYPE_CHECKING:
 
     from geneva_provider.core.contracts.models import BackfillResult, JobRecord
     from geneva_provider.core.manifest import GenevaManifest, SparkCluster
+    from geneva_provider.core.views.meta import ViewQuery
     from geneva_provider.facade.contexts import ExecutionContext
     from geneva_provider.facade.followers import FollowedStep
     from geneva_provider.facade.query import Query
@@ -155,19 +155,13 @@ class Connection:
         that version, ``refresh(src_version=N)`` moves it to N (it cannot refresh on change).
         """
         from geneva_provider.facade.query import Query
-        from geneva_provider.facade.table import Table
-        from geneva_provider.pipeline.columns.view_create import create_view
 
         if not isinstance(query, Query):
             raise InvalidArgumentError(f"create_materialized_view '{name}': query must be a Query "
                                        f"(table.search(None).select(...)), got {query!r}")
-        query.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
         spec = query.view_source(f"create_materialized_view '{name}'")
         _check_flag(refresh_on_change, "refresh_on_change", f"create_materialized_view '{name}'")
-        _check_follows(query, refresh_on_change, f"create_materialized_view '{name}'")
-        ref = create_view(self.catalog, name, query.table.ref, spec,
-                          max_rows_per_fragment=max_rows_per_fragment, source_version=query.version)
-        return _refreshed_on_change(Table(self, ref), refresh_on_change)
+        return self._create_view(name, query, spec, None, max_rows_per_fragment, refresh_on_change)
 
     def create_udtf_view(self, name: str, source: Query | Table, udtf: Any, *,
                          max_rows_per_fragment: int | None = None, refresh_on_change: bool = False) -> Table:
@@ -179,20 +173,26 @@ class Connection:
         """
         from geneva_provider.facade.query import Query
         from geneva_provider.facade.table import Table
-        from geneva_provider.pipeline.udtf.view_create import create_udtf_view
 
         if isinstance(source, Table):
             source = source.search(None)
         if not isinstance(source, Query):
             raise InvalidArgumentError(f"create_udtf_view '{name}': source must be a query (table.search(None)"
                                        f".where(...).select([...])) or a table, got {source!r}")
-        source.table.dataset()  # TableNotFoundError naming the source if it was dropped since the query was built
         spec = source.view_source(f"create_udtf_view '{name}'")
         _check_flag(refresh_on_change, "refresh_on_change", f"create_udtf_view '{name}'")
-        _check_follows(source, refresh_on_change, f"create_udtf_view '{name}'")
-        ref = create_udtf_view(self.catalog, name, source.table.ref, spec, udtf,
-                               max_rows_per_fragment=max_rows_per_fragment, source_version=source.version)
-        return _refreshed_on_change(Table(self, ref), refresh_on_change)
+        return self._create_view(name, source, spec, udtf, max_rows_per_fragment, refresh_on_change)
+
+    def _create_view(self, name: str, query: Query, spec: ViewQuery, udtf: Any, max_rows_per_fragment: int | None,
+                     refresh_on_change: bool) -> Table:
+        """The view made by the front door (``CreateView``), opened."""
+        from geneva_provider.core.contracts.operations import CreateView, SourceQuery, request
+        from geneva_provider.operations import run
+
+        run(self, request(CreateView, id=[name], kind="query" if udtf is None else "udtf",
+                          source_query=SourceQuery.of(spec, query.version), udtf_spec=udtf,
+                          max_rows_per_fragment=max_rows_per_fragment, auto_refresh=refresh_on_change))
+        return self.open_table(name)
 
     def refresh(self, name: str, *args: Any, **kwargs: Any) -> BackfillResult:
         """Refreshes the materialized view ``name`` (the reference's ``db.refresh``): ``open_table(name).refresh(...)``,
@@ -289,8 +289,8 @@ class Connection:
         field names (``table_name``, ``column_name``, ``job_type``, ``launched_at``, ``completed_at``,
         ``metrics``).
         """
-        from geneva_provider.core.contracts.models import JobStatus
-        from geneva_provider.pipeline.stages.job_records import read_records
+        from geneva_provider.core.contracts.operations import ListJobs, request
+        from geneva_provider.operations import run
 
         if table_name is not None:
             if table is not None and table != table_name:
@@ -299,28 +299,15 @@ class Connection:
             table = table_name
         if table is not None and (not isinstance(table, str) or not table):
             raise InvalidArgumentError(f"list_jobs: table_name must be a table's name, got {table!r}")
-        if status is not None and (not isinstance(status, str) or status.upper() not in JobStatus.__members__):
-            raise InvalidArgumentError(f"list_jobs: status must be one of {list(JobStatus.__members__)}, got "
-                                       f"{status!r}")
-        status = status.upper() if status is not None else None  # "cancelled", as the CLI's --status takes it
-        if kind is not None and kind not in list(JobKind):
-            raise InvalidArgumentError(f"list_jobs: kind must be one of {[str(k) for k in JobKind]}, got {kind!r}")
-        names = [table] if table is not None else self.table_names()
-        records = [r for name in names for r in read_records(self.catalog.ref(name).checkpoint_store())]
-        records = [r for r in records if (status is None or r.status == status) and (kind is None or r.kind == kind)]
-        return sorted(records, key=lambda r: r.created_at, reverse=True)
+        return run(self, request(ListJobs, id=[table] if table else None, status=status, kind=kind)).jobs
 
     def get_job(self, job_id: str) -> JobRecord:
         """The record of job ``job_id`` (a DONE one for a job that had nothing to do); JobNotFoundError naming it
         otherwise."""
-        from geneva_provider.core.errors import JobNotFoundError
-        from geneva_provider.pipeline.stages.job_records import find_record
+        from geneva_provider.core.contracts.operations import GetJob, request
+        from geneva_provider.operations import run
 
-        for name in self.table_names():
-            record = find_record(self.catalog.ref(name).checkpoint_store(), job_id)
-            if record is not None:
-                return record
-        raise JobNotFoundError(f"no job {job_id!r} in database {self.uri} (or its records were cleaned up)")
+        return run(self, request(GetJob, job_id=job_id)).job
 
     def cancel_job(self, job_id: str) -> JobRecord:
         """Asks the running job ``job_id`` to stop, from any process; returns its record as it was.
@@ -331,10 +318,10 @@ class Connection:
         request: stop it from Airflow.  JobNotFoundError for an unknown job, InvalidArgumentError for one that
         is no longer running.
         """
-        from geneva_provider.pipeline.stages.job_records import request_cancel
+        from geneva_provider.core.contracts.operations import CancelJob, request
+        from geneva_provider.operations import run
 
-        record = self.get_job(job_id)
-        return request_cancel(self.catalog.ref(record.table).checkpoint_store(), job_id)
+        return run(self, request(CancelJob, job_id=job_id)).job
 
     def drop_table(self, name: str) -> None:
         """Deletes the table and its checkpoints."""
@@ -354,28 +341,9 @@ def connect(uri: str | os.PathLike[str], storage_options: dict[str, str] | None 
 _MODES = ("create", "overwrite", "exist_ok")
 
 
-def _check_follows(query: Query, refresh_on_change: bool, what: str) -> None:
-    """InvalidArgumentError when a view that stays at a checked-out version is asked to follow its source."""
-    if refresh_on_change and query.version is not None:
-        raise InvalidArgumentError(
-            f"{what}: the query reads table '{query.table.name}' checked out at version {query.version}, and a view "
-            "of it stays at that version; refresh_on_change needs a view of the latest (build the query on a "
-            "handle that is not checked out)")
-
-
 def _check_flag(value: Any, name: str, what: str) -> None:
     if not isinstance(value, bool):
         raise InvalidArgumentError(f"{what}: {name} must be True or False, got {value!r}")
-
-
-def _refreshed_on_change(view: Table, refresh_on_change: bool) -> Table:
-    """``view``, marked to be refreshed after each change of its source when asked (a schema-metadata key)."""
-    if refresh_on_change:
-        from geneva_provider.pipeline.followers import META_REFRESH_ON_CHANGE
-        from geneva_provider.pipeline.schema_changes import UpdateColumns
-
-        UpdateColumns(view.ref).set_table_metadata({META_REFRESH_ON_CHANGE: "true"}).commit()
-    return view
 
 
 def _check_name(name: Any, what: str) -> None:

@@ -7,8 +7,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.column_names import check_column_name, is_internal_column, user_columns
-from geneva_provider.core.contracts.kinds import JobKind
-from geneva_provider.core.contracts.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.errors import (
     ColumnError,
     InvalidArgumentError,
@@ -18,12 +16,11 @@ from geneva_provider.core.filters import check_where, lance_reason
 from geneva_provider.core.fingerprints import (
     is_fingerprint_column,
 )
-from geneva_provider.core.functions.udf import UDF, UdfColumnListing, UnpackedUDF, lead_column, udf_column_info
+from geneva_provider.core.functions.udf import UDF, UdfColumnListing, UnpackedUDF, udf_column_info
 from geneva_provider.core.refs import TableRef
 from geneva_provider.facade.indexes import IndexMethods
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     import pyarrow as pa
     from pyspark.sql import SparkSession
@@ -35,7 +32,7 @@ if TYPE_CHECKING:
     from geneva_provider.facade.job_handle import JobHandle
     from geneva_provider.facade.merge_insert import MergeInsert
     from geneva_provider.facade.query import Query
-    from geneva_provider.pipeline.jobs import JobControl
+    from geneva_provider.operations.dispatch import PreparedJob
     from geneva_provider.pipeline.maintenance.cleanup import CleanupResult
     from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
@@ -421,9 +418,8 @@ class Table(IndexMethods):
         """
         from geneva_provider.facade.job_handle import with_progress
 
-        run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options,
-                                refresh_indexes)
-        return with_progress(checkpoint_store or self.checkpoint_store, f"refresh {self.name}", run, progress)
+        job = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options, refresh_indexes)
+        return with_progress(job.store, job.label, job.run, progress)
 
     def refresh_async(
         self,
@@ -439,27 +435,24 @@ class Table(IndexMethods):
 
         The options are checked before this returns.
         """
-        from geneva_provider.facade.job_handle import JobHandle
+        from geneva_provider.operations.dispatch import start
 
-        run = self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options,
-                                refresh_indexes)
-        return JobHandle(checkpoint_store or self.checkpoint_store, f"refresh {self.name}", kind=JobKind.REFRESH,
-                         table=self.name).start(run)
+        return start(self._refresh_job(src_version, max_rows_per_fragment, spark, checkpoint_store, options,
+                                       refresh_indexes))
 
     def _refresh_job(self, src_version: int | None, max_rows_per_fragment: int | None, spark: Any,
                      store: CheckpointStore | None, options: dict[str, Any],
-                     refresh_indexes: bool = True) -> Callable[[JobControl], BackfillResult]:
-        from geneva_provider.pipeline.jobs import refresh
+                     refresh_indexes: bool = True) -> PreparedJob:
+        from geneva_provider.core.contracts.operations import RefreshView, request
+        from geneva_provider.operations import prepare
 
         self._writable("refresh")
-        _check_flag(refresh_indexes, "refresh_indexes", f"refresh of view '{self.name}'")
-        parsed = RefreshOptions.parse(options, job=f"refresh of view '{self.name}'", src_version=src_version,
-                                      max_rows_per_fragment=max_rows_per_fragment)
-        _check_store(store, f"refresh of view '{self.name}'")
-        self.dataset()  # TableNotFoundError now, not from the job, if the view was dropped
-        return lambda control: refresh(self.ref, parsed, resolve=self._conn.catalog.resolve, spark=spark,
-                                       store=store or self.checkpoint_store, control=control,
-                                       refresh_indexes=refresh_indexes)
+        job = f"refresh of view '{self.name}'"
+        _check_flag(refresh_indexes, "refresh_indexes", job)
+        _check_store(store, job)
+        refresh = request(RefreshView, id=[self.name], src_version=src_version,
+                          max_rows_per_fragment=max_rows_per_fragment, refresh_indexes=refresh_indexes)
+        return prepare(refresh, self._conn.catalog, spark=spark, checkpoint_store=store, options=options)
 
     def check(self, *, fingerprints: bool = False) -> ViewCheck:
         """Checks that this chunker or batch-UDTF view holds exactly what its UDTF makes of the source version
@@ -558,8 +551,8 @@ class Table(IndexMethods):
         """
         from geneva_provider.facade.job_handle import with_progress
 
-        run = self._backfill_job(column, where, spark, checkpoint_store, options, refresh_indexes)
-        return with_progress(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}", run, progress)
+        job = self._backfill_job(column, where, spark, checkpoint_store, options, refresh_indexes)
+        return with_progress(job.store, job.label, job.run, progress)
 
     def backfill_async(
         self,
@@ -575,31 +568,21 @@ class Table(IndexMethods):
 
         The column, the filter and the options are checked before this returns.
         """
-        from geneva_provider.facade.job_handle import JobHandle
+        from geneva_provider.operations.dispatch import start
 
-        run = self._backfill_job(column, where, spark, checkpoint_store, options, refresh_indexes)
-        return JobHandle(checkpoint_store or self.checkpoint_store, f"{self.name}.{column}", kind=JobKind.BACKFILL,
-                         table=self.name, column=column).start(run)
+        return start(self._backfill_job(column, where, spark, checkpoint_store, options, refresh_indexes))
 
     def _backfill_job(self, column: str, where: str | None, spark: Any, store: CheckpointStore | None,
-                      options: dict[str, Any], refresh_indexes: bool = True) -> Callable[[JobControl], BackfillResult]:
-        from geneva_provider.pipeline.jobs import backfill
+                      options: dict[str, Any], refresh_indexes: bool = True) -> PreparedJob:
+        from geneva_provider.core.contracts.operations import BackfillColumn, request
+        from geneva_provider.operations import prepare
 
         self._writable("backfill")
-        _check_flag(refresh_indexes, "refresh_indexes", f"backfill of table '{self.name}'")
-        parsed = BackfillOptions.parse(options, job=f"backfill of table '{self.name}'", where=where)
-        from geneva_provider.pipeline.columns.plan_backfill import udf_with_inputs
-
-        _check_store(store, f"backfill of table '{self.name}'")
-        # Checked now, not from the job: backfill_async fails at the call on a dropped table, a
-        # column that is missing or not a UDF column, a UDF input that is gone, or a bad filter -- as
-        # backfill does.
-        ds = self.dataset()
-        udf_with_inputs(ds, self.name, lead_column(ds.schema, column))
-        if parsed.where:
-            check_where(ds, parsed.where, f"table '{self.name}'")
-        return lambda control: backfill(self.ref, column, parsed, spark=spark, store=store or self.checkpoint_store,
-                                        control=control, refresh_indexes=refresh_indexes)
+        job = f"backfill of table '{self.name}'"
+        _check_flag(refresh_indexes, "refresh_indexes", job)
+        _check_store(store, job)
+        backfill = request(BackfillColumn, id=[self.name], column=column, where=where, refresh_indexes=refresh_indexes)
+        return prepare(backfill, self._conn.catalog, spark=spark, checkpoint_store=store, options=options)
 
     # ------------------------------------------------------------------ errors
     def get_errors(self, job_id: str | None = None, column: str | None = None) -> pa.Table:
