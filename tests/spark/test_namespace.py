@@ -60,7 +60,8 @@ def done(ns: GenevaNamespace, job_id: str) -> gp.JobRecord:
 @pytest.fixture
 def ns(tmp_path, spark):
     root = str(tmp_path / "lake")
-    gp.connect(root).create_table("t", pa.table({"x": pa.array(range(20), pa.int64())}), stable_row_ids=True)
+    gp.connect(root).create_table("t", pa.table({"x": pa.array(range(20), pa.int64()),
+                                                 "s": [f"doc{x}" for x in range(20)]}), stable_row_ids=True)
     namespace = ln.connect("geneva", {"root": root, "storage.geneva_test_secret": SECRET})
     assert isinstance(namespace, GenevaNamespace)
     return namespace
@@ -105,8 +106,6 @@ def test_a_plain_function_with_auto_backfill_gives_its_job_id_in_the_context(ns)
 
 
 def test_a_query_view_and_a_chunker_view_are_created_with_their_first_refresh(ns):
-    ns.alter_table_add_columns(ln.AlterTableAddColumnsRequest(id=["t"], new_columns=[
-        AddColumnsEntry(name="s", expression="concat('doc', cast(x as string))")]))
     source = SourceQuery(id=["t"], where="x < 10", columns={"x": "x", "s": "s"},
                          udf_columns={"y": {"udf": times_ten, "input_columns": ["x"]}})
     made = ns.create_materialized_view(ln.CreateMaterializedViewRequest(
