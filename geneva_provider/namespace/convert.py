@@ -7,6 +7,7 @@ what cannot be run (a Docker UDF backend) is refused with InvalidArgumentError n
 from __future__ import annotations
 
 import base64
+import dataclasses
 from typing import TYPE_CHECKING, Any, Literal
 
 from geneva_provider.core.contracts.operations import (
@@ -133,6 +134,8 @@ def virtual_column(name: str, entry: Any, what: str) -> VirtualColumnEntry:
         input_columns = None
     else:
         input_columns = list(entry.input_columns) or None
+        if entry.field_metadata:  # kept on the column's field, beside the UDF's own keys
+            fn = dataclasses.replace(fn, field_metadata={**fn.field_metadata, **entry.field_metadata})
     return VirtualColumnEntry(udf=fn, udf_name=entry.udf_name or None, udf_version=entry.udf_version or None,
                               input_columns=input_columns, outputs=outputs if len(outputs) > 1 else None,
                               auto_backfill=bool(entry.auto_backfill), udf_backend=backend or None,

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from geneva_provider.core.contracts.models import JobRecord
     from geneva_provider.core.contracts.operations import Operation
     from geneva_provider.namespace.config import AirflowRunnerConfig, NamespaceConfig
+    from geneva_provider.operations import JobHandle
 
 
 class JobRunner(Protocol):
@@ -33,18 +34,24 @@ class JobRunner(Protocol):
 
 
 class InProcessRunner:
-    """Jobs in background threads of this process (on ``spark``, or the package's local session)."""
+    """Jobs in background threads of this process (on ``spark``, or the package's local session); their handles
+    answer for a job whose record is not in its table's store yet (or, having had nothing to do, never is)."""
 
     def __init__(self, catalog: Catalog, spark: Any = None) -> None:
         self.catalog, self.spark = catalog, spark
+        self._handles: dict[str, JobHandle] = {}
 
     def submit(self, operation: Operation) -> str:
-        from geneva_provider.operations import submit
+        from geneva_provider.operations.dispatch import prepare, start
 
-        return submit(self.catalog, operation, spark=self.spark).job_id
+        handle = start(prepare(operation, self.catalog, spark=self.spark))
+        job_id = handle.wait_for_id()
+        self._handles[job_id] = handle
+        return job_id
 
     def describe(self, job_id: str) -> JobRecord | None:
-        return None  # its records are in the tables' checkpoint stores
+        handle = self._handles.get(job_id)
+        return handle.status() if handle is not None else None
 
 
 def spark_session(settings: dict[str, str]) -> Any:

@@ -134,15 +134,15 @@ def test_a_query_view_and_a_chunker_view_are_created_with_their_first_refresh(ns
 
 
 def test_create_table_index_honours_num_partitions_and_num_sub_vectors(ns, tmp_path):
-    gp.connect(ns.config.root).create_table("vecs", clustered(1000))
+    gp.connect(ns.config.root).create_table("vecs", clustered(2000))
     made = ns.create_table_index(ln.CreateTableIndexRequest(id=["vecs"], column="vec", index_type="IVF_PQ",
                                                             distance_type="l2", num_partitions=4, num_sub_vectors=8))
     assert done(ns, made.context["job_id"]).status == "DONE"
     listed = ns.list_table_indices(ln.ListTableIndicesRequest(id=["vecs"])).indexes
     assert [(i.index_name, i.columns, i.index_type, i.num_indexed_rows) for i in listed] == [
-        ("vec_idx", ["vec"], "IVF_PQ", 1000)]
+        ("vec_idx", ["vec"], "IVF_PQ", 2000)]
     stats = ns.describe_table_index_stats(ln.DescribeTableIndexStatsRequest(id=["vecs"], index_name="vec_idx"))
-    assert (stats.num_indexed_rows, stats.num_unindexed_rows, stats.distance_type) == (1000, 0, "l2")
+    assert (stats.num_indexed_rows, stats.num_unindexed_rows, stats.distance_type) == (2000, 0, "l2")
     details = ns.catalog.ref("vecs").dataset().stats.index_stats("vec_idx")
     assert details["indices"][0]["num_partitions"] == 4
     assert details["indices"][0]["sub_index"]["num_sub_vectors"] == 8
