@@ -131,16 +131,17 @@ class GenevaNamespace(ln.LanceNamespace):
 
     # ------------------------------------------------------------ the extension: jobs
     def describe_job(self, request: GetJob) -> JobInfo:
-        """The job's record: its status, stage and row counts (a DAG run's state for an Airflow job not yet
-        planned); JobNotFoundError naming it otherwise."""
+        """The job's record: its status, stage and row counts; for the id of a DAG run (``job_runner=airflow``) the
+        record of the job the run planned, or the run's state before it planned one; JobNotFoundError naming it
+        otherwise."""
         try:
             info: JobInfo = self._run(request)
             return info
         except JobNotFoundError:
-            record = self.runner.describe(request.job_id)
+            record = self._by_run_id(request.job_id) or self.runner.describe(request.job_id)
             if record is None:
                 raise
-            return JobInfo(job=self._by_run_id(request.job_id) or record)
+            return JobInfo(job=record)
 
     def list_jobs(self, request: ListJobs) -> JobList:
         jobs: JobList = self._run(request)
