@@ -78,15 +78,26 @@ def _job_rows(records: list[JobRecord]) -> str:
           r.created_at[:19]] for r in records])
 
 
+def _record(db: Connection, job_id: str) -> JobRecord:
+    from geneva_provider.core.contracts.operations import GetJob
+    from geneva_provider.operations import run
+
+    return run(db, GetJob(job_id=job_id)).job
+
+
 def jobs_list(db: Connection, args: argparse.Namespace) -> Any:
-    records = db.list_jobs(args.table, status=args.status.upper() if args.status else None)
+    from geneva_provider.core.contracts.operations import ListJobs, request
+    from geneva_provider.operations import run
+
+    records = run(db, request(ListJobs, id=[args.table] if args.table else None,
+                              status=args.status.upper() if args.status else None)).jobs
     if args.json:
         return [r.model_dump(mode="json") for r in records]
     return _job_rows(records) if records else "no jobs"
 
 
 def jobs_show(db: Connection, args: argparse.Namespace) -> Any:
-    record = db.get_job(args.job_id)
+    record = _record(db, args.job_id)
     errors = _error_rows(db, record)
     if args.json:
         return {"job": record.model_dump(mode="json"), "errors": errors}
@@ -112,13 +123,16 @@ def _error_rows(db: Connection, record: JobRecord) -> list[dict[str, Any]]:
 
 
 def jobs_cancel(db: Connection, args: argparse.Namespace) -> Any:
-    db.cancel_job(args.job_id)
-    record = db.get_job(args.job_id)
+    from geneva_provider.core.contracts.operations import CancelJob
+    from geneva_provider.operations import run
+
+    run(db, CancelJob(job_id=args.job_id))
+    record = _record(db, args.job_id)
     if args.wait:
         deadline = time.monotonic() + args.timeout
         while record.status in ("PENDING", "RUNNING") and time.monotonic() < deadline:
             time.sleep(WAIT_POLL_SECONDS)
-            record = db.get_job(args.job_id)
+            record = _record(db, args.job_id)
     if args.json:
         return record.model_dump(mode="json")
     if record.status in ("PENDING", "RUNNING"):
@@ -210,12 +224,16 @@ def _index_runner(args: argparse.Namespace) -> Any:
 
 
 def table_create_index(db: Connection, args: argparse.Namespace) -> Any:
-    """An index build as ``tbl.create_index`` runs it (the same checks, the same job)."""
+    """An index build as ``tbl.create_index`` runs it (the same checks, the same job), through the front door."""
+    from geneva_provider.core.contracts.operations import CreateIndex, request
+    from geneva_provider.operations import run
+
     options = {"target_groups": args.target_groups} if args.target_groups is not None else {}
-    result = db.open_table(args.name).create_index(
-        column=args.column, index_type=args.index_type, metric=args.metric, num_partitions=args.num_partitions,
-        num_sub_vectors=args.num_sub_vectors, num_bits=args.num_bits, name=args.index_name,
-        replace=not args.no_replace, spark=_index_runner(args), **options)
+    build = request(CreateIndex, id=[args.name], column=args.column, index_type=args.index_type,
+                    distance_type=args.metric, num_partitions=args.num_partitions,
+                    num_sub_vectors=args.num_sub_vectors, num_bits=args.num_bits, name=args.index_name,
+                    replace=not args.no_replace)
+    result = run(db, build, spark=_index_runner(args), options=options)
     return result.model_dump(mode="json") if args.json else f"table {args.name}: {result.describe()}"
 
 
@@ -226,7 +244,10 @@ def table_refresh_index(db: Connection, args: argparse.Namespace) -> Any:
 
 def table_indices(db: Connection, args: argparse.Namespace) -> Any:
     """Every index of the table with what it covers."""
-    stats = db.open_table(args.name).list_indices()
+    from geneva_provider.core.contracts.operations import ListIndices
+    from geneva_provider.operations import run
+
+    stats = run(db, ListIndices(id=[args.name])).indexes
     if args.json:
         return [s.model_dump(mode="json") for s in stats]
     if not stats:

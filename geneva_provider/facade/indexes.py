@@ -66,15 +66,19 @@ class IndexMethods:
             raise InvalidArgumentError(f"create_index on table '{self.name}': accelerator={accelerator!r}: segments "
                                        "are built on CPU by Spark tasks (with an accelerator Lance builds the whole "
                                        "index on one node); pass accelerator=None")
+        from geneva_provider.core.contracts.operations import CreateIndex, request
+        from geneva_provider.operations import prepare
+        from geneva_provider.pipeline.indexes.checks import index_column
 
-        def spec(ds: Any) -> IndexSpec:
-            from geneva_provider.pipeline.indexes.checks import index_spec
-
-            return index_spec(ds, self.name, vector_column_name, column, index_type, metric=metric,
-                              num_partitions=num_partitions, num_sub_vectors=num_sub_vectors, num_bits=num_bits,
-                              replace=replace, name=name, sample_rate=sample_rate, m=m,
-                              ef_construction=ef_construction)
-        return self._shown(self._index_job(spec, spark, options), progress)
+        self._writable("an index build")
+        build = request(CreateIndex, id=[self.name], column=index_column(self.name, vector_column_name, column),
+                        index_type=index_type,
+                        distance_type=metric, num_partitions=num_partitions, num_sub_vectors=num_sub_vectors,
+                        num_bits=num_bits, replace=replace, name=name, sample_rate=sample_rate, m=m,
+                        ef_construction=ef_construction)
+        job = prepare(build, self._conn.catalog, spark=spark, checkpoint_store=self.checkpoint_store,
+                      options=options)
+        return self._shown(job.run, progress)
 
     def create_index_async(self, vector_column_name: str | None = None, **params: Any) -> JobHandle:
         """Starts :meth:`create_index` in a background thread (checked before this returns); the handle has
@@ -155,20 +159,18 @@ class IndexMethods:
 
     def list_indices(self) -> list[IndexStats]:
         """Every index of the table, by name: type, columns, rows indexed and unindexed, segments, partitions."""
-        from geneva_provider.pipeline.indexes.stats import list_indices
+        from geneva_provider.core.contracts.operations import ListIndices
+        from geneva_provider.operations import run
 
-        return list_indices(self.dataset())
+        return run(self._conn, ListIndices(id=[self.name])).indexes
 
     def index_stats(self, name: str) -> IndexStats:
         """One index's rows indexed and unindexed, fragments, segments and IVF partitions; InvalidArgumentError
         naming the table and the index, and listing the table's indexes, for an unknown name."""
-        from geneva_provider.pipeline.indexes.stats import index_stats
+        from geneva_provider.core.contracts.operations import IndexStats, request
+        from geneva_provider.operations import run
 
-        ds = self.dataset()
-        try:
-            return index_stats(ds, name)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"index_stats on table '{self.name}': {exc}") from None
+        return run(self._conn, request(IndexStats, id=[self.name], index_name=name)).stats
 
     def _shown(self, run: Callable[[JobControl], IndexBuildResult], progress: bool | None) -> IndexBuildResult:
         """The job run in the foreground, its progress shown unless ``progress=False`` (Ctrl-C cancels it)."""
@@ -180,21 +182,10 @@ class IndexMethods:
                    options: dict[str, Any]) -> Callable[[JobControl], IndexBuildResult]:
         """The job of the request made of the table's dataset: checked now (table, request, options), run by the
         returned call."""
-        from geneva_provider.core.contracts.index_models import IndexSpec
-        from geneva_provider.pipeline.indexes.build import check_create
-        from geneva_provider.pipeline.jobs import build_index
+        from geneva_provider.operations.indexes import index_job
 
         self._writable("an index build")
-        unknown = sorted(set(options) - set(_JOB_OPTIONS))
-        if unknown:
-            raise InvalidArgumentError(f"index build on table '{self.name}': unknown option(s) {unknown}; the "
-                                       f"options are {list(_JOB_OPTIONS)}")
-        ds = self.dataset()  # TableNotFoundError if the table was dropped
-        made = request(ds)  # a bad argument refused
-        if isinstance(made, IndexSpec):  # checked against the table here, so create_index_async refuses it too
-            check_create(ds, made, self.name)
-        return lambda control: build_index(self.ref, made, spark=spark, store=self.checkpoint_store,
-                                           control=control, **options)
+        return index_job(self.ref, request, spark=spark, checkpoint_store=self.checkpoint_store, options=options).run
 
 
 def _fts_column(table: str, column: str | None, field_names: str | list[str] | None) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from geneva_provider.core.column_names import check_column_name, is_internal_column, user_columns
+from geneva_provider.core.column_names import is_internal_column, user_columns
 from geneva_provider.core.errors import (
     ColumnError,
     InvalidArgumentError,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from geneva_provider.facade.job_handle import JobHandle
     from geneva_provider.facade.merge_insert import MergeInsert
     from geneva_provider.facade.query import Query
-    from geneva_provider.operations.dispatch import PreparedJob
+    from geneva_provider.operations.background import PreparedJob
     from geneva_provider.pipeline.maintenance.cleanup import CleanupResult
     from geneva_provider.pipeline.spark.task_runner import TaskRunner
 
@@ -206,7 +206,7 @@ class Table(IndexMethods):
         the names (and unpacks any UDF returning a struct).  Its columns are one group: computed in one
         call per row, backfilled together (``backfill`` of any of them), dropped together.
         """
-        from geneva_provider.pipeline.schema_changes import UpdateColumns
+        from geneva_provider.core.contracts.operations import AddColumns, request
 
         self._writable("add_columns")
         if isinstance(columns, UDF | UnpackedUDF):
@@ -215,52 +215,31 @@ class Table(IndexMethods):
                     f"add_columns on table '{self.name}': UDF '{columns.name}' computes one column; pass "
                     f"{{'<column name>': {columns.name}}} (only a UDF returning Columns[...] is passed alone)")
             unpacked = columns if isinstance(columns, UnpackedUDF) else UnpackedUDF(columns)
-            self.dataset()  # TableNotFoundError if the table was dropped
-            return UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'").add_udf_group(
-                unpacked).commit()
-        if not isinstance(columns, Mapping) or not columns:
+            entries = [{"name": unpacked.udf.name, "virtual_column": {"udf": unpacked}}]
+        elif not isinstance(columns, Mapping) or not columns:
             raise InvalidArgumentError(f"add_columns on table '{self.name}': no columns given; pass a dict of column "
                                        f"name -> @udf function (or (udf, [input columns])), got {columns!r}")
-        self.dataset()  # TableNotFoundError if the table was dropped
-        sql = {column: spec for column, spec in columns.items() if isinstance(spec, str)}
-        udfs = {column: spec for column, spec in columns.items() if not isinstance(spec, str)}
+        else:
+            entries = [self._column_entry(column, spec) for column, spec in columns.items()]
+        return self._operate(request(AddColumns, id=[self.name], new_columns=entries)).version
 
-        def declared() -> UpdateColumns:
-            update = UpdateColumns(self.ref, subject=f"add_columns on table '{self.name}'")
-            for column, spec in udfs.items():
-                if isinstance(spec, tuple) and (len(spec) != 2 or isinstance(spec[1], str)
-                                                or not isinstance(spec[1], Sequence)):
-                    raise InvalidArgumentError(
-                        f"add_columns on table '{self.name}': column '{column}' takes a @udf function, a pair "
-                        f"(udf, [input columns]) or a SQL expression, got {spec!r}")
-                fn, inputs = spec if isinstance(spec, tuple) else (spec, None)
-                if not isinstance(fn, UDF):
-                    raise InvalidArgumentError(f"add_columns on table '{self.name}': column '{column}' needs a @udf "
-                                               f"function or a SQL expression, got {fn!r}")
-                update.add_udf_column(column, fn, inputs)
-            return update
+    def _column_entry(self, column: str, spec: Any) -> dict[str, Any]:
+        """The front door's entry of one ``add_columns`` dict item: an expression, or a UDF (with its inputs)."""
+        if isinstance(spec, str):
+            return {"name": column, "expression": spec}
+        if isinstance(spec, tuple) and (len(spec) != 2 or isinstance(spec[1], str)
+                                        or not isinstance(spec[1], Sequence)):
+            raise InvalidArgumentError(
+                f"add_columns on table '{self.name}': column '{column}' takes a @udf function, a pair "
+                f"(udf, [input columns]) or a SQL expression, got {spec!r}")
+        fn, inputs = spec if isinstance(spec, tuple) else (spec, None)
+        return {"name": column, "virtual_column": {"udf": fn, "input_columns": inputs}}
 
-        if not sql:
-            return declared().commit()
-        if udfs:
-            declared()  # every UDF column checked before the expressions are computed and committed
-        self._add_sql_columns(sql)
-        return declared().commit() if udfs else self.version
+    def _operate(self, request: Any) -> Any:
+        """``request`` run by the front door on this table's database."""
+        from geneva_provider.operations import run
 
-    def _add_sql_columns(self, sql: dict[str, str]) -> None:
-        """Columns computed now from SQL expressions over each row (the reference's ``add_columns({"c": "x * 2"})``):
-        Lance computes and commits them; ColumnError / InvalidArgumentError naming them, and nothing changes."""
-        names = self.schema.names
-        taken = [c for c in sql if c in names]
-        if taken:
-            raise ColumnError(f"add_columns on table '{self.name}': columns {taken} exist already")
-        for column in sql:
-            check_column_name(column, f"add_columns on table '{self.name}'")
-        try:
-            self.dataset().add_columns(dict(sql))
-        except (ValueError, OSError, RuntimeError) as exc:
-            raise InvalidArgumentError(f"add_columns on table '{self.name}': SQL expressions {sql} could not be "
-                                       f"computed: {lance_reason(exc)}") from None
+        return run(self._conn, request)
 
     def drop_columns(self, columns: Sequence[str]) -> None:
         """Drops columns (a UDF column with its fingerprint column).
@@ -268,15 +247,14 @@ class Table(IndexMethods):
         Refused, changing nothing: the package's own columns (a fingerprint goes with its column),
         every column at once, and a column a remaining UDF column reads (drop both together).
         """
-        from geneva_provider.pipeline.schema_changes import UpdateColumns
+        from geneva_provider.core.contracts.operations import DropColumns, request
 
         self._writable("drop_columns")
         if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns or not all(
                 isinstance(c, str) for c in columns):
             raise InvalidArgumentError(f"drop_columns on table '{self.name}': columns must be a non-empty list of "
                                        f"column names, got {columns!r}")
-        self.dataset()  # TableNotFoundError if the table was dropped
-        UpdateColumns(self.ref, subject=f"drop_columns on table '{self.name}'").drop_columns(columns).commit()
+        self._operate(request(DropColumns, id=[self.name], columns=list(columns)))
 
     def alter_columns(self, *alterations: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> int:
         """Alters columns, each named by an alteration dict's ``path`` (several dicts, or one list of them).
@@ -291,7 +269,7 @@ class Table(IndexMethods):
         values stay.  Every alteration is checked before anything changes (ColumnError / UDFDefinitionError /
         InvalidArgumentError naming the table and column); returns the table's version.
         """
-        from geneva_provider.pipeline.schema_changes import UpdateColumns
+        from geneva_provider.core.contracts.operations import AlterColumns, request
 
         self._writable("alter_columns")
         subject = f"alter_columns on table '{self.name}'"
@@ -300,15 +278,11 @@ class Table(IndexMethods):
         if not items:
             raise InvalidArgumentError(f"{subject}: no alterations given; pass dicts such as "
                                        "{'path': 'y', 'udf': new_udf} or {'path': 'a', 'rename': 'b'}")
-        self.dataset()  # TableNotFoundError if the table was dropped
-        update = UpdateColumns(self.ref, subject=subject)
+        parsed = []
         for alteration in items:
             path, fn, inputs, change = _alteration(alteration, subject)
-            if change:  # first: a rename that landed before (a rerun) is recognised under its former name
-                update.alter_column(path, **change)
-            if fn is not None:
-                update.revise_udf(change.get("rename", path), fn, inputs)
-        return update.commit()
+            parsed.append({"path": path, "udf": fn, "input_columns": inputs, **change})
+        return self._operate(request(AlterColumns, id=[self.name], alterations=parsed)).version
 
     def udf_columns(self) -> dict[str, dict[str, Any]]:
         """UDF columns of the table: name -> UDF name, version, kind, input columns, and the rows ``rows_valid``,
@@ -670,17 +644,12 @@ def _alteration(alteration: Any, subject: str) -> tuple[str, UDF | None, list[st
             raise InvalidArgumentError(f"{subject}: column '{path}': give '{key}' or '{alias}', not both")
     fn = alteration.get("udf", alteration.get("virtual_column"))
     inputs = alteration.get("input_columns")
-    if inputs is not None and fn is None:
-        raise InvalidArgumentError(f"{subject}: column '{path}': input_columns goes with a new 'udf'")
     if inputs is not None and (isinstance(inputs, str) or not isinstance(inputs, Sequence)):
         raise InvalidArgumentError(f"{subject}: column '{path}': input_columns must be a list of column names, "
                                    f"got {inputs!r}")
     change = {k: v for k, v in (("rename", alteration.get("rename", alteration.get("name"))),
                                 ("nullable", alteration.get("nullable")),
                                 ("data_type", alteration.get("data_type"))) if v is not None}
-    if fn is None and not change:
-        raise InvalidArgumentError(f"{subject}: column '{path}': nothing to alter (give udf, rename, nullable or "
-                                   "data_type)")
     return path, fn, list(inputs) if inputs is not None else None, change
 
 

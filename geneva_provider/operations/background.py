@@ -7,6 +7,7 @@ import datetime as dt
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, wait
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from geneva_provider.core.contracts.kinds import JobKind, Stage
@@ -115,3 +116,15 @@ class JobHandle:
 
     def __repr__(self) -> str:
         return f"JobHandle({self.label}, job_id={self.job_id!r}, done={self.done()})"
+
+
+@dataclass
+class PreparedJob:
+    """A job checked against its table, not started: ``run(control)`` runs it to its end."""
+
+    run: Callable[[JobControl], Any]
+    store: CheckpointStore
+    label: str
+    kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.INDEX]
+    table: str
+    column: str | None = None

@@ -4,21 +4,30 @@ table, changing nothing -- then run here or in a background thread; the other op
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import singledispatch
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from geneva_provider.core.catalog import Catalog
 from geneva_provider.core.contracts.kinds import JobKind
 from geneva_provider.core.contracts.operations import (
     JOB_OPERATIONS,
+    AddColumns,
+    AlterColumns,
     BackfillColumn,
     CancelJob,
+    ColumnsChanged,
+    CreateIndex,
     CreateView,
+    DropColumns,
+    DropIndex,
     GetJob,
+    IndexList,
+    IndexStats,
+    IndexStatsInfo,
     JobAccepted,
     JobInfo,
     JobList,
+    ListIndices,
     ListJobs,
     Operation,
     RefreshView,
@@ -26,11 +35,10 @@ from geneva_provider.core.contracts.operations import (
 )
 from geneva_provider.core.contracts.options import BackfillOptions, RefreshOptions
 from geneva_provider.core.errors import InvalidArgumentError, JobNotFoundError
-from geneva_provider.operations.background import JobHandle
+from geneva_provider.operations.background import JobHandle, PreparedJob
+from geneva_provider.operations.indexes import create_index
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from geneva_provider.core.store.checkpoint import CheckpointStore
     from geneva_provider.pipeline.jobs import JobControl
 
@@ -48,18 +56,6 @@ def catalog_of(db: Db) -> Catalog:
     if not isinstance(catalog, Catalog):
         raise InvalidArgumentError(f"operations: db must be a Catalog or a connection holding one, got {db!r}")
     return catalog
-
-
-@dataclass
-class PreparedJob:
-    """A job checked against its table, not started: ``run(control)`` runs it to its end."""
-
-    run: Callable[[JobControl], Any]
-    store: CheckpointStore
-    label: str
-    kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.INDEX]
-    table: str
-    column: str | None = None
 
 
 def run(db: Db, request: Operation, *, spark: Any = None, checkpoint_store: CheckpointStore | None = None,
@@ -141,6 +137,9 @@ def _refresh(request: RefreshView, catalog: Catalog, *, spark: Any = None,
                        store, f"refresh {name}", JobKind.REFRESH, name)
 
 
+prepare.register(CreateIndex, create_index)
+
+
 # ---------------------------------------------------------------- the other operations
 @singledispatch
 def handle(request: Operation, catalog: Catalog, spark: Any = None) -> Any:
@@ -189,6 +188,52 @@ def _udtf(spec: Any, what: str) -> Any:
     if spec is None:
         raise InvalidArgumentError(f"{what}: udtf_spec (the chunker or batch UDTF) is required")
     return UDTF.load(spec) if isinstance(spec, str) else spec
+
+
+@handle.register(AddColumns)
+def _add_columns(request: AddColumns, catalog: Catalog, spark: Any = None) -> ColumnsChanged:
+    from geneva_provider.operations.columns import add_columns
+
+    changed = add_columns(request, catalog)
+    for entry in request.new_columns:  # the spec's auto_backfill: the column's backfill is submitted too
+        if entry.virtual_column is not None and entry.virtual_column.auto_backfill:
+            submit(catalog, BackfillColumn(id=request.id, column=entry.name), spark=spark)
+    return changed
+
+
+@handle.register(AlterColumns)
+def _alter_columns(request: AlterColumns, catalog: Catalog, spark: Any = None) -> ColumnsChanged:
+    from geneva_provider.operations.columns import alter_columns
+
+    return alter_columns(request, catalog)
+
+
+@handle.register(DropColumns)
+def _drop_columns(request: DropColumns, catalog: Catalog, spark: Any = None) -> ColumnsChanged:
+    from geneva_provider.operations.columns import drop_columns
+
+    return drop_columns(request, catalog)
+
+
+@handle.register(ListIndices)
+def _list_indices(request: ListIndices, catalog: Catalog, spark: Any = None) -> IndexList:
+    from geneva_provider.operations.indexes import list_indices
+
+    return list_indices(catalog.ref(request.table))
+
+
+@handle.register(IndexStats)
+def _index_stats(request: IndexStats, catalog: Catalog, spark: Any = None) -> IndexStatsInfo:
+    from geneva_provider.operations.indexes import index_stats
+
+    return index_stats(request, catalog)
+
+
+@handle.register(DropIndex)
+def _drop_index(request: DropIndex, catalog: Catalog, spark: Any = None) -> IndexList:
+    from geneva_provider.operations.indexes import drop_index
+
+    return drop_index(request, catalog)
 
 
 @handle.register(ListJobs)

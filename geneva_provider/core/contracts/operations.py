@@ -15,7 +15,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from geneva_provider.core.contracts import index_models
 from geneva_provider.core.contracts.models import JobRecord
@@ -30,6 +40,16 @@ def _wire_function(value: Any) -> Any:
 
 #: a geneva_provider UDF or UDTF object in-process, or its base64 cloudpickle on the wire
 PickledFunction = Annotated[Any, PlainSerializer(_wire_function, return_type=str, when_used="json")]
+
+
+def _flag(value: Any, info: ValidationInfo) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{info.field_name} must be True or False, got {value!r}")
+    return value
+
+
+#: a flag given as True or False, nothing else ("no" is not False)
+Flag = Annotated[bool, BeforeValidator(_flag)]
 
 
 class _Model(BaseModel):
@@ -61,18 +81,18 @@ class BackfillColumn(_TableRequest):
 
     op: Literal["backfill_column"] = "backfill_column"
     column: str = Field(description="the UDF column to compute (``backfill``'s ``column``)")
-    where: str | None = Field(None, description="SQL filter of the rows to compute (``backfill``'s ``where``)")
-    concurrency: int | None = Field(None, description="Spark partitions the tasks are dealt over")
-    intra_applier_concurrency: int | None = Field(None, description="threads calling the UDF in one task")
-    batch_checkpoint_flush_interval_seconds: float | None = Field(None, description="seconds between flushes")
-    checkpoint_size: int | None = Field(None, description="rows per batch checkpoint")
-    min_checkpoint_size: int | None = Field(None, description="lower bound of the measured checkpoint sizes")
-    max_checkpoint_size: int | None = Field(None, description="upper bound of the measured checkpoint sizes")
-    task_size: int | None = Field(None, description="rows per Spark task")
-    num_frags: int | None = Field(None, description="compute only the first N fragments needing it")
-    commit_granularity: int | None = Field(None, description="fragments per DataReplacement commit")
-    read_version: int | None = Field(None, description="table version to read and commit against")
-    refresh_indexes: bool = Field(True, description="index the rewritten fragments after the commit")
+    where: str | None = Field(default=None, description="SQL filter of the rows to compute (``backfill``'s ``where``)")
+    concurrency: int | None = Field(default=None, description="Spark partitions the tasks are dealt over")
+    intra_applier_concurrency: int | None = Field(default=None, description="threads calling the UDF in one task")
+    batch_checkpoint_flush_interval_seconds: float | None = Field(default=None, description="seconds between flushes")
+    checkpoint_size: int | None = Field(default=None, description="rows per batch checkpoint")
+    min_checkpoint_size: int | None = Field(default=None, description="lower bound of the measured checkpoint sizes")
+    max_checkpoint_size: int | None = Field(default=None, description="upper bound of the measured checkpoint sizes")
+    task_size: int | None = Field(default=None, description="rows per Spark task")
+    num_frags: int | None = Field(default=None, description="compute only the first N fragments needing it")
+    commit_granularity: int | None = Field(default=None, description="fragments per DataReplacement commit")
+    read_version: int | None = Field(default=None, description="table version to read and commit against")
+    refresh_indexes: Flag = Field(default=True, description="index the rewritten fragments after the commit")
 
     def options(self) -> dict[str, Any]:
         """The tuning options given, as ``BackfillOptions.parse`` takes them."""
@@ -90,11 +110,11 @@ class SourceQuery(_Model):
     """A view's ``source_query``: the serialized form of ``table.search(None)...`` (``core/views``' ViewQuery)."""
 
     id: list[str] = Field(min_length=1, description="the source table")
-    version: int | None = Field(None, description="source version the view is pinned to (a checked-out query)")
+    version: int | None = Field(default=None, description="source version the view is pinned to (a checked-out query)")
     where: str | None = None
     columns: dict[str, str] = Field(default_factory=dict, description="output name -> source column")
     udf_columns: dict[str, UdfColumnRef] = Field(default_factory=dict)
-    shuffle: bool = False
+    shuffle: Flag = False
     seed: int | None = None
     limit: int | None = None
     offset: int | None = None
@@ -133,10 +153,10 @@ class CreateView(_TableRequest):
     op: Literal["create_materialized_view"] = "create_materialized_view"
     kind: Literal["query", "udtf", "chunker"] = "query"
     source_query: SourceQuery
-    udtf_spec: PickledFunction | None = Field(None, description="the chunker / batch UDTF (kind udtf|chunker)")
+    udtf_spec: PickledFunction | None = Field(default=None, description="the chunker / batch UDTF (kind udtf|chunker)")
     max_rows_per_fragment: int | None = None
-    with_no_data: bool = True
-    auto_refresh: bool = Field(False, description="``refresh_on_change``: refreshed after each source change")
+    with_no_data: Flag = True
+    auto_refresh: Flag = Field(default=False, description="``refresh_on_change``: refreshed after each source change")
 
 
 class RefreshView(_TableRequest):
@@ -151,7 +171,7 @@ class RefreshView(_TableRequest):
     max_checkpoint_size: int | None = None
     task_size: int | None = None
     commit_granularity: int | None = None
-    refresh_indexes: bool = True
+    refresh_indexes: Flag = True
 
     def options(self) -> dict[str, Any]:
         """The tuning options given, as ``RefreshOptions.parse`` takes them."""
@@ -166,9 +186,10 @@ class VirtualColumnEntry(_Model):
     udf: PickledFunction = Field(description="a geneva_provider UDF, or its base64 cloudpickle")
     udf_name: str | None = None
     udf_version: str | None = None
-    input_columns: list[str] | None = Field(None, description="the columns its parameters read (default: its own)")
+    input_columns: list[str] | None = Field(default=None,
+                                            description="the columns its parameters read (default: its own)")
     outputs: list[str] | None = None
-    auto_backfill: bool = False
+    auto_backfill: Flag = False
     udf_backend: str | None = None
     field_metadata: dict[str, str] | None = None
 
@@ -196,7 +217,9 @@ class ColumnAlteration(_Model):
     path: str
     rename: str | None = None
     nullable: bool | None = None
-    data_type: str | None = None
+    data_type: Annotated[Any, PlainSerializer(lambda t: None if t is None else str(t), return_type=str | None,
+                                              when_used="json")] = Field(
+        default=None, description="the new type of a plain column: a pyarrow type in-process, its name on the wire")
     udf: PickledFunction | None = None
     input_columns: list[str] | None = None
 
@@ -220,14 +243,14 @@ class CreateIndex(_TableRequest):
     """``CreateTableIndexRequest`` -> ``Table.create_index`` (vector types) / ``create_scalar_index``."""
 
     op: Literal["create_index"] = "create_index"
-    column: str
+    column: str | None = Field(default=None, description="the column (default: the table's one vector column)")
     index_type: str = "IVF_PQ"
     name: str | None = None
     distance_type: str = "l2"
     num_partitions: int | None = None
     num_sub_vectors: int | None = None
     num_bits: int = 8
-    replace: bool = True
+    replace: Any = Field(default=True, description="True or False; checked with the index (naming table and column)")
     sample_rate: int = 256
     m: int | None = None
     ef_construction: int | None = None

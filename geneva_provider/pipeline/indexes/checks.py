@@ -74,16 +74,22 @@ def check_index(ds: Dataset, spec: IndexSpec, table: str) -> IndexTarget:
     return IndexTarget(resolved, field_id, dimension, rows)
 
 
+def index_column(table: str, vector_column_name: str | None, column: str | None) -> str | None:
+    """The column of a ``create_index`` call: ``vector_column_name`` and ``column`` are synonyms (both given and
+    different: InvalidArgumentError naming both); None when neither is given."""
+    if vector_column_name is not None and column is not None and vector_column_name != column:
+        raise InvalidArgumentError(f"create_index on table '{table}': vector_column_name={vector_column_name!r} and "
+                                   f"column={column!r} name the same argument; give one of them")
+    return vector_column_name if vector_column_name is not None else column
+
+
 def index_spec(ds: Dataset, table: str, vector_column_name: str | None = None, column: str | None = None,
                index_type: Any = "IVF_PQ", **params: Any) -> IndexSpec:
     """The spec of a ``create_index`` call as LanceDB takes it: ``vector_column_name`` and ``column`` are synonyms
     (both given and different: refused); neither given, the table's one vector column for a vector index (an
     error listing the vector columns otherwise).  Checked against ``ds`` by :func:`check_index` when planned."""
     subject = f"create_index on table '{table}'"
-    if vector_column_name is not None and column is not None and vector_column_name != column:
-        raise InvalidArgumentError(f"{subject}: vector_column_name={vector_column_name!r} and column={column!r} "
-                                   "name the same argument; give one of them")
-    chosen = vector_column_name if vector_column_name is not None else column
+    chosen = index_column(table, vector_column_name, column)
     if chosen is None:
         kind = parse_index_type(index_type, subject)  # the index type checked first (naming it)
         if not kind.is_vector:
