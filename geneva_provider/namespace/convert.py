@@ -146,9 +146,9 @@ def alter_columns(request: ln.AlterTableAlterColumnsRequest) -> AlterColumns:
     what = "alter_columns"
     alterations = []
     for entry in request.alterations:
-        data_type = None
+        data_type: Any = None
         if entry.data_type is not None:
-            data_type = str(arrow_type(entry.data_type, f"{what} column '{entry.path}'"))
+            data_type = arrow_type(entry.data_type, f"{what} column '{entry.path}'")
         udf, inputs = None, None
         if entry.virtual_column is not None and entry.virtual_column.udf:
             udf = _unpickled(entry.virtual_column.udf, f"{what} column '{entry.path}'")

@@ -19,6 +19,7 @@ from lance_namespace_urllib3_client.models import (
     AddColumnsEntry,
     AddVirtualColumnEntry,
     AddVirtualColumnOutputEntry,
+    AlterColumnsEntry,
     MaterializedViewUdtfEntry,
 )
 
@@ -175,3 +176,20 @@ def test_bad_requests_raise_the_packages_errors_and_change_nothing(ns):
         GenevaNamespace(root=ns.config.root, colour="blue")
     assert ns.catalog.ref("t").dataset().version == version
     assert ns.list_tables(ln.ListTablesRequest(id=[])).tables == ["t"]
+
+
+def test_an_expression_column_then_alter_and_drop_columns(ns):
+    added = ns.alter_table_add_columns(ln.AlterTableAddColumnsRequest(id=["t"], new_columns=[
+        AddColumnsEntry(name="x2", expression="x * 2")]))
+    assert ns.catalog.ref("t").dataset().version == added.version
+    altered = ns.alter_table_alter_columns(ln.AlterTableAlterColumnsRequest(id=["t"], alterations=[
+        AlterColumnsEntry(path="x2", rename="doubled"),
+        AlterColumnsEntry(path="s", nullable=True)]))
+    ds = ns.catalog.ref("t").dataset()
+    assert altered.version == ds.version and "doubled" in ds.schema.names and "x2" not in ds.schema.names
+    assert ds.to_table(columns=["x", "doubled"]).to_pydict() == {"x": list(range(20)),
+                                                                 "doubled": [2 * x for x in range(20)]}
+    dropped = ns.alter_table_drop_columns(ln.AlterTableDropColumnsRequest(id=["t"], columns=["doubled"]))
+    ds = ns.catalog.ref("t").dataset()
+    assert dropped.version == ds.version and ds.schema.names == ["x", "s"]
+    ds.validate()
