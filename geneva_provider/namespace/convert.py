@@ -125,12 +125,18 @@ def virtual_column(name: str, entry: Any, what: str) -> VirtualColumnEntry:
         if not entry.outputs:
             raise InvalidArgumentError(f"{what}: a plain function needs outputs (each output column's name and "
                                        "Arrow data_type)")
-        fields = [_field(o.struct_field or o.column, o.data_type, o.nullable, what) for o in entry.outputs]
+        # the outputs are the columns, by name; several: the fields of the struct the function returns, one column
+        # each (a multi-output UDF: computed in one call per row, backfilled together)
+        fields = [_field(o.column, o.data_type, o.nullable, what) for o in entry.outputs]
         import pyarrow as pa
 
         data_type = fields[0].type if len(fields) == 1 else pa.struct(fields)
         fn = udf(fn, data_type=data_type, input_columns=list(entry.input_columns), name=entry.udf_name,
                  version=entry.udf_version, field_metadata=entry.field_metadata or None)
+        if len(fields) > 1:
+            from geneva_provider.core.functions.udf import UnpackedUDF
+
+            fn = UnpackedUDF(fn)
         input_columns = None
     else:
         input_columns = list(entry.input_columns) or None

@@ -193,3 +193,19 @@ def test_an_expression_column_then_alter_and_drop_columns(ns):
     ds = ns.catalog.ref("t").dataset()
     assert dropped.version == ds.version and ds.schema.names == ["x", "s"]
     ds.validate()
+
+
+def test_a_plain_function_with_several_outputs_is_a_multi_output_udf(ns):
+    def around(x):
+        return {"lo": x - 1, "hi": x + 1}
+
+    outputs = [AddVirtualColumnOutputEntry(column=c, struct_field=c, data_type={"type": "int64"}, nullable=True)
+               for c in ("lo", "hi")]
+    entry = AddVirtualColumnEntry(udf=b64(around), udf_name="around", udf_version="1", image="",
+                                  input_columns=["x"], outputs=outputs)
+    ns.alter_table_add_columns(ln.AlterTableAddColumnsRequest(
+        id=["t"], new_columns=[AddColumnsEntry(name="lo", virtual_column=entry)]))
+    job = done(ns, ns.alter_table_backfill_columns(ln.AlterTableBackfillColumnsRequest(id=["t"], column="hi")).job_id)
+    assert job.status == "DONE"
+    t = ns.catalog.ref("t").dataset().to_table(columns=["x", "lo", "hi"]).to_pylist()
+    assert [(r["lo"], r["hi"]) for r in t] == [(r["x"] - 1, r["x"] + 1) for r in t] and len(t) == 20
