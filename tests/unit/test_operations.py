@@ -214,3 +214,56 @@ def test_a_view_request_on_a_missing_source_changes_nothing(db):
     with pytest.raises(TableNotFoundError, match="gone"):
         run(db, CreateView(id=["v"], source_query=SourceQuery(id=["gone"])))
     assert db.table_names() == []
+
+
+def test_columns_added_from_their_wire_form_altered_and_dropped(db, call_dir):
+    tbl = db.create_table("events", events_table(40))
+    udf_b64 = counting_double(call_dir).pickled_b64()
+    changed = run(db, parse_operation({"op": "add_columns", "id": ["events"], "new_columns": [
+        {"name": "y", "virtual_column": {"udf": udf_b64, "udf_name": "double", "input_columns": ["x"]}},
+        {"name": "z", "expression": "x * 3"}]}))
+    assert changed.version == tbl.version
+    assert values(tbl, "z") == {x: 3 * x for x in range(40)}
+    assert set(values(tbl, "y").values()) == {None}  # declared: NULL until backfilled
+    assert run(db, BackfillColumn(id=["events"], column="y"), spark=InProcessRunner()).rows_computed == 40
+    assert values(tbl, "y") == {x: 2 * x for x in range(40)}
+    run(db, AlterColumns(id=["events"], alterations=[ColumnAlteration(path="z", rename="z3")]))
+    assert values(tbl, "z3") == {x: 3 * x for x in range(40)}
+    run(db, DropColumns(id=["events"], columns=["y"]))
+    assert [n for n in tbl.schema.names if "y" in n] == []
+    tbl.dataset().validate()
+
+
+def test_bad_column_requests_change_nothing(db, call_dir):
+    tbl = db.create_table("events", events_table(10))
+    version = tbl.version
+    udf_b64 = counting_double(call_dir).pickled_b64()
+    with pytest.raises(InvalidArgumentError, match=r"udf_backend 'DockerUDFSpecV1' cannot be run"):
+        run(db, AddColumns(id=["events"], new_columns=[AddColumnsEntry(name="y", virtual_column=VirtualColumnEntry(
+            udf=udf_b64, udf_backend="DockerUDFSpecV1"))]))
+    with pytest.raises(InvalidArgumentError, match=r"column 'y' takes exactly one of"):
+        run(db, AddColumns(id=["events"], new_columns=[AddColumnsEntry(name="y", expression="x", computed="x")]))
+    with pytest.raises(ColumnError, match=r"\['x'\] exist already"):
+        run(db, AddColumns(id=["events"], new_columns=[
+            AddColumnsEntry(name="y", virtual_column=VirtualColumnEntry(udf=udf_b64)),
+            AddColumnsEntry(name="x", expression="id + 1")]))
+    with pytest.raises(TableNotFoundError, match="nope"):
+        run(db, DropColumns(id=["nope"], columns=["x"]))
+    assert tbl.version == version and tbl.schema.names == ["id", "x"]
+
+
+def test_index_built_listed_described_and_dropped(db):
+    from tests.index_data import clustered
+
+    tbl = db.create_table("t", clustered(2000), max_rows_per_file=500)
+    built = run(db, CreateIndex(id=["t"], column="vec", index_type="IVF_PQ", num_partitions=4, num_sub_vectors=8),
+                spark=InProcessRunner(parallelism=2))
+    assert built.rows_indexed == 2000
+    listed = run(db, ListIndices(id=["t"])).indexes
+    assert [(i.name, i.index_type, i.num_indexed_rows) for i in listed] == [("vec_idx", "IVF_PQ", 2000)]
+    stats = run(db, IndexStats(id=["t"], index_name="vec_idx")).stats
+    assert stats.num_partitions == 4 and stats.num_unindexed_rows == 0
+    with pytest.raises(InvalidArgumentError, match=r"drop_index on table 't': no index 'other'"):
+        run(db, DropIndex(id=["t"], index_name="other"))
+    assert run(db, DropIndex(id=["t"], index_name="vec_idx")).indexes == []
+    assert tbl.list_indices() == []
