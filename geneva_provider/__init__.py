@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.lance_logging import quiet_commit_warnings
 from geneva_provider.core.version import __version__
+from geneva_provider.namespace_plugin import register as _register_namespace
 
 quiet_commit_warnings()  # before anything imports lance: Lance reads its log filter once, at import
+_register_namespace()  # lance_namespace.connect("geneva", ...): registered when lance_namespace is imported
 
 # Public name -> the module that defines it.
 _EXPORTS = {
