@@ -1,6 +1,7 @@
 """``geneva-provider``: the jobs and tables of a database from a shell -- list, show and cancel jobs, a table's
 staleness, a search of a table (vector or full-text, through the read seam ``tbl.search`` uses), its indexes
-(build, refresh, list), checkpoint clean-up and compaction.
+(build, refresh, list), checkpoint clean-up and compaction, and ``serve``: the database over the Lance
+Namespace REST protocol (:mod:`geneva_provider.serve`).
 
 The database is ``--db URI`` (what ``geneva_provider.connect`` takes) or ``--conn-id ID`` (an Airflow ``lance``
 connection, read through :class:`~geneva_provider.hooks.lance.LanceHook`; Airflow is imported only then, so the
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 BAD_INPUT = (InvalidArgumentError, TableNotFoundError, ColumnError, JobNotFoundError)
 ERROR_ROWS = 5  # rows of the error store `jobs show` prints
 WAIT_POLL_SECONDS = 0.5
+TOKEN_ENV = "GENEVA_SERVE_TOKEN"  # serve's bearer token, unless --token-conn-id
 MAX_DAYS = 999_999_999  # the longest datetime.timedelta
 
 
@@ -69,6 +71,32 @@ def _database(args: argparse.Namespace) -> Connection:
     import geneva_provider as gp
 
     return gp.connect(args.db)
+
+
+def serve(db: Connection, args: argparse.Namespace) -> Any:
+    """Serves the database until SIGTERM / SIGINT (:mod:`geneva_provider.serve`); the token is never printed."""
+    try:
+        from geneva_provider import serve as server
+    except ImportError as exc:
+        raise InvalidArgumentError(f"serve: FastAPI / uvicorn are not installed ({exc}); "
+                                   "pip install 'airflow-provider-geneva[serve]'") from None
+    token = None if args.no_auth else _serve_token(args)
+    server.check_auth(args.host, token, not args.no_auth)
+    options = db.storage_options or {}
+    server.serve(server.namespace_for(db.uri, options), host=args.host, port=args.port, token=token,
+                 auth=not args.no_auth, secrets=tuple(str(v) for v in options.values()))
+    return "server stopped"
+
+
+def _serve_token(args: argparse.Namespace) -> str | None:
+    if args.token_conn_id is None:
+        return os.environ.get(TOKEN_ENV) or None
+    try:
+        from geneva_provider.hooks.errors import airflow_connection
+    except ImportError as exc:
+        raise InvalidArgumentError(f"--token-conn-id {args.token_conn_id}: Airflow is not installed here ({exc}); "
+                                   f"set {TOKEN_ENV} instead") from None
+    return airflow_connection(args.token_conn_id, "--token-conn-id", "any type, the token as its password").password
 
 
 def _job_rows(records: list[JobRecord]) -> str:
@@ -367,6 +395,14 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--in-process", action="store_true",
                       help="run the rewrites in this process instead of a local Spark session")
     comp.set_defaults(run=compact)
+
+    srv = groups.add_parser("serve", help="serve the database over the Lance Namespace REST protocol (until SIGTERM)")
+    srv.add_argument("--host", default="127.0.0.1", help="the address to listen on (127.0.0.1)")
+    srv.add_argument("--port", type=int, default=2333, help="the port (2333)")
+    srv.add_argument("--token-conn-id", help=f"an Airflow connection whose password is the bearer token "
+                                             f"(default: the environment variable {TOKEN_ENV})")
+    srv.add_argument("--no-auth", action="store_true", help="no token (only with a loopback --host)")
+    srv.set_defaults(run=serve)
     return top
 
 

@@ -1,0 +1,112 @@
+"""The issue's first must-show: the official ``lance-namespace-urllib3-client`` against ``geneva-provider serve``
+serving GenevaNamespace -- a UDF column's backfill answered 202 with a job id, the job polled on the extension
+route to DONE, the values exact; a query view and a chunker view created and refreshed through the protocol."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import lance
+import pyarrow as pa
+import pytest
+from lance_namespace_urllib3_client import ApiClient, Configuration
+from lance_namespace_urllib3_client.api import DataApi, MaterializedViewApi, TableApi
+from lance_namespace_urllib3_client.models import (
+    AlterTableBackfillColumnsRequest,
+    CreateMaterializedViewRequest,
+    DescribeTableRequest,
+    MaterializedViewUdtfEntry,
+    RefreshMaterializedViewRequest,
+)
+
+import geneva_provider as gp
+from geneva_provider.core.contracts.operations import SourceQuery
+from tests.namespace_server import TOKEN, Server
+
+
+class Piece(NamedTuple):
+    chunk: str
+    start: int
+
+
+@gp.udf(data_type=pa.int64(), name="times_ten", version="1")
+def times_ten(x: int) -> int:
+    return x * 10
+
+
+@gp.chunker
+def letters(s: str) -> Iterator[Piece]:
+    for i, c in enumerate(s):
+        yield Piece(c, i)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, ApiClient]]:
+    root = tmp_path_factory.mktemp("lake")
+    gp.connect(str(root)).create_table("t", pa.table({"x": pa.array(range(20), pa.int64()),
+                                                      "s": [f"doc{x}" for x in range(20)]}), stable_row_ids=True)
+    srv = Server(root)
+    try:
+        yield srv, ApiClient(Configuration(host=srv.url, access_token=TOKEN))
+    finally:
+        srv.stop()
+
+
+def done(client: ApiClient, job_id: str) -> dict:
+    """Polls ``GET /v1/jobs/{job_id}`` until the job ended; its record."""
+    for _ in range(3000):
+        answer = client.call_api("GET", f"{client.configuration.host}/v1/jobs/{job_id}",
+                                 header_params={"Authorization": f"Bearer {TOKEN}"})
+        answer.read()
+        assert answer.status == 200, answer.data
+        job = json.loads(answer.data)["job"]
+        if job["status"] in ("DONE", "FAILED", "CANCELLED"):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not end: {job}")
+
+
+def rows(client: ApiClient, table: str, columns: list[str]) -> list[dict]:
+    location = TableApi(client).describe_table(table, DescribeTableRequest()).location
+    ds = lance.dataset(location)
+    ds.validate()
+    return ds.to_table(columns=columns).to_pylist()
+
+
+def test_a_udf_column_is_backfilled_by_job_id(served: tuple[Server, ApiClient]) -> None:
+    """The column declared in Python (``AddVirtualColumnEntry`` through the protocol needs the front door's
+    add_columns handler), its backfill asked for and followed through the protocol."""
+    srv, client = served
+    gp.connect(str(srv.root)).open_table("t").add_columns({"y": times_ten})
+    accepted = DataApi(client).alter_table_backfill_columns_with_http_info(
+        "t", AlterTableBackfillColumnsRequest(column="y", where="x >= 5"))
+    assert accepted.status_code == 202 and accepted.data.job_id
+    job = done(client, accepted.data.job_id)
+    assert (job["status"], job["rows_committed"]) == ("DONE", 15)
+    got = {r["x"]: r["y"] for r in rows(client, "t", ["x", "y"])}
+    assert got == {x: (x * 10 if x >= 5 else None) for x in range(20)}
+
+
+def test_a_query_view_and_a_chunker_view_are_created_and_refreshed(served: tuple[Server, ApiClient]) -> None:
+    _, client = served
+    views = MaterializedViewApi(client)
+    source = SourceQuery(id=["t"], where="x < 10", columns={"x": "x", "s": "s"})
+    made = views.create_materialized_view("v", CreateMaterializedViewRequest(
+        kind="query", source_query=source.model_dump_json(), output_schema="", with_no_data=True))
+    assert made.job_id is None  # with_no_data: no refresh started
+    refreshed = views.refresh_materialized_view(
+        "v", refresh_materialized_view_request=RefreshMaterializedViewRequest())
+    assert done(client, refreshed.job_id)["status"] == "DONE"
+    assert sorted((r["x"], r["s"]) for r in rows(client, "v", ["x", "s"])) == [(x, f"doc{x}") for x in range(10)]
+
+    spec = MaterializedViewUdtfEntry(kind="chunker", udtf=letters.pickled_b64(), udtf_sha="", udtf_name="letters",
+                                     udtf_version="1")
+    chunks = views.create_materialized_view("c", CreateMaterializedViewRequest(
+        kind="chunker", source_query=SourceQuery(id=["t"], where="x < 3", columns={"x": "x"}).model_dump_json(),
+        output_schema="", udtf_spec=spec, with_no_data=False))
+    assert chunks.job_id and done(client, chunks.job_id)["status"] == "DONE"
+    got = sorted((r["x"], r["chunk"], r["start"]) for r in rows(client, "c", ["x", "chunk", "start"]))
+    assert got == sorted((x, c, i) for x in range(3) for i, c in enumerate(f"doc{x}"))
