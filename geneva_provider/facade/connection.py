@@ -187,7 +187,11 @@ class Connection:
                      refresh_on_change: bool) -> Table:
         """The view made by the front door (``CreateView``), opened."""
         from geneva_provider.core.contracts.operations import CreateView, SourceQuery, request
+        from geneva_provider.core.contracts.options import check_count
         from geneva_provider.operations import run
+
+        # Before the request model, which would read "10" as 10: a string is a caller's mistake, named as such.
+        check_count(max_rows_per_fragment, "max_rows_per_fragment", f"view '{name}'")
 
         run(self, request(CreateView, id=[name], kind="query" if udtf is None else "udtf",
                           source_query=SourceQuery.of(spec, query.version), udtf_spec=udtf,
