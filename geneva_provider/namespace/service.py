@@ -17,6 +17,7 @@ from typing import Any
 
 import lance_namespace as ln
 
+import geneva_provider.namespace.convert as convert
 from geneva_provider.core.contracts.operations import (
     BackfillColumn,
     CancelJob,
@@ -32,7 +33,6 @@ from geneva_provider.core.contracts.operations import (
     ViewCreated,
 )
 from geneva_provider.core.errors import JobNotFoundError
-from geneva_provider.namespace import convert
 from geneva_provider.namespace.config import NamespaceConfig
 from geneva_provider.namespace.runners import runner_for
 
