@@ -55,20 +55,24 @@ def test_a_small_increment_of_a_measured_cheap_column_is_computed_on_the_driver_
 
 def test_a_measured_cheap_column_keeps_a_large_new_fragment_whole_where_an_unmeasured_one_splits_it(db, spark,
                                                                                                     call_dir):
+    # 8,000 rows: large enough that guided tasks split it over two slots, small enough that the cheap UDF's measured
+    # cost (~5 us a row quiet, the apply's reads included) stays well under the split's ~0.3 s even on a loaded
+    # machine (37 us a row would be needed to split it).
+    n = 8_000
     tbl = _measured(db, spark, call_dir, counting_array_triple(call_dir))
-    tbl.add(events_table(40_000, start=20_000))  # one new fragment of 40,000 rows
+    tbl.add(events_table(n, start=20_000))  # one new fragment of n rows
     new = max(f.fragment_id for f in tbl.dataset().get_fragments())
-    plan, _ = load_plan(plan_backfill(tbl.ref, "y").plan_uri)
+    plan, _ = load_plan(plan_backfill(tbl.ref, "y", parallelism=2).plan_uri)
     parts = [(p.frag, p.ranges, p.target is not None) for t in plan.tasks for p in t.parts]
-    assert parts == [(new, [(0, 40_000)], True)]  # one task computes it whole and writes its file
+    assert parts == [(new, [(0, n)], True)]  # one task computes it whole and writes its file
     # The same fragment in a table whose column was never measured: guided tasks split it over the slots.
-    fresh = db.create_table("fresh", events_table(40_000))
+    fresh = db.create_table("fresh", events_table(n))
     fresh.add_columns({"y": times(3, name="triple")})
     plan, _ = load_plan(plan_backfill(fresh.ref, "y", parallelism=2).plan_uri)
     assert len(plan.tasks) > 1 and all(p.target is None for t in plan.tasks for p in t.parts)
     res = tbl.backfill("y", spark=spark)
-    assert res.rows_computed == 40_000 and sorted(read_calls(call_dir)) == list(range(20_000, 60_000))
-    assert tbl.to_arrow(["y"]).column("y").to_pylist() == [3 * x for x in range(60_000)]
+    assert res.rows_computed == n and sorted(read_calls(call_dir)) == list(range(20_000, 20_000 + n))
+    assert tbl.to_arrow(["y"]).column("y").to_pylist() == [3 * x for x in range(20_000 + n)]
     tbl.dataset().validate()
 
 
