@@ -46,7 +46,8 @@ class IndexMethods:
                      index_type: str = "IVF_PQ", num_partitions: int | None = None,
                      num_sub_vectors: int | None = None, num_bits: int = 8, replace: bool = True,
                      name: str | None = None, sample_rate: int = 256, m: int | None = None,
-                     ef_construction: int | None = None, accelerator: str | None = None, spark: Any = None,
+                     ef_construction: int | None = None, max_iterations: int | None = None,
+                     target_partition_size: int | None = None, accelerator: str | None = None, spark: Any = None,
                      progress: bool | None = None, **options: Any) -> IndexBuildResult:
         """Builds a vector index (``IVF_PQ``, ``IVF_FLAT``, ``IVF_SQ``, ``IVF_HNSW_SQ``, ``IVF_HNSW_PQ``; scalar and
         full-text types too) over every fragment: IVF / PQ trained once on a sample, one segment per fragment
@@ -54,8 +55,9 @@ class IndexMethods:
 
         ``vector_column_name`` (or ``column``): the column, by default the table's one vector column.
         ``num_partitions`` defaults to the square root of the rows, ``num_sub_vectors`` to the dimension / 16 (or
-        whatever divides it).  LanceDB's ``sample_rate`` (training rows per partition or code) and, for the HNSW
-        types, ``m`` and ``ef_construction`` are passed on.  ``accelerator`` (LanceDB's GPU build) must be None:
+        whatever divides it), or ``target_partition_size`` rows per partition.  LanceDB's ``sample_rate`` (training
+        rows per partition or code), ``max_iterations`` (IVF k-means, 50 by default) and, for the HNSW types, ``m``
+        and ``ef_construction`` are passed on.  ``accelerator`` (LanceDB's GPU build) must be None:
         with one, Lance builds the whole index on one node, dropping the fragment groups (lance.md §13).
         ``options``: ``target_groups`` (segment tasks; default the session's parallelism,
         no group under 1,000 rows) and ``max_segments``.  A build killed and run again resumes.
@@ -66,18 +68,24 @@ class IndexMethods:
             raise InvalidArgumentError(f"create_index on table '{self.name}': accelerator={accelerator!r}: segments "
                                        "are built on CPU by Spark tasks (with an accelerator Lance builds the whole "
                                        "index on one node); pass accelerator=None")
-        from geneva_provider.core.contracts.operations import CreateIndex, request
-        from geneva_provider.operations import prepare
         from geneva_provider.pipeline.indexes.checks import index_column
 
+        return self._built(dict(column=index_column(self.name, vector_column_name, column), index_type=index_type,
+                                distance_type=metric, num_partitions=num_partitions,
+                                num_sub_vectors=num_sub_vectors, num_bits=num_bits, replace=replace, name=name,
+                                sample_rate=sample_rate, m=m, ef_construction=ef_construction,
+                                max_iterations=max_iterations, target_partition_size=target_partition_size),
+                           spark, progress, options)
+
+    def _built(self, fields: dict[str, Any], spark: Any, progress: bool | None,
+               options: dict[str, Any]) -> IndexBuildResult:
+        """An index build through the front door (``CreateIndex``), shown as the job runs."""
+        from geneva_provider.core.contracts.operations import CreateIndex, request
+        from geneva_provider.operations import prepare
+
         self._writable("an index build")
-        build = request(CreateIndex, id=[self.name], column=index_column(self.name, vector_column_name, column),
-                        index_type=index_type,
-                        distance_type=metric, num_partitions=num_partitions, num_sub_vectors=num_sub_vectors,
-                        num_bits=num_bits, replace=replace, name=name, sample_rate=sample_rate, m=m,
-                        ef_construction=ef_construction)
-        job = prepare(build, self._conn.catalog, spark=spark, checkpoint_store=self.checkpoint_store,
-                      options=options)
+        job = prepare(request(CreateIndex, id=[self.name], **fields), self._conn.catalog, spark=spark,
+                      checkpoint_store=self.checkpoint_store, options=options)
         return self._shown(job.run, progress)
 
     def create_index_async(self, vector_column_name: str | None = None, **params: Any) -> JobHandle:
@@ -108,9 +116,8 @@ class IndexMethods:
             raise InvalidArgumentError(f"create_scalar_index on table '{self.name}': index_type must be BTREE, "
                                        f"BITMAP or LABEL_LIST, got {index_type!r} (vector indexes: create_index; "
                                        "full-text: create_fts_index)")
-        return self._shown(self._index_job(
-            lambda ds: IndexSpec.of(column, kind, replace=replace, name=name, table=self.name), spark, options),
-            progress)
+        return self._built(dict(column=column, index_type=kind.value, replace=replace, name=name), spark, progress,
+                           options)
 
     def create_fts_index(self, column: str | None = None, *, field_names: str | list[str] | None = None,
                          replace: bool = True, name: str | None = None, with_position: bool = False,
@@ -122,8 +129,6 @@ class IndexMethods:
 
         ``field_names`` is LanceDB's name of ``column`` (one column); ``use_tantivy=False`` is accepted as LanceDB
         takes it (the index is Lance's own; tantivy is not built)."""
-        from geneva_provider.core.contracts.index_models import FtsConfig, IndexSpec
-
         column = _fts_column(self.name, column, field_names)
         if use_tantivy is not False:
             raise InvalidArgumentError(f"create_fts_index on table '{self.name}' column {column!r}: "
@@ -135,16 +140,8 @@ class IndexMethods:
             raise InvalidArgumentError(f"create_fts_index on table '{self.name}' column {column!r}: unknown "
                                        f"setting(s) {unknown}; the settings are {list(_FTS_NAMES)} and "
                                        f"{list(_JOB_OPTIONS)}")
-        try:
-            fts = FtsConfig(with_position=with_position, **settings)
-        except ValueError as exc:
-            raise InvalidArgumentError(f"create_fts_index on table '{self.name}' column {column!r}: "
-                                       f"{exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}"  # type: ignore[attr-defined]
-                                       ) from None
-        return self._shown(self._index_job(
-            lambda ds: IndexSpec.of(column, "INVERTED", replace=replace, name=name, fts=fts,
-                                   table=self.name), spark, options),
-            progress)
+        return self._built(dict(column=column, index_type="INVERTED", replace=replace, name=name,
+                                with_position=with_position, **settings), spark, progress, options)
 
     def refresh_index(self, name: str | None = None, *, column: str | None = None, retrain: bool = False,
                       spark: Any = None, progress: bool | None = None, **options: Any) -> IndexBuildResult:

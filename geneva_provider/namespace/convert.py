@@ -10,6 +10,7 @@ import base64
 import dataclasses
 from typing import TYPE_CHECKING, Any, Literal
 
+from geneva_provider.core.contracts.index_models import FtsConfig
 from geneva_provider.core.contracts.operations import (
     AddColumns,
     AddColumnsEntry,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 #: ``udf_backend`` values that mean "a Python function run by this package"
 PYTHON_BACKENDS = frozenset({"", "python", "none", "python_udf", "pythonudf"})
+MANIFEST_KEY = "geneva.manifest"  # an AddVirtualColumnEntry's manifest, on its column's field
 #: the spec's view kinds -> the front door's
 VIEW_KINDS: dict[str, Literal["query", "udtf", "chunker"]] = {
     "query": "query", "chunker": "chunker", "scalar_udtf": "chunker", "udtf": "udtf"}
@@ -88,6 +90,11 @@ def create_view(request: ln.CreateMaterializedViewRequest) -> CreateView:
         spec = request.udtf_spec
         if spec.batch is not None and spec.batch != (kind == "udtf"):
             raise InvalidArgumentError(f"{what}: udtf_spec.batch={spec.batch} contradicts kind {request.kind!r}")
+        if spec.kind and spec.kind != request.kind:
+            raise InvalidArgumentError(f"{what}: udtf_spec.kind {spec.kind!r} contradicts the request's kind "
+                                       f"{request.kind!r}")
+        checked(spec.udtf, spec.udtf_sha, f"{what}: udtf_spec.udtf_sha")
+        checked(spec.manifest, spec.manifest_checksum, f"{what}: udtf_spec.manifest_checksum")
         udtf = _loaded_udtf(spec.udtf, spec.udtf_name, what)
     return CreateView(id=table_id(request, what), kind=kind, source_query=source, udtf_spec=udtf,
                       with_no_data=request.with_no_data if request.with_no_data is not None else True,
@@ -117,6 +124,10 @@ def virtual_column(name: str, entry: Any, what: str) -> VirtualColumnEntry:
     if entry.image:
         raise InvalidArgumentError(f"{what}: image {entry.image!r}: UDFs run in the Spark executors' Python, not in "
                                    "a container image; send the UDF with an empty image")
+    checked(entry.manifest, entry.manifest_checksum, f"{what}: manifest_checksum")
+    metadata = dict(entry.field_metadata or {})
+    if entry.manifest:  # the UDF's environment as the client described it, kept on the column's field
+        metadata[MANIFEST_KEY] = entry.manifest
     fn = _unpickled(entry.udf, what)
     outputs = [output.column for output in entry.outputs]
     if not isinstance(fn, UDF):
@@ -132,7 +143,7 @@ def virtual_column(name: str, entry: Any, what: str) -> VirtualColumnEntry:
 
         data_type = fields[0].type if len(fields) == 1 else pa.struct(fields)
         fn = udf(fn, data_type=data_type, input_columns=list(entry.input_columns), name=entry.udf_name,
-                 version=entry.udf_version, field_metadata=entry.field_metadata or None)
+                 version=entry.udf_version, field_metadata=metadata or None)
         if len(fields) > 1:
             from geneva_provider.core.functions.udf import UnpackedUDF
 
@@ -140,12 +151,12 @@ def virtual_column(name: str, entry: Any, what: str) -> VirtualColumnEntry:
         input_columns = None
     else:
         input_columns = list(entry.input_columns) or None
-        if entry.field_metadata:  # kept on the column's field, beside the UDF's own keys
-            fn = dataclasses.replace(fn, field_metadata={**fn.field_metadata, **entry.field_metadata})
+        if metadata:  # kept on the column's field, beside the UDF's own keys
+            fn = dataclasses.replace(fn, field_metadata={**fn.field_metadata, **metadata})
     return VirtualColumnEntry(udf=fn, udf_name=entry.udf_name or None, udf_version=entry.udf_version or None,
                               input_columns=input_columns, outputs=outputs if len(outputs) > 1 else None,
                               auto_backfill=bool(entry.auto_backfill), udf_backend=backend or None,
-                              field_metadata=entry.field_metadata or None)
+                              field_metadata=metadata or None)
 
 
 def alter_columns(request: ln.AlterTableAlterColumnsRequest) -> AlterColumns:
@@ -170,8 +181,9 @@ def drop_columns(request: ln.AlterTableDropColumnsRequest) -> DropColumns:
 
 def create_index(request: ln.CreateTableIndexRequest, *, scalar: bool = False) -> CreateIndex:
     what = f"create_table_{'scalar_' if scalar else ''}index on column '{request.column}'"
+    _refuse_branch(request, what)
     given = _given(request, "name", "num_partitions", "num_sub_vectors", "num_bits", "sample_rate", "m",
-                   "ef_construction")
+                   "ef_construction", "max_iterations", "target_partition_size", *FtsConfig.model_fields)
     if request.distance_type:
         given["distance_type"] = request.distance_type.lower()
     index_type = (request.index_type or ("BTREE" if scalar else "IVF_PQ")).upper()
@@ -237,6 +249,23 @@ def _field(name: str, data_type: Any, nullable: Any, what: str) -> pa.Field:
     return pa.field(name, arrow_type(data_type, what), nullable=nullable is not False)
 
 
+def checked(content: str | None, checksum: str | None, what: str) -> None:
+    """Refuses ``content`` whose SHA-256 is not ``checksum`` (hex; of the text as sent, or of the bytes its base64
+    stands for); no checksum, nothing to check."""
+    import hashlib
+
+    if not checksum:
+        return
+    digests = {hashlib.sha256((content or "").encode()).hexdigest()}
+    try:
+        digests.add(hashlib.sha256(base64.b64decode(content or "", validate=True)).hexdigest())
+    except ValueError:  # not base64: the text's own digest only
+        pass
+    if checksum.strip().lower() not in digests:
+        raise InvalidArgumentError(f"{what} {checksum!r} is not the SHA-256 of what was sent "
+                                   f"({sorted(digests)[0]}...): the content was altered or the checksum is stale")
+
+
 def _unpickled(text: str, what: str) -> Any:
     import cloudpickle
 
@@ -257,7 +286,15 @@ def _loaded_udtf(text: str, name: str, what: str) -> Any:
     return fn
 
 
+def _refuse_branch(request: Any, what: str) -> None:
+    branch = getattr(request, "branch", None)
+    if branch not in (None, "", "main"):
+        raise InvalidArgumentError(f"{what} of {request.id}: branch {branch!r}: jobs run on a table's main branch "
+                                   "only")
+
+
 def _refuse_cluster(request: Any, what: str) -> None:
+    _refuse_branch(request, what)
     for name in ("cluster", "manifest"):
         if getattr(request, name, None):
             raise InvalidArgumentError(f"{what}: {name} {getattr(request, name)!r}: this namespace runs jobs on its "

@@ -45,10 +45,21 @@ def index_job(ref: TableRef, request: Callable[[Any], IndexSpec | IndexRefresh],
 def create_index(request: CreateIndex, catalog: Catalog, *, spark: Any = None,
                  checkpoint_store: CheckpointStore | None = None, options: dict[str, Any] | None = None) -> PreparedJob:
     """``CreateTableIndexRequest``: a vector, scalar or full-text index over every fragment, as a job."""
+    from geneva_provider.core.contracts.index_models import FtsConfig, IndexType, parse_index_type
     from geneva_provider.pipeline.indexes.checks import index_spec
 
     name = request.table
-    params = request.model_dump(exclude={"op", "id", "column", "index_type", "distance_type"}, exclude_none=True)
+    fts = request.fts_settings()
+    params = request.model_dump(exclude={"op", "id", "column", "index_type", "distance_type", *fts},
+                                exclude_none=True)
+    subject = f"create_index on table '{name}'" + (f" column '{request.column}'" if request.column else "")
+    if fts or parse_index_type(request.index_type, subject) is IndexType.INVERTED:
+        try:
+            params["fts"] = FtsConfig(**fts)
+        except ValueError as exc:
+            first = exc.errors()[0]  # type: ignore[attr-defined]
+            raise InvalidArgumentError(f"{subject}: {first['loc'][0]}: {first['msg']} (got "
+                                       f"{first.get('input')!r})") from None
 
     def spec(ds: Any) -> IndexSpec:
         return index_spec(ds, name, None, request.column, request.index_type, metric=request.distance_type,

@@ -16,7 +16,7 @@ import io
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.contracts.lineage_models import Committed
@@ -75,7 +75,7 @@ class FtsConfig(BaseModel):
     base_tokenizer: str = "simple"
     language: str = "English"
     with_position: bool = False
-    max_token_length: int | None = 40
+    max_token_length: int | None = Field(default=40, ge=0)  # None: no limit
     lower_case: bool = True
     stem: bool = True
     remove_stop_words: bool = True
@@ -88,6 +88,8 @@ class IndexSpec(BaseModel):
     ``num_partitions`` / ``num_sub_vectors`` left unset are chosen from the table when the build is planned
     (``sqrt(rows)`` partitions; ``dimension / 16`` sub-vectors, or ``/ 8``, ``/ 4``... whichever divides).
     ``sample_rate``: training rows per IVF partition (and per PQ code), lowered to what the table holds.
+    ``target_partition_size`` (rows per partition) is Lance's alternative to ``num_partitions``;
+    ``max_iterations`` bounds the IVF k-means (Lance's 50 when unset).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -103,6 +105,8 @@ class IndexSpec(BaseModel):
     sample_rate: int = 256
     m: int | None = None                # HNSW: neighbours per graph node (None: Lance's 20)
     ef_construction: int | None = None  # HNSW: candidates kept while building the graph (None: Lance's 150)
+    max_iterations: int | None = None  # IVF k-means iterations at most (None: Lance's 50)
+    target_partition_size: int | None = None  # rows per IVF partition: num_partitions = ceil(rows / it)
     fts: FtsConfig | None = None
 
     @classmethod
@@ -119,7 +123,8 @@ class IndexSpec(BaseModel):
             raise InvalidArgumentError(f"{subject}: metric must be one of {list(METRICS)}, "
                                        f"got {metric!r}")
         params["metric"] = metric.lower()
-        for arg in ("num_partitions", "num_sub_vectors", "sample_rate", "m", "ef_construction"):
+        for arg in ("num_partitions", "num_sub_vectors", "sample_rate", "m", "ef_construction", "max_iterations",
+                    "target_partition_size"):
             value = params.get(arg)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise InvalidArgumentError(f"{subject}: {arg} must be a positive whole "
@@ -127,6 +132,14 @@ class IndexSpec(BaseModel):
         if params.get("num_bits", 8) not in NUM_BITS or isinstance(params.get("num_bits"), bool):
             raise InvalidArgumentError(f"{subject}: num_bits must be one of "
                                        f"{list(NUM_BITS)}, got {params.get('num_bits')!r}")
+        ivf = [arg for arg in ("max_iterations", "target_partition_size") if params.get(arg) is not None]
+        if ivf and not kind.is_vector:
+            raise InvalidArgumentError(f"{subject}: {ivf[0]}={params[ivf[0]]!r} is for a vector (IVF) index, not "
+                                       f"{kind.value}")
+        if params.get("target_partition_size") is not None and params.get("num_partitions") is not None:
+            raise InvalidArgumentError(f"{subject}: num_partitions={params['num_partitions']!r} and "
+                                       f"target_partition_size={params['target_partition_size']!r} both size the IVF "
+                                       "partitions; give one of them")
         hnsw = [arg for arg in ("m", "ef_construction") if params.get(arg) is not None]
         if hnsw and "HNSW" not in kind.value:
             raise InvalidArgumentError(f"{subject}: {hnsw[0]}={params[hnsw[0]]!r} is for an HNSW index "

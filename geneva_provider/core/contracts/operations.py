@@ -258,6 +258,21 @@ class CreateIndex(_TableRequest):
     sample_rate: int = 256
     m: int | None = None
     ef_construction: int | None = None
+    max_iterations: int | None = Field(default=None, description="IVF k-means iterations at most (Lance's 50)")
+    target_partition_size: int | None = Field(default=None, description="rows per IVF partition (or num_partitions)")
+    # a full-text (INVERTED / FTS) index's tokenizer, Lance's names; unset: Lance's defaults (FtsConfig)
+    with_position: bool | None = None
+    base_tokenizer: str | None = None
+    language: str | None = None
+    max_token_length: int | None = None
+    lower_case: bool | None = None
+    stem: bool | None = None
+    remove_stop_words: bool | None = None
+    ascii_folding: bool | None = None
+
+    def fts_settings(self) -> dict[str, Any]:
+        """The tokenizer settings given (those of :class:`~index_models.FtsConfig`)."""
+        return {k: v for k in index_models.FtsConfig.model_fields if (v := getattr(self, k)) is not None}
 
 
 class ListIndices(_TableRequest):

@@ -51,7 +51,8 @@ def check_index(ds: Dataset, spec: IndexSpec, table: str) -> IndexTarget:
     if not is_vector_type(field_type) or not pa.types.is_floating(field_type.value_type):
         raise not_vectors(subject, spec.column, field_type)
     dimension = field_type.list_size
-    partitions = spec.num_partitions or max(1, min(int(math.sqrt(rows)), rows))
+    partitions = spec.num_partitions or (math.ceil(rows / spec.target_partition_size) if spec.target_partition_size
+                                         else max(1, min(int(math.sqrt(rows)), rows)))
     if rows < partitions:
         raise InvalidArgumentError(f"{subject}: column '{spec.column}' has {rows} rows, too few to train "
                                    f"num_partitions={partitions} IVF partitions (at least one row each)")

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 M = TypeVar("M")
 
 PQ_MAX_ITERS = 15  # k-means iterations of the PQ codebook (Lance's default, 50, triples its training time)
+IVF_MAX_ITERS = 50  # Lance's IVF k-means iterations at most, unless the spec's max_iterations says otherwise
 IVF_RESTARTS = 3  # IVF k-means runs, the one with the nearest centroids kept
 
 
@@ -57,8 +58,10 @@ def train_artifacts(ds: Dataset, target: IndexTarget) -> IndexArtifacts:
     builder = IndicesBuilder(ds, spec.column)
     sample = sample_vectors(ds, spec.column)
     ivf_rate = max(1, min(spec.sample_rate, target.rows // partitions))
+    ivf_iters = spec.max_iterations or IVF_MAX_ITERS
     ivf, distance = lowest_distance(
-        [builder.train_ivf(partitions, distance_type=spec.metric, sample_rate=ivf_rate) for _ in range(IVF_RESTARTS)],
+        [builder.train_ivf(partitions, distance_type=spec.metric, sample_rate=ivf_rate, max_iters=ivf_iters)
+         for _ in range(IVF_RESTARTS)],
         lambda model: _numpy(model.centroids), sample, spec.metric)
     codebook = None
     if spec.index_type.trains_pq:
