@@ -69,6 +69,10 @@ def refresh(request: ln.RefreshMaterializedViewRequest) -> RefreshView:
     if request.output_limit is not None:
         raise InvalidArgumentError(f"{what} of {request.id}: output_limit={request.output_limit} is not supported "
                                    "(a refresh computes every new and stale row)")
+    if request.intra_applier_concurrency is not None:
+        raise InvalidArgumentError(f"{what} of {request.id}: intra_applier_concurrency="
+                                   f"{request.intra_applier_concurrency} is not supported by a view refresh (its UDF "
+                                   "columns' calls in flight are the UDFs' own concurrency=)")
     options = _given(request, "src_version", "max_rows_per_fragment", "concurrency")
     if request.source_task_size is not None:
         options["task_size"] = request.source_task_size

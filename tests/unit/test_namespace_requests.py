@@ -83,6 +83,8 @@ def test_a_tokenizer_setting_on_another_index_type_or_another_branch_is_refused_
         prepare(CreateIndex(id=["t"], column="s", index_type="FTS", max_token_length=-1), ns.catalog)
     with pytest.raises(InvalidArgumentError, match=r"branch 'dev': jobs run on a table's main branch only"):
         ns.create_table_index(ln.CreateTableIndexRequest(id=["t"], column="x", index_type="BTREE", branch="dev"))
+    with pytest.raises(InvalidArgumentError, match=r"intra_applier_concurrency=4 is not supported by a view refresh"):
+        ns.refresh_materialized_view(ln.RefreshMaterializedViewRequest(id=["t"], intra_applier_concurrency=4))
     with pytest.raises(InvalidArgumentError, match=r"branch 'dev'"):
         ns.alter_table_backfill_columns(ln.AlterTableBackfillColumnsRequest(id=["t"], column="x", branch="dev"))
     assert ns.catalog.ref("t").dataset().version == version
