@@ -46,6 +46,9 @@ for _src in [*(_ROOT / "dags_examples").glob("*.py"), *(_ROOT / "tests" / "dags"
 LANCE_DB = _AIRFLOW_TMP / "lake"
 # Where tests.helpers:flaky_double logs its calls, and the flag whose presence makes it die once: set before any
 # server starts, so the Python workers of every Spark Connect server of the run see them too.
+# This machine's warm Spark Connect sessions (geneva_provider.pipeline.spark.warm_sessions): the run's own, not the
+# user's ~/.cache.
+os.environ["GENEVA_CONNECT_SESSIONS_DIR"] = str(_SESSION_TMP / "connect-sessions")
 os.environ["GENEVA_TEST_CALL_DIR"] = str(_SESSION_TMP / "flaky-calls")
 os.environ["GENEVA_TEST_FAIL_FLAG"] = str(_SESSION_TMP / "flaky-dies-once")
 (_SESSION_TMP / "flaky-calls").mkdir()

@@ -56,6 +56,18 @@ def in_process_rows_setting(value: int | None, who: str) -> int:
     return value
 
 
+def reuse_session_setting(who: str) -> bool:
+    """``[geneva] reuse_connect_session`` (default true): whether a job's stages over Spark Connect resume this
+    worker's warm session for the server (:mod:`geneva_provider.pipeline.spark.warm_sessions`) instead of opening
+    one of their own, released when the job ends."""
+    from airflow.sdk import conf
+
+    text = (conf.get("geneva", "reuse_connect_session", fallback=None) or "true").strip().lower()
+    if text not in ("true", "false", "1", "0", "yes", "no"):
+        raise InvalidArgumentError(f"{who}: [geneva] reuse_connect_session must be true or false, got {text!r}")
+    return text in ("true", "1", "yes")
+
+
 def option_params(cls: type[JobOptions]) -> dict[str, str]:
     """The ``:param`` entries of a job's options: the plan operators take each one, templated."""
     return {name: f":param {name}: {doc} (templated)" for name, doc in cls.docs().items()}

@@ -48,7 +48,8 @@ def log_path(submission: StageSubmission) -> Path:
 
 
 def start(submission: StageSubmission, plan: PlanSummary, store: Any, *, url: str,
-          storage_options: dict[str, str] | None, py_files: str | None, submitter: str) -> int:
+          storage_options: dict[str, str] | None, py_files: str | None, submitter: str,
+          reuse_session: bool = True) -> int:
     """Starts the runner of ``submission``'s stage and returns its pid, once it holds the stage's lease.
 
     An earlier attempt's report is forgotten first; the lease is taken here, before the process
@@ -60,7 +61,7 @@ def start(submission: StageSubmission, plan: PlanSummary, store: Any, *, url: st
     submission.clear(store)
     submission.hold(store, StageLease.now(owner, pid=0))
     spec = {"plan": plan.to_xcom(), "stage": str(submission.stage), "url": url, "storage_options": storage_options,
-            "py_files": py_files, "submitter": submitter, "owner": owner}
+            "py_files": py_files, "submitter": submitter, "owner": owner, "reuse_session": reuse_session}
     # A task process's environment names a metadata DB that refuses to parse (Airflow blocks DB access from
     # tasks), and importing Airflow reads it: the runner, which never touches that DB, gets an in-memory one.
     env = {**os.environ, **dict.fromkeys(("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__SQL_ALCHEMY_CONN"),
@@ -95,7 +96,8 @@ def _run(spec: dict[str, Any]) -> int:
     entry = spark_stage(spec["stage"])
     owner = spec["owner"]
     submission = StageSubmission.of(entry.name, plan.plan_uri)
-    backend = ConnectBackend(SparkSettings(py_files=spec["py_files"], submitter=spec["submitter"]), log)
+    backend = ConnectBackend(SparkSettings(py_files=spec["py_files"], submitter=spec["submitter"],
+                                           reuse_session=spec["reuse_session"]), log)
     backend.__dict__["url"] = spec["url"]  # the connection was resolved by the task that started this runner
     renewing = threading.Event()
 

@@ -23,7 +23,7 @@ from geneva_provider.core.docstrings import inherit_params
 from geneva_provider.hooks.errors import fails_without_retry, no_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.openlineage import LineageMixin, inject_parent_job_info
-from geneva_provider.operators._common import in_process_rows_setting, with_retry_policy
+from geneva_provider.operators._common import in_process_rows_setting, reuse_session_setting, with_retry_policy
 from geneva_provider.operators.links import GenevaJobLink, SparkUILink, push_job_link, push_spark_ui_link
 from geneva_provider.operators.progress import ProgressLogger, progress_seconds
 from geneva_provider.operators.spark_backends import (
@@ -255,7 +255,8 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
         assert isinstance(self.backend, ConnectBackend)
         pid = detached_stage.start(submission, plan, store, url=self.backend.url,
                                    storage_options=self._storage_options, py_files=self.py_files,
-                                   submitter=self.spark_settings().submitter)
+                                   submitter=self.spark_settings().submitter,
+                                   reuse_session=self.spark_settings().reuse_session)
         self.log.info("Started the %s stage of plan %s over Spark Connect (connection '%s') in process %d, its "
                       "log in %s: %s", self.stage, plan.job_id, self.spark_conn_id, pid,
                       detached_stage.log_path(submission), plan.describe())
@@ -382,7 +383,8 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
                              env_vars=self.env_vars, spark_binary=self.spark_binary, ship_package=self.ship_package,
                              cluster_credentials=self.cluster_credentials,
                              submitter=f"{type(self).__name__} '{self.task_id}'",
-                             progress_interval=self.progress_interval, in_process_rows=self.in_process_rows)
+                             progress_interval=self.progress_interval, in_process_rows=self.in_process_rows,
+                             reuse_session=reuse_session_setting(f"{type(self).__name__} '{self.task_id}'"))
 
     def make_hook(self, plan: PlanSummary, storage_options: dict[str, str] | None, result_key: str
                   ) -> GenevaSparkSubmitHook:

@@ -70,6 +70,7 @@ class SparkSettings:
     submitter: str = "a geneva stage"  # who runs the stage, for messages: "GenevaSparkApplyOperator 'apply'"
     progress_interval: float = PROGRESS_SECONDS  # seconds between two progress lines in the task log
     in_process_rows: int = 0  # a plan with at most this many rows to compute runs here, without Spark (0: never)
+    reuse_session: bool = True  # over Spark Connect: resume this machine's warm session (pipeline.spark.warm_sessions)
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,7 @@ class ConnectBackend(SparkBackend):
     def __init__(self, settings: SparkSettings, log: Any) -> None:
         super().__init__(settings, log)
         self._session: Any = None  # the Spark Connect client session while a stage runs
+        self._tag: str | None = None  # the job's tag: what a kill interrupts in a session other jobs may share
         self._gave_up: str | None = None  # what the session said of its server when the stage failed for it
         self._killed = threading.Event()  # the task was killed: run nothing more on the server
 
@@ -327,9 +329,11 @@ class ConnectBackend(SparkBackend):
         from geneva_provider.core.errors import JobCancelledError
         from geneva_provider.core.store.checkpoint import split_key_uri
         from geneva_provider.pipeline.spark.connect import close_session, lost_server, unreachable
+        from geneva_provider.pipeline.spark.runner import job_tag
 
         url = self.url
         self._killed.clear()  # an earlier attempt's kill
+        self._tag = job_tag(plan.job_id)
         self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'): %s",
                       stage.name, plan.job_id, self.settings.conn_id, plan.describe())
 
@@ -351,7 +355,7 @@ class ConnectBackend(SparkBackend):
                 report, cause = StageReport.failed(lost or exc), exc
             finally:
                 if self._session is not None:
-                    close_session(self._session, keep=keep)
+                    close_session(self._session, keep=keep or (self.settings.reuse_session and cause is None))
                     self._session = None
             self._leave(submission, store, report)
             return _Ended(failed=cause is not None, cause=cause)
@@ -365,28 +369,38 @@ class ConnectBackend(SparkBackend):
         return unreachable(session, self.url) if session is not None else self._gave_up
 
     def _job_session(self, url: str, store: Any, plan_key: str) -> Any:
-        """The job's Spark Connect session: the one an earlier stage (or a dead attempt) left, else a new one.
+        """The job's Spark Connect session: the one an earlier stage (or a dead attempt) left, else this machine's
+        warm session for the server (``reuse_session``, :mod:`~geneva_provider.pipeline.spark.warm_sessions`), else
+        a new one (which becomes the warm one).
 
         Its id is kept beside the plan, so the write+commit stage reuses apply's warm Python
-        workers, and a retry finds -- and stops -- whatever the attempt it replaces left running.
+        workers, and a retry finds -- and stops -- whatever the attempt it replaces left running (the operations
+        with the job's tag: other jobs may be running in the same session).
         """
         from geneva_provider.core.store.layout import ConnectSessionKey, PlanKey
-        from geneva_provider.pipeline.spark.connect import connect_session, resume_session
+        from geneva_provider.pipeline.spark import warm_sessions
+        from geneva_provider.pipeline.spark.connect import connect_session, resume_session, session_host
 
         pyfiles = [package_zip(), *(p for p in (self.settings.py_files or "").split(",") if p)]
         session_key = ConnectSessionKey(PlanKey.of(plan_key).job_id).key()
-        if session_key in store:
-            session_id = store.get_text(session_key)
-            resumed = resume_session(url, session_id, pyfiles=pyfiles)
+        server = session_host(url)
+        warm = warm_sessions.known(server, pyfiles) if self.settings.reuse_session else None
+        candidates = [(store.get_text(session_key), "the job's")] if session_key in store else []
+        candidates += [(warm, "the warm")] if warm is not None and warm not in dict(candidates) else []
+        for session_id, whose in candidates:
+            resumed = resume_session(url, session_id, pyfiles=pyfiles, tag=self._tag)
             if resumed is not None:
                 spark, stopped = resumed
                 if stopped:
                     self.log.warning("Stopped the Spark work an earlier attempt of this %s stage left running",
                                      self.stage)
-                self.log.info("Reusing the job's Spark Connect session %s", session_id)
+                store.put_text(session_key, session_id)
+                self.log.info("Reusing %s Spark Connect session %s", whose, session_id)
                 return spark
         session_id = str(uuid.uuid4())
         store.put_text(session_key, session_id)  # before any work: a retry must find it if this process dies
+        if self.settings.reuse_session:
+            warm_sessions.remember(server, pyfiles, session_id)
         return connect_session(url, pyfiles=pyfiles, session_id=session_id)
 
     def on_kill(self) -> None:
@@ -400,11 +414,11 @@ class ConnectBackend(SparkBackend):
         while running is not None and not running.done() and time.monotonic() < deadline:
             session = self._session
             if session is not None:
-                interrupt_session(session)
+                interrupt_session(session, self._tag)
             wait([running], timeout=0.5)
         session = self._session
         if session is not None:
-            close_session(session, interrupt=True)
+            close_session(session, interrupt=True, tag=self._tag, keep=self.settings.reuse_session)
         if running is not None and not running.done():
             self.log.warning("The %s stage was still running %.0f s after its task was killed; its Spark work was "
                              "interrupted, and its session released", self.stage, KILL_SECONDS)

@@ -3,8 +3,8 @@
 The stage fails within its outage bound (not pyspark's ten minutes of back-off), with the
 retryable error naming the server, its progress lines say the server is unreachable, and after
 the server comes back the task's retry resumes from the checkpoints -- checked with one kill under running
-jobs of every entry point at once (each server restart costs seconds).  A long-lived server does not keep a
-Python daemon per finished job.
+jobs of every entry point at once (each server restart costs seconds).  A long-lived server keeps one warm
+session and Python daemon for all its jobs, not one per job.
 """
 
 from __future__ import annotations
@@ -112,49 +112,57 @@ def _logs(capfd, caplog) -> str:
 
 
 @pytest.mark.slow
-def test_a_long_lived_connect_server_keeps_no_python_workers_for_finished_jobs(lance_db, monkeypatch, call_dir,
-                                                                               capsys, killable_server):
-    """Five backfill jobs through the operators, one server: each job's session goes with its Python daemon
-    and workers, so the server does not grow by one daemon per job, and ``status`` shows it."""
-    from geneva_provider.connect_server import main, python_processes
+def test_a_long_lived_connect_server_keeps_one_warm_python_daemon_for_all_its_jobs(lance_db, monkeypatch, call_dir,
+                                                                                   killable_server):
+    """Backfill jobs through the operators, one server: every job's stages resume this worker's warm session, so
+    the server keeps one session and one Python daemon for all of them (not one per job), and ``status`` shows it;
+    with ``[geneva] reuse_connect_session = false`` each job's session goes with its daemon when the job ends."""
+    from geneva_provider.connect_server import python_processes
     from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
     from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
 
-    jobs, rows = 5, 200
+    warm_jobs, own_jobs, rows = 4, 2, 200
     tbl = lance_db.create_table("grow", events_table(rows))
     tbl.add_columns({"y": counting_double(call_dir)})
     server = killable_server.up()
     pid = server.running()["pid"]
-    # The module's server: the daemons of an earlier test's sessions, released, are gone first.
-    _wait_for(lambda: python_processes(pid) == (0, 0), 30, "an earlier job's Python daemon to exit")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
         {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": server.port}))
-    after_each, session_files = [], set()
-    for job in range(jobs):
-        if job:
-            tbl.add(events_table(rows, start=job * rows))
+
+    def job(number: int) -> set[str]:
+        """One backfill job of ``rows`` new rows; the session directories its apply's daemons worked in."""
+        if number:
+            tbl.add(events_table(rows, start=number * rows))
         plan = GenevaPlanBackfillOperator(task_id="plan", table="grow", column="y").execute({})
         assert plan["rows_to_compute"] == rows
         GenevaSparkApplyOperator(task_id="apply", plan=plan).execute({})
-        assert python_processes(pid)[0] >= 1  # the job's session has its daemon while it lives
-        session_files |= _daemon_directories(pid)
+        assert python_processes(pid)[0] >= 1  # the session has its daemon while it lives
+        used = _daemon_directories(pid)
         GenevaSparkWriteCommitOperator(task_id="write_commit", plan=plan).execute({})
         GenevaVerifyOperator(task_id="verify", plan=plan).execute({})
-        after_each.append(python_processes(pid))
-    # At most the job just finished (and one whose daemon is exiting) may still show, never one per job.
-    assert max(daemons for daemons, _ in after_each) <= 2, after_each
-    _wait_for(lambda: python_processes(pid) == (0, 0), 30, "the last job's Python daemon to exit")
-    # Each session's files on the server (the package zip, the shipped storage options) went with it.
-    assert len(session_files) == jobs and not any(os.path.exists(d) for d in session_files), session_files
-    capsys.readouterr()
-    assert main(["status", "--dir", str(server.directory)]) == 0
-    status = capsys.readouterr().out
-    assert f"running at {server.url} (pid {pid}): 0 open sessions, 0 Python daemons with 0 workers" in status
-    with capsys.disabled():
-        print(f"\nPython (daemons, workers) under the server after each of {jobs} jobs: {after_each}")
+        return used
+
+    warm_dirs, daemons = set(), []
+    for number in range(warm_jobs):
+        warm_dirs |= job(number)
+        daemons.append(python_processes(pid)[0])
+    # One warm session served every job: one session directory, one daemon all along, and it is still open.
+    assert len(warm_dirs) == 1 and daemons == [1] * warm_jobs, (warm_dirs, daemons)
+    status = server.status()
+    assert status["python_daemons"] == 1 and status["sessions"] >= 1, status
+
+    monkeypatch.setenv("AIRFLOW__GENEVA__REUSE_CONNECT_SESSION", "false")
+    own_dirs = set()
+    for number in range(warm_jobs, warm_jobs + own_jobs):
+        own_dirs |= job(number) - warm_dirs
+        # The job's own session went with its daemon; the warm one stays.
+        _wait_for(lambda: python_processes(pid)[0] == 1, 30, "the job's own Python daemon to exit")
+    assert len(own_dirs) == own_jobs and not any(os.path.exists(d) for d in own_dirs), own_dirs
+    assert all(os.path.exists(d) for d in warm_dirs)
+    with_jobs = warm_jobs + own_jobs
     got = tbl.to_arrow(["x", "y"]).to_pydict()
-    assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(jobs * rows))
-    assert sorted(read_calls(call_dir)) == list(range(jobs * rows))  # each job computed only its new rows
+    assert got["y"] == [2 * x for x in got["x"]] and sorted(got["x"]) == list(range(with_jobs * rows))
+    assert sorted(read_calls(call_dir)) == list(range(with_jobs * rows))  # each job computed only its new rows
     tbl.dataset().validate()
 
 

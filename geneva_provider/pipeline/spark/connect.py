@@ -62,11 +62,11 @@ def connect_session(url: str, *, pyfiles: Sequence[str] = (), session_id: str | 
     except Exception as exc:  # noqa: BLE001 - the URL may hold a token: name the server by host only
         raise _unreachable_error(url, exc) from None
     try:
-        _prepare(spark, pyfiles, _host(url))
+        _prepare(spark, pyfiles, session_host(url))
     except BaseException:
         close_session(spark)
         raise
-    log.info("Spark Connect session on %s ready in %.1fs (Spark %s)", _host(url), time.monotonic() - started,
+    log.info("Spark Connect session on %s ready in %.1fs (Spark %s)", session_host(url), time.monotonic() - started,
              version)
     return spark
 
@@ -188,7 +188,7 @@ def unreachable(spark: ConnectSession, url: str) -> str | None:
     now = time.monotonic()
     if not policy.gave_up and now > policy.retrying_until + OUTAGE_GAP_SECONDS:
         return None
-    return (f"the Spark Connect server {_host(url)} is unreachable ({policy.reason}) for "
+    return (f"the Spark Connect server {session_host(url)} is unreachable ({policy.reason}) for "
             f"{now - policy.outage_since:.0f}s; " + ("giving up" if policy.gave_up else "still retrying"))
 
 
@@ -203,8 +203,8 @@ def lost_server(spark: ConnectSession, url: str, exc: BaseException) -> SparkSer
         return None
     since = f" for {time.monotonic() - policy.outage_since:.0f}s" if policy and policy.outage_since else ""
     reason = policy.reason if policy is not None and policy.reason else _reason(exc)
-    return SparkServerUnreachableError(f"lost the Spark Connect server {_host(url)}: unreachable{since} ({reason}); "
-                                       "a retry resumes from the checkpoints")
+    return SparkServerUnreachableError(f"lost the Spark Connect server {session_host(url)}: unreachable{since} "
+                                       f"({reason}); a retry resumes from the checkpoints")
 
 
 @contextmanager
@@ -270,13 +270,15 @@ def _is_unavailable(exc: BaseException | None) -> bool:
     return False
 
 
-def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) -> tuple[ConnectSession, int] | None:
+def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = (),
+                   tag: str | None = None) -> tuple[ConnectSession, int] | None:
     """Attaches to the session an earlier stage of the job left open: ``(session, operations stopped)``.
 
     The next stage reuses the job's session so it finds warm Python workers (this package and
     pylance imported, the table open) instead of paying a new session's worker start-up.  Whatever
     still runs there -- the query of an attempt whose worker died -- is interrupted first, so
-    two attempts never compute the same rows side by side.  ``pyfiles`` are shipped and the probe
+    two attempts never compute the same rows side by side: the operations tagged ``tag`` (the job's, in a
+    session other jobs share), else all of them.  ``pyfiles`` are shipped and the probe
     runs again only if the session lacks its marker of them (a restarted server recreates the
     session empty).  None when the session cannot be used (released, or its artifacts changed):
     open a new one.
@@ -293,8 +295,8 @@ def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) ->
                  _reason(exc))
         return None
     try:
-        stopped = len(spark.interruptAll())
-        _prepare(spark, pyfiles, _host(url))
+        stopped = len(spark.interruptTag(tag) if tag else spark.interruptAll())
+        _prepare(spark, pyfiles, session_host(url))
     except Exception as exc:  # noqa: BLE001 - released (SESSION_CLOSED) or unusable: a new session will do
         log.info("the job's Spark Connect session %s cannot be reused (%s): opening a new one", session_id,
                  _reason(exc))
@@ -308,12 +310,9 @@ def resume_session(url: str, session_id: str, *, pyfiles: Sequence[str] = ()) ->
 PREPARED_CONF = "spark.geneva.session.prepared"  # a session conf: what was shipped to and checked in it
 
 
-def _prepare(spark: ConnectSession, pyfiles: Sequence[str], server: str) -> None:
-    """Ships ``pyfiles`` and probes the workers, unless this session already holds exactly that.
-
-    The marker (a hash of the files and of this client's versions) is a session conf, so it lives
-    and dies with the server-side session a later stage resumes.
-    """
+def code_marker(pyfiles: Sequence[str]) -> str:
+    """A hash of ``pyfiles`` and of this client's versions (Python, pyspark, this package): what a session must hold
+    for this client's stages to run in it."""
     import hashlib
 
     import pyspark
@@ -324,7 +323,16 @@ def _prepare(spark: ConnectSession, pyfiles: Sequence[str], server: str) -> None
     for path in pyfiles:
         with open(path, "rb") as f:
             digest.update(f.read())
-    marker = digest.hexdigest()
+    return digest.hexdigest()
+
+
+def _prepare(spark: ConnectSession, pyfiles: Sequence[str], server: str) -> None:
+    """Ships ``pyfiles`` and probes the workers, unless this session already holds exactly that.
+
+    The marker (:func:`code_marker`) is a session conf, so it lives and dies with the server-side session a
+    later stage resumes.
+    """
+    marker = code_marker(pyfiles)
     if spark.conf.get(PREPARED_CONF, "") == marker:
         return
     for path in pyfiles:
@@ -333,10 +341,12 @@ def _prepare(spark: ConnectSession, pyfiles: Sequence[str], server: str) -> None
     spark.conf.set(PREPARED_CONF, marker)
 
 
-def close_session(spark: ConnectSession, *, keep: bool = False, interrupt: bool = False) -> None:
+def close_session(spark: ConnectSession, *, keep: bool = False, interrupt: bool = False,
+                  tag: str | None = None) -> None:
     """Releases the session on the server; ``keep=True`` only closes this client's connection, leaving
     the session (and its warm Python workers) for the job's next stage to :func:`resume_session`.
-    ``interrupt=True`` first stops the session's running operations (a killed task's).
+    ``interrupt=True`` first stops the session's running operations (a killed task's): those tagged ``tag`` when
+    given (the session is shared), else all.
 
     Releasing is brief (a fraction of a second of retries, not pyspark's ten minutes): in a task
     that fails because the server is gone there is nothing to release, and a session this client
@@ -344,7 +354,7 @@ def close_session(spark: ConnectSession, *, keep: bool = False, interrupt: bool 
     (``spark.connect.session.manager.defaultSessionTimeout``).
     """
     if interrupt:
-        interrupt_session(spark)
+        interrupt_session(spark, tag)
     else:
         _brief_retries(spark)
     if keep:
@@ -355,15 +365,19 @@ def close_session(spark: ConnectSession, *, keep: bool = False, interrupt: bool 
         pass
 
 
-def interrupt_session(spark: ConnectSession) -> bool:
-    """Stops the session's running operations on the server (a killed task's); False when the server could not be
-    asked (it is gone, and runs nothing any more, or it did not answer within a brief retry: logged).
+def interrupt_session(spark: ConnectSession, tag: str | None = None) -> bool:
+    """Stops the session's running operations on the server (a killed task's) -- those tagged ``tag`` when given (a
+    session other jobs share), else all --; False when the server could not be asked (it is gone, and runs nothing
+    any more, or it did not answer within a brief retry: logged).
 
     The session's retries become brief first, for every caller of it: its stage, which is being stopped, too.
     """
     _brief_retries(spark)
     try:
-        spark.interruptAll()
+        if tag:
+            spark.interruptTag(tag)
+        else:
+            spark.interruptAll()
     except Exception as exc:  # noqa: BLE001 - a server that is gone runs nothing any more
         log.warning("Could not interrupt the operations of Spark Connect session %s: %s: %s",
                     spark.session_id, type(exc).__name__, _reason(exc))
@@ -378,7 +392,7 @@ def _brief_retries(spark: ConnectSession) -> None:
 
 
 def _unreachable_error(url: str, exc: BaseException) -> SparkServerUnreachableError:
-    return SparkServerUnreachableError(f"cannot open a Spark Connect session on {_host(url)}: "
+    return SparkServerUnreachableError(f"cannot open a Spark Connect session on {session_host(url)}: "
                                        f"{type(exc).__name__}: {_reason(exc)}")
 
 
@@ -455,9 +469,10 @@ def _probe(batches: Iterator[Any]) -> Iterator[Any]:
         "missing": ["; ".join(missing)]})
 
 
-def _host(url: str) -> str:
+def session_host(url: str) -> str:
     """``sc://host:port`` of a Connect URL, without its parameters (a token lives there)."""
     return url.split(";", 1)[0].split("/;", 1)[0].rstrip("/")
+
 
 
 _ERROR_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b: .+")
