@@ -124,6 +124,8 @@ class AirflowStack:
             # The tests' tables are small: their Spark stages go to Spark, not the task's process (tests/conftest.py).
             "AIRFLOW__GENEVA__IN_PROCESS_ROWS": "0",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "tests.system.sqlite_args.CONNECT_ARGS",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "tests.system.sqlite_args.ASYNC_CONNECT_ARGS",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs),
             "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(self.logs / "dag_processor"),
             "AIRFLOW__API__HOST": "127.0.0.1",
