@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import NamedTuple
 
 import lance
-import pyarrow as pa
 import pytest
 from lance_namespace_urllib3_client import ApiClient, Configuration
 from lance_namespace_urllib3_client.api import DataApi, MaterializedViewApi, TableApi
@@ -29,30 +27,14 @@ from lance_namespace_urllib3_client.models import (
 
 import geneva_provider as gp
 from geneva_provider.core.contracts.operations import SourceQuery
+from tests.namespace_data import create_docs, letters, times_ten
 from tests.namespace_server import TOKEN, Server
-
-
-class Piece(NamedTuple):
-    chunk: str
-    start: int
-
-
-@gp.udf(data_type=pa.int64(), name="times_ten", version="1")
-def times_ten(x: int) -> int:
-    return x * 10
-
-
-@gp.chunker
-def letters(s: str) -> Iterator[Piece]:
-    for i, c in enumerate(s):
-        yield Piece(c, i)
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, ApiClient]]:
     root = tmp_path_factory.mktemp("lake")
-    gp.connect(str(root)).create_table("t", pa.table({"x": pa.array(range(20), pa.int64()),
-                                                      "s": [f"doc{x}" for x in range(20)]}), stable_row_ids=True)
+    create_docs(str(root))
     srv = Server(root)
     try:
         yield srv, ApiClient(Configuration(host=srv.url, access_token=TOKEN))
