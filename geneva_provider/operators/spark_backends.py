@@ -173,6 +173,9 @@ class ConnectBackend(ConnectStageBackend):
             self._url = self.hook.get_connection_url()
         return self._url
 
+    def _server(self) -> str:
+        return f" (connection '{self.settings.conn_id}')"
+
     @property
     def package(self) -> str:
         """The zip of the installed package (built once per version of the sources)."""

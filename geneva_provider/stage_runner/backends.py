@@ -202,6 +202,10 @@ class ConnectStageBackend(SparkBackend):
             raise InvalidArgumentError(f"{self.settings.submitter}: no Spark Connect URL to run the stage on")
         return self._url
 
+    def _server(self) -> str:
+        """Which server the stage runs on, for its log line (never the URL: it may carry a token)."""
+        return ""
+
     @property
     def package(self) -> str | None:
         """The zip of this package the session ships as an artifact before ``py_files`` (None: the server's
@@ -217,8 +221,8 @@ class ConnectStageBackend(SparkBackend):
 
         url = self.url
         self._killed.clear()  # an earlier attempt's kill
-        self.log.info("Running the %s stage of plan %s over Spark Connect (connection '%s'): %s",
-                      stage.name, plan.job_id, self.settings.conn_id, plan.describe())
+        self.log.info("Running the %s stage of plan %s over Spark Connect%s: %s", stage.name, plan.job_id,
+                      self._server(), plan.describe())
 
         def drive() -> StageEnd:
             keep, cause = False, None
