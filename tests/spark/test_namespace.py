@@ -225,6 +225,8 @@ def test_a_table_in_a_child_namespace_gets_a_udf_column_backfilled_and_a_view(ns
     view.validate()
     assert sorted((r["x"], r["y"]) for r in view.to_table(columns=["x", "y"]).to_pylist()) == [
         (x, x * 10 if x >= 5 else None) for x in range(8)]
+    refreshed = ns.refresh_materialized_view(ln.RefreshMaterializedViewRequest(id=["lake", "v"]))
+    assert done(ns, refreshed.job_id).status == "DONE"  # its source found again in the view's namespace
     assert ns.list_tables(ln.ListTablesRequest(id=["lake"])).tables == ["docs", "v"]
     assert ns.list_tables(ln.ListTablesRequest(id=[])).tables == ["t"]  # the root's table of the tests, untouched
     assert "y" not in ns.catalog.ref("t").dataset().schema.names
