@@ -42,7 +42,7 @@ KILL_SECONDS = 10.0  # how long a killed stage's on_kill waits for its Connect s
 
 @dataclass(frozen=True)
 class SparkSettings:
-    """What the Spark stage operators take besides the plan (rendered), as a backend needs it."""
+    """What a backend takes besides the plan: the Spark stage operators' (rendered) arguments, or a service's."""
 
     conn_id: str = "spark_default"
     conf: dict[str, Any] = field(default_factory=dict)
