@@ -33,7 +33,7 @@ from geneva_provider.connect_server import LocalConnectServer
 CHILD = r'''
 import json, sys, time
 t0 = time.monotonic()
-from geneva_provider.operators.spark_backends import package_zip
+from geneva_provider.spark_apps.package import package_zip
 from geneva_provider.pipeline.spark.connect import close_session, connect_session, resume_session
 url, session_id, mode = sys.argv[1:4]
 t1 = time.monotonic()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.errors import InvalidArgumentError, TableExistsError, TableNotFoundError
@@ -42,16 +42,38 @@ class Catalog:
     """Lists, creates, resolves and drops the tables of one database."""
 
     def __init__(self, uri: str, storage_options: dict[str, str] | None = None, *, impl: str = DIRECTORY,
-                 properties: dict[str, str] | None = None) -> None:
+                 properties: dict[str, str] | None = None, parent: Sequence[str] = (),
+                 client: Namespace | None = None) -> None:
         self.uri = absolute_uri(uri) if impl == DIRECTORY else uri
         self.storage_options = {str(k): str(v) for k, v in storage_options.items()} if storage_options else None
         check_endpoints(self.storage_options, f"database {self.uri}")
         self.impl = impl
         self._properties = dict(properties or {})
-        self._ns: Namespace | None = None
+        self.parent = tuple(parent)  # the namespace the tables are in (empty: the root); a table's id ends its path
+        self._ns: Namespace | None = client
 
     def __repr__(self) -> str:  # storage options and properties may hold secrets: never shown
-        return f"Catalog(uri={self.uri!r}, impl={self.impl!r})"
+        within = f", parent={list(self.parent)!r}" if self.parent else ""
+        return f"Catalog(uri={self.uri!r}, impl={self.impl!r}{within})"
+
+    def child(self, namespace_id: Sequence[str], client: Namespace | None = None) -> Catalog:
+        """The tables of child namespace ``namespace_id`` (``["lake"]``: table ``docs`` is ``["lake", "docs"]``),
+        through ``client`` -- a namespace that has child namespaces, e.g. Lance's directory namespace with its
+        manifest -- or this catalog's own; this catalog for an empty id.  Its tables are found by the namespace alone
+        (their locations are the namespace's, not ``<root>/<name>.lance``)."""
+        if not namespace_id:
+            return self
+        return Catalog(self.uri, self.storage_options, impl=self.impl, properties=self._properties,
+                       parent=(*self.parent, *namespace_id), client=client or self.namespace)
+
+    def _id(self, name: str) -> list[str]:
+        """The namespace id of table ``name`` (its name checked)."""
+        return [*self.parent, check_table_name(name)]
+
+    @property
+    def where(self) -> str:
+        """The database and, for a child namespace, the namespace, for messages."""
+        return f"{self.uri} (namespace {'.'.join(self.parent)})" if self.parent else self.uri
 
     @property
     def namespace(self) -> Namespace:
@@ -80,7 +102,7 @@ class Catalog:
         token = None
         while True:
             with reaching(f"database {self.uri}", self.storage_options):
-                page = self.namespace.list_tables(ListTablesRequest(id=[], page_token=token))
+                page = self.namespace.list_tables(ListTablesRequest(id=list(self.parent), page_token=token))
             out.extend(page.tables)
             token = page.page_token
             if not token:
@@ -91,8 +113,8 @@ class Catalog:
         from lance_namespace.errors import TableNotFoundError as NamespaceTableNotFound
 
         try:
-            with reaching(f"table '{name}' in {self.uri}", self.storage_options):
-                self.namespace.table_exists(TableExistsRequest(id=[check_table_name(name)]))
+            with reaching(f"table '{name}' in {self.where}", self.storage_options):
+                self.namespace.table_exists(TableExistsRequest(id=self._id(name)))
         except NamespaceTableNotFound:
             return False
         return True
@@ -104,7 +126,7 @@ class Catalog:
         as the directory namespace does -- because importing ``lance_namespace`` costs ~0.7 s,
         which every Airflow task that only opens a table would pay.
         """
-        if self.impl == DIRECTORY and "://" not in self.uri:
+        if self.impl == DIRECTORY and "://" not in self.uri and not self.parent:
             location = f"{self.uri}/{check_table_name(name)}.lance"
             if not os.path.isdir(os.path.join(location, "_versions")):
                 raise TableNotFoundError(f"table '{name}' not found in {self.uri}")
@@ -113,12 +135,12 @@ class Catalog:
         from lance_namespace.errors import TableNotFoundError as NamespaceTableNotFound
 
         try:
-            with reaching(f"table '{name}' in {self.uri}", self.storage_options):
-                found = self.namespace.describe_table(DescribeTableRequest(id=[check_table_name(name)])).location
+            with reaching(f"table '{name}' in {self.where}", self.storage_options):
+                found = self.namespace.describe_table(DescribeTableRequest(id=self._id(name))).location
         except NamespaceTableNotFound:
-            raise TableNotFoundError(f"table '{name}' not found in {self.uri}") from None
+            raise TableNotFoundError(f"table '{name}' not found in {self.where}") from None
         if found is None:  # the response's location is optional: a table without one cannot be opened
-            raise TableNotFoundError(f"table '{name}' in {self.uri} has no location")
+            raise TableNotFoundError(f"table '{name}' in {self.where} has no location")
         return TableRef(name, found, self.storage_options)
 
     def location(self, name: str) -> str | None:
@@ -126,7 +148,9 @@ class Catalog:
         (``<root>/<name>.lance``); None for a table another namespace has not placed yet."""
         if self.exists(name):
             return self.ref(name).uri
-        return f"{self.uri.rstrip('/')}/{check_table_name(name)}.lance" if self.impl == DIRECTORY else None
+        if self.impl == DIRECTORY and not self.parent:
+            return f"{self.uri.rstrip('/')}/{check_table_name(name)}.lance"
+        return None
 
     def create(self, name: str, data: Any, *, mode: str = "create", **write_options: Any) -> TableRef:
         """Writes ``data`` as table ``name`` (``mode``: "create" or "overwrite")."""
@@ -137,16 +161,16 @@ class Catalog:
             raise InvalidArgumentError(f"mode must be 'create' or 'overwrite', got {mode!r}")
         exists = self.exists(name)
         if mode == "create" and exists:
-            raise TableExistsError(f"table '{name}' already exists in {self.uri}; use mode='overwrite' to replace it "
+            raise TableExistsError(f"table '{name}' already exists in {self.where}; use mode='overwrite' to replace it "
                                    "or mode='exist_ok' to open it")
         mode = mode if exists else "create"  # the namespace overwrites only existing tables
         try:
-            with reaching(f"table '{name}' in {self.uri}", self.storage_options):
-                lance.write_dataset(data, namespace_client=self.namespace, table_id=[name], mode=mode,
+            with reaching(f"table '{name}' in {self.where}", self.storage_options):
+                lance.write_dataset(data, namespace_client=self.namespace, table_id=self._id(name), mode=mode,
                                     storage_options=self.storage_options, **write_options)
         except BaseException:
             if not exists:  # a failed create leaves a reserved, unreadable table behind
-                self.namespace.drop_table(DropTableRequest(id=[name]))
+                self.namespace.drop_table(DropTableRequest(id=self._id(name)))
             raise
         return self.ref(name)
 
@@ -160,9 +184,9 @@ class Catalog:
         from lance_namespace import DropTableRequest
 
         if not self.exists(name):
-            raise TableNotFoundError(f"table '{name}' not found in {self.uri}")
-        with reaching(f"table '{name}' in {self.uri}", self.storage_options):
-            self.namespace.drop_table(DropTableRequest(id=[name]))
+            raise TableNotFoundError(f"table '{name}' not found in {self.where}")
+        with reaching(f"table '{name}' in {self.where}", self.storage_options):
+            self.namespace.drop_table(DropTableRequest(id=self._id(name)))
 
 
 def absolute_uri(uri: str) -> str:

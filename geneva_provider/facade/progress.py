@@ -14,7 +14,7 @@ before a session comes up), so the 15-35 s of a JVM's start are not silent.  Row
 last checkpoint (their markers' heartbeats, every half second): within about a second of the UDF.  The
 rate and the ETA are the recent ones (:class:`~geneva_provider.pipeline.stages.progress_lines.RecentRate`),
 not averages since the start.  Airflow tasks do not come here: their operators log their own lines
-(``operators/progress.py``).
+(``stage_runner/progress.py``).
 """
 
 from __future__ import annotations

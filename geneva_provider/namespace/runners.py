@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class JobRunner(Protocol):
-    def submit(self, operation: Operation) -> str: ...
+    def submit(self, operation: Operation, catalog: Catalog | None = None) -> str: ...
 
     def describe(self, job_id: str) -> JobRecord | None: ...
 
@@ -41,10 +41,11 @@ class InProcessRunner:
         self.catalog, self.spark = catalog, spark
         self._handles: dict[str, JobHandle] = {}
 
-    def submit(self, operation: Operation) -> str:
+    def submit(self, operation: Operation, catalog: Catalog | None = None) -> str:
+        """Starts the job; its table is in ``catalog`` (a child namespace's), else in this runner's."""
         from geneva_provider.operations.dispatch import prepare, start
 
-        handle = start(prepare(operation, self.catalog, spark=self.spark))
+        handle = start(prepare(operation, catalog or self.catalog, spark=self.spark))
         job_id = handle.wait_for_id()
         self._handles[job_id] = handle
         return job_id
@@ -80,7 +81,11 @@ class AirflowRunner:
         self.config, self.root = config, root
         self._token: str | None = config.token.get_secret_value() if config.token else None
 
-    def submit(self, operation: Operation) -> str:
+    def submit(self, operation: Operation, catalog: Catalog | None = None) -> str:
+        if catalog is not None and catalog.parent:  # the DAG opens the root's tables: it would not find this one
+            raise InvalidArgumentError(f"GenevaNamespace: job_runner 'airflow' runs jobs on the root namespace's "
+                                       f"tables only, not on {getattr(operation, 'id', None)} in namespace "
+                                       f"{list(catalog.parent)}")
         run_id = f"geneva_{operation.op}_{uuid.uuid4().hex[:12]}"
         conf = {"db": self.root, "db_conn_id": self.config.db_conn_id, "request": operation.model_dump(mode="json")}
         self._call("POST", f"dags/{self.config.dag_id}/dagRuns",

@@ -13,7 +13,8 @@ is ever put in one.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import lance_namespace as ln
 
@@ -22,6 +23,7 @@ from geneva_provider.core.contracts.operations import (
     BackfillColumn,
     CancelJob,
     ColumnsChanged,
+    CreateView,
     GetJob,
     IndexList,
     IndexStatsInfo,
@@ -32,9 +34,12 @@ from geneva_provider.core.contracts.operations import (
     RefreshView,
     ViewCreated,
 )
-from geneva_provider.core.errors import JobNotFoundError
+from geneva_provider.core.errors import InvalidArgumentError, JobNotFoundError
 from geneva_provider.namespace.config import NamespaceConfig
 from geneva_provider.namespace.runners import runner_for
+
+if TYPE_CHECKING:
+    from geneva_provider.core.catalog import Catalog
 
 #: the operations this namespace serves itself; every other one goes to the inner namespace
 SERVED = frozenset({
@@ -65,25 +70,25 @@ class GenevaNamespace(ln.LanceNamespace):
     # ------------------------------------------------------------ jobs
     def alter_table_backfill_columns(self, request: ln.AlterTableBackfillColumnsRequest
                                      ) -> ln.AlterTableBackfillColumnsResponse:
-        return ln.AlterTableBackfillColumnsResponse(job_id=self.runner.submit(convert.backfill(request)))
+        return ln.AlterTableBackfillColumnsResponse(job_id=self._submit(convert.backfill(request)))
 
     def refresh_materialized_view(self, request: ln.RefreshMaterializedViewRequest
                                   ) -> ln.RefreshMaterializedViewResponse:
-        return ln.RefreshMaterializedViewResponse(job_id=self.runner.submit(convert.refresh(request)))
+        return ln.RefreshMaterializedViewResponse(job_id=self._submit(convert.refresh(request)))
 
     def create_materialized_view(self, request: ln.CreateMaterializedViewRequest
                                  ) -> ln.CreateMaterializedViewResponse:
         operation = convert.create_view(request)
         with_data = not operation.with_no_data
         created: ViewCreated = self._run(operation.model_copy(update={"with_no_data": True}))
-        job_id = self.runner.submit(RefreshView(id=operation.id)) if with_data else None
+        job_id = self._submit(RefreshView(id=operation.id)) if with_data else None
         return ln.CreateMaterializedViewResponse(version=created.version, job_id=job_id)
 
     def create_table_index(self, request: ln.CreateTableIndexRequest) -> ln.CreateTableIndexResponse:
-        return ln.CreateTableIndexResponse(context={"job_id": self.runner.submit(convert.create_index(request))})
+        return ln.CreateTableIndexResponse(context={"job_id": self._submit(convert.create_index(request))})
 
     def create_table_scalar_index(self, request: ln.CreateTableIndexRequest) -> ln.CreateTableScalarIndexResponse:
-        job_id = self.runner.submit(convert.create_index(request, scalar=True))
+        job_id = self._submit(convert.create_index(request, scalar=True))
         return ln.CreateTableScalarIndexResponse(context={"job_id": job_id})
 
     # ------------------------------------------------------------ columns and indexes, answered at once
@@ -95,7 +100,7 @@ class GenevaNamespace(ln.LanceNamespace):
             e.model_copy(update={"virtual_column": e.virtual_column.model_copy(update={"auto_backfill": False})})
             if e.virtual_column else e for e in operation.new_columns]})
         changed: ColumnsChanged = self._run(manual)
-        jobs = [self.runner.submit(BackfillColumn(id=operation.id, column=entry.name)) for entry in backfills]
+        jobs = [self._submit(BackfillColumn(id=operation.id, column=entry.name)) for entry in backfills]
         context = {"job_id": jobs[0]} if len(jobs) == 1 else {"job_ids": ",".join(jobs)} if jobs else None
         return ln.AlterTableAddColumnsResponse(version=changed.version, context=context)
 
@@ -110,9 +115,9 @@ class GenevaNamespace(ln.LanceNamespace):
 
     def list_table_indices(self, request: ln.ListTableIndicesRequest) -> ln.ListTableIndicesResponse:
         listed: IndexList = self._run(convert.list_indices(request))
-        table = convert.table_id(request, "list_table_indices")[-1]
-        uuids = {index["name"]: index["uuid"] for index in self.catalog.ref(table).dataset().list_indices()
-                 } if listed.indexes else {}
+        table = convert.table_id(request, "list_table_indices")
+        uuids = {index["name"]: index["uuid"] for index in self.catalog_for(table).ref(table[-1]).dataset()
+                 .list_indices()} if listed.indexes else {}
         return ln.ListTableIndicesResponse(indexes=[convert.index_content(stats, uuids.get(stats.name, ""))
                                                     for stats in listed.indexes])
 
@@ -135,8 +140,7 @@ class GenevaNamespace(ln.LanceNamespace):
         record of the job the run planned, or the run's state before it planned one; JobNotFoundError naming it
         otherwise."""
         try:
-            info: JobInfo = self._run(request)
-            return info
+            return self._in_any_namespace(request)
         except JobNotFoundError:
             record = self._by_run_id(request.job_id) or self.runner.describe(request.job_id)
             if record is None:
@@ -144,18 +148,66 @@ class GenevaNamespace(ln.LanceNamespace):
             return JobInfo(job=record)
 
     def list_jobs(self, request: ListJobs) -> JobList:
-        jobs: JobList = self._run(request)
-        return jobs
+        """The jobs of the table ``id`` names, or of every table in every namespace, newest first."""
+        if request.id:
+            jobs: JobList = self._run(request)
+            return jobs
+        from geneva_provider.operations import run
+
+        found = [job for catalog in self._catalogs() for job in run(catalog, request).jobs]
+        return JobList(jobs=sorted(found, key=lambda job: job.created_at, reverse=True))
 
     def cancel_job(self, request: CancelJob) -> JobInfo:
-        info: JobInfo = self._run(request)
-        return info
+        return self._in_any_namespace(request)
 
     # ------------------------------------------------------------ helpers
+    def catalog_for(self, table_id: Sequence[str]) -> Catalog:
+        """The tables ``table_id`` is among: the root's for a name alone; for a longer id (``["lake", "docs"]``) the
+        child namespace's, whose tables the inner namespace placed (found by its ``describe_table``)."""
+        return self.catalog.child(list(table_id)[:-1], self.inner)
+
+    def _catalog_of(self, operation: Operation) -> Catalog:
+        """Where ``operation``'s table is; a view and its source are in one namespace (InvalidArgumentError else)."""
+        table_id = list(getattr(operation, "id", None) or [])
+        if isinstance(operation, CreateView) and operation.source_query.id[:-1] != table_id[:-1]:
+            raise InvalidArgumentError(f"create_materialized_view {table_id}: its source "
+                                       f"{operation.source_query.id} is in another namespace; a view is created in "
+                                       "the namespace of its source")
+        return self.catalog_for(table_id) if table_id else self.catalog
+
+    def _catalogs(self) -> Iterator[Catalog]:
+        """The root's catalog, then every child namespace's, depth first (what the inner namespace lists)."""
+        todo: list[list[str]] = [[]]
+        while todo:
+            path = todo.pop()
+            yield self.catalog.child(path, self.inner)
+            try:
+                children = self.inner.list_namespaces(ln.ListNamespacesRequest(id=path)).namespaces
+            except NotImplementedError:  # an inner namespace without child namespaces
+                children = []
+            todo.extend([*path, child] for child in reversed(children))
+
+    def _in_any_namespace(self, request: GetJob | CancelJob) -> JobInfo:
+        """``request`` run on the namespace whose tables hold its job; JobNotFoundError naming it otherwise."""
+        from geneva_provider.operations import run
+
+        for catalog in self._catalogs():
+            try:
+                info: JobInfo = run(catalog, request)
+                return info
+            except JobNotFoundError:
+                continue
+        raise JobNotFoundError(f"no job {request.job_id!r} in {self.catalog.uri} or its namespaces (or its records "
+                               "were cleaned up)")
+
     def _run(self, operation: Operation) -> Any:
         from geneva_provider.operations import run
 
-        return run(self.catalog, operation)
+        return run(self._catalog_of(operation), operation)
+
+    def _submit(self, operation: Operation) -> str:
+        """The job of ``operation`` started on the configured runner, on its table's namespace; its id."""
+        return self.runner.submit(operation, self._catalog_of(operation))
 
     def _by_run_id(self, run_id: str) -> Any:
         """The record of the job a DAG run ``run_id`` planned, if it has planned one."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -25,24 +26,24 @@ from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.openlineage import LineageMixin, inject_parent_job_info
 from geneva_provider.operators._common import in_process_rows_setting, reuse_session_setting, with_retry_policy
 from geneva_provider.operators.links import GenevaJobLink, SparkUILink, push_job_link, push_spark_ui_link
-from geneva_provider.operators.progress import ProgressLogger, progress_seconds
+from geneva_provider.operators.progress import progress_seconds
 from geneva_provider.operators.spark_backends import (
     ConnectBackend,
     InProcessBackend,
-    SparkBackend,
-    SparkSettings,
     SparkSubmitBackend,
-    StageRun,
     small_plan,
     small_write,
     spark_backend,
 )
 from geneva_provider.pipeline.stages.registry import SparkStage, spark_stage
+from geneva_provider.stage_runner.backends import SparkBackend, SparkSettings, StageRun
+from geneva_provider.stage_runner.progress import ProgressLogger
 
 if TYPE_CHECKING:
     from geneva_provider.core.contracts.lineage_models import Committed
     from geneva_provider.core.contracts.models import PlanSummary, StageReport
     from geneva_provider.hooks.spark_submit import GenevaSparkSubmitHook
+    from geneva_provider.pipeline.stage_reports import StageSubmission
 
 
 try:  # Airflow 3.3+: a retry reattaches to the stage an earlier try left running
@@ -245,7 +246,7 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
         if not self.detached:
             submission = self.backend.submit(self.entry, plan, self._storage_options, store)
             return submission.model_dump(mode="json")
-        from geneva_provider.operators import detached_stage
+        from geneva_provider.stage_runner import detached
 
         submission = StageSubmission.of(self.stage, plan.plan_uri)
         if submission.status(store) == RunStatus.RUNNING:  # another try's runner: never two at once
@@ -253,13 +254,13 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
                           plan.job_id, submission.lease(store))
             return submission.model_dump(mode="json")
         assert isinstance(self.backend, ConnectBackend)
-        pid = detached_stage.start(submission, plan, store, url=self.backend.url,
-                                   storage_options=self._storage_options, py_files=self.py_files,
-                                   submitter=self.spark_settings().submitter,
-                                   reuse_session=self.spark_settings().reuse_session)
+        pid = detached.start(submission, plan, store, url=self.backend.url, storage_options=self._storage_options,
+                             py_files=self.py_files, submitter=self.spark_settings().submitter,
+                             log_folder=_log_folder(), package=self.backend.package,
+                             reuse_session=self.spark_settings().reuse_session)
         self.log.info("Started the %s stage of plan %s over Spark Connect (connection '%s') in process %d, its "
                       "log in %s: %s", self.stage, plan.job_id, self.spark_conn_id, pid,
-                      detached_stage.log_path(submission), plan.describe())
+                      runner_log(submission), plan.describe())
         return submission.model_dump(mode="json")
 
     def get_job_status(self, external_id: Any, context: Any) -> str:
@@ -358,24 +359,18 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
 
     def _relay_runner_log(self, submission: Any) -> None:
         """Copies what the stage's runner logged into the task log (when it ran on this host)."""
-        from geneva_provider.operators import detached_stage
-
-        path = detached_stage.log_path(submission)
+        path = runner_log(submission)
         if path.is_file():
             self.log.info("The %s stage's runner logged (%s):\n%s", self.stage, path,
                           path.read_text(errors="replace").rstrip())
 
     @staticmethod
     def _forget_runner_log(submission: Any) -> None:
-        from geneva_provider.operators import detached_stage
-
-        detached_stage.log_path(submission).unlink(missing_ok=True)
+        runner_log(submission).unlink(missing_ok=True)
 
     @staticmethod
     def _runner_log(submission: Any) -> str:
-        from geneva_provider.operators import detached_stage
-
-        return f"{detached_stage.log_path(submission)} on the worker that started it"
+        return f"{runner_log(submission)} on the worker that started it"
 
     def spark_settings(self) -> SparkSettings:
         """The operator's (rendered) Spark arguments, as the backends take them."""
@@ -444,3 +439,20 @@ class GenevaSparkWriteCommitOperator(_GenevaSparkStageOperator):
     def small_without_jvm(self, settings: SparkSettings, plan: PlanSummary) -> str | None:
         return small_write(settings, plan, self._storage_options)
 
+
+def _log_folder() -> Path:
+    """Airflow's log folder (``[logging] base_log_folder``, ``$AIRFLOW_HOME/logs`` by default)."""
+    return Path(airflow_conf.get("logging", "base_log_folder"))
+
+
+def runner_log(submission: StageSubmission) -> Path:
+    """Where the stand-alone runner of a deferred or durable stage logs, on the worker that started it:
+    ``geneva-stages/`` in Airflow's log folder, one file per job and stage
+    (:func:`geneva_provider.stage_runner.detached.log_path`).
+
+    The task copies it into its own log when the stage has ended and removes it when the stage succeeded; a
+    failed or lost stage's stays for whoever looks into it (the task's error names it).
+    """
+    from geneva_provider.stage_runner.detached import log_path
+
+    return log_path(_log_folder(), submission)

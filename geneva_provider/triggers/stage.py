@@ -1,7 +1,7 @@
 """The trigger a deferred Spark stage waits on: it polls the stage's report in the job's checkpoint store.
 
 A deferrable stage operator starts the stage in a process of its own
-(:mod:`geneva_provider.operators.detached_stage`) and defers; this trigger holds only the stage's
+(:mod:`geneva_provider.stage_runner.detached`) and defers; this trigger holds only the stage's
 ids (job id, stage, plan reference) and the Lance connection id -- never a credential: the
 triggerer looks the connection up itself -- so the same kwargs make the same trigger and a
 triggerer restart resumes the wait.  It fires once the stage has ended (its report is beside the

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
-from typing import NamedTuple
 
 import cloudpickle
+import lance
 import lance_namespace as ln
 import pyarrow as pa
 import pytest
@@ -28,18 +27,10 @@ from geneva_provider.core.contracts.operations import GetJob, ListJobs, SourceQu
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.namespace import GenevaNamespace
 from tests.index_data import clustered
+from tests.namespace_data import create_docs, docs, letters, times_ten
+from tests.namespace_server import ipc
 
 SECRET = "s3cr3t-namespace-value"
-
-
-class Piece(NamedTuple):
-    chunk: str
-    start: int
-
-
-@gp.udf(data_type=pa.int64(), name="times_ten", version="1")
-def times_ten(x: int) -> int:
-    return x * 10
 
 
 def b64(obj: object) -> str:
@@ -61,8 +52,7 @@ def done(ns: GenevaNamespace, job_id: str) -> gp.JobRecord:
 @pytest.fixture
 def ns(tmp_path, spark):
     root = str(tmp_path / "lake")
-    gp.connect(root).create_table("t", pa.table({"x": pa.array(range(20), pa.int64()),
-                                                 "s": [f"doc{x}" for x in range(20)]}), stable_row_ids=True)
+    create_docs(root)
     namespace = ln.connect("geneva", {"root": root, "storage.geneva_test_secret": SECRET})
     assert isinstance(namespace, GenevaNamespace)
     return namespace
@@ -114,11 +104,6 @@ def test_a_query_view_and_a_chunker_view_are_created_with_their_first_refresh(ns
     assert made.job_id and done(ns, made.job_id).status == "DONE"
     rows = ns.catalog.ref("v").dataset().to_table(columns=["x", "s", "y"]).to_pylist()
     assert sorted((r["x"], r["s"], r["y"]) for r in rows) == [(x, f"doc{x}", x * 10) for x in range(10)]
-
-    @gp.chunker
-    def letters(s: str) -> Iterator[Piece]:
-        for i, c in enumerate(s):
-            yield Piece(c, i)
 
     spec = MaterializedViewUdtfEntry(kind="chunker", udtf=letters.pickled_b64(), udtf_sha="", udtf_name="letters",
                                      udtf_version="1")
@@ -209,3 +194,63 @@ def test_a_plain_function_with_several_outputs_is_a_multi_output_udf(ns):
     assert job.status == "DONE"
     t = ns.catalog.ref("t").dataset().to_table(columns=["x", "lo", "hi"]).to_pylist()
     assert [(r["lo"], r["hi"]) for r in t] == [(r["x"] - 1, r["x"] + 1) for r in t] and len(t) == 20
+
+
+def test_a_table_in_a_child_namespace_gets_a_udf_column_backfilled_and_a_view(ns):
+    """Table ``docs`` in child namespace ``lake`` (made with create_namespace + create_table): every operation finds
+    it through the inner namespace (its describe_table location), not as a root table of that name."""
+    ns.create_namespace(ln.CreateNamespaceRequest(id=["lake"]))
+    ns.create_table(ln.CreateTableRequest(id=["lake", "docs"]), ipc(docs()))
+    entry = AddVirtualColumnEntry(udf=times_ten.pickled_b64(), udf_name="times_ten", udf_version="1", image="",
+                                  input_columns=["x"], outputs=[])
+    ns.alter_table_add_columns(ln.AlterTableAddColumnsRequest(
+        id=["lake", "docs"], new_columns=[AddColumnsEntry(name="y", virtual_column=entry)]))
+    accepted = ns.alter_table_backfill_columns(ln.AlterTableBackfillColumnsRequest(id=["lake", "docs"], column="y",
+                                                                                   where="x >= 5"))
+    job = done(ns, accepted.job_id)
+    assert (job.status, job.table, job.rows_committed) == ("DONE", "docs", 15)
+    assert [j.job_id for j in ns.list_jobs(ListJobs(id=["lake", "docs"])).jobs] == [accepted.job_id]
+    assert accepted.job_id in [j.job_id for j in ns.list_jobs(ListJobs()).jobs]  # every namespace's jobs
+    location = ns.describe_table(ln.DescribeTableRequest(id=["lake", "docs"])).location
+    table = lance.dataset(location)
+    table.validate()
+    assert {r["x"]: r["y"] for r in table.to_table(columns=["x", "y"]).to_pylist()} == {
+        x: (x * 10 if x >= 5 else None) for x in range(20)}
+
+    source = SourceQuery(id=["lake", "docs"], where="x < 8", columns={"x": "x", "y": "y"})
+    made = ns.create_materialized_view(ln.CreateMaterializedViewRequest(
+        id=["lake", "v"], kind="query", source_query=source.model_dump_json(), output_schema="", with_no_data=False))
+    assert made.job_id and done(ns, made.job_id).status == "DONE"
+    view = lance.dataset(ns.describe_table(ln.DescribeTableRequest(id=["lake", "v"])).location)
+    view.validate()
+    assert sorted((r["x"], r["y"]) for r in view.to_table(columns=["x", "y"]).to_pylist()) == [
+        (x, x * 10 if x >= 5 else None) for x in range(8)]
+    refreshed = ns.refresh_materialized_view(ln.RefreshMaterializedViewRequest(id=["lake", "v"]))
+    assert done(ns, refreshed.job_id).status == "DONE"  # its source found again in the view's namespace
+    assert ns.list_tables(ln.ListTablesRequest(id=["lake"])).tables == ["docs", "v"]
+    assert ns.list_tables(ln.ListTablesRequest(id=[])).tables == ["t"]  # the root's table of the tests, untouched
+    assert "y" not in ns.catalog.ref("t").dataset().schema.names
+
+    with pytest.raises(InvalidArgumentError, match=r"source \['lake', 'docs'\] is in another namespace"):
+        ns.create_materialized_view(ln.CreateMaterializedViewRequest(
+            id=["w"], kind="query", source_query=source.model_dump_json(), output_schema=""))
+    assert ns.list_tables(ln.ListTablesRequest(id=[])).tables == ["t"]
+
+
+def test_job_runner_spark_runs_the_backfill_on_the_active_session(tmp_path, spark):
+    """``job_runner=spark`` with ``spark.master``: getOrCreate picks the suite's session up (no second JVM), and the
+    backfill asked for by job id runs on it."""
+    root = str(tmp_path / "lake")
+    create_docs(root)
+    ns = ln.connect("geneva", {"root": root, "job_runner": "spark", "spark.master": "local[1]"})
+    assert ns.runner.spark is spark
+    entry = AddVirtualColumnEntry(udf=times_ten.pickled_b64(), udf_name="times_ten", udf_version="1", image="",
+                                  input_columns=["x"], outputs=[])
+    ns.alter_table_add_columns(ln.AlterTableAddColumnsRequest(
+        id=["t"], new_columns=[AddColumnsEntry(name="y", virtual_column=entry)]))
+    accepted = ns.alter_table_backfill_columns(ln.AlterTableBackfillColumnsRequest(id=["t"], column="y"))
+    job = done(ns, accepted.job_id)
+    assert (job.status, job.rows_committed) == ("DONE", 20)
+    ds = ns.catalog.ref("t").dataset()
+    ds.validate()
+    assert ds.to_table(columns=["x", "y"]).to_pydict() == {"x": list(range(20)), "y": [x * 10 for x in range(20)]}

@@ -75,7 +75,7 @@ def test_plan_and_operator_agree_on_fragments_already_valid(lance_db, spark, cap
 
 
 def test_compaction_logs_rewritten_rows_not_rows_to_compute(db, spark):
-    from geneva_provider.operators.progress import ProgressLogger
+    from geneva_provider.stage_runner.progress import ProgressLogger
 
     tbl = db.create_table("t", pa.table({"x": list(range(1_100))}), max_rows_per_file=100)
     summary = plan_compaction(tbl.ref, {"target_rows_per_fragment": 1_000}, store=tbl.checkpoint_store)

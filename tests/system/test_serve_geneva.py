@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import NamedTuple
 
 import lance
-import pyarrow as pa
 import pytest
 from lance_namespace_urllib3_client import ApiClient, Configuration
 from lance_namespace_urllib3_client.api import DataApi, MaterializedViewApi, TableApi
@@ -29,30 +27,14 @@ from lance_namespace_urllib3_client.models import (
 
 import geneva_provider as gp
 from geneva_provider.core.contracts.operations import SourceQuery
-from tests.namespace_server import TOKEN, Server
-
-
-class Piece(NamedTuple):
-    chunk: str
-    start: int
-
-
-@gp.udf(data_type=pa.int64(), name="times_ten", version="1")
-def times_ten(x: int) -> int:
-    return x * 10
-
-
-@gp.chunker
-def letters(s: str) -> Iterator[Piece]:
-    for i, c in enumerate(s):
-        yield Piece(c, i)
+from tests.namespace_data import create_docs, docs, letters, times_ten
+from tests.namespace_server import TOKEN, Server, ipc
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, ApiClient]]:
     root = tmp_path_factory.mktemp("lake")
-    gp.connect(str(root)).create_table("t", pa.table({"x": pa.array(range(20), pa.int64()),
-                                                      "s": [f"doc{x}" for x in range(20)]}), stable_row_ids=True)
+    create_docs(str(root))
     srv = Server(root)
     try:
         yield srv, ApiClient(Configuration(host=srv.url, access_token=TOKEN))
@@ -132,6 +114,29 @@ def test_a_query_view_and_a_chunker_view_are_created_and_refreshed(served: tuple
     assert chunks.job_id and done(client, chunks.job_id)["status"] == "DONE"
     got = sorted((r["x"], r["chunk"], r["start"]) for r in rows(client, "c", ["x", "chunk", "start"]))
     assert got == sorted((x, c, i) for x in range(3) for i, c in enumerate(f"doc{x}"))
+
+
+def test_a_table_in_a_child_namespace_is_backfilled_by_job_id_through_the_protocol(
+        served: tuple[Server, ApiClient]) -> None:
+    """``lake$docs``, made with create_namespace + create_table through the client: its UDF column added, its
+    backfill accepted (202 + job id), the job followed on the job route to DONE, the values exact."""
+    from lance_namespace_urllib3_client.api import NamespaceApi
+    from lance_namespace_urllib3_client.models import CreateNamespaceRequest
+
+    _, client = served
+    NamespaceApi(client).create_namespace("lake", CreateNamespaceRequest())
+    DataApi(client).create_table("lake$docs", ipc(docs()))
+    entry = AddVirtualColumnEntry(input_columns=["x"], image="", udf=times_ten.pickled_b64(), udf_name="times_ten",
+                                  udf_version="1", outputs=[])
+    TableApi(client).alter_table_add_columns("lake$docs", AlterTableAddColumnsRequest(
+        new_columns=[AddColumnsEntry(name="y", virtual_column=entry)]))
+    accepted = DataApi(client).alter_table_backfill_columns_with_http_info(
+        "lake$docs", AlterTableBackfillColumnsRequest(column="y", where="x < 4"))
+    assert accepted.status_code == 202
+    job = done(client, accepted.data.job_id)
+    assert (job["status"], job["table"], job["rows_committed"]) == ("DONE", "docs", 4)
+    got = {r["x"]: r["y"] for r in rows(client, "lake$docs", ["x", "y"])}
+    assert got == {x: (x * 10 if x < 4 else None) for x in range(20)}
 
 
 def test_create_index_through_the_protocol_honours_num_partitions_and_num_sub_vectors(

@@ -67,3 +67,29 @@ def test_a_lance_connection_names_the_namespace_and_its_storage_options(s3, monk
     assert secret not in repr(hook.database) and secret not in str(_secrets_masker().redact(f"key={secret}"))
 
 
+
+
+def test_a_child_namespace_s_tables_are_created_listed_opened_and_dropped_by_their_id(tmp_path):
+    """Catalog.child(["lake"]): table "docs" is ["lake", "docs"] to the namespace (with its manifest, which places
+    it where it chooses), apart from the root's tables of the same name."""
+    import lance_namespace as ln
+
+    from geneva_provider.core.catalog import Catalog
+
+    root = str(tmp_path / "lake")
+    inner = ln.connect("dir", {"root": root})
+    inner.create_namespace(ln.CreateNamespaceRequest(id=["lake"]))
+    catalog = Catalog(root)
+    child = catalog.child(["lake"], inner)
+    assert catalog.child([]) is catalog and child.parent == ("lake",) and "lake" in repr(child)
+    child.create("docs", events_table(6))
+    catalog.create("docs", events_table(2))
+    assert child.names() == ["docs"] and child.exists("docs") and not child.exists("other")
+    ref = child.ref("docs")
+    assert ref.uri == inner.describe_table(ln.DescribeTableRequest(id=["lake", "docs"])).location
+    assert ref.dataset().count_rows() == 6 and catalog.ref("docs").dataset().count_rows() == 2
+    assert child.location("other") is None
+    with pytest.raises(gp.TableNotFoundError, match=r"table 'other' not found in .* \(namespace lake\)"):
+        child.ref("other")
+    child.drop("docs")
+    assert child.names() == [] and catalog.names() == ["docs"]

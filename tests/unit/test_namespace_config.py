@@ -1,6 +1,6 @@
 """GenevaNamespace's pieces that need no JVM: the ``geneva`` impl registered when ``lance_namespace`` is imported
 (without ``import geneva_provider`` importing it), the properties read into a typed config that never shows a
-secret, and the spec's JSON Arrow types."""
+secret, the spec's JSON Arrow types, and the Airflow runner's refusal of a child namespace's table."""
 
 from __future__ import annotations
 
@@ -65,3 +65,21 @@ def test_json_arrow_types():
                                                pa.field("b", pa.list_(pa.bool_()))])
     with pytest.raises(InvalidArgumentError, match=r"column 'z'.*'tensor'"):
         arrow_type({"type": "tensor"}, "column 'z'")
+
+
+def test_job_runner_airflow_refuses_a_table_of_a_child_namespace_before_calling_airflow(tmp_path):
+    """The DAG it triggers opens the root's tables: a job on ["lake", "docs"] is refused, naming it, with no call to
+    the Airflow API (nothing listens at its URL) and nothing changed."""
+    import lance_namespace as ln
+
+    from tests.namespace_data import docs
+    from tests.namespace_server import ipc
+
+    ns = ln.connect("geneva", {"root": str(tmp_path / "lake"), "job_runner": "airflow",
+                               "airflow.url": "http://127.0.0.1:9", "airflow.token": SECRET})
+    ns.create_namespace(ln.CreateNamespaceRequest(id=["lake"]))
+    ns.create_table(ln.CreateTableRequest(id=["lake", "docs"]), ipc(docs()))
+    with pytest.raises(InvalidArgumentError, match=r"not on \['lake', 'docs'\] in namespace \['lake'\]") as refused:
+        ns.alter_table_backfill_columns(ln.AlterTableBackfillColumnsRequest(id=["lake", "docs"], column="x"))
+    assert SECRET not in str(refused.value)
+    assert ns.catalog_for(["lake", "docs"]).ref("docs").dataset().version == 1

@@ -144,9 +144,9 @@ def test_an_airflow_apply_line_counts_the_running_calls_rows_and_gives_an_eta(db
     """The task log's lines of an apply stage: the rows its running calls computed since their last checkpoint
     (their markers' heartbeats) on top of the checkpointed ones, and an ETA from the recent rate."""
     from geneva_provider.core.contracts.models import JobRecord, JobSpec
-    from geneva_provider.operators.progress import ProgressLogger
     from geneva_provider.pipeline.spark.worker_deaths import CallWatch
     from geneva_provider.pipeline.stages.job_records import start_record, update_record
+    from geneva_provider.stage_runner.progress import ProgressLogger
     from tests.unit.test_quiet_runs import _collecting_logger
 
     tbl = db.create_table("t", pa.table({"x": [1]}))

@@ -101,7 +101,7 @@ def _rate(line: str) -> float:
 
 
 def test_a_stage_ending_before_the_first_tick_logs_its_real_rate(db):
-    from geneva_provider.operators.progress import ProgressLogger
+    from geneva_provider.stage_runner.progress import ProgressLogger
 
     tbl = db.create_table("t", pa.table({"x": [1]}))
     store = tbl.checkpoint_store
@@ -122,7 +122,7 @@ def test_a_stage_ending_before_the_first_tick_logs_its_real_rate(db):
 def test_a_stages_last_line_counts_the_rows_the_error_policy_skipped(db):
     """The operator's final progress line of a stage says how many rows were skipped, and says nothing of it when
     none were."""
-    from geneva_provider.operators.progress import ProgressLogger
+    from geneva_provider.stage_runner.progress import ProgressLogger
 
     tbl = db.create_table("t", pa.table({"x": [1]}))
     store = tbl.checkpoint_store
@@ -190,7 +190,7 @@ def test_the_progress_interval_is_the_operators_argument_else_the_geneva_config_
 
 
 def test_a_running_stage_logs_a_line_per_interval_only_while_rows_move(db):
-    from geneva_provider.operators.progress import ProgressLogger
+    from geneva_provider.stage_runner.progress import ProgressLogger
 
     tbl = db.create_table("t", pa.table({"x": [1]}))
     store = tbl.checkpoint_store

@@ -227,10 +227,10 @@ def test_a_detached_stage_s_runner_log_is_in_airflow_s_log_folder_and_goes_once_
     copied into the task's log when the stage ends, removed when it succeeded, kept when it failed."""
     from airflow.sdk import conf
 
-    from geneva_provider.operators import detached_stage
+    from geneva_provider.operators.spark import runner_log
 
     submission, store = stage
-    path = detached_stage.log_path(submission)
+    path = runner_log(submission)
     assert path == Path(conf.get("logging", "base_log_folder")) / "geneva-stages" / f"{submission.job_id}-apply.log"
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_NOWHERE", json.dumps(
         {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": 9}))  # never reached: the report is read

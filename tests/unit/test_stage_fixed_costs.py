@@ -48,7 +48,7 @@ def test_the_package_zip_is_built_once_per_version_of_the_sources(tmp_path):
     with zipfile.ZipFile(first) as zf:
         names = set(zf.namelist())
     assert {"geneva_provider/__init__.py", "geneva_provider/spark_apps/apply.py",
-            "geneva_provider/operators/spark_backends.py"} <= names
+            "geneva_provider/stage_runner/detached.py"} <= names
     target = package_zip(tmp_path / "pkg.zip")  # `make py-files`: a zip where asked, always written
     with zipfile.ZipFile(target) as zf:
         assert set(zf.namelist()) == names
@@ -56,8 +56,8 @@ def test_the_package_zip_is_built_once_per_version_of_the_sources(tmp_path):
 
 def test_the_runner_of_a_detached_connect_stage_imports_no_airflow():
     code = ("import sys\n"
-            "import geneva_provider.operators.detached_stage\n"
-            "from geneva_provider.operators.spark_backends import ConnectBackend, SparkSettings\n"
+            "import geneva_provider.stage_runner.detached\n"
+            "from geneva_provider.stage_runner.backends import ConnectStageBackend, SparkSettings\n"
             "from geneva_provider.pipeline.stage_reports import StageSubmission\n"
             "from geneva_provider.pipeline.stages.registry import spark_stage\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'airflow'))\n")

@@ -1,9 +1,10 @@
-"""A Spark Connect stage run in a process of its own, so that it outlives the task that started it.
+"""The stand-alone stage runner: a Spark Connect stage run in a process of its own, so that it outlives whoever
+started it (an Airflow task, a service's request).
 
 A deferrable stage frees its worker slot (the task process ends while the stage runs) and a durable
 one survives a worker crash; either way the Spark Connect session must be owned by a process that
-is not the task's.  :func:`start` starts ``python -m geneva_provider.operators.detached_stage`` in
-a session of its own (no signal to the task's process group reaches it) and hands it, on its
+is not the task's.  :func:`start` starts ``python -m geneva_provider.stage_runner.detached`` in
+a session of its own (no signal to the starter's process group reaches it) and hands it, on its
 standard input, what must never be on a command line: the Connect URL (it may carry a token) and
 the storage options.  The runner holds the stage's lease in the checkpoint store
 (:class:`~geneva_provider.pipeline.stage_reports.StageLease`, renewed every few seconds) while
@@ -33,24 +34,24 @@ if TYPE_CHECKING:
     from geneva_provider.pipeline.stage_reports import StageSubmission
 
 
-def log_path(submission: StageSubmission) -> Path:
-    """Where the runner of a stage writes its log, on the worker that started it: ``geneva-stages/`` in Airflow's
-    log folder (``[logging] base_log_folder``, ``$AIRFLOW_HOME/logs`` by default), one file per job and stage.
+def log_path(log_folder: Path, submission: StageSubmission) -> Path:
+    """Where the runner of a stage writes its log on the host that started it: ``geneva-stages/`` in ``log_folder``
+    (for an Airflow task, Airflow's log folder), one file per job and stage.
 
-    The task copies it into its own log when the stage has ended and removes it when the stage succeeded; a
-    failed or lost stage's stays for whoever looks into it (the task's error names it).
+    The starter copies it into its own log when the stage has ended and removes it when the stage succeeded; a
+    failed or lost stage's stays for whoever looks into it.
     """
-    from airflow.sdk import conf
-
-    directory = Path(conf.get("logging", "base_log_folder")).expanduser() / "geneva-stages"
+    directory = log_folder.expanduser() / "geneva-stages"
     directory.mkdir(parents=True, exist_ok=True)
     return directory / f"{submission.job_id}-{submission.stage}.log"
 
 
 def start(submission: StageSubmission, plan: PlanSummary, store: Any, *, url: str,
-          storage_options: dict[str, str] | None, py_files: str | None, submitter: str,
-          reuse_session: bool = True) -> int:
-    """Starts the runner of ``submission``'s stage and returns its pid, once it holds the stage's lease.
+          storage_options: dict[str, str] | None, py_files: str | None, submitter: str, log_folder: Path,
+          package: str | None, reuse_session: bool = True) -> int:
+    """Starts the runner of ``submission``'s stage and returns its pid, once it holds the stage's lease; its log
+    goes to :func:`log_path` in ``log_folder``.  ``package``: the zip of this package its session ships (None: the
+    server's workers have it installed); ``reuse_session``: resume the worker's warm Connect session.
 
     An earlier attempt's report is forgotten first; the lease is taken here, before the process
     exists, so a retry that looks at once already finds the stage running.
@@ -61,12 +62,13 @@ def start(submission: StageSubmission, plan: PlanSummary, store: Any, *, url: st
     submission.clear(store)
     submission.hold(store, StageLease.now(owner, pid=0))
     spec = {"plan": plan.to_xcom(), "stage": str(submission.stage), "url": url, "storage_options": storage_options,
-            "py_files": py_files, "submitter": submitter, "owner": owner, "reuse_session": reuse_session}
+            "py_files": py_files, "submitter": submitter, "owner": owner, "package": package,
+            "reuse_session": reuse_session}
     # A task process's environment names a metadata DB that refuses to parse (Airflow blocks DB access from
     # tasks), and importing Airflow reads it: the runner, which never touches that DB, gets an in-memory one.
     env = {**os.environ, **dict.fromkeys(("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__SQL_ALCHEMY_CONN"),
                                          "sqlite://")}
-    with open(log_path(submission), "wb") as log:  # the latest runner's log only
+    with open(log_path(log_folder, submission), "wb") as log:  # the latest runner's log only
         proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env)
     assert proc.stdin is not None
@@ -80,7 +82,6 @@ def _run(spec: dict[str, Any]) -> int:
     """The runner: holds the lease while the stage runs over Spark Connect, leaves its report, releases the lease."""
     from geneva_provider.core.contracts.models import PlanSummary
     from geneva_provider.core.store.checkpoint import open_store, split_key_uri
-    from geneva_provider.operators.spark_backends import ConnectBackend, SparkSettings
     from geneva_provider.pipeline.stage_reports import (
         LEASE_CHECK_SECONDS,
         LEASE_RENEW_SECONDS,
@@ -88,17 +89,19 @@ def _run(spec: dict[str, Any]) -> int:
         StageSubmission,
     )
     from geneva_provider.pipeline.stages.registry import spark_stage
+    from geneva_provider.stage_runner.backends import ConnectStageBackend, SparkSettings
 
-    log = logging.getLogger("geneva_provider.detached_stage")
+    log = logging.getLogger(__name__)
     plan = PlanSummary.from_xcom(spec["plan"])
     options = spec["storage_options"]
     store = open_store(split_key_uri(plan.plan_uri)[0], options)
     entry = spark_stage(spec["stage"])
     owner = spec["owner"]
     submission = StageSubmission.of(entry.name, plan.plan_uri)
-    backend = ConnectBackend(SparkSettings(py_files=spec["py_files"], submitter=spec["submitter"],
-                                           reuse_session=spec["reuse_session"]), log)
-    backend.__dict__["url"] = spec["url"]  # the connection was resolved by the task that started this runner
+    # the URL was resolved by whoever started this runner (an Airflow task from its connection)
+    backend = ConnectStageBackend(SparkSettings(py_files=spec["py_files"], submitter=spec["submitter"],
+                                                reuse_session=spec["reuse_session"]), log,
+                                  url=spec["url"], package=spec["package"])
     renewing = threading.Event()
 
     def renew() -> None:

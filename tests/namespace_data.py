@@ -1,0 +1,40 @@
+"""What the Lance namespace tests share -- in process (``tests/spark/test_namespace.py``) and through
+``geneva-provider serve`` (``tests/system/test_serve_geneva.py``): the table they start from, its UDF and its
+chunker, so both check the same values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import pyarrow as pa
+
+import geneva_provider as gp
+
+ROWS = 20
+
+
+class Piece(NamedTuple):
+    chunk: str
+    start: int
+
+
+@gp.udf(data_type=pa.int64(), name="times_ten", version="1")
+def times_ten(x: int) -> int:
+    return x * 10
+
+
+@gp.chunker
+def letters(s: str) -> Iterator[Piece]:
+    for i, c in enumerate(s):
+        yield Piece(c, i)
+
+
+def docs() -> pa.Table:
+    """The table the tests start from: ``x`` 0..19, ``s`` ``doc<x>``."""
+    return pa.table({"x": pa.array(range(ROWS), pa.int64()), "s": [f"doc{x}" for x in range(ROWS)]})
+
+
+def create_docs(root: str) -> None:
+    """Table ``t`` of :func:`docs` in the database at ``root`` (stable row ids: views follow its rows)."""
+    gp.connect(root).create_table("t", docs(), stable_row_ids=True)
