@@ -258,6 +258,15 @@ class CreateIndex(_TableRequest):
     sample_rate: int = 256
     m: int | None = None
     ef_construction: int | None = None
+    # a full-text (INVERTED) index's tokenizer (``index_models.FtsConfig``), flat as the spec's request has it
+    base_tokenizer: str | None = None
+    language: str | None = None
+    with_position: bool | None = None
+    max_token_length: int | None = None
+    lower_case: bool | None = None
+    stem: bool | None = None
+    remove_stop_words: bool | None = None
+    ascii_folding: bool | None = None
 
 
 class ListIndices(_TableRequest):
