@@ -14,8 +14,8 @@ the task groups wire them:
 The plan task takes the whole request (``request=``): every option it carries -- ``where``, checkpoint and task
 sizes, ``num_frags``, ``read_version``, ``src_version``, ``num_partitions``, ``num_sub_vectors`` ... -- reaches the
 plan exactly as the in-process path passes it (``geneva_provider.operations.plan``).  A request these stages cannot
-carry -- another op, a database connection other than the one this DAG's tasks use -- fails ``route``, naming it,
-before anything runs.
+carry -- another op, a database or a database connection other than the one this DAG's tasks use -- fails
+``route``, naming it, before anything runs.
 """
 
 from __future__ import annotations
@@ -60,6 +60,14 @@ with DAG(
         if conf.get("db_conn_id") not in (None, LanceHook.default_conn_name):
             raise InvalidArgumentError(f"geneva_namespace_jobs: db_conn_id {conf['db_conn_id']!r} is not carried: "
                                        f"this DAG's tasks run on connection {LanceHook.default_conn_name!r}")
+        if conf.get("db"):  # the namespace's root: the database the connection names, or the job would run elsewhere
+            from geneva_provider.core.catalog import absolute_uri
+
+            served = LanceHook().database.uri
+            if absolute_uri(str(conf["db"])) != served:
+                raise InvalidArgumentError(f"geneva_namespace_jobs: db {conf['db']!r} is not carried: this DAG's "
+                                           f"tasks run on the database of connection "
+                                           f"{LanceHook.default_conn_name!r}, {served!r}")
         stage = STAGES[request["op"]]
         wanted = [f"{stage}_plan"]
         if stage != "index" and request.get("refresh_indexes", True) is not False:

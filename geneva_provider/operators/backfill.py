@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
@@ -37,6 +37,9 @@ from geneva_provider.operators.partitions import (
     render_partition_where,
     run_partition_key,
 )
+
+if TYPE_CHECKING:
+    from geneva_provider.core.contracts.operations import BackfillColumn
 
 COLUMNS_EXPECTED = '{"y": "my_pkg.udfs:double"} or {"y": ("my_pkg.udfs:double", ["a"])}'
 
@@ -229,8 +232,6 @@ class GenevaPlanBackfillOperator(LineageMixin, BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.core.contracts.operations import BackfillColumn
-
         request = self._request()
         job = f"backfill of table '{request.table}'"
         parsed = parse_options(BackfillOptions, self, job)
@@ -240,11 +241,10 @@ class GenevaPlanBackfillOperator(LineageMixin, BaseOperator):
             key = run_partition_key(context, f"{job} (task_id {self.task_id!r})")
             where = combined_where(where, render_partition_where(self.partition_where, key))
             self.log.info("Partition %r of column '%s': computing the rows where %s", key, request.column, where)
-        assert isinstance(request, BackfillColumn)
         return plan_job(self, context, request.model_copy(update={"where": where}), options=options,
                         parallelism=self.parallelism)
 
-    def _request(self) -> Any:
+    def _request(self) -> BackfillColumn:
         """The backfill request: ``request`` (rendered), else one of ``table`` and ``column``; a ``table`` /
         ``column`` given with a request must name the same."""
         from geneva_provider.core.contracts.operations import BackfillColumn, request

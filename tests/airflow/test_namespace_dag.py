@@ -7,8 +7,8 @@
 * a chunker view's refresh runs the refresh stages, its rows exact;
 * a ``create_index`` with ``num_partitions`` / ``num_sub_vectors`` runs the index plan + Spark build, and Lance's
   index has those parameters;
-* a request the DAG cannot carry (another op, another database connection) fails ``route``, naming it, before
-  anything runs."""
+* a request the DAG cannot carry (another op, database or database connection) fails ``route``, naming it,
+  before anything runs."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ def test_a_backfill_request_with_its_tuning_options_runs_the_backfill_stages_wit
         id=["events"], column="s", where="x >= 100", checkpoint_size=40, min_checkpoint_size=20,
         max_checkpoint_size=80, task_size=50, commit_granularity=2))
     dr, states, tis, _ = run(dagbag.get_dag(DAG_ID),
-                             run_conf={"request": request.model_dump(mode="json"), "db_conn_id": None})
+                             run_conf={"request": request.model_dump(mode="json"), "db": lance_db.uri,
+                                       "db_conn_id": None})
     assert dr.state == "success", states
     assert stage_states(states, "backfill") == {
         "backfill_plan": "success", "backfill_apply": "success", "backfill_write_commit": "success",
@@ -137,6 +138,9 @@ def test_a_request_the_dag_cannot_carry_fails_route_naming_it_and_changes_nothin
     dr, states, _, _ = run(dag, run_conf={"request": backfill.model_dump(mode="json"), "db_conn_id": "other_lake"})
     assert dr.state == "failed" and states["route"] == "failed", states
     assert "db_conn_id 'other_lake' is not carried" in "".join(capfd.readouterr())
+    dr, states, _, _ = run(dag, run_conf={"request": backfill.model_dump(mode="json"), "db": "/elsewhere/lake"})
+    assert dr.state == "failed" and states["route"] == "failed", states
+    assert "db '/elsewhere/lake' is not carried" in "".join(capfd.readouterr())
     drop = convert.drop_columns(ln.AlterTableDropColumnsRequest(id=["events"], columns=["s"]))
     dr, states, _, _ = run(dag, run_conf={"request": drop.model_dump(mode="json")})
     assert dr.state == "failed" and states["route"] == "failed", states
