@@ -169,9 +169,11 @@ def drop_columns(request: ln.AlterTableDropColumnsRequest) -> DropColumns:
 
 
 def create_index(request: ln.CreateTableIndexRequest, *, scalar: bool = False) -> CreateIndex:
+    from geneva_provider.core.contracts.index_models import FtsConfig
+
     what = f"create_table_{'scalar_' if scalar else ''}index on column '{request.column}'"
     given = _given(request, "name", "num_partitions", "num_sub_vectors", "num_bits", "sample_rate", "m",
-                   "ef_construction")
+                   "ef_construction", *FtsConfig.model_fields)  # a full-text index's tokenizer too
     if request.distance_type:
         given["distance_type"] = request.distance_type.lower()
     index_type = (request.index_type or ("BTREE" if scalar else "IVF_PQ")).upper()

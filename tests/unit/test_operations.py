@@ -301,3 +301,23 @@ def test_plan_of_an_index_request_and_of_an_operation_that_is_no_job(db):
         plan(db, DropColumns(id=["t"], columns=["vec"]))
     with pytest.raises(InvalidArgumentError, match=r"num_sub_vectors=5 does not divide the dimension 64"):
         plan(db, CreateIndex(id=["t"], column="vec", num_sub_vectors=5))
+
+
+def test_a_full_text_index_request_carries_its_tokenizer_from_the_spec_to_the_plan(db):
+    import lance_namespace as ln
+    import pyarrow as pa
+
+    from geneva_provider.core.contracts.index_models import FtsConfig
+    from geneva_provider.namespace import convert
+    from geneva_provider.operations import plan
+    from geneva_provider.pipeline.stages.planning import open_plan
+
+    db.create_table("docs", pa.table({"x": pa.array(range(50), pa.int64()),
+                                      "s": [f"doc number {x}" for x in range(50)]}))
+    request = convert.create_index(ln.CreateTableIndexRequest(
+        id=["docs"], column="s", index_type="INVERTED", with_position=True, stem=False, language="French"),
+        scalar=True)
+    assert parse_operation(request.model_dump_json()) == request  # the tokenizer travels in the request's JSON
+    doc, _ = open_plan(plan(db, request).plan_uri)
+    assert doc.request.fts == FtsConfig(with_position=True, stem=False, language="French")
+    assert doc.request.column == "s"
