@@ -6,8 +6,9 @@ namespace returns.  ``route`` reads the request's ``op`` and picks its stages, e
 the task groups wire them:
 
 * ``backfill_column`` (a UDF column) and ``refresh_materialized_view`` (a query view, a chunker or a batch-UDTF
-  view): plan -> Spark apply -> Spark write+commit -> verify, then, unless the request says
-  ``refresh_indexes: false``, the index stage (plan_indexes -> Spark index, mapped over the indexes to refresh);
+  view): plan -> Spark apply -> Spark write+commit -> verify, then the index stage (plan_indexes -> Spark index,
+  mapped over the indexes to refresh), which ``indexes_wanted`` skips when the request says
+  ``refresh_indexes: false``;
 * ``create_index`` (a vector, scalar or full-text index, ``create_index`` / ``create_scalar_index`` of the
   namespace): the index plan -> the Spark index build.
 
@@ -49,7 +50,7 @@ with DAG(
 ):
 
     @task.branch(task_id="route")
-    def route(**context: Any) -> list[str]:
+    def route(**context: Any) -> str:
         from geneva_provider.core.errors import InvalidArgumentError
 
         conf = context["dag_run"].conf or {}
@@ -68,11 +69,12 @@ with DAG(
                 raise InvalidArgumentError(f"geneva_namespace_jobs: db {conf['db']!r} is not carried: this DAG's "
                                            f"tasks run on the database of connection "
                                            f"{LanceHook.default_conn_name!r}, {served!r}")
-        stage = STAGES[request["op"]]
-        wanted = [f"{stage}_plan"]
-        if stage != "index" and request.get("refresh_indexes", True) is not False:
-            wanted.append(f"{stage}_plan_indexes")  # the index stage: after verify (it waits for it)
-        return wanted
+        return f"{STAGES[request['op']]}_plan"
+
+    @task.short_circuit(trigger_rule="none_failed_min_one_success")
+    def indexes_wanted(**context: Any) -> bool:
+        """The request's ``refresh_indexes`` (default true): False skips the index stage after it."""
+        return (context["dag_run"].conf or {}).get("request", {}).get("refresh_indexes", True) is not False
 
     routed = route()
     jobs = [
@@ -89,11 +91,10 @@ with DAG(
         routed >> plan >> apply >> write >> verify
         plan >> [write, verify]
         # the index stage of the job (request refresh_indexes, default true): the indexes on what it wrote
+        wanted = indexes_wanted.override(task_id=f"{prefix}_indexes_wanted")()
         plan_indexes = GenevaPlanIndexRefreshesOperator(
-            task_id=f"{prefix}_plan_indexes", table=TABLE,
-            column="{{ dag_run.conf['request'].get('column') }}", trigger_rule="none_failed_min_one_success")
-        routed >> plan_indexes
-        [plan, verify] >> plan_indexes
+            task_id=f"{prefix}_plan_indexes", table=TABLE, column="{{ dag_run.conf['request'].get('column') }}")
+        [plan, verify] >> wanted >> plan_indexes
         GenevaSparkIndexOperator.partial(task_id=f"{prefix}_index").expand(plan=plan_indexes.output)
 
     index_plan = GenevaCreateIndexOperator(task_id="index_plan", request=REQUEST)

@@ -4,7 +4,8 @@
 * a backfill request with its tuning options (checkpoint and task sizes, commit granularity) runs the backfill
   stages (and not the others), the plan holds those options exactly, the values are exact, and the namespace's
   ``describe_job`` finds the job by the DAG run's id;
-* a chunker view's refresh runs the refresh stages, its rows exact;
+* a chunker view's refresh runs the refresh stages (without the index stage: ``refresh_indexes`` false), its rows
+  exact;
 * a ``create_index`` with ``num_partitions`` / ``num_sub_vectors`` runs the index plan + Spark build, and Lance's
   index has those parameters;
 * a request the DAG cannot carry (another op, database or database connection) fails ``route``, naming it,
@@ -57,7 +58,8 @@ def test_a_backfill_request_with_its_tuning_options_runs_the_backfill_stages_wit
     assert dr.state == "success", states
     assert stage_states(states, "backfill") == {
         "backfill_plan": "success", "backfill_apply": "success", "backfill_write_commit": "success",
-        "backfill_verify": "success", "backfill_plan_indexes": "success", "backfill_index": "skipped"}
+        "backfill_verify": "success", "backfill_indexes_wanted": "success", "backfill_plan_indexes": "success",
+        "backfill_index": "skipped"}
     assert set(stage_states(states, "refresh").values()) | {states["index_plan"], states["index_build"]} == {
         "skipped"}, states
     summary = tis["backfill_plan"].xcom_pull(task_ids="backfill_plan")
@@ -94,11 +96,13 @@ def test_a_chunker_views_refresh_request_runs_the_refresh_stages(dagbag, lance_d
         udtf_spec=MaterializedViewUdtfEntry(kind="chunker", udtf=letters.pickled_b64(), udtf_sha="",
                                             udtf_name="letters", udtf_version="1")))
     request = convert.refresh(ln.RefreshMaterializedViewRequest(id=["chunks"], max_rows_per_fragment=10))
+    request = request.model_copy(update={"refresh_indexes": False})  # the index stage skipped
     dr, states, _, _ = run(dagbag.get_dag(DAG_ID), run_conf={"request": request.model_dump(mode="json")})
     assert dr.state == "success", states
     assert stage_states(states, "refresh") == {
         "refresh_plan": "success", "refresh_apply": "success", "refresh_write_commit": "success",
-        "refresh_verify": "success", "refresh_plan_indexes": "success", "refresh_index": "skipped"}
+        "refresh_verify": "success", "refresh_indexes_wanted": "success", "refresh_plan_indexes": "skipped",
+        "refresh_index": "skipped"}
     assert set(stage_states(states, "backfill").values()) == {"skipped"}, states
     view = lance_db.open_table("chunks")
     rows = view.to_arrow(["x", "chunk", "start"]).to_pylist()
