@@ -2,10 +2,21 @@
 
 The namespace triggers a run through Airflow's REST API with the conf ``{"request": <the operation's JSON>,
 "db_conn_id": ...}`` (``geneva_provider.namespace.runners.AirflowRunner``); the run's id is the job id the
-namespace returns.  ``route`` reads the request and picks its stages -- a backfill (``backfill_column``) or a view
-refresh (``refresh_materialized_view``): plan -> Spark apply -> Spark write+commit -> verify, each a task retried
-on its own, as the backfill and refresh task groups wire them.  A request these stages cannot carry as given (a
-tuning option other than ``where``, another database connection) fails ``route``, before anything runs.
+namespace returns.  ``route`` reads the request's ``op`` and picks its stages, each a task retried on its own, as
+the task groups wire them:
+
+* ``backfill_column`` (a UDF column) and ``refresh_materialized_view`` (a query view, a chunker or a batch-UDTF
+  view): plan -> Spark apply -> Spark write+commit -> verify, then the index stage (plan_indexes -> Spark index,
+  mapped over the indexes to refresh), which ``indexes_wanted`` skips when the request says
+  ``refresh_indexes: false``;
+* ``create_index`` (a vector, scalar or full-text index, ``create_index`` / ``create_scalar_index`` of the
+  namespace): the index plan -> the Spark index build.
+
+The plan task takes the whole request (``request=``): every option it carries -- ``where``, checkpoint and task
+sizes, ``num_frags``, ``read_version``, ``src_version``, ``num_partitions``, ``num_sub_vectors`` ... -- reaches the
+plan exactly as the in-process path passes it (``geneva_provider.operations.plan``).  A request these stages cannot
+carry -- another op, a database or a database connection other than the one this DAG's tasks use -- fails
+``route``, naming it, before anything runs.
 """
 
 from __future__ import annotations
@@ -17,19 +28,24 @@ from airflow.sdk import DAG, task
 
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.operators.backfill import GenevaPlanBackfillOperator, GenevaVerifyOperator
+from geneva_provider.operators.indexes import (
+    GenevaCreateIndexOperator,
+    GenevaPlanIndexRefreshesOperator,
+    GenevaSparkIndexOperator,
+)
 from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSparkWriteCommitOperator
 from geneva_provider.operators.views import GenevaPlanRefreshOperator
 
-REQUEST = "dag_run.conf['request']"
-STAGES = {"backfill_column": "backfill_plan", "refresh_materialized_view": "refresh_plan"}
-CARRIED = {"op", "id", "column", "where", "refresh_indexes"}
+REQUEST = "{{ dag_run.conf['request'] }}"
+TABLE = "{{ dag_run.conf['request']['id'][-1] }}"
+STAGES = {"backfill_column": "backfill", "refresh_materialized_view": "refresh", "create_index": "index"}
 
 with DAG(
     dag_id="geneva_namespace_jobs",
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
-    render_template_as_native_obj=True,  # a request's where: None stays None
+    render_template_as_native_obj=True,  # the request renders as the dict it is, not its text
     tags=["geneva", "example", "namespace"],
 ):
 
@@ -39,25 +55,33 @@ with DAG(
 
         conf = context["dag_run"].conf or {}
         request = conf.get("request") or {}
-        if request.get("op") not in STAGES:
+        if not isinstance(request, dict) or request.get("op") not in STAGES:
             raise InvalidArgumentError(f"geneva_namespace_jobs: the request's op must be one of {sorted(STAGES)}, got "
-                                       f"{request.get('op')!r}")
+                                       f"{request.get('op') if isinstance(request, dict) else request!r}")
         if conf.get("db_conn_id") not in (None, LanceHook.default_conn_name):
-            raise InvalidArgumentError(f"geneva_namespace_jobs: runs on connection {LanceHook.default_conn_name!r}, "
-                                       f"not {conf['db_conn_id']!r}")
-        extra = sorted(k for k, v in request.items() if k not in CARRIED and v is not None)
-        if extra:
-            raise InvalidArgumentError(f"geneva_namespace_jobs: options {extra} of the request are not carried by "
-                                       "this DAG's stages; send the request without them")
-        return STAGES[request["op"]]
+            raise InvalidArgumentError(f"geneva_namespace_jobs: db_conn_id {conf['db_conn_id']!r} is not carried: "
+                                       f"this DAG's tasks run on connection {LanceHook.default_conn_name!r}")
+        if conf.get("db"):  # the namespace's root: the database the connection names, or the job would run elsewhere
+            from geneva_provider.core.catalog import absolute_uri
+
+            served = LanceHook().database.uri
+            if absolute_uri(str(conf["db"])) != served:
+                raise InvalidArgumentError(f"geneva_namespace_jobs: db {conf['db']!r} is not carried: this DAG's "
+                                           f"tasks run on the database of connection "
+                                           f"{LanceHook.default_conn_name!r}, {served!r}")
+        return f"{STAGES[request['op']]}_plan"
+
+    @task.short_circuit(trigger_rule="none_failed_min_one_success")
+    def indexes_wanted(**context: Any) -> bool:
+        """The request's ``refresh_indexes`` (default true): False skips the index stage after it."""
+        return (context["dag_run"].conf or {}).get("request", {}).get("refresh_indexes", True) is not False
 
     routed = route()
-    plans = [
-        GenevaPlanBackfillOperator(task_id="backfill_plan", table=f"{{{{ {REQUEST}['id'][-1] }}}}",
-                                   column=f"{{{{ {REQUEST}['column'] }}}}", where=f"{{{{ {REQUEST}.get('where') }}}}"),
-        GenevaPlanRefreshOperator(task_id="refresh_plan", view=f"{{{{ {REQUEST}['id'][-1] }}}}"),
+    jobs = [
+        GenevaPlanBackfillOperator(task_id="backfill_plan", request=REQUEST),
+        GenevaPlanRefreshOperator(task_id="refresh_plan", request=REQUEST),
     ]
-    for plan in plans:
+    for plan in jobs:
         prefix = plan.task_id.removesuffix("_plan")
         apply = GenevaSparkApplyOperator(task_id=f"{prefix}_apply", plan=plan.output)
         write = GenevaSparkWriteCommitOperator(task_id=f"{prefix}_write_commit", plan=plan.output,
@@ -66,3 +90,12 @@ with DAG(
                                       trigger_rule="none_failed_min_one_success")
         routed >> plan >> apply >> write >> verify
         plan >> [write, verify]
+        # the index stage of the job (request refresh_indexes, default true): the indexes on what it wrote
+        wanted = indexes_wanted.override(task_id=f"{prefix}_indexes_wanted")()
+        plan_indexes = GenevaPlanIndexRefreshesOperator(
+            task_id=f"{prefix}_plan_indexes", table=TABLE, column="{{ dag_run.conf['request'].get('column') }}")
+        [plan, verify] >> wanted >> plan_indexes
+        GenevaSparkIndexOperator.partial(task_id=f"{prefix}_index").expand(plan=plan_indexes.output)
+
+    index_plan = GenevaCreateIndexOperator(task_id="index_plan", request=REQUEST)
+    routed >> index_plan >> GenevaSparkIndexOperator(task_id="index_build", plan=index_plan.output)

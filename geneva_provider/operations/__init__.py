@@ -1,5 +1,6 @@
 """The front door of the pipeline: ``run(db, request)`` and ``submit(db, request)`` for every typed operation of
-:mod:`geneva_provider.core.contracts.operations` (backfill, views, columns, indexes, job records).
+:mod:`geneva_provider.core.contracts.operations` (backfill, views, columns, indexes, job records), and
+``plan(db, request)``: only a job's plan step (the Airflow plan tasks).
 
 The facade (``Table`` / ``Connection``), the CLI, the Lance namespace and the REST server all call it, instead of
 reaching into the pipeline's modules.  It sits between the facade and the pipeline: it imports core and pipeline,
@@ -8,6 +9,6 @@ as ``.catalog`` (a facade ``Connection``).
 """
 
 from geneva_provider.operations.background import JobHandle
-from geneva_provider.operations.dispatch import prepare, run, submit
+from geneva_provider.operations.dispatch import plan, prepare, run, submit
 
-__all__ = ["JobHandle", "prepare", "run", "submit"]
+__all__ = ["JobHandle", "plan", "prepare", "run", "submit"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from geneva_provider.core.contracts.kinds import JobKind, Stage
-from geneva_provider.core.contracts.models import BackfillResult, JobRecord, JobStatus
+from geneva_provider.core.contracts.models import BackfillResult, JobRecord, JobStatus, PlanSummary
 from geneva_provider.core.store.checkpoint import CheckpointStore
 from geneva_provider.pipeline.jobs import JobControl
 from geneva_provider.pipeline.stages.job_records import read_record
@@ -118,11 +118,18 @@ class JobHandle:
         return f"JobHandle({self.label}, job_id={self.job_id!r}, done={self.done()})"
 
 
+#: a job's plan step: ``plan(parallelism, airflow_run_id)`` stores the plan and returns its summary
+Planner = Callable[[int | None, str | None], PlanSummary]
+
+
 @dataclass
 class PreparedJob:
-    """A job checked against its table, not started: ``run(control)`` runs it to its end."""
+    """A job checked against its table, not started: ``run(control)`` runs it to its end; ``plan(parallelism,
+    airflow_run_id)`` runs only its plan step (what an Airflow plan task does, the stages after it being tasks of
+    their own), with the very options ``run`` would plan with."""
 
     run: Callable[[JobControl], Any]
+    plan: Planner
     store: CheckpointStore
     label: str
     kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.INDEX]

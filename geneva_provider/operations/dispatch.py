@@ -1,9 +1,11 @@
-"""``run`` / ``submit`` and one handler per operation, dispatched on the request's type
+"""``run`` / ``submit`` / ``plan`` and one handler per operation, dispatched on the request's type
 (``functools.singledispatch``): jobs (backfill, view refresh, index build) are *prepared* -- checked against the
-table, changing nothing -- then run here or in a background thread; the other operations run at once."""
+table, changing nothing -- then run here or in a background thread, or only planned (an Airflow plan task, whose
+later stages are tasks of their own); the other operations run at once."""
 
 from __future__ import annotations
 
+import importlib
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,9 +23,7 @@ from geneva_provider.core.contracts.operations import (
     DropColumns,
     DropIndex,
     GetJob,
-    IndexList,
     IndexStats,
-    IndexStatsInfo,
     JobAccepted,
     JobInfo,
     JobList,
@@ -39,6 +39,7 @@ from geneva_provider.operations.background import JobHandle, PreparedJob
 from geneva_provider.operations.indexes import create_index
 
 if TYPE_CHECKING:
+    from geneva_provider.core.contracts.models import PlanSummary
     from geneva_provider.core.store.checkpoint import CheckpointStore
     from geneva_provider.pipeline.jobs import JobControl
 
@@ -84,6 +85,18 @@ def submit(db: Db, request: Operation, *, spark: Any = None, checkpoint_store: C
     return JobAccepted(job_id=start(job).wait_for_id())
 
 
+def plan(db: Db, request: Operation, *, parallelism: int | None = None, airflow_run_id: str | None = None,
+         checkpoint_store: CheckpointStore | None = None, options: dict[str, Any] | None = None) -> PlanSummary:
+    """Only the plan step of the job of ``request`` (a backfill, a view refresh -- query, chunker or batch-UDTF
+    view --, an index build): checked and planned exactly as :func:`run` would, the plan stored, its summary
+    returned; the stages after it (Spark apply, write+commit, verify; or the Spark index build) take that summary.
+
+    This is what the Airflow plan tasks call.  ``parallelism``: the Spark task slots the plan sizes its tasks for;
+    ``airflow_run_id``: the DAG run the job's record names (a namespace's ``describe_job`` finds it by that id)."""
+    job = prepare(request, catalog_of(db), checkpoint_store=checkpoint_store, options=options)
+    return job.plan(parallelism, airflow_run_id)
+
+
 def start(job: PreparedJob) -> JobHandle:
     """The prepared job started in a background thread."""
     return JobHandle(job.store, job.label, kind=job.kind, table=job.table, column=job.column).start(job.run)
@@ -102,7 +115,7 @@ def _backfill(request: BackfillColumn, catalog: Catalog, *, spark: Any = None,
               checkpoint_store: CheckpointStore | None = None, options: dict[str, Any] | None = None) -> PreparedJob:
     from geneva_provider.core.filters import check_where
     from geneva_provider.core.functions.udf import lead_column
-    from geneva_provider.pipeline.columns.plan_backfill import udf_with_inputs
+    from geneva_provider.pipeline.columns.plan_backfill import plan_backfill, udf_with_inputs
     from geneva_provider.pipeline.jobs import backfill
 
     name, column = request.table, request.column
@@ -118,12 +131,15 @@ def _backfill(request: BackfillColumn, catalog: Catalog, *, spark: Any = None,
     store = checkpoint_store or ref.checkpoint_store()
     return PreparedJob(lambda control: backfill(ref, column, parsed, spark=spark, store=store, control=control,
                                                 refresh_indexes=request.refresh_indexes),
+                       lambda parallelism, run_id: plan_backfill(ref, column, parsed, store=store,
+                                                                 parallelism=parallelism, airflow_run_id=run_id),
                        store, f"{name}.{column}", JobKind.BACKFILL, name, column)
 
 
 @prepare.register(RefreshView)
 def _refresh(request: RefreshView, catalog: Catalog, *, spark: Any = None,
              checkpoint_store: CheckpointStore | None = None, options: dict[str, Any] | None = None) -> PreparedJob:
+    from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
     from geneva_provider.pipeline.jobs import refresh
 
     name = request.table
@@ -134,6 +150,8 @@ def _refresh(request: RefreshView, catalog: Catalog, *, spark: Any = None,
     store = checkpoint_store or ref.checkpoint_store()
     return PreparedJob(lambda control: refresh(ref, parsed, resolve=catalog.resolve, spark=spark, store=store,
                                                control=control, refresh_indexes=request.refresh_indexes),
+                       lambda parallelism, run_id: plan_refresh(ref, parsed, resolve=catalog.resolve, store=store,
+                                                                parallelism=parallelism, airflow_run_id=run_id),
                        store, f"refresh {name}", JobKind.REFRESH, name)
 
 
@@ -201,39 +219,20 @@ def _add_columns(request: AddColumns, catalog: Catalog, spark: Any = None) -> Co
     return changed
 
 
-@handle.register(AlterColumns)
-def _alter_columns(request: AlterColumns, catalog: Catalog, spark: Any = None) -> ColumnsChanged:
-    from geneva_provider.operations.columns import alter_columns
+def _answered_by(kind: type, module: str, name: str) -> None:
+    """Registers as ``kind``'s handler the function ``name(request, catalog)`` of the front door's ``module``
+    (imported when asked: the column and index modules load Lance and pyarrow)."""
+    def answer(request: Any, catalog: Catalog, spark: Any = None) -> Any:
+        return getattr(importlib.import_module(f"geneva_provider.operations.{module}"), name)(request, catalog)
 
-    return alter_columns(request, catalog)
-
-
-@handle.register(DropColumns)
-def _drop_columns(request: DropColumns, catalog: Catalog, spark: Any = None) -> ColumnsChanged:
-    from geneva_provider.operations.columns import drop_columns
-
-    return drop_columns(request, catalog)
+    answer.__name__ = f"_{name}"
+    handle.register(kind, answer)
 
 
-@handle.register(ListIndices)
-def _list_indices(request: ListIndices, catalog: Catalog, spark: Any = None) -> IndexList:
-    from geneva_provider.operations.indexes import list_indices
-
-    return list_indices(catalog.ref(request.table))
-
-
-@handle.register(IndexStats)
-def _index_stats(request: IndexStats, catalog: Catalog, spark: Any = None) -> IndexStatsInfo:
-    from geneva_provider.operations.indexes import index_stats
-
-    return index_stats(request, catalog)
-
-
-@handle.register(DropIndex)
-def _drop_index(request: DropIndex, catalog: Catalog, spark: Any = None) -> IndexList:
-    from geneva_provider.operations.indexes import drop_index
-
-    return drop_index(request, catalog)
+for _kind, _module, _name in ((AlterColumns, "columns", "alter_columns"), (DropColumns, "columns", "drop_columns"),
+                              (ListIndices, "indexes", "list_indices"), (IndexStats, "indexes", "index_stats"),
+                              (DropIndex, "indexes", "drop_index")):
+    _answered_by(_kind, _module, _name)
 
 
 @handle.register(ListJobs)
@@ -273,4 +272,4 @@ def _cancel_job(request: CancelJob, catalog: Catalog, spark: Any = None) -> JobI
     return JobInfo(job=request_cancel(catalog.ref(record.table).checkpoint_store(), request.job_id))
 
 
-__all__ = ["PreparedJob", "catalog_of", "handle", "prepare", "run", "start", "submit"]
+__all__ = ["PreparedJob", "catalog_of", "handle", "plan", "prepare", "run", "start", "submit"]

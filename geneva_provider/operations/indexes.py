@@ -7,9 +7,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.catalog import Catalog
-from geneva_provider.core.contracts.index_models import IndexRefresh, IndexSpec
+from geneva_provider.core.contracts.index_models import FtsConfig, IndexRefresh, IndexSpec
 from geneva_provider.core.contracts.kinds import JobKind
-from geneva_provider.core.contracts.operations import CreateIndex, DropIndex, IndexList, IndexStats, IndexStatsInfo
+from geneva_provider.core.contracts.operations import (
+    CreateIndex,
+    DropIndex,
+    IndexList,
+    IndexStats,
+    IndexStatsInfo,
+    ListIndices,
+)
 from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.operations.background import PreparedJob
 
@@ -26,6 +33,7 @@ def index_job(ref: TableRef, request: Callable[[Any], IndexSpec | IndexRefresh],
     """The job of the index request made of the table's dataset: checked now (table, request, options), run by
     the returned job."""
     from geneva_provider.pipeline.indexes.build import check_create
+    from geneva_provider.pipeline.indexes.kind import plan_index
     from geneva_provider.pipeline.jobs import build_index
 
     options = dict(options or {})
@@ -38,14 +46,17 @@ def index_job(ref: TableRef, request: Callable[[Any], IndexSpec | IndexRefresh],
     if isinstance(made, IndexSpec):  # checked against the table here, so a submitted build refuses it too
         check_create(ds, made, ref.name)
     store = checkpoint_store or ref.checkpoint_store()
+    given = {k: v for k, v in options.items() if v is not None}
     return PreparedJob(lambda control: build_index(ref, made, spark=spark, store=store, control=control, **options),
+                       lambda parallelism, run_id: plan_index(ref, made, store=store, parallelism=parallelism,
+                                                              airflow_run_id=run_id, **given),
                        store, f"index {ref.name}", JobKind.INDEX, ref.name)
 
 
 def create_index(request: CreateIndex, catalog: Catalog, *, spark: Any = None,
                  checkpoint_store: CheckpointStore | None = None, options: dict[str, Any] | None = None) -> PreparedJob:
     """``CreateTableIndexRequest``: a vector, scalar or full-text index over every fragment, as a job."""
-    from geneva_provider.core.contracts.index_models import FtsConfig, IndexType, parse_index_type
+    from geneva_provider.core.contracts.index_models import IndexType, parse_index_type
     from geneva_provider.pipeline.indexes.checks import index_spec
 
     name = request.table
@@ -67,7 +78,11 @@ def create_index(request: CreateIndex, catalog: Catalog, *, spark: Any = None,
     return index_job(catalog.ref(name), spec, spark=spark, checkpoint_store=checkpoint_store, options=options)
 
 
-def list_indices(ref: TableRef) -> IndexList:
+def list_indices(request: ListIndices, catalog: Catalog) -> IndexList:
+    return indexes_of(catalog.ref(request.table))
+
+
+def indexes_of(ref: TableRef) -> IndexList:
     from geneva_provider.pipeline.indexes.stats import list_indices as listed
 
     return IndexList(indexes=listed(ref.dataset()))
@@ -87,9 +102,9 @@ def drop_index(request: DropIndex, catalog: Catalog) -> IndexList:
     """Drops the index (Lance's ``drop_index``); InvalidArgumentError naming it when the table has no such index.
     Returns the indexes left."""
     ref = catalog.ref(request.table)
-    names = [i.name for i in list_indices(ref).indexes]
+    names = [i.name for i in indexes_of(ref).indexes]
     if request.index_name not in names:
         raise InvalidArgumentError(f"drop_index on table '{request.table}': no index {request.index_name!r} (its "
                                    f"indexes: {names})")
     ref.dataset().drop_index(request.index_name)
-    return list_indices(ref)
+    return indexes_of(ref)

@@ -195,3 +195,44 @@ def _duration(value: Any) -> timedelta | None:
         return None
     return parsed if isinstance(parsed, timedelta) else None
 
+
+
+def operation_of(value: Any, kinds: tuple[type, ...], who: str) -> Any:
+    """The typed request a plan operator's ``request`` argument holds once rendered: a request model, its dict
+    (``"{{ dag_run.conf['request'] }}"`` under ``render_template_as_native_obj``) or its JSON; InvalidArgumentError
+    naming ``who`` and the request's ``op`` when it is not one of ``kinds``."""
+    from geneva_provider.core.contracts.operations import parse_operation
+
+    if isinstance(value, str) and value.lstrip().startswith("{'"):
+        raise InvalidArgumentError(f"{who}: request {value[:80]!r}... is a Python dict's text, not JSON: render it "
+                                   "as a native object (DAG(render_template_as_native_obj=True)) or with '| tojson'")
+    operation = value if isinstance(value, kinds) else parse_operation(value if isinstance(value, str | bytes | dict)
+                                                                       else str(value))
+    if not isinstance(operation, kinds):
+        ops = sorted(k.model_fields["op"].default for k in kinds)  # type: ignore[attr-defined]
+        raise InvalidArgumentError(f"{who}: request op {operation.op!r} is not planned here; the ops are {ops}")
+    return operation
+
+
+def plan_job(operator: Any, context: Any, request: Any, *, options: dict[str, Any] | None = None,
+             parallelism: int | None = None) -> dict[str, Any]:
+    """Plans the job of ``request`` through the front door (``geneva_provider.operations.plan``) on the operator's
+    ``lance`` connection, as the in-process path plans it, and hands the plan on (:func:`planned`)."""
+    from geneva_provider.hooks.lance import LanceHook
+    from geneva_provider.operations import plan
+
+    return planned(operator, context, plan(LanceHook(operator.lance_conn_id).database, request,
+                                           parallelism=parallelism, airflow_run_id=context.get("run_id"),
+                                           options=options))
+
+
+def planned(operator: Any, context: Any, summary: Any) -> dict[str, Any]:
+    """A plan task's end: the summary kept for lineage, logged, the job linked in the UI; returned for XCom (what
+    the Spark and verify tasks take as ``plan``)."""
+    from geneva_provider.operators.links import push_job_link
+
+    operator._summary = summary
+    operator.log.info("Plan %s of %s of table '%s': %s", summary.job_id, summary.kind, summary.table,
+                      summary.describe())
+    push_job_link(context, summary.job_id, summary.table, operator.lance_conn_id)
+    return dict(summary.to_xcom())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
@@ -23,8 +23,10 @@ from geneva_provider.openlineage import LineageMixin
 from geneva_provider.operators._common import (
     check_dict,
     import_udf,
+    operation_of,
     option_params,
     parse_options,
+    plan_job,
     take_options,
     with_retry_policy,
 )
@@ -35,6 +37,9 @@ from geneva_provider.operators.partitions import (
     render_partition_where,
     run_partition_key,
 )
+
+if TYPE_CHECKING:
+    from geneva_provider.core.contracts.operations import BackfillColumn
 
 COLUMNS_EXPECTED = '{"y": "my_pkg.udfs:double"} or {"y": ("my_pkg.udfs:double", ["a"])}'
 
@@ -175,8 +180,17 @@ class GenevaPlanBackfillOperator(LineageMixin, BaseOperator):
     cluster's executor cores).  The summary (``job_id``, ``plan_uri``, ``rows_to_compute``,
     ``tasks``, ``fragments_reused`` ...) is what the Spark and verify operators take as ``plan``.
 
-    :param table: table name in the Lance database (templated)
+    The plan is made through the front door (``geneva_provider.operations.plan`` of a ``BackfillColumn``
+    request), so every option reaches it exactly as ``Table.backfill`` or a namespace's ``backfill_column`` passes
+    it.
+
+    :param table: table name in the Lance database (templated); with ``column``, or give ``request``
     :param column: the UDF column to compute (templated)
+    :param request: the whole backfill request instead (templated): a ``BackfillColumn``, its dict -- e.g.
+        ``"{{ dag_run.conf['request'] }}"`` in a DAG rendering templates as native objects -- or its JSON (a
+        ``backfill_column`` operation, as a Lance namespace's ``AlterTableBackfillColumnsRequest`` carries it:
+        ``id``, ``column``, ``where``, checkpoint and task sizes, ...).  Options given to the operator too are
+        added to the request's
     :param parallelism: Spark task slots the plan sizes its tasks for (default: this worker's CPU count)
     :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
     :param partition_where: the rows of the DAG run's partition, e.g. ``"date = {{ partition_key }}"``:
@@ -189,14 +203,18 @@ class GenevaPlanBackfillOperator(LineageMixin, BaseOperator):
         task (InvalidArgumentError naming the run) before any Spark work.
     """
 
-    template_fields: Sequence[str] = ("table", "column", *BackfillOptions.names())
+    template_fields: Sequence[str] = ("table", "column", "request", *BackfillOptions.names())
     ui_color = "#e8f4f8"
     operator_extra_links = (GenevaJobLink(),)
 
-    def __init__(self, *, table: str, column: str, parallelism: int | None = None,
-                 partition_where: str | None = None, lance_conn_id: str = LanceHook.default_conn_name,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, table: str | None = None, column: str | None = None, request: Any = None,
+                 parallelism: int | None = None, partition_where: str | None = None,
+                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
         job = f"backfill of table {table!r}"
+        if request is None and (table is None or column is None):
+            raise InvalidArgumentError(f"{type(self).__name__} (task_id {kwargs.get('task_id')!r}): give table and "
+                                       f"column, or request (a backfill_column request); got table={table!r}, "
+                                       f"column={column!r}")
         options = take_options(BackfillOptions, kwargs, type(self), job)
         check_count(parallelism, "parallelism", job)
         if partition_where is not None:
@@ -204,6 +222,7 @@ class GenevaPlanBackfillOperator(LineageMixin, BaseOperator):
         super().__init__(**with_retry_policy(kwargs))
         self.table = table
         self.column = column
+        self.request = request
         for name, value in options.items():
             setattr(self, name, value)
         self.parallelism = parallelism
@@ -213,21 +232,31 @@ class GenevaPlanBackfillOperator(LineageMixin, BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.pipeline.columns.plan_backfill import plan_backfill
-
-        job = f"backfill of table '{self.table}'"
-        options = parse_options(BackfillOptions, self, job)
+        request = self._request()
+        job = f"backfill of table '{request.table}'"
+        parsed = parse_options(BackfillOptions, self, job)
+        options = {k: v for k, v in dataclasses.asdict(parsed).items() if v is not None and k != "where"}
+        where = request.where if parsed.where is None else combined_where(request.where, parsed.where)
         if self.partition_where is not None:  # before the table is opened: a run without a key changes nothing
             key = run_partition_key(context, f"{job} (task_id {self.task_id!r})")
-            where = combined_where(options.where, render_partition_where(self.partition_where, key))
-            options = dataclasses.replace(options, where=where)
-            self.log.info("Partition %r of column '%s': computing the rows where %s", key, self.column, where)
-        tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        self._summary = summary = plan_backfill(tbl.ref, self.column, options, parallelism=self.parallelism,
-                                                airflow_run_id=context.get("run_id"))
-        self.log.info("Plan %s: %s", summary.job_id, summary.describe())
-        push_job_link(context, summary.job_id, summary.table, self.lance_conn_id)
-        return summary.to_xcom()
+            where = combined_where(where, render_partition_where(self.partition_where, key))
+            self.log.info("Partition %r of column '%s': computing the rows where %s", key, request.column, where)
+        return plan_job(self, context, request.model_copy(update={"where": where}), options=options,
+                        parallelism=self.parallelism)
+
+    def _request(self) -> BackfillColumn:
+        """The backfill request: ``request`` (rendered), else one of ``table`` and ``column``; a ``table`` /
+        ``column`` given with a request must name the same."""
+        from geneva_provider.core.contracts.operations import BackfillColumn, request
+
+        who = f"{type(self).__name__} (task_id {self.task_id!r})"
+        if self.request is None:
+            return request(BackfillColumn, id=[self.table], column=self.column)
+        made = operation_of(self.request, (BackfillColumn,), who)
+        for name, value in (("table", self.table), ("column", self.column)):
+            if value is not None and value != getattr(made, name):
+                raise InvalidArgumentError(f"{who}: {name}={value!r} is not the request's {getattr(made, name)!r}")
+        return made
 
 
 GenevaPlanBackfillOperator.__doc__ = inherit_params(GenevaPlanBackfillOperator.__doc__,

@@ -21,18 +21,18 @@ from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.errors import fails_without_retry
 from geneva_provider.hooks.lance import LanceHook
 from geneva_provider.openlineage import LineageMixin
-from geneva_provider.operators._common import reject_unknown_kwargs, with_retry_policy
-from geneva_provider.operators.links import GenevaJobLink, push_job_link
+from geneva_provider.operators._common import operation_of, plan_job, planned, reject_unknown_kwargs, with_retry_policy
+from geneva_provider.operators.links import GenevaJobLink
 from geneva_provider.operators.spark import _GenevaSparkStageOperator
 
 
 class _GenevaPlanIndexOperator(LineageMixin, BaseOperator):
-    """Plans an index job on the Airflow worker and returns its summary for XCom."""
+    """Plans an index job on the Airflow worker, through the front door, and returns its summary for XCom."""
 
     ui_color = "#f0e8f8"
     operator_extra_links = (GenevaJobLink(),)
 
-    def __init__(self, *, table: str, target_groups: int | None = None,
+    def __init__(self, *, table: str | None, target_groups: int | None = None,
                  lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
         reject_unknown_kwargs(type(self), kwargs)  # like the other plan operators: not Airflow's generic TypeError
         super().__init__(**with_retry_policy(kwargs))
@@ -40,19 +40,9 @@ class _GenevaPlanIndexOperator(LineageMixin, BaseOperator):
         self.target_groups = target_groups
         self.lance_conn_id = lance_conn_id
 
-    def _request(self, dataset: Any) -> Any:
-        raise NotImplementedError
-
-    @fails_without_retry
-    def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.pipeline.indexes.kind import plan_index
-
-        tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        self._summary = summary = plan_index(tbl.ref, self._request(tbl.dataset()), store=tbl.checkpoint_store,
-                             target_groups=self.target_groups, airflow_run_id=context.get("run_id"))
-        self.log.info("Index plan %s for table '%s': %s", summary.job_id, self.table, summary.describe())
-        push_job_link(context, summary.job_id, summary.table, self.lance_conn_id)
-        return summary.to_xcom()
+    def _job_options(self) -> dict[str, Any]:
+        """How the job is cut (``operations.indexes.JOB_OPTIONS``): the ones given."""
+        return {"target_groups": self.target_groups} if self.target_groups is not None else {}
 
 
 class GenevaCreateIndexOperator(_GenevaPlanIndexOperator):
@@ -77,17 +67,29 @@ class GenevaCreateIndexOperator(_GenevaPlanIndexOperator):
         ``with_position``, ``lower_case``, ``stem``, ``remove_stop_words``, ``ascii_folding``, ``max_token_length``)
     :param target_groups: segment tasks (fragment groups) the build is cut into (default: up to 8, none under
         1,000 rows)
+    :param request: the whole index request instead of ``table`` and the index's arguments (templated): a
+        ``CreateIndex``, its dict (e.g. ``"{{ dag_run.conf['request'] }}"`` in a DAG rendering templates as native
+        objects) or its JSON (a ``create_index`` operation, as a Lance namespace's ``CreateTableIndexRequest``
+        carries it)
     :param lance_conn_id: the ``lance`` connection naming the database (and its storage options)
+
+    The plan is made through the front door (``geneva_provider.operations.plan`` of a ``CreateIndex`` request),
+    as ``Table.create_index`` plans it.
     """
 
-    template_fields: Sequence[str] = ("table", "column", "vector_column_name", "name")
+    template_fields: Sequence[str] = ("table", "column", "vector_column_name", "name", "request")
 
-    def __init__(self, *, table: str, column: str | None = None, vector_column_name: str | None = None,
+    def __init__(self, *, table: str | None = None, column: str | None = None, vector_column_name: str | None = None,
                  index_type: str = "IVF_PQ", metric: str = "l2", num_partitions: int | None = None,
                  num_sub_vectors: int | None = None, num_bits: int = 8, name: str | None = None,
                  replace: bool = True, exist_ok: bool = False, fts: dict[str, Any] | None = None,
-                 **kwargs: Any) -> None:
+                 request: Any = None, **kwargs: Any) -> None:
+        if (table is None) == (request is None):
+            raise InvalidArgumentError(f"{type(self).__name__} (task_id {kwargs.get('task_id')!r}): give table (and "
+                                       f"the index's arguments) or request (a create_index request), one of them; "
+                                       f"got table={table!r}, request={request!r}")
         super().__init__(table=table, **kwargs)
+        self.request = request
         if not isinstance(exist_ok, bool):
             raise InvalidArgumentError(f"{type(self).__name__} '{self.task_id}' of table '{table}': "
                                        f"exist_ok must be True or False, got {exist_ok!r}")
@@ -96,21 +98,37 @@ class GenevaCreateIndexOperator(_GenevaPlanIndexOperator):
         self.index_type, self.metric, self.replace, self.fts = index_type, metric, replace, fts
         self.num_partitions, self.num_sub_vectors, self.num_bits = num_partitions, num_sub_vectors, num_bits
 
-    def _request(self, dataset: Any) -> Any:
-        from geneva_provider.core.contracts.index_models import FtsConfig
+    @fails_without_retry
+    def execute(self, context: Any) -> dict[str, Any]:
+        made = self._request()
+        if self.exist_ok:
+            self._skip_if_kept(made)
+        return plan_job(self, context, made, options=self._job_options())
+
+    def _request(self) -> Any:
+        """The ``CreateIndex`` request: ``request`` (rendered), else one of the operator's arguments."""
+        from geneva_provider.core.contracts.operations import CreateIndex, request
+        from geneva_provider.pipeline.indexes.checks import index_column
+
+        if self.request is not None:
+            return operation_of(self.request, (CreateIndex,), f"{type(self).__name__} (task_id {self.task_id!r})")
+        return request(CreateIndex, id=[self.table],
+                       column=index_column(str(self.table), self.vector_column_name, self.column),
+                       index_type=self.index_type, distance_type=self.metric, num_partitions=self.num_partitions,
+                       num_sub_vectors=self.num_sub_vectors, num_bits=self.num_bits, name=self.name,
+                       replace=self.replace and not self.exist_ok, **(self.fts or {}))
+
+    def _skip_if_kept(self, made: Any) -> None:
+        """``exist_ok``: AirflowSkipException when an index of the request's name exists on its column."""
         from geneva_provider.pipeline.indexes.checks import index_spec
         from geneva_provider.pipeline.indexes.stats import index_segments
 
-        extra = {"fts": FtsConfig(**self.fts)} if self.fts else {}
-        spec = index_spec(dataset, self.table, self.vector_column_name, self.column, self.index_type,
-                          metric=self.metric, num_partitions=self.num_partitions,
-                          num_sub_vectors=self.num_sub_vectors, num_bits=self.num_bits, name=self.name,
-                          replace=self.replace and not self.exist_ok, **extra)
+        dataset = LanceHook(self.lance_conn_id).open_table(made.table).dataset()
+        spec = index_spec(dataset, made.table, None, made.column, made.index_type, name=made.name)
         existing = sorted({c for s in index_segments(dataset, spec.index_name) for c in s["fields"]})
-        if self.exist_ok and existing == [spec.column]:
-            raise AirflowSkipException(f"index '{spec.index_name}' of table '{self.table}' exists on column "
+        if existing == [spec.column]:
+            raise AirflowSkipException(f"index '{spec.index_name}' of table '{made.table}' exists on column "
                                        f"'{spec.column}' (exist_ok=True): kept as it is, nothing planned")
-        return spec
 
 
 class GenevaRefreshIndexOperator(_GenevaPlanIndexOperator):
@@ -133,11 +151,17 @@ class GenevaRefreshIndexOperator(_GenevaPlanIndexOperator):
         super().__init__(table=table, **kwargs)
         self.index_name, self.column, self.retrain = index_name, column, retrain
 
-    def _request(self, dataset: Any) -> Any:
+    @fails_without_retry
+    def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.core.contracts.index_models import IndexRefresh
+        from geneva_provider.operations.indexes import index_job
         from geneva_provider.pipeline.indexes.checks import refresh_name
 
-        return IndexRefresh.of(refresh_name(self.table, self.index_name, self.column), self.retrain)
+        table = str(self.table)
+        request = IndexRefresh.of(refresh_name(table, self.index_name, self.column), self.retrain)
+        job = index_job(LanceHook(self.lance_conn_id).database.catalog.ref(table), lambda _: request,
+                        options=self._job_options())
+        return planned(self, context, job.plan(None, context.get("run_id")))
 
 
 class GenevaPlanIndexRefreshesOperator(LineageMixin, BaseOperator):

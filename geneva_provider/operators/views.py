@@ -5,6 +5,7 @@ The Spark stages and verify are the backfill operators: a refresh plan is a plan
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,12 +20,14 @@ from geneva_provider.openlineage import LineageMixin
 from geneva_provider.operators._common import (
     check_dict,
     import_udf,
+    operation_of,
     option_params,
     parse_options,
+    plan_job,
     take_options,
     with_retry_policy,
 )
-from geneva_provider.operators.links import GenevaJobLink, push_job_link
+from geneva_provider.operators.links import GenevaJobLink
 
 VIEW_COLUMNS_EXPECTED = '{"out": "source_column"} or {"out": "my_pkg.udfs:embed"}'
 
@@ -120,24 +123,34 @@ class GenevaPlanRefreshOperator(LineageMixin, BaseOperator):
     """Plans a view refresh: appends placeholders for new source rows, stores the plan, returns its summary.
 
     Takes every refresh option (``src_version``, ``max_rows_per_fragment`` and the tuning options
-    shared with backfills), each templated, and ``parallelism`` like the backfill plan operator.
+    shared with backfills), each templated, and ``parallelism`` like the backfill plan operator.  A query view's,
+    a chunker view's or a batch-UDTF view's refresh alike; planned through the front door
+    (``geneva_provider.operations.plan`` of a ``RefreshView`` request), as ``view.refresh()`` plans it.
 
-    :param view: the view's table name (templated)
+    :param view: the view's table name (templated); or give ``request``
+    :param request: the whole refresh request instead (templated): a ``RefreshView``, its dict (e.g.
+        ``"{{ dag_run.conf['request'] }}"`` in a DAG rendering templates as native objects) or its JSON (a
+        ``refresh_materialized_view`` operation).  Options given to the operator too are added to the request's
     :param parallelism: Spark task slots the plan sizes its tasks for (default: this worker's CPU count)
     :param lance_conn_id: the ``lance`` connection naming the database (and its storage options).
     """
 
-    template_fields: Sequence[str] = ("view", *RefreshOptions.names())
+    template_fields: Sequence[str] = ("view", "request", *RefreshOptions.names())
     ui_color = "#e8f4f8"
     operator_extra_links = (GenevaJobLink(),)
 
-    def __init__(self, *, view: str, parallelism: int | None = None, lance_conn_id: str = LanceHook.default_conn_name,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, view: str | None = None, request: Any = None, parallelism: int | None = None,
+                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
         job = f"refresh of view {view!r}"
+        if (view is None) == (request is None):
+            raise InvalidArgumentError(f"{type(self).__name__} (task_id {kwargs.get('task_id')!r}): give view or "
+                                       f"request (a refresh_materialized_view request), one of them; got "
+                                       f"view={view!r}, request={request!r}")
         options = take_options(RefreshOptions, kwargs, type(self), job)
         check_count(parallelism, "parallelism", job)
         super().__init__(**with_retry_policy(kwargs))
         self.view = view
+        self.request = request
         for name, value in options.items():
             setattr(self, name, value)
         self.parallelism = parallelism
@@ -146,15 +159,16 @@ class GenevaPlanRefreshOperator(LineageMixin, BaseOperator):
 
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
-        from geneva_provider.pipeline.columns.plan_refresh import plan_refresh
+        from geneva_provider.core.contracts.operations import RefreshView, request
 
-        db = LanceHook(self.lance_conn_id).database
-        options = parse_options(RefreshOptions, self, f"refresh of view '{self.view}'")
-        self._summary = summary = plan_refresh(db.catalog.ref(self.view), options, resolve=db.catalog.resolve,
-                                               parallelism=self.parallelism, airflow_run_id=context.get("run_id"))
-        self.log.info("Refresh plan %s for view '%s': %s", summary.job_id, self.view, summary.describe())
-        push_job_link(context, summary.job_id, summary.table, self.lance_conn_id)
-        return summary.to_xcom()
+        if self.request is None:
+            made = request(RefreshView, id=[self.view])
+        else:
+            made = operation_of(self.request, (RefreshView,), f"{type(self).__name__} (task_id {self.task_id!r})")
+        parsed = dataclasses.asdict(parse_options(RefreshOptions, self, f"refresh of view '{made.table}'"))
+        own = {k: parsed.pop(k) for k in ("src_version", "max_rows_per_fragment") if parsed[k] is not None}
+        return plan_job(self, context, made.model_copy(update=own),
+                        options={k: v for k, v in parsed.items() if v is not None}, parallelism=self.parallelism)
 
 
 GenevaPlanRefreshOperator.__doc__ = inherit_params(GenevaPlanRefreshOperator.__doc__,

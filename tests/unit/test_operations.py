@@ -267,3 +267,57 @@ def test_index_built_listed_described_and_dropped(db):
         run(db, DropIndex(id=["t"], index_name="other"))
     assert run(db, DropIndex(id=["t"], index_name="vec_idx")).indexes == []
     assert tbl.list_indices() == []
+
+
+def test_plan_stores_the_plan_with_every_option_of_the_request_and_changes_no_value(db, call_dir):
+    from geneva_provider.operations import plan
+    from geneva_provider.pipeline.stages.planning import load_plan
+
+    tbl = db.create_table("events", events_table(300), max_rows_per_file=100)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    summary = plan(db, BackfillColumn(id=["events"], column="y", where="x >= 50", checkpoint_size=20,
+                                      min_checkpoint_size=10, max_checkpoint_size=40, task_size=25,
+                                      commit_granularity=1, concurrency=3), airflow_run_id="manual__1")
+    assert (summary.rows_to_compute, summary.tasks) == (250, 2 + 4 + 4)  # 50, 100, 100 rows in tasks of 25
+    doc, _ = load_plan(summary.plan_uri)
+    s = doc.settings
+    assert (s.checkpoint_size, s.min_checkpoint_size, s.max_checkpoint_size, s.task_size, s.commit_granularity,
+            s.concurrency, doc.where) == (20, 10, 40, 25, 1, 3, "x >= 50")
+    [job] = run(db, ListJobs(id=["events"])).jobs
+    assert (job.job_id, job.airflow_run_id, job.status, job.rows_planned) == (summary.job_id, "manual__1",
+                                                                              JobStatus.PENDING, 250)
+    assert read_calls(call_dir) == [] and set(values(tbl, "y").values()) == {None}  # planned, nothing computed
+
+
+def test_plan_of_an_index_request_and_of_an_operation_that_is_no_job(db):
+    from geneva_provider.operations import plan
+    from tests.index_data import clustered
+
+    db.create_table("t", clustered(2000), max_rows_per_file=500)
+    summary = plan(db, CreateIndex(id=["t"], column="vec", num_partitions=4, num_sub_vectors=8),
+                   options={"target_groups": 2})
+    assert (summary.kind, summary.index_name, summary.tasks, summary.rows_to_compute) == ("index", "vec_idx", 2, 2000)
+    with pytest.raises(InvalidArgumentError, match=r"operation 'drop_columns' is not a job"):
+        plan(db, DropColumns(id=["t"], columns=["vec"]))
+    with pytest.raises(InvalidArgumentError, match=r"num_sub_vectors=5 does not divide the dimension 64"):
+        plan(db, CreateIndex(id=["t"], column="vec", num_sub_vectors=5))
+
+
+def test_a_full_text_index_request_carries_its_tokenizer_from_the_spec_to_the_plan(db):
+    import lance_namespace as ln
+    import pyarrow as pa
+
+    from geneva_provider.core.contracts.index_models import FtsConfig
+    from geneva_provider.namespace import convert
+    from geneva_provider.operations import plan
+    from geneva_provider.pipeline.stages.planning import open_plan
+
+    db.create_table("docs", pa.table({"x": pa.array(range(50), pa.int64()),
+                                      "s": [f"doc number {x}" for x in range(50)]}))
+    request = convert.create_index(ln.CreateTableIndexRequest(
+        id=["docs"], column="s", index_type="INVERTED", with_position=True, stem=False, language="French"),
+        scalar=True)
+    assert parse_operation(request.model_dump_json()) == request  # the tokenizer travels in the request's JSON
+    doc, _ = open_plan(plan(db, request).plan_uri)
+    assert doc.request.fts == FtsConfig(with_position=True, stem=False, language="French")
+    assert doc.request.column == "s"
