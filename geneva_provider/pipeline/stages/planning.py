@@ -48,6 +48,7 @@ from geneva_provider.core.fragments import files_holding, live_row_addresses, ou
 from geneva_provider.core.ranges import count_of, runs_of, slice_runs
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open_store, split_key_uri
 from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix, new_job_id, src_files_key
+from geneva_provider.pipeline.stages.collector import keep_collections_small
 from geneva_provider.pipeline.stages.job_records import check_leases, start_record, take_over
 from geneva_provider.pipeline.stages.kinds import registered_kinds
 from geneva_provider.pipeline.stages.parsed_docs import ParsedDocs
@@ -77,6 +78,7 @@ class PlanCall:
         """The call's settings checked (``job`` names it in an error), with their defaults: the table's own
         checkpoint store, one task per core."""
         width = check_count(parallelism, "parallelism", job) or os.cpu_count() or 1
+        keep_collections_small()
         return cls(store or ref.checkpoint_store(), width, airflow_run_id, resolve)
 
 
@@ -356,6 +358,7 @@ def save_plan(
 def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
               ) -> tuple[AnyPlan, CheckpointStore]:
     """Reads a plan document of any kind and opens the store it lives in."""
+    keep_collections_small()
     try:
         root, key = split_key_uri(plan_uri)
     except ValueError as exc:
