@@ -196,7 +196,7 @@ def plan_fragments(
             newly_valid[fid] = signature
             fragments.append(FragmentPlan(**common, rows=len(exam.needed), action=Action.DONE))
             continue
-        needed = int(exam.needed.sum())
+        needed = int(np.count_nonzero(exam.needed))
         if needed == 0:
             fragments.append(FragmentPlan(**common, rows=0, action=Action.EMPTY))
             continue
