@@ -296,7 +296,9 @@ def store_plan(
 
     def part(fid: int, a: int, b: int) -> TaskPart:
         target = FileTarget.of(entries[fid]) if fid in whole and a == 0 and b == counted[fid] else None
-        return TaskPart(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid], target=target)
+        # Built from validated entries and run maths: not validated again (a part a fragment of a large plan).
+        return TaskPart.model_construct(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid],
+                                        target=target)
 
     # Longest first: Spark launches tasks in partition order, so the big ones start early and
     # the small ones fill the gaps at the end.
