@@ -98,7 +98,6 @@ class CheckpointSizer:
             self._work = (self._work[0] * DECAY + rows, self._work[1] * DECAY + max(work_seconds, 0.0))
         if stored_rows > 0:
             self._store = (self._store[0] * DECAY + stored_rows, self._store[1] * DECAY + max(store_seconds, 0.0))
-        self._keep_learnt()
 
     @property
     def recomputing_is_cheaper(self) -> bool:
@@ -147,27 +146,11 @@ class CheckpointSizer:
             self._seconds = self._seconds * DECAY + seconds
         want = int(self._rows / max(self._seconds, _MIN_SECONDS) * self.target_seconds)
         self._size = max(self.lo, min(self.hi, want, self._size * MAX_GROWTH))
-        self._keep_learnt()
-
-    def _keep_learnt(self) -> None:
-        """What this sizer measured, kept for the next job of its function in this process (see job_sizer)."""
-        if self.function is None or not self._rows:
-            return
-        _LEARNT.pop(self.function, None)
-        _LEARNT[self.function] = (self._rows, self._seconds, self._work, self._store)
-        while len(_LEARNT) > _LEARNT_KEPT:
-            del _LEARNT[next(iter(_LEARNT))]
-
-    def _learn(self, function: str) -> None:
-        """Starts where the last sizer of ``function`` in this process stood: its speed, and what computing and
-        checkpointing a row cost (whether a checkpoint is worth writing); nothing when the size is fixed."""
-        self.function = function
-        learnt = _LEARNT.get(function)
-        if learnt is None or self.fixed or not self.target_seconds:
-            return
-        self._rows, self._seconds, self._work, self._store = learnt
-        want = int(self._rows / max(self._seconds, _MIN_SECONDS) * self.target_seconds)
-        self._size = max(self.lo, min(self.hi, want))
+        if self.function is not None:
+            _SPEEDS.pop(self.function, None)
+            _SPEEDS[self.function] = max(self._seconds, _MIN_SECONDS) / self._rows
+            while len(_SPEEDS) > _SPEEDS_KEPT:
+                del _SPEEDS[next(iter(_SPEEDS))]
 
 
 # The sizers of the jobs this Python worker ran tasks of, by job id, the latest last.  Spark reuses a worker
@@ -177,16 +160,13 @@ class CheckpointSizer:
 # speed carries over; another job (a rerun included) starts with a probe.
 _SIZERS: dict[str, CheckpointSizer] = {}
 _SIZERS_KEPT = 8
-# What a function last cost in this process, by its identity (:func:`job_sizer`'s
+# What a row of a function last cost in this process (seconds), by the function's identity (:func:`job_sizer`'s
 # ``function``): the first task of the function's next job here -- a backfill of the same UDF on another table, a
 # first backfill after the warm-up -- starts at that speed instead of a probe and its ramp (issue 44: a first
 # backfill of 1M rows of x * 2 in 10 fragments spent ~5 small checkpoints per worker reaching the max bound).
 # Measured here, by the worker that ran the function: nothing runs anywhere else to learn it.
-# Kept: (rows, seconds) of the speed estimate, and the (rows, seconds) of computing and of checkpointing, decayed --
-# without the latter, the new job's first chunks would all be checkpointed again while it learns whether a
-# checkpoint is worth its write (a first chunk over 170 fragments of 100 rows: 170 checkpoint files).
-_LEARNT: dict[str, tuple[float, float, tuple[float, float], tuple[float, float]]] = {}
-_LEARNT_KEPT = 64
+_SPEEDS: dict[str, float] = {}
+_SPEEDS_KEPT = 64
 
 
 def job_sizer(job_id: str | None, settings: PlanSettings, function: str | None = None) -> CheckpointSizer:
@@ -201,8 +181,9 @@ def job_sizer(job_id: str | None, settings: PlanSettings, function: str | None =
     sizer = _SIZERS.pop(job_id, None)
     if sizer is None:
         sizer = CheckpointSizer.of(settings)
-        if function is not None:
-            sizer._learn(function)
+        sizer.function = function
+        if function is not None and function in _SPEEDS:
+            sizer.assume(_SPEEDS[function])
     _SIZERS[job_id] = sizer
     while len(_SIZERS) > _SIZERS_KEPT:
         del _SIZERS[next(iter(_SIZERS))]
