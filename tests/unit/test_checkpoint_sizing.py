@@ -118,20 +118,6 @@ def test_the_next_task_of_a_job_in_a_worker_process_starts_at_the_learnt_size():
     assert job_sizer("job-a", settings).size == PROBE_ROWS
 
 
-def test_a_new_job_of_a_function_measured_in_this_process_starts_at_its_speed():
-    settings = settings_for()
-    run(job_sizer("first-table", settings, function="array:double:1:x"), VECTORISED, 5)
-    # The same UDF over the same inputs, on another table (another job): no probe and no ramp.
-    assert job_sizer("second-table", settings, function="array:double:1:x").size == 100_000
-    # Another function, or a job that names none, probes as before.
-    assert job_sizer("other-udf", settings, function="array:model:1:x").size == PROBE_ROWS
-    assert job_sizer("a-view", settings).size == PROBE_ROWS
-    # A slow model's speed gives its next job a few seconds of rows, not the max bound.
-    run(job_sizer("model-1", settings, function="scalar:model:1:text"), GPU_MODEL, 3)
-    assert job_sizer("model-2", settings, function="scalar:model:1:text").size == pytest.approx(
-        TARGET_CHECKPOINT_SECONDS / GPU_MODEL, rel=0.2)
-
-
 @pytest.mark.parametrize(("lo", "hi"), [(0, 10), (10, 5)])
 def test_bounds_that_cannot_hold_are_refused(lo, hi):
     with pytest.raises(ValueError, match="1 <= min <= max"):

@@ -287,7 +287,7 @@ class ColumnExecutor:
         self.ds = ctx.dataset()
         self.work = job_input(ctx, self.ds)  # what the job's kind reads and computes: a scan, a copy
         self.watch = CallWatch.here(self.store, ctx.job, ctx.job_id)
-        self.sizer = job_sizer(ctx.job_id, ctx.settings, function=_function(ctx))
+        self.sizer = job_sizer(ctx.job_id, ctx.settings)
         self.keys: dict[tuple[str, int], list[BatchKey]] = {}
         for bk in JobStore(self.store).batches(ctx.job.job_prefix):
             self.keys.setdefault((bk.prefix, bk.frag_id), []).append(bk)
@@ -324,13 +324,6 @@ class ColumnExecutor:
                 target = part.target if len(positions) == part.rows else None  # all of it, none checkpointed
                 pieces.append(_Piece(part.frag, prefix, positions, addrs, len(positions) == len(live), target))
         return pieces, held_rows
-
-
-def _function(ctx: StageContext) -> str | None:
-    """What a job's rows cost depends on: its UDF (name and version) over its input columns (None: a view's
-    refresh, of several UDFs or none)."""
-    udf = ctx.job.udf
-    return None if udf is None else f"{udf.kind}:{udf.name}:{udf.version}:{','.join(ctx.job.input_columns or [])}"
 
 
 def apply_task(task: Task, worker: ColumnExecutor) -> ApplyTaskResult:

@@ -64,7 +64,6 @@ class CheckpointSizer:
         self._seconds = 0.0
         self._work = (0.0, 0.0)   # decayed (rows, seconds) of computing chunks: read, function, fingerprints
         self._store = (0.0, 0.0)  # decayed (rows, seconds) of storing their checkpoints
-        self.function: str | None = None  # what it measures, whose speed the process keeps (see job_sizer)
 
     @classmethod
     def of(cls, settings: PlanSettings) -> CheckpointSizer:
@@ -146,11 +145,6 @@ class CheckpointSizer:
             self._seconds = self._seconds * DECAY + seconds
         want = int(self._rows / max(self._seconds, _MIN_SECONDS) * self.target_seconds)
         self._size = max(self.lo, min(self.hi, want, self._size * MAX_GROWTH))
-        if self.function is not None:
-            _SPEEDS.pop(self.function, None)
-            _SPEEDS[self.function] = max(self._seconds, _MIN_SECONDS) / self._rows
-            while len(_SPEEDS) > _SPEEDS_KEPT:
-                del _SPEEDS[next(iter(_SPEEDS))]
 
 
 # The sizers of the jobs this Python worker ran tasks of, by job id, the latest last.  Spark reuses a worker
@@ -160,30 +154,16 @@ class CheckpointSizer:
 # speed carries over; another job (a rerun included) starts with a probe.
 _SIZERS: dict[str, CheckpointSizer] = {}
 _SIZERS_KEPT = 8
-# What a row of a function last cost in this process (seconds), by the function's identity (:func:`job_sizer`'s
-# ``function``): the first task of the function's next job here -- a backfill of the same UDF on another table, a
-# first backfill after the warm-up -- starts at that speed instead of a probe and its ramp (issue 44: a first
-# backfill of 1M rows of x * 2 in 10 fragments spent ~5 small checkpoints per worker reaching the max bound).
-# Measured here, by the worker that ran the function: nothing runs anywhere else to learn it.
-_SPEEDS: dict[str, float] = {}
-_SPEEDS_KEPT = 64
 
 
-def job_sizer(job_id: str | None, settings: PlanSettings, function: str | None = None) -> CheckpointSizer:
-    """The sizer of job ``job_id`` in this process: the one its earlier tasks here left, or a new one -- which starts
-    at the speed ``function`` (the identity of what the job computes: a UDF's name, version and inputs) last had
-    in this process, if it ran here before.
+def job_sizer(job_id: str | None, settings: PlanSettings) -> CheckpointSizer:
+    """The sizer of job ``job_id`` in this process: the one its earlier tasks here left, or a new one.
 
     Not for concurrent tasks of one process (none runs two: a Spark task has a Python worker to itself).
     """
     if job_id is None:  # not a stored job's task: nothing names its tasks' speed
         return CheckpointSizer.of(settings)
-    sizer = _SIZERS.pop(job_id, None)
-    if sizer is None:
-        sizer = CheckpointSizer.of(settings)
-        sizer.function = function
-        if function is not None and function in _SPEEDS:
-            sizer.assume(_SPEEDS[function])
+    sizer = _SIZERS.pop(job_id, None) or CheckpointSizer.of(settings)
     _SIZERS[job_id] = sizer
     while len(_SIZERS) > _SIZERS_KEPT:
         del _SIZERS[next(iter(_SIZERS))]
