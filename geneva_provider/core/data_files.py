@@ -15,5 +15,5 @@ class PlainPathDataFile(DataFile):
     """pylance's ``DataFile`` whose ``path`` is the plain string it holds (not callable, as no caller here needs)."""
 
     @property
-    def path(self) -> str:  # type: ignore[override] # a plain str where pylance returns a callable str subclass
+    def path(self) -> str:  # a plain str, where pylance returns a callable str subclass
         return self._path
