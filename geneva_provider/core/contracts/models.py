@@ -53,9 +53,9 @@ class DataFileRef(_Model):
     base_id: int | None = None
 
     def to_lance(self) -> Any:
-        from lance.fragment import DataFile
+        from geneva_provider.core.data_files import PlainPathDataFile
 
-        return DataFile(**self.model_dump())
+        return PlainPathDataFile(**self.model_dump())
 
 
 class FragmentPlan(_Model):
@@ -110,8 +110,9 @@ class FileTarget(_Model):
 
     @classmethod
     def of(cls, entry: FragmentPlan) -> FileTarget:
-        return cls(physical_rows=entry.physical_rows, src_files=entry.src_files, base_file=entry.base_file,
-                   complete=entry.complete)
+        # Not validated again: the fields are a validated FragmentPlan's (one target a fragment of a large plan).
+        return cls.model_construct(physical_rows=entry.physical_rows, src_files=entry.src_files,
+                                   base_file=entry.base_file, complete=entry.complete)
 
 
 class TaskPart(_Runs):

@@ -130,11 +130,14 @@ class BackfillExaminer:
         return files_holding(frag.metadata, self.read_ids)
 
     def examine(self, frag: Fragment) -> Exam:
+        if not files_holding(frag.metadata, self.fp_ids):  # never computed here: every live row, none stale
+            rows = frag.count_rows()
+            return Exam(needed=self.selected(frag) if self.where else np.ones(rows, bool), invalid=rows)
         computed, valid = self.row_states(frag)
         invalid = ~valid
-        self.rows_stale += int((computed & invalid).sum())
+        self.rows_stale += int(np.count_nonzero(computed & invalid))
         needed = invalid & self.selected(frag) if self.where else invalid
-        return Exam(needed=needed, invalid=int(invalid.sum()))
+        return Exam(needed=needed, invalid=int(np.count_nonzero(invalid)))
 
     def row_states(self, frag: Fragment) -> tuple[np.ndarray, np.ndarray]:
         """Per live row (in scan order): whether it holds a fingerprint (was computed), and whether that equals

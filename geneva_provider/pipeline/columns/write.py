@@ -230,8 +230,10 @@ def _committed_earlier(plan: ColumnPlan, store: CheckpointStore, storage_options
         return set()
     import lance
 
-    live = {f.fragment_id: f.metadata for f in lance.dataset(
-        plan.table_uri, storage_options=storage_options).get_fragments()}
+    ds = lance.dataset(plan.table_uri, storage_options=storage_options)
+    if ds.version == plan.read_version:  # nothing was committed since the plan: no attempt of it committed either
+        return set()
+    live = {f.fragment_id: f.metadata for f in ds.get_fragments()}
     return {f.id for f in plan.fragments
             if f.action in (Action.COMPUTE, Action.REUSE) and f.id in live
             and output_files(live[f.id], plan.output_field_ids) in mine.get(f.id, set())}

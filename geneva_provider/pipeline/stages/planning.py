@@ -48,6 +48,7 @@ from geneva_provider.core.fragments import files_holding, live_row_addresses, ou
 from geneva_provider.core.ranges import count_of, runs_of, slice_runs
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open_store, split_key_uri
 from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix, new_job_id, src_files_key
+from geneva_provider.pipeline.stages.collector import keep_collections_small
 from geneva_provider.pipeline.stages.job_records import check_leases, start_record, take_over
 from geneva_provider.pipeline.stages.kinds import registered_kinds
 from geneva_provider.pipeline.stages.parsed_docs import ParsedDocs
@@ -77,6 +78,7 @@ class PlanCall:
         """The call's settings checked (``job`` names it in an error), with their defaults: the table's own
         checkpoint store, one task per core."""
         width = check_count(parallelism, "parallelism", job) or os.cpu_count() or 1
+        keep_collections_small()
         return cls(store or ref.checkpoint_store(), width, airflow_run_id, resolve)
 
 
@@ -194,7 +196,7 @@ def plan_fragments(
             newly_valid[fid] = signature
             fragments.append(FragmentPlan(**common, rows=len(exam.needed), action=Action.DONE))
             continue
-        needed = int(exam.needed.sum())
+        needed = int(np.count_nonzero(exam.needed))
         if needed == 0:
             fragments.append(FragmentPlan(**common, rows=0, action=Action.EMPTY))
             continue
@@ -294,7 +296,9 @@ def store_plan(
 
     def part(fid: int, a: int, b: int) -> TaskPart:
         target = FileTarget.of(entries[fid]) if fid in whole and a == 0 and b == counted[fid] else None
-        return TaskPart(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid], target=target)
+        # Built from validated entries and run maths: not validated again (a part a fragment of a large plan).
+        return TaskPart.model_construct(frag=fid, ranges=slice_runs(runs[fid], a, b), src_key=src_keys[fid],
+                                        target=target)
 
     # Longest first: Spark launches tasks in partition order, so the big ones start early and
     # the small ones fill the gaps at the end.
@@ -356,6 +360,7 @@ def save_plan(
 def open_plan(plan_uri: str, storage_options: dict[str, str] | None = None
               ) -> tuple[AnyPlan, CheckpointStore]:
     """Reads a plan document of any kind and opens the store it lives in."""
+    keep_collections_small()
     try:
         root, key = split_key_uri(plan_uri)
     except ValueError as exc:
