@@ -11,13 +11,16 @@ walks only what was made since.  The worker daemon does the same after its impor
 (:mod:`geneva_provider.worker_daemon`).
 
 A frozen object is still freed when its last reference goes; only a reference cycle among the objects held at
-that moment is never collected -- garbage already there, left by whatever ran before, whose size a later full
-collection would have spent more time than memory to find.
+that moment is never collected -- garbage already there, or a cycle those objects form later.  In a process that
+runs stages (an Airflow task, a spark-submit driver, the stand-alone stage runner, a script) that is the imports
+and the session.  An interactive process (a notebook, a REPL) also holds its user's data, which it may drop later:
+there nothing is frozen.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 
 _lock = threading.Lock()
@@ -28,9 +31,14 @@ def keep_collections_small() -> None:
     """Freezes what the process holds, once: the first stage's imports and session are left out of every later
     full collection (a no-op after the first call)."""
     global _frozen
-    if _frozen:
+    if _frozen or _interactive():
         return
     with _lock:
         if not _frozen:
             gc.freeze()
             _frozen = True
+
+
+def _interactive() -> bool:
+    """A REPL or an IPython kernel (a notebook): the process holds its user's objects, not only imports."""
+    return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "IPython" in sys.modules
