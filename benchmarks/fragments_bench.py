@@ -5,7 +5,8 @@ backfill must not pay a Spark task (or a plan entry, or a commit) per fragment. 
 array UDF, warm ``local[2]`` session; each table is made once and backfilled once.
 
 Run ``python benchmarks/fragments_bench.py [--rows 100000 1000000] [--fragments 4 100 1000 5000]``.
-Targets: 1,000 fragments <= 1.5x and 5,000 fragments <= 2x the 4-fragment time for the same rows.
+Targets: 1,000 fragments <= 1.5x and 5,000 fragments <= 2x the 4-fragment time for the same rows; and (issue 44)
+ours <= 1.2x the Lance floor plus our fixed cost (below).
 
 References, same run, over copies of the same fragments (one process, no Spark, no checkpoints):
 
@@ -39,6 +40,7 @@ import geneva_provider as gp
 from geneva_provider.stages import local_session
 
 TARGETS = {1_000: 1.5, 5_000: 2.0}
+FLOOR_TARGET = 1.2  # issue 44: ours <= 1.2 x (the Lance floor + our fixed cost)
 
 
 def make_table(db: gp.Connection, name: str, rows: int, fragments: int) -> gp.Table:
@@ -161,6 +163,14 @@ def main() -> None:
                 verdict = "PASS" if ratio <= TARGETS[frags] else "MISS"
                 print(f"{verdict}  {rows:,} rows in {frags:,} fragments <= {TARGETS[frags]}x the "
                       f"{args.fragments[0]}-fragment time: {ratio:.2f}x")
+            if frags != args.fragments[0] and (rows, args.fragments[0]) in results:
+                # issue 44's: at most FLOOR_TARGET x the Lance floor plus our own fixed cost (the first run's time
+                # beyond its floor): what we pay per fragment beyond what Lance must
+                fixed = results[(rows, args.fragments[0])][0] - floor.get((rows, args.fragments[0]), 0.0)
+                ratio = wall / (floor[(rows, frags)] + fixed)
+                verdict = "PASS" if ratio <= FLOOR_TARGET else "MISS"
+                print(f"{verdict}  {rows:,} rows in {frags:,} fragments <= {FLOOR_TARGET}x (Lance floor "
+                      f"{floor[(rows, frags)]:.2f} s + our fixed cost {fixed:.2f} s): {ratio:.2f}x")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
