@@ -68,7 +68,7 @@ def test_plan_and_operator_agree_on_fragments_already_valid(lance_db, spark, cap
     log = "\n".join([out.out, out.err, *(r.getMessage() for r in caplog.records)])
     job = summary["job_id"]
     planned = re.search(rf"\bplan {job}: table 'events' column 'y': (.*?)(?: \[geneva_provider|$)", log, re.M)[1]
-    operator = re.search(rf"\bPlan {job}: (.*?)(?: \[airflow|$)", log, re.M)[1]
+    operator = re.search(rf"\bPlan {job} of backfill of table 'events': (.*?)(?: \[airflow|$)", log, re.M)[1]
     assert planned == operator
     assert "50 rows to compute" in operator and "3 fragments already valid" in operator
     assert "0 staged fragments reused" in operator
