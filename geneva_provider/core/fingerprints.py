@@ -15,6 +15,7 @@ It detects changes; it is not meant to resist an adversary.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from itertools import pairwise
 
 import numpy as np
@@ -204,7 +205,7 @@ def digest_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray], seed: str
     # Each row's message -- per column, b"\x00" for a NULL, else its length (8 bytes, little-endian) and its
     # bytes -- is built by Arrow for all rows at once; Python then makes one hash per row.
     pieces = [piece for col in columns for piece in _framed(col)]
-    message = pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(*pieces, _NO_SEPARATOR)
+    message = pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(*pieces, _large_binary(b""))
     if not num_rows:
         return pa.array(np.zeros(0, np.uint64), pa.uint64())
     offsets = np.frombuffer(message.buffers()[1], np.int64)[message.offset:message.offset + num_rows + 1].tolist()
@@ -226,8 +227,11 @@ def digest_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray], seed: str
     return pa.array(np.frombuffer(b"".join(digests), "<u8"), pa.uint64())
 
 
-_NO_SEPARATOR = pa.scalar(b"", pa.large_binary())
-_NULL_VALUE = pa.scalar(b"\x00", pa.large_binary())
+@cache
+def _large_binary(value: bytes) -> pa.Scalar:
+    """A large_binary scalar, made at first use: ``pa.scalar`` imports pandas (~0.5 s), which a process that only
+    plans (an Airflow task, the CLI) never needs."""
+    return pa.scalar(value, pa.large_binary())
 
 
 def _framed(col: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
@@ -243,8 +247,8 @@ def _framed(col: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
         return [_binary(np.arange(0, 16 * n + 1, 16, dtype=np.int64), framed.tobytes())]
     values = arr.cast(pa.large_binary())
     if values.null_count:
-        whole = pc.binary_join_element_wise(*_framed(values.fill_null(b"")), _NO_SEPARATOR)
-        return [pc.if_else(values.is_null(), _NULL_VALUE, whole)]
+        whole = pc.binary_join_element_wise(*_framed(values.fill_null(b"")), _large_binary(b""))
+        return [pc.if_else(values.is_null(), _large_binary(b"\x00"), whole)]
     offsets = np.frombuffer(values.buffers()[1], np.int64)[values.offset:values.offset + n + 1]
     return [_binary(np.arange(0, 8 * n + 1, 8, dtype=np.int64), np.diff(offsets).astype("<u8").tobytes()), values]
 

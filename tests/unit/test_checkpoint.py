@@ -105,3 +105,28 @@ def test_a_checkpoint_of_a_null_struct_round_trips(tmp_path):
     store["k"] = table
     assert store["k"].equals(table)
     assert store["k"].column("info").to_pylist() == [{"a": 1, "b": "x"}, None, {"a": None, "b": "z"}]
+
+
+def test_a_local_store_keeps_documents_as_text_files_and_still_reads_lance_ones(tmp_path):
+    """Documents (job records, plans) are plain ``.json`` files on a local store -- a one-row Lance file costs ~10x
+    more to write and read -- and one written as a Lance file (by an earlier version) is still read."""
+    root = tmp_path / "ck"
+    store = LanceCheckpointStore(str(root))
+    store["old"] = pa.table({"json": ['{"v": 1}']})  # how a document was stored before
+    assert store.get_text("old") == '{"v": 1}'
+    store.put_text("old", '{"v": 2}')  # rewritten: one file of the new form, none of the old
+    store.put_text("new", '{"ü": "✓"}')
+    assert sorted(os.listdir(root)) == ["new.json", "old.json"]
+    assert (store.get_text("old"), store.get_text("new")) == ('{"v": 2}', '{"ü": "✓"}')
+    assert store["new"].column("json").to_pylist() == ['{"ü": "✓"}']
+    assert "new" in store and store.list_keys() == ["new", "old"]
+    stamp = store.stamp("new")
+    store.put_text("new", '{"ü": "✓✓"}')
+    assert stamp is not None and store.stamp("new") not in (None, stamp)
+    store["new"] = pa.table({"value": [1]})  # a table under a document's key replaces it
+    assert sorted(os.listdir(root)) == ["new.lance", "old.json"]
+    store.delete("old")
+    store.delete("new")
+    assert os.listdir(root) == [] and store.list_keys() == [] and "old" not in store
+    with pytest.raises(KeyError):
+        store.get_text("old")

@@ -8,6 +8,7 @@ layout's business (:mod:`geneva_provider.core.store.layout`); a store only keeps
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import uuid
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 M = TypeVar("M", bound="BaseModel")
 
 KEY_SUFFIX = ".lance"
+DOC_SUFFIX = ".json"  # a document of a local store (see LanceCheckpointStore)
 _MIN_FILE_BYTES = 40  # a Lance file's footer alone is longer
 ROWADDR = "_rowaddr"  # the row-address column of every batch checkpoint
 # The Lance file format of what a store writes.  Checkpoints live from an apply to its commit, and writing
@@ -150,6 +152,12 @@ class LanceCheckpointStore(CheckpointStore):
     Local writes go to a temporary name and are renamed into place, so a killed writer
     never leaves a truncated checkpoint that looks complete; object stores publish a
     file only when its upload completes.
+
+    On a local store a document (:meth:`put_text`: job records, plans, staged-files records, markers) is a plain
+    UTF-8 file ``<key>.json`` instead: a job writes and reads some 25 of each, and a one-row Lance file costs
+    ~1.3 ms to write and ~1.5 ms to read against ~0.2 and ~0.02 ms for the text (issue 44: ~0.08 s of a 0.2 s
+    incremental backfill).  A document written as a Lance file (by an earlier version, or on an object store) is
+    still read; a key is one or the other, whichever was written last.
     """
 
     def __init__(self, root: str, storage_options: dict[str, str] | None = None) -> None:
@@ -172,19 +180,61 @@ class LanceCheckpointStore(CheckpointStore):
         batches = value.to_batches() if isinstance(value, pa.Table) else [value]
         name = key + KEY_SUFFIX
         if self._local is not None:
-            final = os.path.join(self._local, name)
-            tmp = os.path.join(self._local, f".tmp-{uuid.uuid4().hex}-{name}")
-            os.makedirs(self._local, exist_ok=True)
+            tmp = self._tmp(name)
             with LanceFileWriter(tmp, value.schema, version=file_version(value.schema)) as w:
                 for b in batches:
                     w.write_batch(b)
-            os.replace(tmp, final)
+            self._publish(tmp, key, name)
             return
         with self._session.open_writer(name, schema=value.schema, version=file_version(value.schema)) as w:
             for b in batches:
                 w.write_batch(b)
 
+    def _tmp(self, name: str) -> str:
+        """A new temporary path in the local store for a file to become ``name``."""
+        assert self._local is not None
+        os.makedirs(self._local, exist_ok=True)
+        return os.path.join(self._local, f".tmp-{uuid.uuid4().hex}-{name}")
+
+    def _publish(self, tmp: str, key: str, name: str) -> None:
+        """Renames a written temporary file into place as ``name``, and removes the key's other form."""
+        assert self._local is not None
+        os.replace(tmp, os.path.join(self._local, name))
+        other = key + (KEY_SUFFIX if name.endswith(DOC_SUFFIX) else DOC_SUFFIX)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(self._local, other))
+
+    def _doc_path(self, key: str) -> str | None:
+        """Where a local store keeps ``key`` as a document (None on an object store)."""
+        return None if self._local is None else os.path.join(self._local, key + DOC_SUFFIX)
+
+    def put_text(self, key: str, text: str) -> None:
+        if (path := self._doc_path(key)) is None:
+            super().put_text(key, text)
+            return
+        _check_key(key)
+        tmp = self._tmp(key + DOC_SUFFIX)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        self._publish(tmp, key, os.path.basename(path))
+
+    def get_text(self, key: str) -> str:
+        if (path := self._doc_path(key)) is not None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    return f.read()
+            except FileNotFoundError:
+                pass  # a document written as a Lance file, or no document
+            except UnicodeDecodeError:
+                raise CorruptCheckpointError(f"checkpoint {key} in {self._root} is unreadable: not UTF-8 text"
+                                             ) from None
+        return super().get_text(key)
+
     def __getitem__(self, key: str) -> pa.Table:
+        if (path := self._doc_path(key)) is not None and os.path.exists(path):
+            import pyarrow as pa
+
+            return pa.table({"json": [self.get_text(key)]})
         return self._read(key, None)
 
     def get_columns(self, key: str, columns: list[str]) -> pa.Table:
@@ -193,11 +243,13 @@ class LanceCheckpointStore(CheckpointStore):
     def stamp(self, key: str) -> tuple[int, ...] | None:
         if self._local is None:
             return None
-        try:
-            st = os.stat(os.path.join(self._local, key + KEY_SUFFIX))
-        except OSError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)  # a write renames a new file into place: a new inode
+        for suffix in (DOC_SUFFIX, KEY_SUFFIX):
+            try:
+                st = os.stat(os.path.join(self._local, key + suffix))
+            except OSError:
+                continue
+            return (st.st_ino, st.st_mtime_ns, st.st_size)  # a write renames a new file into place: a new inode
+        return None
 
     def schema(self, key: str) -> pa.Schema:
         schema: pa.Schema = self._read(key, None, lambda reader: reader.metadata().schema)
@@ -228,6 +280,8 @@ class LanceCheckpointStore(CheckpointStore):
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
             return False
+        if (path := self._doc_path(key)) is not None and os.path.exists(path):
+            return True
         try:
             return self._session.contains(key + KEY_SUFFIX)
         except RuntimeError as exc:
@@ -243,10 +297,14 @@ class LanceCheckpointStore(CheckpointStore):
                 return []
         else:
             names = self._session.list("")
-        keys = [n[: -len(KEY_SUFFIX)] for n in names if n.endswith(KEY_SUFFIX) and not n.startswith(".tmp-")]
+        keys = {n[: -len(suffix)] for n in names if not n.startswith(".tmp-")
+                for suffix in (KEY_SUFFIX, DOC_SUFFIX) if n.endswith(suffix)}
         return sorted(k for k in keys if k.startswith(prefix) and "/" not in k)
 
     def delete(self, key: str) -> None:
+        if (path := self._doc_path(key)) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
         if key in self:
             self._session.delete_file(key + KEY_SUFFIX)
 
