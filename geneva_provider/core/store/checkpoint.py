@@ -302,10 +302,11 @@ class LanceCheckpointStore(CheckpointStore):
         return sorted(k for k in keys if k.startswith(prefix) and "/" not in k)
 
     def delete(self, key: str) -> None:
-        if (path := self._doc_path(key)) is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
-        if key in self:
+        if self._local is not None:  # no lookup first: a marker is removed after every UDF call
+            for suffix in (DOC_SUFFIX, KEY_SUFFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self._local, key + suffix))
+        elif key in self:
             self._session.delete_file(key + KEY_SUFFIX)
 
 

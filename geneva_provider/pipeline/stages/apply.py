@@ -30,7 +30,7 @@ from geneva_provider.pipeline.stages.context import StageContext
 from geneva_provider.pipeline.stages.job_records import update_record
 from geneva_provider.pipeline.stages.kinds import JobKindSpec, job_kind
 from geneva_provider.pipeline.stages.on_driver import apply_runner
-from geneva_provider.pipeline.stages.planning import load_ledger, load_plan, record_row_seconds
+from geneva_provider.pipeline.stages.planning import load_plan, measured_row_seconds, record_row_seconds
 from geneva_provider.pipeline.stages.skip_limits import check_skip_limits
 from geneva_provider.pipeline.stages.spark_stage import spark_stage
 
@@ -56,7 +56,7 @@ def run_apply(plan_uri: str, spark: Compute, storage_options: dict[str, str] | N
                  plan.read_version)
         return ApplyResult(job_id=plan.job_id, tasks_run=0, rows_computed=0, rows_reused=plan.rows_reused,
                            checkpoints_written=0, errors=0, seconds=0.0)
-    runner = apply_runner(task_runner(spark), plan, lambda: load_ledger(store, plan.job_prefix).row_seconds)
+    runner = apply_runner(task_runner(spark), plan, lambda: measured_row_seconds(store, plan))
     profile = runner.resource_profile(plan.resource_asks, plan.label())  # refused before any Spark job
     with spark_stage(plan, store, Stage.APPLY, runner, storage_options):
         check_planned_columns(plan, storage_options, "apply")  # no value is computed for a column re-created since

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Protocol, cast
@@ -127,6 +128,22 @@ def record_valid(store: CheckpointStore, job: str, signatures: dict[int, list[st
     JobStore(store).put_ledger(job, ledger)
 
 
+# What a row of each UDF (by name and version) cost its last measured apply in this process, whatever the table: a
+# warm process (a notebook, a long-lived worker) that has run a function knows its cost on the next table too, so a
+# cheap UDF's first backfill of a table is planned and run like its increments (issue 44).  The most recent kept.
+_UDF_ROW_SECONDS: OrderedDict[tuple[str, str], float] = OrderedDict()
+_UDF_ROW_SECONDS_KEPT = 256
+
+
+def measured_row_seconds(store: CheckpointStore, job: JobSpec) -> float | None:
+    """What a row of the job's column cost: its ledger's measure (the column's last apply), else what the same UDF
+    (name and version) last cost in this process on another table; None when neither was measured."""
+    measured = load_ledger(store, job.job_prefix).row_seconds
+    if measured is None and job.udf is not None:
+        measured = _UDF_ROW_SECONDS.get((job.udf.name, job.udf.version))
+    return measured
+
+
 def record_row_seconds(store: CheckpointStore, plan: JobPlan, rows: int, seconds: float) -> None:
     """Keeps what ``rows`` rows cost an apply (reading, UDF, fingerprints) in the job's ledger, for the next plan
     to judge whether splitting a fragment pays (:mod:`~geneva_provider.pipeline.stages.task_cuts`) and whether its
@@ -140,6 +157,11 @@ def record_row_seconds(store: CheckpointStore, plan: JobPlan, rows: int, seconds
     job = plan.job_prefix
     ledger = load_ledger(store, job)
     ledger.row_seconds = seconds / rows
+    if plan.udf is not None:
+        _UDF_ROW_SECONDS[(plan.udf.name, plan.udf.version)] = ledger.row_seconds
+        _UDF_ROW_SECONDS.move_to_end((plan.udf.name, plan.udf.version))
+        while len(_UDF_ROW_SECONDS) > _UDF_ROW_SECONDS_KEPT:
+            _UDF_ROW_SECONDS.popitem(last=False)
     try:
         JobStore(store).put_ledger(job, ledger)
     except OSError as exc:  # a hint for the next plan: never a reason to fail the job that measured it
@@ -288,7 +310,7 @@ def store_plan(
     rows_to_compute = sum(n for _, n in counts)
     lo, _ = options.checkpoint_bounds()
     pieces = cut_tasks(counts, call.parallelism, lo, options.task_size,
-                       lambda: load_ledger(call.store, job.job_prefix).row_seconds)
+                       lambda: measured_row_seconds(call.store, job))
     # A part holding every row of its fragment to compute (none checkpointed before) writes the fragment's file.
     entries = {f.id: f for f in fragments}
     whole = {fid for fid, r in work if entries[fid].needed == r}

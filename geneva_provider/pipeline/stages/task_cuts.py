@@ -10,8 +10,10 @@ Splitting saves at most the fragment's own compute time, so a fragment whose row
 :data:`SPLIT_COST_SECONDS` to compute is kept whole.
 
 What a row costs is what the job prefix's last apply measured (reading its inputs, calling the UDF,
-fingerprinting), kept in the prefix's ledger (:attr:`~geneva_provider.core.contracts.models.Ledger.row_seconds`).
-A job with no measurement (the column's first) is cut as before: an unknown UDF may be a model.
+fingerprinting), kept in the prefix's ledger (:attr:`~geneva_provider.core.contracts.models.Ledger.row_seconds`),
+or what the same UDF last cost in this process on another table
+(:func:`~geneva_provider.pipeline.stages.planning.measured_row_seconds`).  A job with no measurement (a UDF this
+column and this process never measured) is cut as before: an unknown UDF may be a model.
 """
 
 from __future__ import annotations
