@@ -217,11 +217,12 @@ def operation_of(value: Any, kinds: tuple[type, ...], who: str) -> Any:
 def plan_job(operator: Any, context: Any, request: Any, *, options: dict[str, Any] | None = None,
              parallelism: int | None = None) -> dict[str, Any]:
     """Plans the job of ``request`` through the front door (``geneva_provider.operations.plan``) on the operator's
-    ``lance`` connection, as the in-process path plans it, and hands the plan on (:func:`planned`)."""
+    ``lance`` connection, in the namespace its ``id`` names (the root's, or a child namespace's), as the in-process
+    path plans it, and hands the plan on (:func:`planned`)."""
     from geneva_provider.hooks.lance import LanceHook
     from geneva_provider.operations import plan
 
-    return planned(operator, context, plan(LanceHook(operator.lance_conn_id).database, request,
+    return planned(operator, context, plan(LanceHook(operator.lance_conn_id).catalog_for(request.id), request,
                                            parallelism=parallelism, airflow_run_id=context.get("run_id"),
                                            options=options))
 

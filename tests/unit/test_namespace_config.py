@@ -76,8 +76,7 @@ def test_job_runner_airflow_sends_a_child_namespace_s_job_with_the_table_s_whole
 
     from geneva_provider.core.contracts.operations import RemoteJob
     from geneva_provider.namespace.runners import AirflowRunner
-    from tests.namespace_data import docs
-    from tests.namespace_server import ipc
+    from tests.namespace_data import create_child_docs
 
     root = str(tmp_path / "lake")
     sent: list[tuple[str, str, Any]] = []
@@ -89,10 +88,9 @@ def test_job_runner_airflow_sends_a_child_namespace_s_job_with_the_table_s_whole
     monkeypatch.setattr(AirflowRunner, "_call", call)
     ns = ln.connect("geneva", {"root": root, "job_runner": "airflow", "airflow.url": "http://127.0.0.1:9",
                                "airflow.token": SECRET, "airflow.db_conn_id": "lake_conn"})
-    ns.create_namespace(ln.CreateNamespaceRequest(id=["lake"]))
-    ns.create_table(ln.CreateTableRequest(id=["lake", "docs"]), ipc(docs()))
+    table_id = create_child_docs(ns, "lake")
     run_id = ns.alter_table_backfill_columns(ln.AlterTableBackfillColumnsRequest(
-        id=["lake", "docs"], column="x", task_size=5)).job_id
+        id=table_id, column="x", task_size=5)).job_id
     method, path, body = sent[0]
     assert (method, path, body["dag_run_id"]) == ("POST", "dags/geneva_namespace_jobs/dagRuns", run_id)
     conf = body["conf"]
