@@ -235,5 +235,5 @@ def planned(operator: Any, context: Any, summary: Any) -> dict[str, Any]:
     operator._summary = summary
     operator.log.info("Plan %s of %s of table '%s': %s", summary.job_id, summary.kind, summary.table,
                       summary.describe())
-    push_job_link(context, summary.job_id, summary.table, operator.lance_conn_id)
+    push_job_link(context, summary.job_id, summary.table, operator.lance_conn_id, summary.namespace)
     return dict(summary.to_xcom())

@@ -9,7 +9,8 @@
 * a ``create_index`` with ``num_partitions`` / ``num_sub_vectors`` runs the index plan + Spark build, and Lance's
   index has those parameters;
 * a backfill of a table in a child namespace (id ``["team_a", "docs"]``) runs the same stages on that table --
-  its index stage too -- and only on it, not on the root's table of the same name;
+  its index stage too -- and only on it, not on the root's table of the same name; the tasks' job link names the
+  namespace;
 * a request the DAG cannot carry (another op, database or database connection, a child namespace that does not
   exist) fails ``route``, naming it, before anything runs."""
 
@@ -26,7 +27,9 @@ from lance_namespace_urllib3_client.models import MaterializedViewUdtfEntry
 import geneva_provider as gp
 from geneva_provider.core.contracts.operations import GetJob, RemoteJob, SourceQuery
 from geneva_provider.namespace import convert
+from geneva_provider.operators.links import JOB_LINK_KEY
 from geneva_provider.pipeline.stages.planning import load_plan
+from geneva_provider.plugin import job_record
 from tests.airflow.test_example_dags import run
 from tests.conftest import FAKE_SECRET
 from tests.helpers import events_table, plain_double
@@ -155,7 +158,8 @@ def test_a_backfill_of_a_table_in_a_child_namespace_runs_on_that_table_only(dagb
         "backfill_verify": "success", "backfill_indexes_wanted": "success", "backfill_plan_indexes": "success",
         "backfill_index": "skipped"}
     summary = tis["backfill_plan"].xcom_pull(task_ids="backfill_plan")
-    assert (summary["table"], summary["rows_to_compute"], summary["tasks"]) == ("docs", 15, 3)
+    assert (summary["table"], summary["namespace"], summary["rows_to_compute"], summary["tasks"]) == (
+        "docs", ["team_a"], 15, 3)
     child = lance.dataset(ns.describe_table(ln.DescribeTableRequest(id=table_id)).location)
     child.validate()
     assert {r["x"]: r["y"] for r in child.to_table(columns=["x", "y"]).to_pylist()} == {
@@ -165,6 +169,10 @@ def test_a_backfill_of_a_table_in_a_child_namespace_runs_on_that_table_only(dagb
     job = describe(lance_db.uri, dr.run_id)
     assert (job.status, job.airflow_run_id, job.table, job.column, job.rows_committed) == (
         "DONE", dr.run_id, "docs", "y", 15)
+    # the tasks' "Geneva job" link names the namespace, and the plugin's page finds the record there
+    link = tis["backfill_verify"].xcom_pull(task_ids="backfill_verify", key=JOB_LINK_KEY)
+    assert link.endswith(f"/geneva/jobs/{job.job_id}?table=docs&conn=lance_default&namespace=team_a"), link
+    assert job_record(job.job_id, "docs", "lance_default", "team_a")["rows_committed"] == 15
     assert FAKE_SECRET not in "".join(capfd.readouterr())
 
     missing = request.model_copy(update={"id": ["team_x", "docs"]})
