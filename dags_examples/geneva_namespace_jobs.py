@@ -1,8 +1,11 @@
 """The jobs a ``GenevaNamespace`` with ``job_runner=airflow`` submits: one DAG run per request.
 
-The namespace triggers a run through Airflow's REST API with the conf ``{"request": <the operation's JSON>,
-"db_conn_id": ...}`` (``geneva_provider.namespace.runners.AirflowRunner``); the run's id is the job id the
-namespace returns.  ``route`` reads the request's ``op`` and picks its stages, each a task retried on its own, as
+The namespace triggers a run through Airflow's REST API with the conf ``{"request": <the operation's JSON>, "db":
+..., "db_conn_id": ...}`` (``geneva_provider.core.contracts.operations.RemoteJob``, sent by
+``geneva_provider.namespace.runners.AirflowRunner``); the run's id is the job id the namespace returns.  The
+request's ``id`` names the table: its name alone for a table of the database's root, its namespace path then its
+name (``["team_a", "docs"]``) for one of a child namespace, which every task opens there, as the namespace's
+in-process runner does.  ``route`` reads the request's ``op`` and picks its stages, each a task retried on its own, as
 the task groups wire them:
 
 * ``backfill_column`` (a UDF column) and ``refresh_materialized_view`` (a query view, a chunker or a batch-UDTF
@@ -15,8 +18,8 @@ the task groups wire them:
 The plan task takes the whole request (``request=``): every option it carries -- ``where``, checkpoint and task
 sizes, ``num_frags``, ``read_version``, ``src_version``, ``num_partitions``, ``num_sub_vectors`` ... -- reaches the
 plan exactly as the in-process path passes it (``geneva_provider.operations.plan``).  A request these stages cannot
-carry -- another op, a database or a database connection other than the one this DAG's tasks use -- fails
-``route``, naming it, before anything runs.
+carry -- another op, a database or a database connection other than the one this DAG's tasks use, a child
+namespace that does not exist -- fails ``route``, naming it, before anything runs.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from geneva_provider.operators.spark import GenevaSparkApplyOperator, GenevaSpar
 from geneva_provider.operators.views import GenevaPlanRefreshOperator
 
 REQUEST = "{{ dag_run.conf['request'] }}"
+# the request's id is the table's namespace path, then its name: the one place a child namespace is named
 TABLE = "{{ dag_run.conf['request']['id'][-1] }}"
+NAMESPACE = "{{ dag_run.conf['request']['id'][:-1] }}"
 STAGES = {"backfill_column": "backfill", "refresh_materialized_view": "refresh", "create_index": "index"}
 
 with DAG(
@@ -51,30 +56,32 @@ with DAG(
 
     @task.branch(task_id="route")
     def route(**context: Any) -> str:
+        from geneva_provider.core.contracts.operations import RemoteJob
         from geneva_provider.core.errors import InvalidArgumentError
 
-        conf = context["dag_run"].conf or {}
-        request = conf.get("request") or {}
-        if not isinstance(request, dict) or request.get("op") not in STAGES:
-            raise InvalidArgumentError(f"geneva_namespace_jobs: the request's op must be one of {sorted(STAGES)}, got "
-                                       f"{request.get('op') if isinstance(request, dict) else request!r}")
-        if conf.get("db_conn_id") not in (None, LanceHook.default_conn_name):
-            raise InvalidArgumentError(f"geneva_namespace_jobs: db_conn_id {conf['db_conn_id']!r} is not carried: "
+        job = RemoteJob.of(context["dag_run"].conf or {}, "geneva_namespace_jobs")
+        if job.db_conn_id not in (None, LanceHook.default_conn_name):
+            raise InvalidArgumentError(f"geneva_namespace_jobs: db_conn_id {job.db_conn_id!r} is not carried: "
                                        f"this DAG's tasks run on connection {LanceHook.default_conn_name!r}")
-        if conf.get("db"):  # the namespace's root: the database the connection names, or the job would run elsewhere
+        if job.db:  # the namespace's root: the database the connection names, or the job would run elsewhere
             from geneva_provider.core.catalog import absolute_uri
 
             served = LanceHook().database.uri
-            if absolute_uri(str(conf["db"])) != served:
-                raise InvalidArgumentError(f"geneva_namespace_jobs: db {conf['db']!r} is not carried: this DAG's "
+            if absolute_uri(job.db) != served:
+                raise InvalidArgumentError(f"geneva_namespace_jobs: db {job.db!r} is not carried: this DAG's "
                                            f"tasks run on the database of connection "
                                            f"{LanceHook.default_conn_name!r}, {served!r}")
-        return f"{STAGES[request['op']]}_plan"
+        if job.namespace:  # a table of a child namespace: found there now, or nothing runs
+            LanceHook().catalog_for(job.request.id).ref(job.request.table)
+        return f"{STAGES[job.request.op]}_plan"
 
     @task.short_circuit(trigger_rule="none_failed_min_one_success")
     def indexes_wanted(**context: Any) -> bool:
         """The request's ``refresh_indexes`` (default true): False skips the index stage after it."""
-        return (context["dag_run"].conf or {}).get("request", {}).get("refresh_indexes", True) is not False
+        from geneva_provider.core.contracts.operations import RemoteJob
+
+        request = RemoteJob.of(context["dag_run"].conf, "geneva_namespace_jobs").request
+        return getattr(request, "refresh_indexes", True) is not False
 
     routed = route()
     jobs = [
@@ -93,7 +100,8 @@ with DAG(
         # the index stage of the job (request refresh_indexes, default true): the indexes on what it wrote
         wanted = indexes_wanted.override(task_id=f"{prefix}_indexes_wanted")()
         plan_indexes = GenevaPlanIndexRefreshesOperator(
-            task_id=f"{prefix}_plan_indexes", table=TABLE, column="{{ dag_run.conf['request'].get('column') }}")
+            task_id=f"{prefix}_plan_indexes", table=TABLE, namespace=NAMESPACE,
+            column="{{ dag_run.conf['request'].get('column') }}")
         [plan, verify] >> wanted >> plan_indexes
         GenevaSparkIndexOperator.partial(task_id=f"{prefix}_index").expand(plan=plan_indexes.output)
 

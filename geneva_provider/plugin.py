@@ -1,6 +1,7 @@
 """The package's Airflow plugin: job records on the api-server, where the tasks' "Geneva job" link points.
 
-``GET /geneva/jobs/<job id>?table=<table>&conn=<lance connection id>`` answers the job's record -- status,
+``GET /geneva/jobs/<job id>?table=<table>&conn=<lance connection id>`` (``&namespace=team_a`` for a table of a
+child namespace, its levels joined by ``$``) answers the job's record -- status,
 stage, rows planned / checkpointed / ready / committed / failed, versions, error -- as JSON, or as a small
 HTML page for a browser.  The api-server reads it from the table's checkpoint store with the ``lance``
 connection's storage options, which never leave the server: the record holds none, and the page shows the
@@ -27,14 +28,18 @@ JOB_FIELDS = ("job_id", "kind", "table", "column", "status", "stage", "created_a
               "rows_failed", "rows_retried", "error", "airflow_run_id", "spark_ui")  # what the page shows
 
 
-def job_record(job_id: str, table: str, conn: str) -> dict[str, Any]:
-    """The job's record as the page shows it; LookupError when the connection, table or job is unknown."""
+def job_record(job_id: str, table: str, conn: str, namespace: str = "") -> dict[str, Any]:
+    """The job's record as the page shows it -- of a table of the database's root, or of child namespace
+    ``namespace`` (its levels joined by ``$``); LookupError when the connection, namespace, table or job is
+    unknown."""
     from geneva_provider.core.errors import GenevaError
     from geneva_provider.hooks.lance import LanceHook
+    from geneva_provider.operators.links import NAMESPACE_DELIMITER
     from geneva_provider.pipeline.stages.job_records import find_record
 
+    table_id = [*(namespace.split(NAMESPACE_DELIMITER) if namespace else []), table]
     try:
-        store = LanceHook(conn).open_table(table).checkpoint_store
+        store = LanceHook(conn).catalog_for(table_id).ref(table).checkpoint_store()
     except GenevaError as exc:
         raise LookupError(str(exc)) from exc
     record = find_record(store, job_id)  # a plan with nothing to do links here too
@@ -54,9 +59,9 @@ def job_pages_app() -> Any:
     app = FastAPI(title="Geneva jobs", dependencies=[Depends(requires_authenticated())])
 
     @app.get("/jobs/{job_id}")
-    def get_job(job_id: str, table: str, conn: str, request: Request) -> Response:
+    def get_job(job_id: str, table: str, conn: str, request: Request, namespace: str = "") -> Response:
         try:
-            fields = job_record(job_id, table, conn)
+            fields = job_record(job_id, table, conn, namespace)
         except LookupError as exc:
             raise HTTPException(status_code=404, detail=str(exc)) from None
         if "text/html" not in request.headers.get("accept", ""):

@@ -51,6 +51,7 @@ class Catalog:
         self._properties = dict(properties or {})
         self.parent = tuple(parent)  # the namespace the tables are in (empty: the root); a table's id ends its path
         self._ns: Namespace | None = client
+        self._nested: Namespace | None = None  # the directory namespace with its manifest (child namespaces)
 
     def __repr__(self) -> str:  # storage options and properties may hold secrets: never shown
         within = f", parent={list(self.parent)!r}" if self.parent else ""
@@ -59,12 +60,33 @@ class Catalog:
     def child(self, namespace_id: Sequence[str], client: Namespace | None = None) -> Catalog:
         """The tables of child namespace ``namespace_id`` (``["lake"]``: table ``docs`` is ``["lake", "docs"]``),
         through ``client`` -- a namespace that has child namespaces, e.g. Lance's directory namespace with its
-        manifest -- or this catalog's own; this catalog for an empty id.  Its tables are found by the namespace alone
+        manifest -- or :attr:`nested`; this catalog for an empty id.  Its tables are found by the namespace alone
         (their locations are the namespace's, not ``<root>/<name>.lance``)."""
         if not namespace_id:
             return self
         return Catalog(self.uri, self.storage_options, impl=self.impl, properties=self._properties,
-                       parent=(*self.parent, *namespace_id), client=client or self.namespace)
+                       parent=(*self.parent, *namespace_id), client=client or self.nested)
+
+    def of_table(self, table_id: Sequence[str], client: Namespace | None = None) -> Catalog:
+        """The catalog holding table ``table_id`` -- a request's ``id``: the namespace path, then the table's name
+        (``["lake", "docs"]``) -- below this one: this catalog for a name alone, else :meth:`child`'s."""
+        return self.child(list(table_id)[:-1], client)
+
+    @property
+    def nested(self) -> Namespace:
+        """The namespace serving this database's child namespaces: for a directory database, Lance's directory
+        namespace over the same root with its manifest (where child namespaces and their tables are recorded, as
+        a ``GenevaNamespace``'s default inner namespace records them); another implementation's own client."""
+        if self.impl != DIRECTORY or self.parent:
+            return self.namespace
+        if self._nested is None:
+            self._nested = self._connect({"root": self.uri, **self._given_properties()})
+        return self._nested
+
+    def _given_properties(self) -> dict[str, str]:
+        """The storage options as namespace properties (``storage.<key>``), then the properties given."""
+        return {**{f"storage.{k}": v for k, v in (self.storage_options or {}).items()},
+                **{k: str(v) for k, v in self._properties.items()}}
 
     def _id(self, name: str) -> list[str]:
         """The namespace id of table ``name`` (its name checked)."""
@@ -79,20 +101,22 @@ class Catalog:
     def namespace(self) -> Namespace:
         """The ``lance_namespace`` client (built on first use: importing it costs about a second)."""
         if self._ns is None:
-            import lance_namespace
-
             props: dict[str, str] = {}
             if self.impl == DIRECTORY:
                 # Pure directory mode: no __manifest, so every <name>.lance is a table whoever wrote it.
                 props = {"root": self.uri, "manifest_enabled": "false", "dir_listing_enabled": "true"}
-            props.update({f"storage.{k}": v for k, v in (self.storage_options or {}).items()})
-            props.update({k: str(v) for k, v in self._properties.items()})
-            try:
-                self._ns = lance_namespace.connect(self.impl, props)
-            except Exception as exc:  # noqa: BLE001 - any construction failure is a configuration error
-                raise InvalidArgumentError(f"cannot open the Lance namespace {self.impl!r} at {self.uri}: "
-                                           f"{lance_reason(exc)}") from None
+            self._ns = self._connect({**props, **self._given_properties()})
         return self._ns
+
+    def _connect(self, props: dict[str, str]) -> Namespace:
+        """``lance_namespace.connect`` of this catalog's implementation; InvalidArgumentError if it fails."""
+        import lance_namespace
+
+        try:
+            return lance_namespace.connect(self.impl, props)
+        except Exception as exc:  # noqa: BLE001 - any construction failure is a configuration error
+            raise InvalidArgumentError(f"cannot open the Lance namespace {self.impl!r} at {self.uri}: "
+                                       f"{lance_reason(exc)}") from None
 
     def names(self) -> list[str]:
         """Names of the tables, sorted."""
@@ -138,10 +162,24 @@ class Catalog:
             with reaching(f"table '{name}' in {self.where}", self.storage_options):
                 found = self.namespace.describe_table(DescribeTableRequest(id=self._id(name))).location
         except NamespaceTableNotFound:
-            raise TableNotFoundError(f"table '{name}' not found in {self.where}") from None
+            raise TableNotFoundError(f"table '{name}' not found in {self.where}{self._missing_namespace()}") from None
         if found is None:  # the response's location is optional: a table without one cannot be opened
             raise TableNotFoundError(f"table '{name}' in {self.where} has no location")
         return TableRef(name, found, self.storage_options)
+
+    def _missing_namespace(self) -> str:
+        """``": namespace lake does not exist"`` when this catalog's namespace is not one (else "")."""
+        if not self.parent:
+            return ""
+        from lance_namespace import NamespaceExistsRequest
+        from lance_namespace.errors import NamespaceNotFoundError
+
+        try:
+            with reaching(f"namespace {'.'.join(self.parent)} of {self.uri}", self.storage_options):
+                self.namespace.namespace_exists(NamespaceExistsRequest(id=list(self.parent)))
+        except NamespaceNotFoundError:
+            return f": namespace {'.'.join(self.parent)} does not exist"
+        return ""
 
     def location(self, name: str) -> str | None:
         """Where table ``name`` is, or -- not created yet -- where a directory database will put it

@@ -16,6 +16,9 @@ from geneva_provider.core.errors import InvalidArgumentError
 from geneva_provider.hooks.errors import airflow_connection
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from geneva_provider.core.catalog import Catalog
     from geneva_provider.core.table_events import TableSeen
     from geneva_provider.facade.connection import Connection
     from geneva_provider.facade.table import Table
@@ -105,6 +108,12 @@ class LanceHook(BaseHook):
 
     def open_table(self, name: str) -> Table:
         return self.database.open_table(name)
+
+    def catalog_for(self, table_id: Sequence[str]) -> Catalog:
+        """The tables ``table_id`` -- a request's ``id``: namespace path + table name -- is among: the database's
+        for a name alone, a child namespace's for a longer id (``["team_a", "docs"]``), as a ``GenevaNamespace``
+        finds them (:meth:`~geneva_provider.core.catalog.Catalog.of_table`)."""
+        return self.database.catalog.of_table(table_id)
 
     def dataset(self, table: str) -> Any:
         """The latest version of ``table`` as a ``lance.LanceDataset``."""

@@ -82,19 +82,20 @@ class AirflowRunner:
         self._token: str | None = config.token.get_secret_value() if config.token else None
 
     def submit(self, operation: Operation, catalog: Catalog | None = None) -> str:
-        if catalog is not None and catalog.parent:  # the DAG opens the root's tables: it would not find this one
-            raise InvalidArgumentError(f"GenevaNamespace: job_runner 'airflow' runs jobs on the root namespace's "
-                                       f"tables only, not on {getattr(operation, 'id', None)} in namespace "
-                                       f"{list(catalog.parent)}")
+        """Triggers the DAG run of ``operation``; its table, in the root or a child namespace (``catalog``, already
+        found there), is named by the request's ``id``, which the run's plan task resolves the same way."""
+        from geneva_provider.core.contracts.operations import RemoteJob, request
+
+        job = request(RemoteJob, request=operation, db=self.root, db_conn_id=self.config.db_conn_id)
         run_id = f"geneva_{operation.op}_{uuid.uuid4().hex[:12]}"
-        conf = {"db": self.root, "db_conn_id": self.config.db_conn_id, "request": operation.model_dump(mode="json")}
         self._call("POST", f"dags/{self.config.dag_id}/dagRuns",
-                   {"dag_run_id": run_id, "logical_date": None, "conf": conf})
+                   {"dag_run_id": run_id, "logical_date": None, "conf": job.model_dump(mode="json")})
         return run_id
 
     def describe(self, job_id: str) -> JobRecord | None:
         from geneva_provider.core.contracts.kinds import JobKind, Stage
         from geneva_provider.core.contracts.models import JobRecord, JobStatus
+        from geneva_provider.core.contracts.operations import RemoteJob
 
         try:
             run = self._call("GET", f"dags/{self.config.dag_id}/dagRuns/{urllib.parse.quote(job_id, safe='')}")
@@ -103,10 +104,13 @@ class AirflowRunner:
         state = str(run.get("state") or "queued")
         status = {"success": JobStatus.DONE, "failed": JobStatus.FAILED, "running": JobStatus.RUNNING}.get(
             state, JobStatus.PENDING)
-        request = (run.get("conf") or {}).get("request") or {}
+        try:
+            request = RemoteJob.of(run.get("conf"), f"DAG run {job_id!r}").request
+        except InvalidArgumentError:  # a run of that DAG not triggered with a job's conf: no job of the namespace
+            return None
         now = dt.datetime.now(dt.UTC).isoformat()
-        return JobRecord(job_id=job_id, kind=JobKind(_KINDS.get(request.get("op", ""), "backfill")),
-                         table=(request.get("id") or [""])[-1], column=request.get("column"), status=status,
+        return JobRecord(job_id=job_id, kind=JobKind(_KINDS[request.op]), table=request.table,
+                         column=getattr(request, "column", None), status=status,
                          stage="done" if status in (JobStatus.DONE, JobStatus.FAILED) else Stage.PLAN,
                          created_at=run.get("queued_at") or now, updated_at=now, finished_at=run.get("end_date"),
                          airflow_run_id=job_id)

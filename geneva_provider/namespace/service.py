@@ -164,7 +164,7 @@ class GenevaNamespace(ln.LanceNamespace):
     def catalog_for(self, table_id: Sequence[str]) -> Catalog:
         """The tables ``table_id`` is among: the root's for a name alone; for a longer id (``["lake", "docs"]``) the
         child namespace's, whose tables the inner namespace placed (found by its ``describe_table``)."""
-        return self.catalog.child(list(table_id)[:-1], self.inner)
+        return self.catalog.of_table(table_id, self.inner)
 
     def _catalog_of(self, operation: Operation) -> Catalog:
         """Where ``operation``'s table is; a view and its source are in one namespace (InvalidArgumentError else)."""

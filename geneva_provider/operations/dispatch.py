@@ -92,9 +92,12 @@ def plan(db: Db, request: Operation, *, parallelism: int | None = None, airflow_
     returned; the stages after it (Spark apply, write+commit, verify; or the Spark index build) take that summary.
 
     This is what the Airflow plan tasks call.  ``parallelism``: the Spark task slots the plan sizes its tasks for;
-    ``airflow_run_id``: the DAG run the job's record names (a namespace's ``describe_job`` finds it by that id)."""
-    job = prepare(request, catalog_of(db), checkpoint_store=checkpoint_store, options=options)
-    return job.plan(parallelism, airflow_run_id)
+    ``airflow_run_id``: the DAG run the job's record names (a namespace's ``describe_job`` finds it by that id).
+    The summary names the child namespace of the table (``db``'s), if any: the stages' links find its record there."""
+    catalog = catalog_of(db)
+    summary = prepare(request, catalog, checkpoint_store=checkpoint_store, options=options).plan(parallelism,
+                                                                                                airflow_run_id)
+    return summary.model_copy(update={"namespace": list(catalog.parent)}) if catalog.parent else summary
 
 
 def start(job: PreparedJob) -> JobHandle:

@@ -217,11 +217,12 @@ def operation_of(value: Any, kinds: tuple[type, ...], who: str) -> Any:
 def plan_job(operator: Any, context: Any, request: Any, *, options: dict[str, Any] | None = None,
              parallelism: int | None = None) -> dict[str, Any]:
     """Plans the job of ``request`` through the front door (``geneva_provider.operations.plan``) on the operator's
-    ``lance`` connection, as the in-process path plans it, and hands the plan on (:func:`planned`)."""
+    ``lance`` connection, in the namespace its ``id`` names (the root's, or a child namespace's), as the in-process
+    path plans it, and hands the plan on (:func:`planned`)."""
     from geneva_provider.hooks.lance import LanceHook
     from geneva_provider.operations import plan
 
-    return planned(operator, context, plan(LanceHook(operator.lance_conn_id).database, request,
+    return planned(operator, context, plan(LanceHook(operator.lance_conn_id).catalog_for(request.id), request,
                                            parallelism=parallelism, airflow_run_id=context.get("run_id"),
                                            options=options))
 
@@ -234,5 +235,5 @@ def planned(operator: Any, context: Any, summary: Any) -> dict[str, Any]:
     operator._summary = summary
     operator.log.info("Plan %s of %s of table '%s': %s", summary.job_id, summary.kind, summary.table,
                       summary.describe())
-    push_job_link(context, summary.job_id, summary.table, operator.lance_conn_id)
+    push_job_link(context, summary.job_id, summary.table, operator.lance_conn_id, summary.namespace)
     return dict(summary.to_xcom())

@@ -301,7 +301,7 @@ class GenevaVerifyOperator(LineageMixin, BaseOperator):
 
         plan = PlanSummary.from_xcom(self.plan)
         self._check_matches(plan)
-        push_job_link(context, plan.job_id, plan.table, self.lance_conn_id)
+        push_job_link(context, plan.job_id, plan.table, self.lance_conn_id, plan.namespace)
         if plan.nothing_to_do:  # honest signals: a run that changed nothing emits no Asset event
             raise AirflowSkipException(f"{plan.kind} {plan.job_id} of '{plan.table}' had nothing to compute or "
                                        f"commit (up to date at version {plan.read_version}): no Asset event")

@@ -123,7 +123,7 @@ class GenevaCreateIndexOperator(_GenevaPlanIndexOperator):
         from geneva_provider.pipeline.indexes.checks import index_spec
         from geneva_provider.pipeline.indexes.stats import index_segments
 
-        dataset = LanceHook(self.lance_conn_id).open_table(made.table).dataset()
+        dataset = LanceHook(self.lance_conn_id).catalog_for(made.id).ref(made.table).dataset()
         spec = index_spec(dataset, made.table, None, made.column, made.index_type, name=made.name)
         existing = sorted({c for s in index_segments(dataset, spec.index_name) for c in s["fields"]})
         if existing == [spec.column]:
@@ -178,28 +178,36 @@ class GenevaPlanIndexRefreshesOperator(LineageMixin, BaseOperator):
     :param column: the column the job wrote (templated); None: a view's refresh
     :param all_indexes: every index of the table, whatever ``column`` -- after a compaction, which rewrites
         every column of the fragments it coalesces
+    :param namespace: the child namespace the table is in, e.g. ``["team_a"]`` -- a request's ``id`` but its last
+        level, ``"{{ dag_run.conf['request']['id'][:-1] }}"`` (templated); default the database's own tables
     :param lance_conn_id: the ``lance`` connection naming the database (and its storage options)
     """
 
-    template_fields: Sequence[str] = ("table", "column")
+    template_fields: Sequence[str] = ("table", "column", "namespace")
     ui_color = "#f0e8f8"
 
     def __init__(self, *, table: str, column: str | None = None, all_indexes: bool = False,
-                 lance_conn_id: str = LanceHook.default_conn_name, **kwargs: Any) -> None:
+                 namespace: Sequence[str] | None = None, lance_conn_id: str = LanceHook.default_conn_name,
+                 **kwargs: Any) -> None:
         reject_unknown_kwargs(type(self), kwargs)
         super().__init__(**with_retry_policy(kwargs))
         self.table, self.column, self.all_indexes, self.lance_conn_id = table, column, all_indexes, lance_conn_id
+        self.namespace = namespace
 
     @fails_without_retry
     def execute(self, context: Any) -> list[dict[str, Any]]:
         from geneva_provider.core.contracts.lineage_models import JobLineage
         from geneva_provider.pipeline.indexes.upkeep import indexes_on, job_indexes, plan_refreshes
 
-        tbl = LanceHook(self.lance_conn_id).open_table(self.table)
-        ds = tbl.dataset()
+        namespace = self.namespace or []
+        if isinstance(namespace, str) or not all(isinstance(part, str) and part for part in namespace):
+            raise InvalidArgumentError(f"{type(self).__name__} (task_id {self.task_id!r}): namespace must be a list "
+                                       f"of names, e.g. ['team_a'], got {self.namespace!r}")
+        ref = LanceHook(self.lance_conn_id).catalog_for([*namespace, self.table]).ref(self.table)
+        ds = ref.dataset()
         names = indexes_on(ds) if self.all_indexes else job_indexes(ds, self.column)
-        plans = plan_refreshes(tbl.ref, names, tbl.checkpoint_store, airflow_run_id=context.get("run_id"))
-        self.record_lineage(JobLineage.of_table(tbl.uri, ds.version))
+        plans = plan_refreshes(ref, names, ref.checkpoint_store(), airflow_run_id=context.get("run_id"))
+        self.record_lineage(JobLineage.of_table(ref.uri, ds.version))
         on = f"column '{self.column}'" if self.column is not None and not self.all_indexes else "any column"
         self.log.info("Indexes of table '%s' on %s: %s; to refresh: %s", self.table, on, names or "none",
                       [f"{p.job_id}: {p.describe()}" for p in plans] or "none (nothing to index)")

@@ -15,6 +15,8 @@ from urllib.parse import quote, urlencode
 from airflow.sdk import BaseOperatorLink
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
 
@@ -23,19 +25,26 @@ SPARK_UI_KEY = "geneva_spark_ui_url"   # the XCom holding the stage's Spark UI U
 JOBS_PATH = "/geneva/jobs"             # where the plugin serves job records on the api-server
 
 
-def job_record_url(job_id: str, table: str, lance_conn_id: str) -> str:
-    """The address of a job's record on the api-server (``[api] base_url``, else a path the UI resolves)."""
+NAMESPACE_DELIMITER = "$"              # joins a child namespace's levels in a link, as the Lance REST spec does
+
+
+def job_record_url(job_id: str, table: str, lance_conn_id: str, namespace: Sequence[str] = ()) -> str:
+    """The address of a job's record on the api-server (``[api] base_url``, else a path the UI resolves); a table of
+    a child namespace (``["team_a"]``) is named with it."""
     from airflow.sdk import conf
 
     base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
-    return f"{base}{JOBS_PATH}/{quote(job_id, safe='')}?{urlencode({'table': table, 'conn': lance_conn_id})}"
+    query = {"table": table, "conn": lance_conn_id}
+    if namespace:
+        query["namespace"] = NAMESPACE_DELIMITER.join(namespace)
+    return f"{base}{JOBS_PATH}/{quote(job_id, safe='')}?{urlencode(query)}"
 
 
-def push_job_link(context: Any, job_id: str, table: str, lance_conn_id: str) -> None:
+def push_job_link(context: Any, job_id: str, table: str, lance_conn_id: str, namespace: Sequence[str] = ()) -> None:
     """Keeps the job record's URL for the task's "Geneva job" link (nothing outside a task run)."""
     ti = context.get("ti") if context else None
     if ti is not None:
-        ti.xcom_push(key=JOB_LINK_KEY, value=job_record_url(job_id, table, lance_conn_id))
+        ti.xcom_push(key=JOB_LINK_KEY, value=job_record_url(job_id, table, lance_conn_id, namespace))
 
 
 def push_spark_ui_link(context: Any, url: str | None) -> None:

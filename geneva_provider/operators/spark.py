@@ -217,7 +217,7 @@ class _GenevaSparkStageOperator(LineageMixin, ResumableJobMixin, BaseOperator):
         if self.nothing_to_do(plan):
             raise AirflowSkipException(f"plan {plan.job_id} has nothing for the {self.stage} stage to do")
         self._storage_options  # noqa: B018 - the Lance connection first: a missing one is named before Spark's
-        push_job_link(context, plan.job_id, plan.table, self.lance_conn_id)
+        push_job_link(context, plan.job_id, plan.table, self.lance_conn_id, plan.namespace)
         if self.openlineage_inject_parent_job_info and context.get("ti") is not None:
             self.conf = inject_parent_job_info(self.conf, context)
         # A bare execute() (a notebook, a script) has no task runner to defer with: it waits in place.

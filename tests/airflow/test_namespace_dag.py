@@ -8,26 +8,33 @@
   exact;
 * a ``create_index`` with ``num_partitions`` / ``num_sub_vectors`` runs the index plan + Spark build, and Lance's
   index has those parameters;
-* a request the DAG cannot carry (another op, database or database connection) fails ``route``, naming it,
-  before anything runs."""
+* a backfill of a table in a child namespace (id ``["team_a", "docs"]``) runs the same stages on that table --
+  its index stage too -- and only on it, not on the root's table of the same name; the tasks' job link names the
+  namespace;
+* a request the DAG cannot carry (another op, database or database connection, a child namespace that does not
+  exist) fails ``route``, naming it, before anything runs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import NamedTuple
 
+import lance
 import lance_namespace as ln
 import pyarrow as pa
 from lance_namespace_urllib3_client.models import MaterializedViewUdtfEntry
 
 import geneva_provider as gp
-from geneva_provider.core.contracts.operations import GetJob, SourceQuery
+from geneva_provider.core.contracts.operations import GetJob, RemoteJob, SourceQuery
 from geneva_provider.namespace import convert
+from geneva_provider.operators.links import JOB_LINK_KEY
 from geneva_provider.pipeline.stages.planning import load_plan
+from geneva_provider.plugin import job_record
 from tests.airflow.test_example_dags import run
 from tests.conftest import FAKE_SECRET
 from tests.helpers import events_table, plain_double
 from tests.index_data import clustered
+from tests.namespace_data import create_child_docs, docs, times_ten_column
 
 DAG_ID = "geneva_namespace_jobs"
 JOBS = ("backfill", "refresh")
@@ -131,6 +138,47 @@ def test_a_create_index_request_runs_the_index_plan_and_build_with_its_parameter
     assert details["indices"][0]["sub_index"]["num_sub_vectors"] == 8
     job = describe(lance_db.uri, dr.run_id)
     assert (job.status, job.kind, job.airflow_run_id, job.column) == ("DONE", "index", dr.run_id, "vec")
+
+
+def test_a_backfill_of_a_table_in_a_child_namespace_runs_on_that_table_only(dagbag, lance_db, capfd):
+    """The conf the namespace sends for ["team_a", "docs"] (RemoteJob: the request's id names the namespace): every
+    stage -- plan, Spark apply and write+commit, verify, the index stage -- finds the child namespace's table, whose
+    values are exact; the root's table ``docs`` is left as it was."""
+    ns = ln.connect("geneva", {"root": lance_db.uri})
+    table_id = create_child_docs(ns, "team_a")
+    times_ten_column(ns, table_id)
+    root_docs = lance_db.create_table("docs", docs())  # the same name at the root: never touched
+    request = convert.backfill(ln.AlterTableBackfillColumnsRequest(id=table_id, column="y", where="x >= 5",
+                                                                   task_size=5))
+    conf = RemoteJob(request=request, db=lance_db.uri, db_conn_id="lance_default")
+    dr, states, tis, _ = run(dagbag.get_dag(DAG_ID), run_conf=conf.model_dump(mode="json"))
+    assert dr.state == "success", states
+    assert stage_states(states, "backfill") == {
+        "backfill_plan": "success", "backfill_apply": "success", "backfill_write_commit": "success",
+        "backfill_verify": "success", "backfill_indexes_wanted": "success", "backfill_plan_indexes": "success",
+        "backfill_index": "skipped"}
+    summary = tis["backfill_plan"].xcom_pull(task_ids="backfill_plan")
+    assert (summary["table"], summary["namespace"], summary["rows_to_compute"], summary["tasks"]) == (
+        "docs", ["team_a"], 15, 3)
+    child = lance.dataset(ns.describe_table(ln.DescribeTableRequest(id=table_id)).location)
+    child.validate()
+    assert {r["x"]: r["y"] for r in child.to_table(columns=["x", "y"]).to_pylist()} == {
+        x: (x * 10 if x >= 5 else None) for x in range(20)}
+    assert (root_docs.version, root_docs.dataset().schema.names) == (1, ["x", "s"])
+    assert ns.list_tables(ln.ListTablesRequest(id=["team_a"])).tables == ["docs"]
+    job = describe(lance_db.uri, dr.run_id)
+    assert (job.status, job.airflow_run_id, job.table, job.column, job.rows_committed) == (
+        "DONE", dr.run_id, "docs", "y", 15)
+    # the tasks' "Geneva job" link names the namespace, and the plugin's page finds the record there
+    link = tis["backfill_verify"].xcom_pull(task_ids="backfill_verify", key=JOB_LINK_KEY)
+    assert link.endswith(f"/geneva/jobs/{job.job_id}?table=docs&conn=lance_default&namespace=team_a"), link
+    assert job_record(job.job_id, "docs", "lance_default", "team_a")["rows_committed"] == 15
+    assert FAKE_SECRET not in "".join(capfd.readouterr())
+
+    missing = request.model_copy(update={"id": ["team_x", "docs"]})
+    dr, states, _, _ = run(dagbag.get_dag(DAG_ID), run_conf=RemoteJob(request=missing).model_dump(mode="json"))
+    assert dr.state == "failed" and states["route"] == "failed" and states["backfill_plan"] != "success", states
+    assert "namespace team_x does not exist" in "".join(capfd.readouterr())
 
 
 def test_a_request_the_dag_cannot_carry_fails_route_naming_it_and_changes_nothing(dagbag, lance_db, capfd):

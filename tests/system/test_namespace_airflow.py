@@ -8,7 +8,9 @@ and the run's tasks are the job's usual stages:
 * a chunker view made with ``with_no_data=False``: created in the namespace, its first refresh the DAG run whose
   id ``create_materialized_view`` returns; its rows exact;
 * ``create_table_index`` with ``num_partitions`` / ``num_sub_vectors``: the index plan and the Spark build, and
-  the index Lance reads back has those parameters."""
+  the index Lance reads back has those parameters;
+* a table in a child namespace (``["team_a", "docs"]``): its backfill and a query view's first refresh in that
+  namespace run as DAG runs on those tables, their values exact."""
 
 from __future__ import annotations
 
@@ -155,3 +157,37 @@ def namespace_index(stack: AirflowStack, ns: ln.LanceNamespace) -> None:
     assert details["indices"][0]["num_partitions"] == 4
     assert details["indices"][0]["sub_index"]["num_sub_vectors"] == 8
     assert tbl.index_stats("vec_idx").num_unindexed_rows == 0
+
+
+def test_jobs_on_a_child_namespace_s_tables_run_as_dag_runs_on_them(
+        deployment: AirflowStack, ns: ln.LanceNamespace) -> None:
+    with_logs(namespace_child)(deployment, ns)
+
+
+def namespace_child(stack: AirflowStack, ns: ln.LanceNamespace) -> None:
+    import lance
+
+    from tests.namespace_data import ROWS, create_child_docs, times_ten_column
+
+    table_id = create_child_docs(ns, "team_a")
+    times_ten_column(ns, table_id)
+    run_id = ns.alter_table_backfill_columns(ln.AlterTableBackfillColumnsRequest(id=table_id, column="y")).job_id
+    states = stack.wait_for_run(DAG_ID, run_id, timeout=400)
+    assert {f"backfill_{s}": states.get(f"backfill_{s}") for s in STAGES} == {
+        f"backfill_{s}": "success" for s in STAGES}, states
+    job = done(ns, run_id)
+    assert (job.airflow_run_id, job.table, job.column, job.rows_committed) == (run_id, "docs", "y", ROWS)
+    source = SourceQuery(id=table_id, where="x < 8", columns={"x": "x", "y": "y"})
+    made = ns.create_materialized_view(ln.CreateMaterializedViewRequest(
+        id=["team_a", "v"], kind="query", source_query=source.model_dump_json(), output_schema="", with_no_data=False))
+    assert made.job_id is not None
+    states = stack.wait_for_run(DAG_ID, made.job_id, timeout=400)
+    assert {f"refresh_{s}": states.get(f"refresh_{s}") for s in STAGES} == {
+        f"refresh_{s}": "success" for s in STAGES}, states
+    assert (done(ns, made.job_id).table, ns.list_tables(ln.ListTablesRequest(id=["team_a"])).tables) == (
+        "v", ["docs", "v"])
+    for name, rows in (("docs", range(ROWS)), ("v", range(8))):
+        ds = lance.dataset(ns.describe_table(ln.DescribeTableRequest(id=["team_a", name])).location)
+        ds.validate()
+        assert sorted((r["x"], r["y"]) for r in ds.to_table(columns=["x", "y"]).to_pylist()) == [
+            (x, x * 10) for x in rows]

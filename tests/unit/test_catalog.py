@@ -91,5 +91,10 @@ def test_a_child_namespace_s_tables_are_created_listed_opened_and_dropped_by_the
     assert child.location("other") is None
     with pytest.raises(gp.TableNotFoundError, match=r"table 'other' not found in .* \(namespace lake\)"):
         child.ref("other")
+    # without a client: the directory namespace with its manifest over the same root, as the DAG's tasks find it
+    assert Catalog(root).of_table(["lake", "docs"]).ref("docs") == ref and Catalog(root).of_table(["docs"]).parent == ()
+    with pytest.raises(gp.TableNotFoundError, match=r"table 'docs' not found in .* \(namespace nope\): namespace "
+                                                    r"nope does not exist"):
+        Catalog(root).of_table(["nope", "docs"]).ref("docs")
     child.drop("docs")
     assert child.names() == [] and catalog.names() == ["docs"]

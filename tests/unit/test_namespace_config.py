@@ -1,11 +1,13 @@
 """GenevaNamespace's pieces that need no JVM: the ``geneva`` impl registered when ``lance_namespace`` is imported
 (without ``import geneva_provider`` importing it), the properties read into a typed config that never shows a
-secret, the spec's JSON Arrow types, and the Airflow runner's refusal of a child namespace's table."""
+secret, the spec's JSON Arrow types, and the conf of the Airflow runner's DAG runs (a child namespace's table by
+its id)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -67,19 +69,57 @@ def test_json_arrow_types():
         arrow_type({"type": "tensor"}, "column 'z'")
 
 
-def test_job_runner_airflow_refuses_a_table_of_a_child_namespace_before_calling_airflow(tmp_path):
-    """The DAG it triggers opens the root's tables: a job on ["lake", "docs"] is refused, naming it, with no call to
-    the Airflow API (nothing listens at its URL) and nothing changed."""
+def test_job_runner_airflow_sends_a_child_namespace_s_job_with_the_table_s_whole_id(tmp_path, monkeypatch):
+    """A job on ["lake", "docs"] is a DAG run whose conf (RemoteJob) carries the request with its whole id -- the
+    one place its namespace is named -- and the runner's describe of that run names the table; no secret in it."""
     import lance_namespace as ln
 
-    from tests.namespace_data import docs
-    from tests.namespace_server import ipc
+    from geneva_provider.core.contracts.operations import RemoteJob
+    from geneva_provider.namespace.runners import AirflowRunner
+    from tests.namespace_data import create_child_docs
 
-    ns = ln.connect("geneva", {"root": str(tmp_path / "lake"), "job_runner": "airflow",
-                               "airflow.url": "http://127.0.0.1:9", "airflow.token": SECRET})
-    ns.create_namespace(ln.CreateNamespaceRequest(id=["lake"]))
-    ns.create_table(ln.CreateTableRequest(id=["lake", "docs"]), ipc(docs()))
-    with pytest.raises(InvalidArgumentError, match=r"not on \['lake', 'docs'\] in namespace \['lake'\]") as refused:
-        ns.alter_table_backfill_columns(ln.AlterTableBackfillColumnsRequest(id=["lake", "docs"], column="x"))
-    assert SECRET not in str(refused.value)
-    assert ns.catalog_for(["lake", "docs"]).ref("docs").dataset().version == 1
+    root = str(tmp_path / "lake")
+    sent: list[tuple[str, str, Any]] = []
+
+    def call(self: AirflowRunner, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        sent.append((method, path, body))
+        return {"state": "queued", "conf": sent[0][2]["conf"]} if method == "GET" else {}
+
+    monkeypatch.setattr(AirflowRunner, "_call", call)
+    ns = ln.connect("geneva", {"root": root, "job_runner": "airflow", "airflow.url": "http://127.0.0.1:9",
+                               "airflow.token": SECRET, "airflow.db_conn_id": "lake_conn"})
+    table_id = create_child_docs(ns, "lake")
+    run_id = ns.alter_table_backfill_columns(ln.AlterTableBackfillColumnsRequest(
+        id=table_id, column="x", task_size=5)).job_id
+    method, path, body = sent[0]
+    assert (method, path, body["dag_run_id"]) == ("POST", "dags/geneva_namespace_jobs/dagRuns", run_id)
+    conf = body["conf"]
+    assert (conf["db"], conf["db_conn_id"]) == (root, "lake_conn") and set(conf) == {"db", "db_conn_id", "request"}
+    assert {k: v for k, v in conf["request"].items() if v is not None} == {
+        "op": "backfill_column", "id": ["lake", "docs"], "column": "x", "task_size": 5, "refresh_indexes": True}
+    job = RemoteJob.of(conf, "test")
+    assert (job.namespace, job.request.table) == (["lake"], "docs")
+    record = ns.runner.describe(run_id)
+    assert (record.table, record.column, record.status, record.airflow_run_id) == ("docs", "x", "PENDING", run_id)
+    assert SECRET not in repr(sent)
+
+
+def test_a_remote_job_s_conf_is_checked_naming_what_is_wrong():
+    """RemoteJob.of: an op that is no job, a namespace given besides the id, an id with an empty level, an unknown
+    key -- each refused with InvalidArgumentError naming it."""
+    from geneva_provider.core.contracts.operations import RemoteJob
+
+    request = {"op": "backfill_column", "id": ["team_a", "docs"], "column": "y"}
+    assert RemoteJob.of({"request": request}, "dag").namespace == ["team_a"]
+    assert RemoteJob.of({"request": {**request, "id": ["docs"]}, "db": "/lake"}, "dag").namespace == []
+    ops = r"\['backfill_column', 'create_index', 'refresh_materialized_view'\]"
+    with pytest.raises(InvalidArgumentError, match=rf"dag: the request's op must be one of {ops}, got 'drop_columns'"):
+        RemoteJob.of({"request": {"op": "drop_columns", "id": ["t"], "columns": ["y"]}}, "dag")
+    with pytest.raises(InvalidArgumentError, match=r"dag: the request's op must be one of .*got None"):
+        RemoteJob.of({}, "dag")
+    with pytest.raises(InvalidArgumentError, match=r"no 'namespace' \(got \['team_b'\]\).*\['team_a', 'docs'\]"):
+        RemoteJob.of({"request": request, "namespace": ["team_b"]}, "dag")
+    with pytest.raises(InvalidArgumentError, match=r"bad dag conf: request.backfill_column.id: .*non-empty name"):
+        RemoteJob.of({"request": {**request, "id": ["", "docs"]}}, "dag")
+    with pytest.raises(InvalidArgumentError, match=r"bad dag conf: dbb: Extra inputs are not permitted"):
+        RemoteJob.of({"request": request, "dbb": "/lake"}, "dag")

@@ -466,6 +466,7 @@ class PlanSummary(_Model):
     plan_uri: str
     kind: JobKind = JobKind.BACKFILL
     table: str
+    namespace: list[str] = Field(default_factory=list)  # the child namespace the table is in ([]: the root's)
     column: str | None = None
     read_version: int
     rows_to_compute: int

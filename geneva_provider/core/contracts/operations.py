@@ -328,6 +328,42 @@ OPERATION: TypeAdapter[Operation] = TypeAdapter(Operation)
 
 #: the requests that run as a job (``submit`` takes them)
 JOB_OPERATIONS = (BackfillColumn, RefreshView, CreateIndex)
+#: one of them, told apart by ``op``
+JobRequest = Annotated[BackfillColumn | RefreshView | CreateIndex, Field(discriminator="op")]
+
+
+class RemoteJob(_Model):
+    """A job request as a runner in another process carries it: the conf of a ``geneva_namespace_jobs`` DAG run
+    (what a ``GenevaNamespace`` with ``job_runner=airflow`` triggers).  The request's ``id`` is the table's whole
+    path -- its namespace, then its name -- and the only place the namespace is given (:attr:`namespace`)."""
+
+    request: JobRequest
+    db: str | None = Field(None, description="the namespace's root: the database the job runs on")
+    db_conn_id: str | None = Field(None, description="the connection the runner opens that database with")
+
+    @property
+    def namespace(self) -> list[str]:
+        """The child namespace the request's table is in (``["team_a"]`` for id ``["team_a", "docs"]``; [] for the
+        root's tables)."""
+        return self.request.id[:-1]
+
+    @classmethod
+    def of(cls, conf: Any, who: str) -> RemoteJob:
+        """The job of ``conf`` (a dict, e.g. a DAG run's conf); InvalidArgumentError naming ``who`` and each bad
+        field -- an op that is no job, or a ``namespace`` given besides the request's ``id`` -- otherwise."""
+        request = conf.get("request") if isinstance(conf, dict) else None
+        ops = sorted(kind.model_fields["op"].default for kind in JOB_OPERATIONS)
+        if not isinstance(request, dict) or request.get("op") not in ops:
+            raise InvalidArgumentError(f"{who}: the request's op must be one of {ops}, got "
+                                       f"{request.get('op') if isinstance(request, dict) else request!r}")
+        if "namespace" in conf:
+            raise InvalidArgumentError(f"{who}: the conf takes no 'namespace' (got {conf['namespace']!r}): the "
+                                       f"request's id names the table's namespace, then the table "
+                                       f"({request.get('id')!r})")
+        try:
+            return cls.model_validate(conf)
+        except ValidationError as exc:
+            raise _invalid(exc, f"{who} conf") from None
 
 
 def parse_operation(data: str | bytes | dict[str, Any]) -> Operation:
