@@ -8,9 +8,10 @@ very runner the tests use, which runs the same tasks, pickled the same way, one 
 
 * **apply**, when the session is a classic *local* one (the driver is on the machine the workers are on, with
   the same Python and packages), no UDF asks for resources (GPUs, cores, memory: the driver gives none), and
-  computing the rows on the driver, one task after another, costs less than on Spark: ``rows x cost a row x
-  (1 - 1 / slots) <= SPARK_JOB_SECONDS`` (what Spark's slots would save is less than a job's fixed cost; at
-  ~0.5 us a row of ``x * 2`` and 2 slots, up to ~1.2 million rows).  The cost of a row is what the column's last
+  computing the rows on the driver, one task after another, costs less than on Spark: ``(rows x cost a row +
+  fragment parts x PART_SECONDS) x (1 - 1 / slots) <= SPARK_JOB_SECONDS`` (what Spark's slots would save is less
+  than a job's fixed cost; at ~0.5 us a row of ``x * 2`` and 2 slots, up to ~1.2 million rows in a few fragments,
+  not 100,000 rows in 1,000 fragments, whose files cost more than their rows).  The cost of a row is what the column's last
   apply measured (kept in its ledger, :func:`~geneva_provider.pipeline.stages.planning.record_row_seconds`), or
   on a column never measured, what the same UDF (name and version) last cost in this process on another table
   (a warm notebook's next table).  A UDF never measured runs on Spark: an unknown UDF may be a model, and its
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 # What a Spark job costs a warm local[2] session before its rows (measured for issue 44: ~0.1 to 0.3 s).  An apply
 # runs on the driver while computing its rows there costs less than this plus their share of Spark's slots.
 SPARK_JOB_SECONDS = 0.3
+# What a fragment part costs an apply beyond its rows (opening it, its column file or checkpoint, its staged entry):
+# 1,000 fragments of 100 rows of a cheap UDF took 1.8 s on the driver, where Spark's two slots share them.
+PART_SECONDS = 0.002
 DRIVER_WRITE_BYTES = 16 * 2**20  # column files of at most this many bytes are written on the driver
 VARIABLE_WIDTH_BYTES = 256  # what a value of a variable-width type (string, list, binary) is counted as
 
@@ -70,7 +74,8 @@ def apply_runner(runner: TaskRunner, plan: JobPlan, measured: Callable[[], float
     if row_seconds is None:
         return runner
     slots = runner.parallelism()
-    estimate = plan.rows_to_compute * row_seconds
+    parts = sum(len(t.parts) for t in plan.tasks)  # fragments (or fragment parts) the tasks open and write
+    estimate = plan.rows_to_compute * row_seconds + parts * PART_SECONDS
     # The driver computes the rows one task after another (``estimate``); Spark spreads them over its slots but
     # first pays a job's fixed cost: the driver wins while what the slots would save is less than that cost.
     if estimate * (1 - 1 / max(slots, 1)) > SPARK_JOB_SECONDS:
