@@ -15,8 +15,8 @@ very runner the tests use, which runs the same tasks, pickled the same way, one 
   column's last apply measured (kept in its ledger,
   :func:`~geneva_provider.pipeline.stages.planning.record_row_seconds`), or on a column never measured, what the
   same UDF (name and version) last cost in this process on another table (a warm notebook's next table).  A UDF
-  never measured runs on Spark: an unknown UDF may be a model, and its first apply checkpoints as Spark's workers judge worth it (what a later job after a drop and re-add of the
-  same UDF reuses).
+  never measured runs on Spark: an unknown UDF may be a model, and its first apply checkpoints as Spark's
+  workers judge worth it (what a later job after a drop and re-add of the same UDF reuses).
 * **write+commit's writers** (fragments whose rows were computed in several tasks, written from their
   checkpoints), when the files to write hold at most :data:`DRIVER_WRITE_BYTES` (estimated from the output
   columns' types): their cost is reading checkpoints and writing a column file, whatever the UDF, and the
