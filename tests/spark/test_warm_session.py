@@ -100,3 +100,32 @@ def test_a_driver_apply_whose_job_ended_before_its_commit_is_committed_by_the_re
     assert read_calls(call_dir) == [] and res.rows_computed == 0 and res.fragments_committed == 1
     assert tbl.to_arrow(["y"]).column("y").to_pylist() == [3 * x for x in range(22_000)]
     tbl.dataset().validate()
+
+
+def test_a_udf_measured_on_one_table_runs_its_first_backfill_of_another_on_the_driver_unless_its_fragments_are_many(
+        db, spark, call_dir):
+    """A warm process knows the UDF's cost from another table: its first backfill of a small table is computed on the
+    driver, each fragment whole; the same rows in hundreds of fragments (whose files cost more than their rows) go to
+    Spark's slots.  Every row is computed once, exactly."""
+    udf = counting_array_triple(call_dir)
+    _measured(db, spark, call_dir, udf)
+    other = db.create_table("other", events_table(4_000), max_rows_per_file=1_000)
+    other.add_columns({"y": udf})
+    plan, _ = load_plan(plan_backfill(other.ref, "y", parallelism=2).plan_uri)
+    assert all(p.target is not None for t in plan.tasks for p in t.parts)  # every fragment whole
+    before = _jobs(spark)
+    assert other.backfill("y", spark=spark).rows_computed == 4_000
+    assert _jobs(spark) == before  # no Spark job
+    assert sorted(_own_calls(call_dir)) == sorted(read_calls(call_dir)) == list(range(4_000))
+    assert other.to_arrow(["y"]).column("y").to_pylist() == [3 * x for x in range(4_000)]
+    other.dataset().validate()
+
+    clear_calls(call_dir)
+    many = db.create_table("many", events_table(4_000), max_rows_per_file=10)  # 400 fragments of 10 rows
+    many.add_columns({"y": udf})
+    before = _jobs(spark)
+    assert many.backfill("y", spark=spark).rows_computed == 4_000
+    assert _jobs(spark) > before and _own_calls(call_dir) == []  # Spark's workers computed them
+    assert sorted(read_calls(call_dir)) == list(range(4_000))
+    assert many.to_arrow(["y"]).column("y").to_pylist() == [3 * x for x in range(4_000)]
+    many.dataset().validate()
