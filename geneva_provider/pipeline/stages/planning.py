@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
@@ -133,6 +134,7 @@ def record_valid(store: CheckpointStore, job: str, signatures: dict[int, list[st
 # cheap UDF's first backfill of a table is planned and run like its increments (issue 44).  The most recent kept.
 _UDF_ROW_SECONDS: OrderedDict[tuple[str, str], float] = OrderedDict()
 _UDF_ROW_SECONDS_KEPT = 256
+_UDF_ROW_SECONDS_LOCK = threading.Lock()
 
 
 def measured_row_seconds(store: CheckpointStore, job: JobSpec) -> float | None:
@@ -158,10 +160,11 @@ def record_row_seconds(store: CheckpointStore, plan: JobPlan, rows: int, seconds
     ledger = load_ledger(store, job)
     ledger.row_seconds = seconds / rows
     if plan.udf is not None:
-        _UDF_ROW_SECONDS[(plan.udf.name, plan.udf.version)] = ledger.row_seconds
-        _UDF_ROW_SECONDS.move_to_end((plan.udf.name, plan.udf.version))
-        while len(_UDF_ROW_SECONDS) > _UDF_ROW_SECONDS_KEPT:
-            _UDF_ROW_SECONDS.popitem(last=False)
+        with _UDF_ROW_SECONDS_LOCK:  # jobs of one process may run in threads (a namespace's in-process runner)
+            _UDF_ROW_SECONDS[(plan.udf.name, plan.udf.version)] = ledger.row_seconds
+            _UDF_ROW_SECONDS.move_to_end((plan.udf.name, plan.udf.version))
+            while len(_UDF_ROW_SECONDS) > _UDF_ROW_SECONDS_KEPT:
+                _UDF_ROW_SECONDS.popitem(last=False)
     try:
         JobStore(store).put_ledger(job, ledger)
     except OSError as exc:  # a hint for the next plan: never a reason to fail the job that measured it
