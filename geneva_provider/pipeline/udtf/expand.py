@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 _UDTFS: dict[tuple[str, int], UDTF] = {}  # one unpickled UDTF (and stateful instance) per worker process
 # What a parent cost each UDTF (by its pickle) in its last checkpoint in this worker process, whatever the view: a
 # refresh's first task here starts at that speed instead of a probe of 100 parents and a ramp, each checkpoint of
-# which writes fragments of its own (issue 44: a chunker view's first refresh wrote 20 small fragments, not 8).
+# which writes fragments of its own (issue 44: a chunker view's first refresh wrote 20 small fragments where 16 do).
 _UDTF_ROW_SECONDS: dict[int, float] = {}
 # A checkpoint is a table of the parents it expanded (SOURCE_ROW_ID, ascending) and of the rows each has in
 # its fragments (PARENT_ROWS; SKIPPED for a parent the error policy skipped), whose schema metadata holds
