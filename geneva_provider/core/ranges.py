@@ -106,6 +106,20 @@ def positions_of(runs: Iterable[tuple[int, int]]) -> Positions:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
+def sorted_unique(ids: ArrayLike) -> Positions:
+    """``ids`` as a sorted int64 array without repeats.  Ids that come sorted (a plan's mostly do, and a view's
+    parents in its rows' order) cost a pass or two instead of ``np.unique``'s hash and sort."""
+    import numpy as np
+
+    ids = np.asarray(ids, np.int64)
+    if len(ids) < 2:
+        return ids
+    step = ids[1:] - ids[:-1]
+    if not bool((step >= 0).all()):
+        return np.unique(ids)
+    return ids if bool(step.all()) else ids[np.concatenate([[True], step != 0])]
+
+
 def slice_runs(runs: list[tuple[int, int]], first: int, last: int) -> list[tuple[int, int]]:
     """The runs holding the ``first``-th to ``last``-th (exclusive) positions of ``runs``."""
     out = []

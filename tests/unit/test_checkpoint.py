@@ -8,7 +8,7 @@ import re
 import pyarrow as pa
 import pytest
 
-from geneva_provider.core.ranges import count_of, missing_ranges, positions_of, runs_of, slice_runs
+from geneva_provider.core.ranges import count_of, missing_ranges, positions_of, runs_of, slice_runs, sorted_unique
 from geneva_provider.core.store.checkpoint import InMemoryCheckpointStore, LanceCheckpointStore, split_key_uri
 from geneva_provider.core.store.layout import (
     BatchKey,
@@ -93,6 +93,15 @@ def test_range_arithmetic():
     assert runs_of([False, True, True, False, True]) == [(1, 3), (4, 5)] and runs_of([False]) == []
     assert count_of([(1, 3), (4, 5)]) == 3 and positions_of([(1, 3), (4, 5)]).tolist() == [1, 2, 4]
     assert slice_runs([(1, 3), (4, 5), (7, 9)], 1, 4) == [(2, 3), (4, 5), (7, 8)]
+
+
+@pytest.mark.parametrize("ids", [[], [5], [1, 2, 3, 9], [1, 1, 2, 2, 2, 7], [3, 1, 2, 3, 0], [4, 4, 4],
+                                 [2**40, 7, 2**40, -3]])
+def test_sorted_unique_gives_what_np_unique_gives_whether_the_ids_come_sorted_or_not(ids):
+    import numpy as np
+
+    got = sorted_unique(np.asarray(ids, np.int64))
+    assert got.dtype == np.int64 and got.tolist() == sorted(set(ids))
 
 
 def test_a_checkpoint_of_a_null_struct_round_trips(tmp_path):

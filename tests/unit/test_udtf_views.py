@@ -166,3 +166,17 @@ def test_parent_fingerprints_keep_the_values_views_store(scheme):
     assert fps(chunked, "seed", 4).equals(fps(columns, "seed", 4))
     assert fps([pa.array(["q", "r", "s"]).slice(1)], "seed", 2).equals(fps([pa.array(["r", "s"])], "seed", 2))
     assert fps([pa.array([], pa.string())], "seed", 0).to_pylist() == []
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_a_parent_chunk_pair_held_twice_is_found_whether_the_rows_come_in_order_or_not(shuffled):
+    import numpy as np
+
+    from geneva_provider.pipeline.udtf.check import doubled_pairs
+
+    parents = np.asarray([1, 1, 1, 2, 5, 5, 5, 9], np.int64)
+    index = np.asarray([0, 1, 2, 0, 0, 1, 1, 0], np.int64)  # (5, 1) twice
+    perm = np.random.default_rng(3).permutation(len(parents)) if shuffled else np.arange(len(parents))
+    assert doubled_pairs(parents[perm], index[perm]).tolist() == [[5, 1]]
+    once = perm[perm != 6]  # without the second (5, 1)
+    assert doubled_pairs(parents[once], index[once]).tolist() == []

@@ -19,6 +19,7 @@ from geneva_provider.core.contracts.models import ViewCheck
 from geneva_provider.core.errors import InvalidArgumentError, VerificationError
 from geneva_provider.core.fingerprints import digest_fingerprints, row_fingerprints
 from geneva_provider.core.functions.udtf import UDTFKind
+from geneva_provider.core.ranges import sorted_unique
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.views.meta import SOURCE_ROW_ID
 from geneva_provider.core.views.udtf_meta import (
@@ -92,9 +93,9 @@ def check_udtf_view(view: Dataset, name: str, state: UdtfViewState, source: Data
                               held.column(CHUNK_INDEX).fill_null(-1).to_numpy())
         check.duplicate_count = len(twice)
         check.duplicates = [(int(p), int(c)) for p, c in twice[:SHOWN]]
-        parents = pc.unique(held.column(SOURCE_ROW_ID)).to_numpy()
+        parents = sorted_unique(held.column(SOURCE_ROW_ID).to_numpy())
         ids = selected.column("_rowid").to_numpy().astype(np.int64)
-        orphans = np.sort(parents[~np.isin(parents, ids)])
+        orphans = parents[~np.isin(parents, ids)]
         check.orphan_count, check.orphans = len(orphans), orphans[:SHOWN].tolist()
         if fingerprints:
             stale = _stale(source, held, parents[np.isin(parents, ids)], spec.read_columns(), state)
@@ -131,7 +132,9 @@ def doubled_pairs(parents: np.ndarray, index: np.ndarray) -> np.ndarray:
     lo, hi = int(index.min()), int(index.max())
     bits = max(hi - lo, 1).bit_length()
     if parents.min() >= 0 and int(parents.max()) < (1 << (62 - bits)):
-        keys = np.sort((parents << bits) | (index - lo))
+        keys = (parents << bits) | (index - lo)
+        if not bool((keys[1:] >= keys[:-1]).all()):  # a view's rows are mostly in (parent, chunk) order already
+            keys = np.sort(keys)
         twice = np.unique(keys[1:][keys[1:] == keys[:-1]])
         return np.stack([twice >> bits, (twice & ((1 << bits) - 1)) + lo], axis=1)
     order = np.lexsort((index, parents))

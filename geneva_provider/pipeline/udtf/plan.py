@@ -31,7 +31,7 @@ from geneva_provider.core.fragments import column_field_ids, files_holding
 from geneva_provider.core.functions.udtf import UDTFKind, load_udtf
 from geneva_provider.core.incarnations import incarnations
 from geneva_provider.core.lineage import view_lineage
-from geneva_provider.core.ranges import positions_of
+from geneva_provider.core.ranges import positions_of, sorted_unique
 from geneva_provider.core.refs import TableRef
 from geneva_provider.core.resources import ResourceAsk
 from geneva_provider.core.store.layout import job_prefix, md5_hex
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 def id_runs(ids: np.ndarray) -> list[tuple[int, int]]:
     """Sorted unique ids as runs ``[start, end)`` (compact for the long runs of appended rows)."""
-    ids = np.unique(np.asarray(ids, np.int64))
+    ids = sorted_unique(ids)
     if not len(ids):
         return []
     breaks = np.flatnonzero(np.diff(ids) != 1) + 1
@@ -207,7 +207,7 @@ def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfV
         if state.pending:
             pending = np.asarray(state.pending, np.int64)
             expand = np.union1d(expand, pending[np.isin(pending, _ids(src, spec.where))])
-    expand = np.unique(expand)
+    expand = sorted_unique(expand)
     if len(expand):  # parents the view already holds as they are now (a commit whose bookkeeping was lost)
         held = _children(view, int(expand.min()))
         ids = held.column(SOURCE_ROW_ID).to_numpy()
@@ -222,7 +222,7 @@ def _chunker_changes(view: Dataset, src: Dataset, source: TableRef, state: UdtfV
             done = np.asarray(sorted(set(candidates.tolist()) - stale), np.int64)
             expand = expand[~np.isin(expand, done)]
             delete = np.union1d(delete[~np.isin(delete, done)], np.asarray(sorted(stale), np.int64))
-    return expand, np.unique(delete)
+    return expand, sorted_unique(delete)
 
 
 def _changed(src: Dataset, source: TableRef, view: Dataset, state: UdtfViewState, updated: np.ndarray,

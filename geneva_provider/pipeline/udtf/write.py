@@ -3,7 +3,8 @@
 Apply wrote each checkpoint's rows as new fragments of the view (:mod:`geneva_provider.pipeline.udtf.expand`);
 this stage, on the driver, takes each part's checkpoints -- each parent's rows from the first checkpoint
 that expanded it: a retried task may have expanded a parent twice -- records the group's fragments in the
-store, and commits them in one ``Update`` with the deletion of the rows they replace -- atomic, so a
+store, and commits them in one ``Update`` with the deletion of the rows they replace (an ``Append`` when
+they replace none) -- atomic, so a
 reader never sees a parent's old and new rows at once, nor neither.  A checkpoint's fragments are
 committed as they are; only one holding parents that are not all its part's (an earlier plan of the same
 refresh cut the parts otherwise) or whose fragments were committed already has its rows copied into new
@@ -270,10 +271,13 @@ def _commit(plan: ExpandPlan, group: GroupFragments, replaced: tuple[str, np.nda
         updated, removed, deleted = deletions(ds, *replaced)
         if not (new or updated or removed):
             return ds.version, deleted
-        ds = lance.LanceDataset.commit(
-            plan.table_uri, lance.LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
-                                                        new_fragments=new),
-            read_version=ds.version, storage_options=storage_options, commit_message=message)
+        # Nothing deleted (a first refresh, an append's): an Append, the same rows and row versions.  On a table
+        # with stable row ids an Update of new fragments costs ~80 ms more per million rows (pylance 14).
+        operation = lance.LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
+                                                new_fragments=new) if updated or removed else \
+            lance.LanceOperation.Append(new)
+        ds = lance.LanceDataset.commit(plan.table_uri, operation, read_version=ds.version,
+                                       storage_options=storage_options, commit_message=message)
         return ds.version, deleted
 
     done = commit(TableRef(plan.table, plan.table_uri, storage_options), f"commit '{message}'", apply,
