@@ -14,6 +14,7 @@ from geneva_provider.core.contracts.models import PlanSettings
 from geneva_provider.core.contracts.options import BackfillOptions
 from geneva_provider.pipeline.stages.checkpoint_sizing import (
     MAX_GROWTH,
+    MEASURED_ROWS_MIN,
     PROBE_ROWS,
     TARGET_CHECKPOINT_SECONDS,
     CheckpointSizer,
@@ -116,6 +117,25 @@ def test_the_next_task_of_a_job_in_a_worker_process_starts_at_the_learnt_size():
     for i in range(20):  # a long-lived worker keeps the latest few jobs only
         job_sizer(f"job-{i}", settings)
     assert job_sizer("job-a", settings).size == PROBE_ROWS
+
+
+def test_a_job_naming_its_function_starts_at_the_speed_that_function_last_had_in_the_process():
+    settings = settings_for()
+    chunker = ("split", "v1")
+    first = job_sizer("refresh-1", settings, function=chunker)
+    assert first.size == PROBE_ROWS  # never measured here: a probe
+    run(first, GPU_MODEL, 3, overhead=0)
+    learnt = first.size
+    # another job of the same function (another view's refresh): no probe, the speed measured
+    assert job_sizer("refresh-2", settings, function=chunker).size == learnt
+    assert job_sizer(None, settings, function=chunker).size == learnt
+    # another function, or the same name at another version, probes
+    assert job_sizer("refresh-3", settings, function=("split", "v2")).size == PROBE_ROWS
+    assert job_sizer("refresh-4", settings).size == PROBE_ROWS
+    # a checkpoint of fewer than MEASURED_ROWS_MIN rows (the few parents ending a task) is not kept
+    tiny = job_sizer("refresh-5", settings, function=("tiny", "v1"))
+    tiny.observe(MEASURED_ROWS_MIN - 1, 0.001)
+    assert job_sizer("refresh-6", settings, function=("tiny", "v1")).size == PROBE_ROWS
 
 
 @pytest.mark.parametrize(("lo", "hi"), [(0, 10), (10, 5)])

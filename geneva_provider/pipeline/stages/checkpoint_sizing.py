@@ -26,6 +26,9 @@ same worker start there.  The min bound wins over the target: a function slower 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 from geneva_provider.core.contracts.models import PlanSettings
 
 # Seconds of work one checkpoint holds once the speed is known.  A kill loses at most about this much
@@ -52,13 +55,15 @@ class CheckpointSizer:
     its earlier tasks left.  Not thread-safe, and not shared between processes.
     """
 
-    def __init__(self, lo: int, hi: int, *, target_seconds: float = TARGET_CHECKPOINT_SECONDS) -> None:
+    def __init__(self, lo: int, hi: int, *, target_seconds: float = TARGET_CHECKPOINT_SECONDS,
+                 function: tuple[str, str] | None = None) -> None:
         if not 1 <= lo <= hi:
             raise ValueError(f"checkpoint bounds must satisfy 1 <= min <= max, got min {lo}, max {hi}")
         if target_seconds < 0:
             raise ValueError(f"target_seconds must be positive (or 0: every checkpoint the min bound), got "
                              f"{target_seconds}")
         self.lo, self.hi, self.target_seconds = lo, hi, target_seconds
+        self.function = function  # (name, version): its measured speed is kept for its next job in this process
         self._size = lo if lo == hi else min(lo, PROBE_ROWS)
         self._rows = 0.0     # decayed sums of the observed checkpoints
         self._seconds = 0.0
@@ -66,7 +71,7 @@ class CheckpointSizer:
         self._store = (0.0, 0.0)  # decayed (rows, seconds) of storing their checkpoints
 
     @classmethod
-    def of(cls, settings: PlanSettings) -> CheckpointSizer:
+    def of(cls, settings: PlanSettings, function: tuple[str, str] | None = None) -> CheckpointSizer:
         """The sizer for a plan's settings: its min and max bounds (equal when ``checkpoint_size`` was given alone).
 
         ``settings.checkpoint_size`` is not the first size: unless the bounds fix it, it is 10,000 by
@@ -74,7 +79,7 @@ class CheckpointSizer:
         """
         seconds = settings.checkpoint_seconds
         return cls(settings.min_checkpoint_size, settings.max_checkpoint_size,
-                   target_seconds=TARGET_CHECKPOINT_SECONDS if seconds is None else seconds)
+                   target_seconds=TARGET_CHECKPOINT_SECONDS if seconds is None else seconds, function=function)
 
     @property
     def fixed(self) -> bool:
@@ -143,6 +148,8 @@ class CheckpointSizer:
         else:
             self._rows = self._rows * DECAY + rows
             self._seconds = self._seconds * DECAY + seconds
+        if self.function is not None and rows >= MEASURED_ROWS_MIN:
+            _remember(self.function, max(self._seconds, _MIN_SECONDS) / self._rows)
         want = int(self._rows / max(self._seconds, _MIN_SECONDS) * self.target_seconds)
         self._size = max(self.lo, min(self.hi, want, self._size * MAX_GROWTH))
 
@@ -151,20 +158,43 @@ class CheckpointSizer:
 # process for the next task (spark.python.worker.reuse), and that task then starts at the size learnt
 # rather than at a new probe: with one Spark partition per task, a probe and its ramp in every task cost
 # a fast UDF a few small checkpoints each (~10 ms apiece).  A job's tasks run the same function, so its
-# speed carries over; another job (a rerun included) starts with a probe.
+# speed carries over; another job (a rerun included) starts with a probe -- unless it names its function.
 _SIZERS: dict[str, CheckpointSizer] = {}
 _SIZERS_KEPT = 8
+# What a row of each function (by name and version) cost in the last checkpoint of at least MEASURED_ROWS_MIN
+# rows that a sizer naming it measured in this process, whatever the job: a job's first task here starts at that
+# speed instead of a probe and a ramp (issue 44: each checkpoint of a chunker's probe and ramp wrote view
+# fragments of its own, so a first refresh wrote 20 small fragments where 16 do).  A function's name and version
+# say what it computes, where its pickle does not: pickling one function by value twice can give other bytes.
+_FUNCTION_ROW_SECONDS: OrderedDict[tuple[str, str], float] = OrderedDict()
+_FUNCTIONS_KEPT = 64
+_FUNCTIONS_LOCK = threading.Lock()  # the driver's in-process runner may run jobs in threads
+MEASURED_ROWS_MIN = 100  # rows (or parents) a checkpoint must hold for its speed to be kept for another job
 
 
-def job_sizer(job_id: str | None, settings: PlanSettings) -> CheckpointSizer:
-    """The sizer of job ``job_id`` in this process: the one its earlier tasks here left, or a new one.
+def job_sizer(job_id: str | None, settings: PlanSettings, function: tuple[str, str] | None = None
+              ) -> CheckpointSizer:
+    """The sizer of job ``job_id`` in this process: the one its earlier tasks here left, or a new one -- which
+    starts at the speed ``function`` (name, version) last had here, when it names one this process measured.
 
     Not for concurrent tasks of one process (none runs two: a Spark task has a Python worker to itself).
     """
+    sizer = _SIZERS.pop(job_id, None) if job_id is not None else None
+    if sizer is None:
+        sizer = CheckpointSizer.of(settings, function=function)
+        if function is not None and (known := _FUNCTION_ROW_SECONDS.get(function)) is not None:
+            sizer.assume(known)
     if job_id is None:  # not a stored job's task: nothing names its tasks' speed
-        return CheckpointSizer.of(settings)
-    sizer = _SIZERS.pop(job_id, None) or CheckpointSizer.of(settings)
+        return sizer
     _SIZERS[job_id] = sizer
     while len(_SIZERS) > _SIZERS_KEPT:
         del _SIZERS[next(iter(_SIZERS))]
     return sizer
+
+
+def _remember(function: tuple[str, str], row_seconds: float) -> None:
+    with _FUNCTIONS_LOCK:
+        _FUNCTION_ROW_SECONDS[function] = row_seconds
+        _FUNCTION_ROW_SECONDS.move_to_end(function)
+        while len(_FUNCTION_ROW_SECONDS) > _FUNCTIONS_KEPT:
+            _FUNCTION_ROW_SECONDS.popitem(last=False)

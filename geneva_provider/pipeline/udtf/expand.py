@@ -61,14 +61,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _UDTFS: dict[tuple[str, int], UDTF] = {}  # one unpickled UDTF (and stateful instance) per worker process
-# What a parent cost each UDTF (by its pickle) in its last checkpoint in this worker process, whatever the view: a
-# refresh's first task here starts at that speed instead of a probe of 100 parents and a ramp, each checkpoint of
-# which writes fragments of its own (issue 44: a chunker view's first refresh wrote 20 small fragments where 16 do).
-_UDTF_ROW_SECONDS: dict[int, float] = {}
 # A checkpoint is a table of the parents it expanded (SOURCE_ROW_ID, ascending) and of the rows each has in
 # its fragments (PARENT_ROWS; SKIPPED for a parent the error policy skipped), whose schema metadata holds
 # the fragments (FRAGMENTS: an ExpandedFragments).  A batch UDTF's checkpoint lists no parent.
-UDTF_MEASURED_PARENTS_MIN = 100  # parents a checkpoint must expand for its speed to be kept for the next refresh
 PARENT_ROWS = "__rows"
 SKIPPED = -1
 FRAGMENTS = "geneva::udtf::fragments"
@@ -174,15 +169,13 @@ class Expander:
         if cache not in _UDTFS:
             _UDTFS[cache] = load_udtf(state.pickle)
         self.fn = _UDTFS[cache]
-        self.speed_key = hash(state.pickle)
         self.src = lance.dataset(self.work.source_uri, version=self.work.source_version,
                                  storage_options=ctx.storage_options)
         self.held = Held(self.store, self.job.job_prefix, self.fn.kind is UDTFKind.CHUNKER)
         self.schema = pa.schema([self.view.schema.field(n) for n in self._columns()])
         self.watch = CallWatch.here(self.store, ctx.job, ctx.job_id)
-        self.sizer = job_sizer(ctx.job_id, ctx.settings)  # a later task in this worker starts at the learnt size
-        if (known := _UDTF_ROW_SECONDS.get(self.speed_key)) is not None:
-            self.sizer.assume(known)  # nothing once this job's tasks here have measured their own speed
+        # A later task of the job in this worker starts at the size learnt; its first, at the UDTF's last speed here.
+        self.sizer = job_sizer(ctx.job_id, ctx.settings, function=(self.fn.name, self.fn.version))
         self.label = (f"{self.fn.label} expanding rows of table '{self.spec.base_table}' into view "
                       f"'{self.job.table}'")
 
@@ -206,8 +199,6 @@ class Expander:
                 n, error = self._checkpoint(part, ids, result.failures)
                 if error is None:
                     self.sizer.observe(len(ids), time.perf_counter() - t0)
-                    if (speed := self.sizer.rows_per_second) and len(ids) >= UDTF_MEASURED_PARENTS_MIN:
-                        _UDTF_ROW_SECONDS[self.speed_key] = 1 / speed
                     result.calls, result.checkpoints, i = result.calls + n, result.checkpoints + 1, i + len(ids)
                     result.rows_computed += len(ids)
             if error is not None:
