@@ -8,13 +8,14 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from geneva_provider.core.contracts.kinds import JobKind, Stage
 from geneva_provider.core.contracts.models import BackfillResult, JobRecord, JobStatus, PlanSummary
 from geneva_provider.core.store.checkpoint import CheckpointStore
-from geneva_provider.pipeline.jobs import JobControl
-from geneva_provider.pipeline.stages.job_records import read_record
+
+if TYPE_CHECKING:
+    from geneva_provider.pipeline.jobs import JobControl
 
 
 def _now() -> str:
@@ -27,6 +28,8 @@ class JobHandle:
     def __init__(self, store: CheckpointStore, label: str, *,
                  kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.INDEX] = JobKind.BACKFILL, table: str = "",
                  column: str | None = None) -> None:
+        from geneva_provider.pipeline.jobs import JobControl  # the pipeline, when a job starts: not to plan one
+
         self.store = store
         self.label = label
         self.kind, self.table, self.column = kind, table, column
@@ -71,6 +74,8 @@ class JobHandle:
         error = self._error()
         if summary is None:
             return self._record("", self._failed() if error else JobStatus.PENDING, Stage.PLAN, error=error)
+        from geneva_provider.pipeline.stages.job_records import read_record
+
         record = read_record(self.store, summary.job_id)
         if record is not None:
             return record

@@ -94,9 +94,11 @@ def plan(db: Db, request: Operation, *, parallelism: int | None = None, airflow_
     This is what the Airflow plan tasks call.  ``parallelism``: the Spark task slots the plan sizes its tasks for;
     ``airflow_run_id``: the DAG run the job's record names (a namespace's ``describe_job`` finds it by that id).
     The summary names the child namespace of the table (``db``'s), if any: the stages' links find its record there."""
+    from geneva_provider.operations.unchanged import planned_once
+
     catalog = catalog_of(db)
-    summary = prepare(request, catalog, checkpoint_store=checkpoint_store, options=options).plan(parallelism,
-                                                                                                airflow_run_id)
+    summary = planned_once(catalog, request, options, checkpoint_store, lambda: prepare(
+        request, catalog, checkpoint_store=checkpoint_store, options=options).plan(parallelism, airflow_run_id))
     return summary.model_copy(update={"namespace": list(catalog.parent)}) if catalog.parent else summary
 
 

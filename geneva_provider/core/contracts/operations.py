@@ -13,7 +13,7 @@ the table, with the package's own errors naming them, before anything changes (`
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -30,7 +30,9 @@ from pydantic import (
 from geneva_provider.core.contracts import index_models
 from geneva_provider.core.contracts.models import JobRecord
 from geneva_provider.core.errors import InvalidArgumentError
-from geneva_provider.core.views.meta import ViewQuery
+
+if TYPE_CHECKING:  # the view models are a query's, not a request's: an Airflow plan task reads requests only
+    from geneva_provider.core.views.meta import ViewQuery
 
 
 def _wire_function(value: Any) -> Any:
@@ -131,6 +133,7 @@ class SourceQuery(_Model):
     def view_query(self, db_uri: str) -> ViewQuery:
         """The :class:`ViewQuery` of this source query over the database at ``db_uri``; UDFs unpickled."""
         from geneva_provider.core.functions.udf import UDF
+        from geneva_provider.core.views.meta import ViewQuery
 
         udfs = {}
         for name, ref in self.udf_columns.items():

@@ -9,6 +9,7 @@ layout's business (:mod:`geneva_provider.core.store.layout`); a store only keeps
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import uuid
@@ -161,12 +162,17 @@ class LanceCheckpointStore(CheckpointStore):
     """
 
     def __init__(self, root: str, storage_options: dict[str, str] | None = None) -> None:
-        from lance.file import LanceFileSession
-
         self._local = _local_path(root)
         self._root = self._local if self._local is not None else root.rstrip("/")
         self._storage_options = storage_options
-        self._session = LanceFileSession(self._root, storage_options=storage_options)
+
+    @functools.cached_property
+    def _session(self) -> Any:
+        """Lance's file session, opened at the first Lance file: a process that reads only documents never imports
+        pylance (whose ``pyarrow.dataset`` imports pandas, ~0.3 s)."""
+        from lance.file import LanceFileSession
+
+        return LanceFileSession(self._root, storage_options=self._storage_options)
 
     @property
     def uri(self) -> str:

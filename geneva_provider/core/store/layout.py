@@ -15,6 +15,7 @@ The families (``<id>`` is a job id, :func:`new_job_id`)::
     plan-<id>-appended                  AppendedKey       a UDTF refresh's written fragments, before their commit
     job-<id>                            JobRecordKey      the job's record (status, progress)
     ledger-<md5(job prefix)>            LedgerKey         fragments known valid
+    uptodate-<md5(request)>             UpToDateKey       a request found up to date at a table state
     <batch prefix>_frag-N_range-a-b[_partial]  BatchKey   one batch checkpoint
     <job prefix>_staged-<hex32>         StagedKey         one writer's staged-files record
     running-<id>-p<partition>           RunningKey        the UDF call a Spark partition is running, its rows so far
@@ -44,12 +45,14 @@ if TYPE_CHECKING:
     from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBuildPlan, SegmentRecord
     from geneva_provider.core.contracts.models import AppendedFragments, CommitRecord, JobRecord, Ledger, StagedFiles
     from geneva_provider.core.store.checkpoint import CheckpointStore
+    from geneva_provider.core.table_state import UpToDate
 
 JOB_ID = r"\d{8}T\d{6}-[0-9a-f]{8}"  # what new_job_id() makes: sortable by creation time, unique
 PARTIAL = "_partial"  # the suffix of a batch checkpoint holding rows the UDF's error policy skipped
 _PLAN = "plan-"
 _JOB = "job-"
 _LEDGER = "ledger-"
+_UPTODATE = "uptodate-"
 _RUNNING = "running-"
 _INDEX = "index-"
 _SRCFILES = "_srcfiles-"
@@ -237,6 +240,17 @@ class LedgerKey:
 
 
 @dataclass(frozen=True)
+class UpToDateKey:
+    """A request (its digest) that found its table up to date, and at which state (an UpToDate document)."""
+
+    kind: ClassVar[Literal["uptodate"]] = "uptodate"
+    digest: str
+
+    def key(self) -> str:
+        return f"{_UPTODATE}{self.digest}"
+
+
+@dataclass(frozen=True)
 class StagedKey:
     """One writer's staged-files record: the data files it staged for some fragments of a job."""
 
@@ -315,8 +329,8 @@ IndexKey = IndexArtifactsKey | IndexPlanKey | IndexSegmentKey
 PlanFamilyKey = (PlanKey | CommittedKey | StageResultKey | StageLeaseKey | ConnectSessionKey | AppendedKey
                  | CancelKey)
 StoreKey = (PlanKey | CommittedKey | StageResultKey | StageLeaseKey | ConnectSessionKey | AppendedKey | CancelKey
-            | JobRecordKey | LedgerKey | BatchKey | StagedKey | RunningKey | IndexArtifactsKey | IndexPlanKey
-            | IndexSegmentKey)
+            | JobRecordKey | LedgerKey | UpToDateKey | BatchKey | StagedKey | RunningKey | IndexArtifactsKey
+            | IndexPlanKey | IndexSegmentKey)
 
 
 def parse_key(key: str) -> StoreKey | None:
@@ -349,6 +363,8 @@ def parse_key(key: str) -> StoreKey | None:
         return JobRecordKey(key[len(_JOB):])
     if key.startswith(_LEDGER) and len(key) > len(_LEDGER):
         return LedgerKey(key[len(_LEDGER):])
+    if key.startswith(_UPTODATE) and len(key) > len(_UPTODATE):
+        return UpToDateKey(key[len(_UPTODATE):])
     if m := _RUNNING_RE.match(key):
         return RunningKey(m["id"], int(m["partition"]))
     if m := _INDEX_RE.match(key):
@@ -457,6 +473,20 @@ class JobStore:
 
     def put_ledger(self, job: str, ledger: Ledger) -> None:
         self.store.put_model(LedgerKey.of(job).key(), ledger)
+
+    # requests found up to date
+    def up_to_date(self, digest: str) -> UpToDate | None:
+        """What the request of ``digest`` found up to date last, if anything (an unreadable document: nothing)."""
+        from geneva_provider.core.table_state import UpToDate
+
+        key = UpToDateKey(digest).key()
+        try:
+            return self.store.get_model(key, UpToDate) if key in self.store else None
+        except (ValueError, KeyError, OSError):
+            return None
+
+    def put_up_to_date(self, digest: str, found: UpToDate) -> None:
+        self.store.put_model(UpToDateKey(digest).key(), found)
 
     # batch checkpoints and staged files
     def batches(self, job: str) -> list[BatchKey]:

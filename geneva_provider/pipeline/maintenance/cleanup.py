@@ -25,13 +25,16 @@ from geneva_provider.core.store.layout import (
     BatchKey,
     CommittedKey,
     JobRecordKey,
+    JobStore,
     LedgerKey,
     PlanFamilyKey,
     PlanKey,
     StagedKey,
+    UpToDateKey,
     batch_prefix,
     parse_key,
 )
+from geneva_provider.core.table_state import UpToDate, local_table_state
 from geneva_provider.pipeline.stages.job_records import plan_live, read_record, read_records
 from geneva_provider.pipeline.stages.kinds import CheckpointFamily, kind_of, table_kind
 from geneva_provider.pipeline.stages.planning import load_ledger, validity_signature
@@ -98,6 +101,8 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
         if not isinstance(batch, BatchKey):
             if isinstance(batch, LedgerKey) and batch not in current_ledgers:
                 _remove(store, key, "ledgers", result)
+            if isinstance(batch, UpToDateKey) and not _current(JobStore(store).up_to_date(batch.digest), table):
+                _remove(store, key, "up-to-date records", result)
             continue
         job, fid = batch.job_prefix, batch.frag_id
         if any(kind_of(plan).keeps_checkpoint(plan, batch) for plan in live.get(job, ())):
@@ -120,6 +125,11 @@ def cleanup_checkpoints(table: TableRef, store: CheckpointStore, older_than: dt.
     log.info("checkpoint clean-up of table '%s': removed %s; kept %d keys of live jobs", table.name,
              result.removed or "nothing", result.kept_for_live_jobs)
     return result
+
+
+def _current(found: UpToDate | None, table: TableRef) -> bool:
+    """Whether a request's up-to-date record is of the table's state now (one of an earlier state is never read)."""
+    return found is not None and found.state == local_table_state(table.uri)
 
 
 def _current_jobs(ds: Dataset, table: TableRef) -> dict[str, CheckpointFamily]:
