@@ -72,10 +72,11 @@ def local_table_state(uri: str) -> TableState | None:
 
 
 class UpToDate(BaseModel):
-    """A job found nothing to do at a table's ``state``: its plan document (``plan``, JSON), which a request of the
-    same digest at the same state gets again under a new job id, without the table being opened."""
+    """A request found nothing to do at a table's ``state``; a job's plan request, with its no-op plan document
+    (``plan``, JSON), which the same request at the same state gets again under a new job id -- both without the
+    table being opened."""
 
     model_config = ConfigDict(extra="forbid")
 
     state: TableState
-    plan: str
+    plan: str | None = None

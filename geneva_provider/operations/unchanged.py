@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.contracts.operations import BackfillColumn, Operation
 from geneva_provider.core.store.layout import JobStore, md5_hex, new_job_id
-from geneva_provider.core.table_state import UpToDate, local_table_state
+from geneva_provider.core.table_state import TableState, UpToDate, local_table_state
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -61,19 +61,35 @@ def planned_once(catalog: Catalog, request: Operation, options: dict[str, Any] |
     that no-op plan under a new job id, without ``plan()`` opening the table."""
     name = own_table(request)
     ref = _ref(catalog, name) if name is not None else None
-    before = local_table_state(ref.uri) if ref is not None else None
-    if ref is None or before is None:
+    if ref is None:
         return plan()
     store = checkpoint_store or ref.checkpoint_store()
-    jobs, digest = JobStore(store), request_digest(request, options)
-    known = jobs.up_to_date(digest)
-    if known is not None and known.state == before:
-        return _again(jobs, known, ref)
+    digest = request_digest(request, options)
+    before, known = recorded(ref, store, digest)
+    if known is not None and known.plan is not None:
+        return _again(JobStore(store), known.plan, known.state, ref)
     summary = plan()
-    if summary.nothing_to_do and summary.read_version == before.version and local_table_state(ref.uri) == before:
-        # the plan read the state taken before it, and nothing committed while it planned
-        jobs.put_up_to_date(digest, UpToDate(state=before, plan=jobs.plan_text(summary.job_id)))
+    if before is not None and summary.nothing_to_do:
+        record(ref, store, digest, before, summary.read_version, JobStore(store).plan_text(summary.job_id))
     return summary
+
+
+def recorded(ref: TableRef, store: CheckpointStore, digest: str) -> tuple[TableState | None, UpToDate | None]:
+    """The table's state now (None: not on a local disk), and what the request of ``digest`` found up to date at
+    that very state, if it did."""
+    before = local_table_state(ref.uri)
+    if before is None:
+        return None, None
+    known = JobStore(store).up_to_date(digest)
+    return before, known if known is not None and known.state == before else None
+
+
+def record(ref: TableRef, store: CheckpointStore, digest: str, before: TableState, read_version: int,
+           plan: str | None) -> None:
+    """Records that the request of ``digest`` found nothing to do at ``before`` -- the state taken before it
+    looked, which it read (``read_version``) and which no commit replaced while it looked; else nothing."""
+    if read_version == before.version and local_table_state(ref.uri) == before:
+        JobStore(store).put_up_to_date(digest, UpToDate(state=before, plan=plan))
 
 
 def _ref(catalog: Catalog, name: str) -> TableRef | None:
@@ -86,16 +102,16 @@ def _ref(catalog: Catalog, name: str) -> TableRef | None:
         return None
 
 
-def _again(jobs: JobStore, known: UpToDate, ref: TableRef) -> PlanSummary:
-    """The no-op plan ``known`` holds, stored again under a new job id; its summary."""
+def _again(jobs: JobStore, text: str, state: TableState, ref: TableRef) -> PlanSummary:
+    """The no-op plan ``text`` stored again under a new job id; its summary."""
     from geneva_provider.core.contracts.models import plan_from_json
 
     now = dt.datetime.now(dt.UTC)
     job_id = new_job_id(now)
-    plan = plan_from_json(known.plan, f"up-to-date record of table '{ref.name}'")
+    plan = plan_from_json(text, f"up-to-date record of table '{ref.name}'")
     plan = plan.model_copy(update={"job_id": job_id, "created_at": now.isoformat()})
     jobs.put_plan(job_id, plan.model_dump_json(exclude_none=True))
     summary = plan.summary(jobs.plan_uri(job_id))
     log.info("plan %s: %s: %s (table unchanged since version %d's manifest: not opened)", job_id, plan.label(),
-             summary.describe(), known.state.version)
+             summary.describe(), state.version)
     return summary

@@ -197,21 +197,40 @@ class GenevaPlanIndexRefreshesOperator(LineageMixin, BaseOperator):
     @fails_without_retry
     def execute(self, context: Any) -> list[dict[str, Any]]:
         from geneva_provider.core.contracts.lineage_models import JobLineage
-        from geneva_provider.pipeline.indexes.upkeep import indexes_on, job_indexes, plan_refreshes
+        from geneva_provider.operations.unchanged import record, recorded
 
         namespace = self.namespace or []
         if isinstance(namespace, str) or not all(isinstance(part, str) and part for part in namespace):
             raise InvalidArgumentError(f"{type(self).__name__} (task_id {self.task_id!r}): namespace must be a list "
                                        f"of names, e.g. ['team_a'], got {self.namespace!r}")
         ref = LanceHook(self.lance_conn_id).catalog_for([*namespace, self.table]).ref(self.table)
+        on = f"column '{self.column}'" if self.column is not None and not self.all_indexes else "any column"
+        store, digest = ref.checkpoint_store(), self._digest()
+        state, known = recorded(ref, store, digest)
+        if known is not None:  # nothing to index at this very state: the table is not opened (no pylance import)
+            self.record_lineage(JobLineage.of_table(ref.uri, known.state.version))
+            self.log.info("Indexes of table '%s' on %s: nothing to refresh (table unchanged since version %d, when "
+                          "there was nothing to index)", self.table, on, known.state.version)
+            return []
+        from geneva_provider.pipeline.indexes.upkeep import indexes_on, job_indexes, plan_refreshes
+
         ds = ref.dataset()
         names = indexes_on(ds) if self.all_indexes else job_indexes(ds, self.column)
-        plans = plan_refreshes(ref, names, ref.checkpoint_store(), airflow_run_id=context.get("run_id"))
+        plans = plan_refreshes(ref, names, store, airflow_run_id=context.get("run_id"))
+        if not plans and state is not None:
+            record(ref, store, digest, state, ds.version, None)
         self.record_lineage(JobLineage.of_table(ref.uri, ds.version))
-        on = f"column '{self.column}'" if self.column is not None and not self.all_indexes else "any column"
         self.log.info("Indexes of table '%s' on %s: %s; to refresh: %s", self.table, on, names or "none",
                       [f"{p.job_id}: {p.describe()}" for p in plans] or "none (nothing to index)")
         return [p.to_xcom() for p in plans]
+
+    def _digest(self) -> str:
+        """What names this task's question -- which indexes of the table the job may have left behind -- for its
+        record of a state at which there was nothing to index."""
+        from geneva_provider.core.store.layout import md5_hex
+
+        return md5_hex(f"index refreshes of table '{self.table}': "
+                       f"{'every index' if self.all_indexes else f'column {self.column!r}'}")
 
 
 class GenevaSparkIndexOperator(_GenevaSparkStageOperator):

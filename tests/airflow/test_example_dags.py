@@ -84,7 +84,19 @@ def test_backfill_after_ingest(dagbag, lance_db, capfd):
     assert dr.state == "success", states
     assert states["backfill_words.apply"] == "skipped" and states["backfill_words.write_commit"] == "skipped"
     assert states["backfill_words.verify"] == "skipped"  # nothing computed: no Asset event
-    assert tis["backfill_words.plan"].xcom_pull(task_ids="backfill_words.plan")["rows_to_compute"] == 0
+    noop_plan = tis["backfill_words.plan"].xcom_pull(task_ids="backfill_words.plan")
+    assert noop_plan["rows_to_compute"] == 0
+
+    # The next hour, the table unchanged since that no-op: the plan is the recorded no-op under a new job id (the
+    # table is not opened), every later task skipped again; the job is found, DONE.
+    dr, states, tis, _ = run(backfill)
+    assert dr.state == "success", states
+    assert {states[f"backfill_words.{t}"] for t in ("apply", "write_commit", "verify", "index")} == {"skipped"}
+    again = tis["backfill_words.plan"].xcom_pull(task_ids="backfill_words.plan")
+    assert again["rows_to_compute"] == 0 and again["job_id"] != noop_plan["job_id"]
+    assert (again["read_version"], again["rows_reused"]) == (noop_plan["read_version"], 8_000)
+    assert lance_db.get_job(again["job_id"]).status == "DONE"
+    assert tis["backfill_words.plan_indexes"].xcom_pull(task_ids="backfill_words.plan_indexes") == []
 
     # After another ingest, only the new rows are computed.
     dr, states, _, _ = run(ingest, run_conf={"rows": 2_000})
