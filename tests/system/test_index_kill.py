@@ -9,7 +9,7 @@ import lance
 
 from geneva_provider.core.store.layout import IndexRecords, IndexSegmentKey, parse_key
 from tests.helpers import run_and_kill_when
-from tests.index_data import clustered, queries, recall
+from tests.index_data import clustered, queries, recall, vectors
 
 GROUPS = 8
 PARAMS = {"column": "vec", "index_type": "IVF_PQ", "metric": "l2", "num_partitions": 16, "num_sub_vectors": 8,
@@ -53,8 +53,15 @@ def test_a_build_killed_by_sigkill_resumes_without_rebuilding_its_finished_segme
     single = lance.write_dataset(clustered(80_000), str(tmp_path / "single.lance"), max_rows_per_file=5_000)
     single = single.create_index("vec", "IVF_PQ", metric="l2", num_partitions=16, num_sub_vectors=8)
     # Both builds start k-means from random rows and land in local minima whose recall spreads by several points
-    # (docs/benchmarks.md "Index builds"; 0.748 against 0.804 seen once in CI, 0.02 apart in the runs before): a
-    # resumed build that lost or mixed up segments answers far worse than that.
-    assert recall(ds, qs) >= recall(single, qs) - 0.08
+    # (docs/benchmarks.md "Index builds"; 0.748 against 0.804 and 0.708 against 0.792 seen under load, 0.02 apart
+    # in most runs): a resumed build that lost or mixed up segments answers far worse than that.
+    assert recall(ds, qs) >= recall(single, qs) - 0.12
+    # And every segment answers for its own rows: a row's own vector finds that row, in every fragment.
+    data = ds.to_table(columns=["id", "vec"])
+    own = vectors(data)
+    sample = range(0, 80_000, 400)  # 200 rows, 12 or 13 from each of the 16 fragments
+    found = sum(ds.to_table(nearest={"column": "vec", "q": own[i], "k": 1, "nprobes": 4, "refine_factor": 50},
+                            columns=["id"]).column("id")[0].as_py() == data.column("id")[i].as_py() for i in sample)
+    assert found >= 0.98 * len(sample)
     assert sorted(ds.to_table(columns=["id"]).column("id").to_pylist()) == list(range(80_000))
     ds.validate()
