@@ -140,3 +140,6 @@ class PreparedJob:
     kind: Literal[JobKind.BACKFILL, JobKind.REFRESH, JobKind.INDEX]
     table: str
     column: str | None = None
+    # Its plan step asked only whether there is anything to do (nothing stored unless there is not, no job
+    # started): a job whose plan reads nothing but its own table -- a backfill; None for the others.
+    dry_plan: Callable[[], PlanSummary] | None = None

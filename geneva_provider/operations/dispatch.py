@@ -138,7 +138,8 @@ def _backfill(request: BackfillColumn, catalog: Catalog, *, spark: Any = None,
                                                 refresh_indexes=request.refresh_indexes),
                        lambda parallelism, run_id: plan_backfill(ref, column, parsed, store=store,
                                                                  parallelism=parallelism, airflow_run_id=run_id),
-                       store, f"{name}.{column}", JobKind.BACKFILL, name, column)
+                       store, f"{name}.{column}", JobKind.BACKFILL, name, column,
+                       dry_plan=lambda: plan_backfill(ref, column, parsed, store=store, dry=True))
 
 
 @prepare.register(RefreshView)

@@ -122,3 +122,18 @@ def test_planning_an_unchanged_table_imports_neither_pylance_nor_pandas(db, call
         "print(json.dumps([s.nothing_to_do, sorted(m for m in ('lance', 'pandas') if m in sys.modules)]))\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, []]
+
+
+def test_a_dry_plan_with_work_stores_nothing_and_starts_no_job(db, call_dir):
+    from geneva_provider.operations.dispatch import prepare
+
+    tbl = db.create_table("events", events_table(300), max_rows_per_file=100)
+    tbl.add_columns({"y": counting_double(call_dir)})
+    store = tbl.checkpoint_store
+    before = sorted(store.list_keys(""))
+    job = prepare(BackfillColumn(id=["events"], column="y", where="x >= 100"), db.catalog)
+    assert job.dry_plan is not None
+    summary = job.dry_plan()
+    assert (summary.rows_to_compute, summary.nothing_to_do) == (200, False)
+    assert sorted(store.list_keys("")) == before and db.list_jobs() == []  # no plan, no record, nothing computed
+    assert read_calls(call_dir) == [] and set(tbl.to_arrow(["y"]).column("y").to_pylist()) == {None}

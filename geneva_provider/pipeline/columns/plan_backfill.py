@@ -57,12 +57,14 @@ def plan_backfill(
     store: CheckpointStore | None = None,
     parallelism: int | None = None,
     airflow_run_id: str | None = None,
+    dry: bool = False,
 ) -> PlanSummary:
-    """Plans a backfill of ``column``, stores the plan, and returns its small summary."""
+    """Plans a backfill of ``column``, stores the plan, and returns its small summary (``dry``: a plan with work is
+    not stored, :class:`~geneva_provider.pipeline.stages.planning.PlanCall`)."""
     check_table_ref(table, "table", "plan_backfill")
     job = f"backfill of table '{table.name}'"
     options = BackfillOptions.coerce(options, job)
-    call = PlanCall.of(table, job, store=store, parallelism=parallelism, airflow_run_id=airflow_run_id)
+    call = PlanCall.of(table, job, store=store, parallelism=parallelism, airflow_run_id=airflow_run_id, dry=dry)
 
     try:
         ds = table.dataset(options.read_version)

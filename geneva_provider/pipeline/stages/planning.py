@@ -73,15 +73,18 @@ class PlanCall:
     parallelism: int
     airflow_run_id: str | None = None
     resolve: TableResolver | None = None  # a view's source from its metadata; None: a directory database
+    # Only to learn whether there is anything to do: a plan with work is neither stored nor given a record (no job
+    # is started); a no-op one is stored as always (it starts none).
+    dry: bool = False
 
     @classmethod
     def of(cls, ref: TableRef, job: str, *, store: CheckpointStore | None = None, parallelism: int | None = None,
-           airflow_run_id: str | None = None, resolve: TableResolver | None = None) -> PlanCall:
+           airflow_run_id: str | None = None, resolve: TableResolver | None = None, dry: bool = False) -> PlanCall:
         """The call's settings checked (``job`` names it in an error), with their defaults: the table's own
         checkpoint store, one task per core."""
         width = check_count(parallelism, "parallelism", job) or os.cpu_count() or 1
         keep_collections_small()
-        return cls(store or ref.checkpoint_store(), width, airflow_run_id, resolve)
+        return cls(store or ref.checkpoint_store(), width, airflow_run_id, resolve, dry)
 
 
 @dataclass
@@ -366,6 +369,9 @@ def save_plan(
                     **planned})
     jobs = JobStore(store)
     summary = plan.summary(jobs.plan_uri(job_id))
+    if call.dry and not summary.nothing_to_do:  # a question, not a job: nothing stored, nobody takes it over
+        log.info("plan (not stored: a dry plan) %s: %s", label, summary.describe())
+        return summary
     # Stored even with nothing to do, so every later stage can be handed its URI and be a no-op;
     # it holds no fragment (compaction and clean-up see no live job) and gets no job record.
     jobs.put_plan(job_id, plan.model_dump_json(exclude_none=True))
