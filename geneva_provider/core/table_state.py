@@ -14,6 +14,7 @@ Tables on an object store get no state here (``None``): they are opened as usual
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -80,3 +81,14 @@ class UpToDate(BaseModel):
 
     state: TableState
     plan: str | None = None
+
+
+class PlanOrigin(BaseModel):
+    """The request a job with work was planned for (its JSON, and the options beside it) and that request's digest:
+    what its verify task plans again, dry, once the job is done, to record the table up to date for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request: str
+    options: dict[str, Any] | None = None
+    digest: str

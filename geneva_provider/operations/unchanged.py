@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from geneva_provider.core.contracts.operations import BackfillColumn, Operation
 from geneva_provider.core.store.layout import JobStore, md5_hex, new_job_id
-from geneva_provider.core.table_state import TableState, UpToDate, local_table_state
+from geneva_provider.core.table_state import PlanOrigin, TableState, UpToDate, local_table_state
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -71,7 +71,43 @@ def planned_once(catalog: Catalog, request: Operation, options: dict[str, Any] |
     summary = plan()
     if before is not None and summary.nothing_to_do:
         record(ref, store, digest, before, summary.read_version, JobStore(store).plan_text(summary.job_id))
+    elif before is not None:  # its verify task asks again once the job is done (:func:`confirm`)
+        JobStore(store).put_origin(summary.job_id, PlanOrigin(
+            request=request.model_dump_json(), options=options, digest=digest))
     return summary
+
+
+def confirm(catalog: Catalog, store: CheckpointStore, job_id: str) -> bool:
+    """After job ``job_id`` was verified: its request planned again, dry, at the table's state now, and recorded
+    when there is nothing left to do -- so the next plan of it (an hourly DAG's next run) does not open the table.
+    Returns whether it was recorded.  A hint for later plans, never a reason to fail the verify task: a failure
+    here is logged and nothing is recorded."""
+    from geneva_provider.core.contracts.operations import parse_operation
+    from geneva_provider.operations.dispatch import prepare
+
+    origin = JobStore(store).origin(job_id)
+    if origin is None:
+        return False
+    try:
+        request = parse_operation(origin.request)
+        name = own_table(request)
+        ref = _ref(catalog, name) if name is not None else None
+        before = local_table_state(ref.uri) if ref is not None else None
+        if ref is None or before is None:
+            return False
+        job = prepare(request, catalog, checkpoint_store=store, options=origin.options)
+        if job.dry_plan is None:
+            return False
+        summary = job.dry_plan()
+        if not summary.nothing_to_do:
+            log.info("job %s: table '%s' still has %d rows to compute for its request", job_id, ref.name,
+                     summary.rows_to_compute)
+            return False
+        record(ref, store, origin.digest, before, summary.read_version, JobStore(store).plan_text(summary.job_id))
+    except Exception as exc:  # noqa: BLE001 - a hint for later plans: never fails the task that asks
+        log.warning("job %s: could not check whether its table is now up to date for its request: %s", job_id, exc)
+        return False
+    return True
 
 
 def recorded(ref: TableRef, store: CheckpointStore, digest: str) -> tuple[TableState | None, UpToDate | None]:

@@ -307,6 +307,7 @@ class GenevaVerifyOperator(LineageMixin, BaseOperator):
                                        f"commit (up to date at version {plan.read_version}): no Asset event")
         hook = LanceHook(self.lance_conn_id)
         self._verified = result = verify(plan, hook.storage_options)
+        self._confirm(plan, hook)
         extra = {"table": result.table, "column": result.column, "version": result.version,
                  "job_id": result.job_id, "rows_computed": plan.rows_to_compute}
         for outlet in self.outlets or []:
@@ -317,6 +318,17 @@ class GenevaVerifyOperator(LineageMixin, BaseOperator):
                       else f"view '{result.table}'", result.version, counted(result.rows_verified, "row"),
                       counted(result.fragments_verified, "fragment"), f"; {skipped}" if skipped else "")
         return result.model_dump(mode="json")
+
+    @staticmethod
+    def _confirm(plan: Any, hook: LanceHook) -> None:
+        """Asks (dry) whether the job left its table up to date for its request: if so, the next run's plan task
+        answers from that record without opening the table (``operations/unchanged.py``)."""
+        from geneva_provider.core.store.checkpoint import open_store, split_key_uri
+        from geneva_provider.operations.unchanged import confirm
+
+        root, _ = split_key_uri(plan.plan_uri)
+        confirm(hook.catalog_for([*(plan.namespace or []), plan.table]), open_store(root, hook.storage_options),
+                plan.job_id)
 
     def _check_matches(self, plan: Any) -> None:
         """InvalidArgumentError when ``table=`` / ``column=`` (the declared Asset) name another job than the plan."""

@@ -13,6 +13,7 @@ The families (``<id>`` is a job id, :func:`new_job_id`)::
     plan-<id>-<stage>-lease             StageLeaseKey     who runs a detached Spark stage, and its heartbeat
     plan-<id>-connect-session           ConnectSessionKey the job's Spark Connect session id
     plan-<id>-appended                  AppendedKey       a UDTF refresh's written fragments, before their commit
+    plan-<id>-origin                    OriginKey         the request a job was planned for (an up-to-date check)
     job-<id>                            JobRecordKey      the job's record (status, progress)
     ledger-<md5(job prefix)>            LedgerKey         fragments known valid
     uptodate-<md5(request)>             UpToDateKey       a request found up to date at a table state
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBuildPlan, SegmentRecord
     from geneva_provider.core.contracts.models import AppendedFragments, CommitRecord, JobRecord, Ledger, StagedFiles
     from geneva_provider.core.store.checkpoint import CheckpointStore
-    from geneva_provider.core.table_state import UpToDate
+    from geneva_provider.core.table_state import PlanOrigin, UpToDate
 
 JOB_ID = r"\d{8}T\d{6}-[0-9a-f]{8}"  # what new_job_id() makes: sortable by creation time, unique
 PARTIAL = "_partial"  # the suffix of a batch checkpoint holding rows the UDF's error policy skipped
@@ -58,7 +59,8 @@ _INDEX = "index-"
 _SRCFILES = "_srcfiles-"
 _PLAN_RE = re.compile(rf"^{_PLAN}(?P<id>{JOB_ID})(?:(?P<committed>-committed)|-(?P<stage>[a-z_]+)-result"
                       r"|-(?P<leased>[a-z_]+)-lease"
-                      r"|(?P<session>-connect-session)|(?P<appended>-appended)|(?P<cancel>-cancel))?$")
+                      r"|(?P<session>-connect-session)|(?P<appended>-appended)|(?P<cancel>-cancel)"
+                      r"|(?P<origin>-origin))?$")
 _BATCH_RE = re.compile(r"^(?P<prefix>.+)_frag-(?P<frag>\d+)_range-(?P<start>\d+)-(?P<end>\d+)(?P<partial>_partial)?$")
 _STAGED_RE = re.compile(r"^(?P<prefix>.+)_staged-(?P<token>[0-9a-f]{32})$")
 _RUNNING_RE = re.compile(rf"^{_RUNNING}(?P<id>.+)-p(?P<partition>\d+)$")
@@ -144,6 +146,14 @@ class AppendedKey(_JobKey):
 
     kind: ClassVar[Literal["appended"]] = "appended"
     tail: ClassVar[str] = "-appended"
+
+
+class OriginKey(_JobKey):
+    """The request a job was planned for, which its verify task plans again (dry) once the job is done: a no-op
+    then is recorded, so the next plan of that request at that state does not open the table."""
+
+    kind: ClassVar[Literal["origin"]] = "origin"
+    tail: ClassVar[str] = "-origin"
 
 
 class CommittedKey(_JobKey):
@@ -327,9 +337,9 @@ IndexKey = IndexArtifactsKey | IndexPlanKey | IndexSegmentKey
 
 # A plan and what is kept beside it.
 PlanFamilyKey = (PlanKey | CommittedKey | StageResultKey | StageLeaseKey | ConnectSessionKey | AppendedKey
-                 | CancelKey)
+                 | CancelKey | OriginKey)
 StoreKey = (PlanKey | CommittedKey | StageResultKey | StageLeaseKey | ConnectSessionKey | AppendedKey | CancelKey
-            | JobRecordKey | LedgerKey | UpToDateKey | BatchKey | StagedKey | RunningKey | IndexArtifactsKey
+            | OriginKey | JobRecordKey | LedgerKey | UpToDateKey | BatchKey | StagedKey | RunningKey | IndexArtifactsKey
             | IndexPlanKey | IndexSegmentKey)
 
 
@@ -350,6 +360,8 @@ def parse_key(key: str) -> StoreKey | None:
             return ConnectSessionKey(m["id"])
         if m["appended"]:
             return AppendedKey(m["id"])
+        if m["origin"]:
+            return OriginKey(m["id"])
         if m["cancel"]:
             return CancelKey(m["id"])
         if m["stage"] is not None or m["leased"] is not None:
@@ -417,6 +429,18 @@ class JobStore:
 
     def put_appended(self, job_id: str, record: AppendedFragments) -> None:
         self.store.put_model(AppendedKey(job_id).key(), record)
+
+    def put_origin(self, job_id: str, origin: PlanOrigin) -> None:
+        self.store.put_model(OriginKey(job_id).key(), origin)
+
+    def origin(self, job_id: str) -> PlanOrigin | None:
+        from geneva_provider.core.table_state import PlanOrigin
+
+        key = OriginKey(job_id).key()
+        try:
+            return self.store.get_model(key, PlanOrigin) if key in self.store else None
+        except (ValueError, KeyError, OSError):
+            return None
 
     def appended(self, job_id: str) -> AppendedFragments | None:
         from geneva_provider.core.contracts.models import AppendedFragments
