@@ -9,6 +9,6 @@ as ``.catalog`` (a facade ``Connection``).
 """
 
 from geneva_provider.operations.background import JobHandle
-from geneva_provider.operations.dispatch import plan, prepare, run, submit
+from geneva_provider.operations.dispatch import confirm, plan, prepare, run, submit
 
-__all__ = ["JobHandle", "plan", "prepare", "run", "submit"]
+__all__ = ["JobHandle", "confirm", "plan", "prepare", "run", "submit"]

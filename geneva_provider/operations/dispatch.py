@@ -102,6 +102,17 @@ def plan(db: Db, request: Operation, *, parallelism: int | None = None, airflow_
     return summary.model_copy(update={"namespace": list(catalog.parent)}) if catalog.parent else summary
 
 
+def confirm(db: Db, store: CheckpointStore, job_id: str) -> bool:
+    """After job ``job_id`` was verified (the Airflow verify task): whether it left its table up to date for its
+    request, asked with a dry plan and recorded so -- the next plan of that request at that state does not open the
+    table (:mod:`geneva_provider.operations.unchanged`)."""
+    from geneva_provider.operations import unchanged
+
+    catalog = catalog_of(db)
+    return unchanged.confirm(catalog, store, job_id, lambda request, options: prepare(
+        request, catalog, checkpoint_store=store, options=options).dry_plan)
+
+
 def start(job: PreparedJob) -> JobHandle:
     """The prepared job started in a background thread."""
     return JobHandle(job.store, job.label, kind=job.kind, table=job.table, column=job.column).start(job.run)

@@ -77,13 +77,14 @@ def planned_once(catalog: Catalog, request: Operation, options: dict[str, Any] |
     return summary
 
 
-def confirm(catalog: Catalog, store: CheckpointStore, job_id: str) -> bool:
-    """After job ``job_id`` was verified: its request planned again, dry, at the table's state now, and recorded
-    when there is nothing left to do -- so the next plan of it (an hourly DAG's next run) does not open the table.
-    Returns whether it was recorded.  A hint for later plans, never a reason to fail the verify task: a failure
-    here is logged and nothing is recorded."""
+def confirm(catalog: Catalog, store: CheckpointStore, job_id: str,
+            dry_plan: Callable[[Operation, dict[str, Any] | None], Callable[[], PlanSummary] | None]) -> bool:
+    """After job ``job_id`` was verified: its request planned again, dry (``dry_plan(request, options)``: the request's
+    dry plan step, if its kind has one), at the table's state now, and recorded when there is nothing left to do --
+    so the next plan of it (an hourly DAG's next run) does not open the table.  Returns whether it was recorded.
+    A hint for later plans, never a reason to fail the verify task: a failure here is logged and nothing is
+    recorded."""
     from geneva_provider.core.contracts.operations import parse_operation
-    from geneva_provider.operations.dispatch import prepare
 
     origin = JobStore(store).origin(job_id)
     if origin is None:
@@ -93,12 +94,10 @@ def confirm(catalog: Catalog, store: CheckpointStore, job_id: str) -> bool:
         name = own_table(request)
         ref = _ref(catalog, name) if name is not None else None
         before = local_table_state(ref.uri) if ref is not None else None
-        if ref is None or before is None:
+        step = dry_plan(request, origin.options) if ref is not None and before is not None else None
+        if ref is None or before is None or step is None:
             return False
-        job = prepare(request, catalog, checkpoint_store=store, options=origin.options)
-        if job.dry_plan is None:
-            return False
-        summary = job.dry_plan()
+        summary = step()
         if not summary.nothing_to_do:
             log.info("job %s: table '%s' still has %d rows to compute for its request", job_id, ref.name,
                      summary.rows_to_compute)

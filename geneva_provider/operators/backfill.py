@@ -324,7 +324,7 @@ class GenevaVerifyOperator(LineageMixin, BaseOperator):
         """Asks (dry) whether the job left its table up to date for its request: if so, the next run's plan task
         answers from that record without opening the table (``operations/unchanged.py``)."""
         from geneva_provider.core.store.checkpoint import open_store, split_key_uri
-        from geneva_provider.operations.unchanged import confirm
+        from geneva_provider.operations import confirm
 
         root, _ = split_key_uri(plan.plan_uri)
         confirm(hook.catalog_for([*(plan.namespace or []), plan.table]), open_store(root, hook.storage_options),

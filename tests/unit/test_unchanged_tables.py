@@ -141,7 +141,7 @@ def test_a_dry_plan_with_work_stores_nothing_and_starts_no_job(db, call_dir):
 
 def test_a_verified_job_records_its_table_up_to_date_unless_rows_arrived_meanwhile(db, call_dir):
     from geneva_provider.core.store.layout import OriginKey
-    from geneva_provider.operations.unchanged import confirm
+    from geneva_provider.operations import confirm
     from geneva_provider.stages import run_apply, run_write_commit, verify
 
     tbl = db.create_table("events", events_table(300), max_rows_per_file=100)
@@ -157,7 +157,7 @@ def test_a_verified_job_records_its_table_up_to_date_unless_rows_arrived_meanwhi
     first = plan(db, BackfillColumn(id=["events"], column="y"))  # what an Airflow plan task does
     assert OriginKey(first.job_id).key() in store.list_keys("plan-")
     stages(first)
-    assert confirm(db.catalog, store, first.job_id)  # the verify task's question: up to date, recorded
+    assert confirm(db, store, first.job_id)  # the verify task's question: up to date, recorded
     known = [k for k in store.list_keys("") if isinstance(parse_key(k), UpToDateKey)]
     assert len(known) == 1
     again = plan(db, BackfillColumn(id=["events"], column="y"))  # the next run: from the record
@@ -169,9 +169,9 @@ def test_a_verified_job_records_its_table_up_to_date_unless_rows_arrived_meanwhi
     stages(second)
     tbl.add(events_table(5, start=320))  # rows arrive between the job's end and its verify task's question
     jobs_before = {j.job_id for j in db.list_jobs()}
-    assert not confirm(db.catalog, store, second.job_id)  # not up to date: nothing recorded, no job started
+    assert not confirm(db, store, second.job_id)  # not up to date: nothing recorded, no job started
     assert {j.job_id for j in db.list_jobs()} == jobs_before
     assert plan(db, BackfillColumn(id=["events"], column="y")).rows_to_compute == 5
     assert sorted(read_calls(call_dir)) == list(range(320))
-    assert not confirm(db.catalog, store, "20990101T000000-00000000")  # no such job: nothing to say
+    assert not confirm(db, store, "20990101T000000-00000000")  # no such job: nothing to say
     tbl.dataset().validate()

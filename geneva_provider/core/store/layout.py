@@ -234,14 +234,21 @@ class BatchKey:
 
 
 @dataclass(frozen=True)
-class LedgerKey:
+class _DigestKey:
+    """A key made of a fixed head and a digest (of something too long or too free to be a key itself)."""
+
+    digest: str
+    head: ClassVar[str] = ""
+
+    def key(self) -> str:
+        return f"{self.head}{self.digest}"
+
+
+class LedgerKey(_DigestKey):
     """The ledger of a job prefix: fragments known valid (the prefix is hashed: it is long)."""
 
     kind: ClassVar[Literal["ledger"]] = "ledger"
-    digest: str
-
-    def key(self) -> str:
-        return f"{_LEDGER}{self.digest}"
+    head: ClassVar[str] = _LEDGER
 
     @classmethod
     def of(cls, job: str) -> LedgerKey:
@@ -249,15 +256,11 @@ class LedgerKey:
         return cls(md5_hex(job))
 
 
-@dataclass(frozen=True)
-class UpToDateKey:
+class UpToDateKey(_DigestKey):
     """A request (its digest) that found its table up to date, and at which state (an UpToDate document)."""
 
     kind: ClassVar[Literal["uptodate"]] = "uptodate"
-    digest: str
-
-    def key(self) -> str:
-        return f"{_UPTODATE}{self.digest}"
+    head: ClassVar[str] = _UPTODATE
 
 
 @dataclass(frozen=True)
