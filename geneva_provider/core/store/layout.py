@@ -37,16 +37,20 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 
 from geneva_provider.core.contracts.kinds import Stage
 from geneva_provider.core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from geneva_provider.core.contracts.index_models import IndexArtifacts, IndexBuildPlan, SegmentRecord
     from geneva_provider.core.contracts.models import AppendedFragments, CommitRecord, JobRecord, Ledger, StagedFiles
     from geneva_provider.core.store.checkpoint import CheckpointStore
     from geneva_provider.core.table_state import PlanOrigin, UpToDate
+
+H = TypeVar("H", bound="BaseModel")
 
 JOB_ID = r"\d{8}T\d{6}-[0-9a-f]{8}"  # what new_job_id() makes: sortable by creation time, unique
 PARTIAL = "_partial"  # the suffix of a batch checkpoint holding rows the UDF's error policy skipped
@@ -439,11 +443,7 @@ class JobStore:
     def origin(self, job_id: str) -> PlanOrigin | None:
         from geneva_provider.core.table_state import PlanOrigin
 
-        key = OriginKey(job_id).key()
-        try:
-            return self.store.get_model(key, PlanOrigin) if key in self.store else None
-        except (ValueError, KeyError, OSError):
-            return None
+        return self._hint(OriginKey(job_id).key(), PlanOrigin)
 
     def appended(self, job_id: str) -> AppendedFragments | None:
         from geneva_provider.core.contracts.models import AppendedFragments
@@ -506,9 +506,12 @@ class JobStore:
         """What the request of ``digest`` found up to date last, if anything (an unreadable document: nothing)."""
         from geneva_provider.core.table_state import UpToDate
 
-        key = UpToDateKey(digest).key()
+        return self._hint(UpToDateKey(digest).key(), UpToDate)
+
+    def _hint(self, key: str, model: type[H]) -> H | None:
+        """A document that only saves work: missing or unreadable, it is None (the work is done instead)."""
         try:
-            return self.store.get_model(key, UpToDate) if key in self.store else None
+            return self.store.get_model(key, model) if key in self.store else None
         except (ValueError, KeyError, OSError):
             return None
 
