@@ -297,7 +297,6 @@ class GenevaVerifyOperator(LineageMixin, BaseOperator):
     @fails_without_retry
     def execute(self, context: Any) -> dict[str, Any]:
         from geneva_provider.core.contracts.models import PlanSummary
-        from geneva_provider.pipeline.stages.verify import verify
 
         plan = PlanSummary.from_xcom(self.plan)
         self._check_matches(plan)
@@ -305,6 +304,8 @@ class GenevaVerifyOperator(LineageMixin, BaseOperator):
         if plan.nothing_to_do:  # honest signals: a run that changed nothing emits no Asset event
             raise AirflowSkipException(f"{plan.kind} {plan.job_id} of '{plan.table}' had nothing to compute or "
                                        f"commit (up to date at version {plan.read_version}): no Asset event")
+        from geneva_provider.pipeline.stages.verify import verify  # the pipeline (and pylance): only with work
+
         hook = LanceHook(self.lance_conn_id)
         self._verified = result = verify(plan, hook.storage_options)
         self._confirm(plan, hook)
