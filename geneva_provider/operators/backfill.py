@@ -320,16 +320,18 @@ class GenevaVerifyOperator(LineageMixin, BaseOperator):
                       counted(result.fragments_verified, "fragment"), f"; {skipped}" if skipped else "")
         return result.model_dump(mode="json")
 
-    @staticmethod
-    def _confirm(plan: Any, hook: LanceHook) -> None:
+    def _confirm(self, plan: Any, hook: LanceHook) -> None:
         """Asks (dry) whether the job left its table up to date for its request: if so, the next run's plan task
         answers from that record without opening the table (``operations/unchanged.py``)."""
         from geneva_provider.core.store.checkpoint import open_store, split_key_uri
         from geneva_provider.operations import confirm
 
-        root, _ = split_key_uri(plan.plan_uri)
-        confirm(hook.catalog_for([*(plan.namespace or []), plan.table]), open_store(root, hook.storage_options),
-                plan.job_id)
+        try:
+            root, _ = split_key_uri(plan.plan_uri)
+            confirm(hook.catalog_for([*(plan.namespace or []), plan.table]), open_store(root, hook.storage_options),
+                    plan.job_id)
+        except Exception as exc:  # noqa: BLE001 - a hint for the next plan, never a reason to fail a verified job
+            self.log.warning("plan %s: not recorded up to date: %s", plan.job_id, exc)
 
     def _check_matches(self, plan: Any) -> None:
         """InvalidArgumentError when ``table=`` / ``column=`` (the declared Asset) name another job than the plan."""
