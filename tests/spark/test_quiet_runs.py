@@ -151,5 +151,6 @@ def test_a_users_own_log4j_configuration_still_applies_to_a_local_session(tmp_pa
                     "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
                     "appender.console.layout.pattern = MINE %p %c{1}: %m%n\n")
     proc = _notebook(tmp_path, LOG4J_CONFIGURATION_FILE=mine.as_uri())
-    assert re.search(r"^MINE WARN NativeCodeLoader: ", proc.stderr, re.M), proc.stderr[-3000:]
-    assert re.search(r"^MINE WARN test: a warning that matters", proc.stderr, re.M), proc.stderr[-3000:]
+    # not anchored at a line start: the JVM and Python both write to stderr, and a line of one can split the other's
+    assert re.search(r"MINE WARN NativeCodeLoader: ", proc.stderr), proc.stderr[-3000:]
+    assert re.search(r"MINE WARN test: a warning that matters", proc.stderr), proc.stderr[-3000:]
