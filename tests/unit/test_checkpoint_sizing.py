@@ -14,8 +14,8 @@ from geneva_provider.core.contracts.models import PlanSettings
 from geneva_provider.core.contracts.options import BackfillOptions
 from geneva_provider.pipeline.stages.checkpoint_sizing import (
     MAX_GROWTH,
-    MEASURED_ROWS_MIN,
     PROBE_ROWS,
+    SPEED_KEPT_MIN_ROWS,
     TARGET_CHECKPOINT_SECONDS,
     CheckpointSizer,
     job_sizer,
@@ -132,9 +132,9 @@ def test_a_job_naming_its_function_starts_at_the_speed_that_function_last_had_in
     # another function, or the same name at another version, probes
     assert job_sizer("refresh-3", settings, function=("split", "v2")).size == PROBE_ROWS
     assert job_sizer("refresh-4", settings).size == PROBE_ROWS
-    # a checkpoint of fewer than MEASURED_ROWS_MIN rows (the few parents ending a task) is not kept
+    # a checkpoint of fewer than SPEED_KEPT_MIN_ROWS rows (the few parents ending a task) is not kept
     tiny = job_sizer("refresh-5", settings, function=("tiny", "v1"))
-    tiny.observe(MEASURED_ROWS_MIN - 1, 0.001)
+    tiny.observe(SPEED_KEPT_MIN_ROWS - 1, 0.001)
     assert job_sizer("refresh-6", settings, function=("tiny", "v1")).size == PROBE_ROWS
 
 

@@ -148,8 +148,8 @@ class CheckpointSizer:
         else:
             self._rows = self._rows * DECAY + rows
             self._seconds = self._seconds * DECAY + seconds
-        if self.function is not None and rows >= MEASURED_ROWS_MIN:
-            _remember(self.function, max(self._seconds, _MIN_SECONDS) / self._rows)
+        if self.function is not None and rows >= SPEED_KEPT_MIN_ROWS:
+            remember_row_seconds(self.function, max(self._seconds, _MIN_SECONDS) / self._rows)
         want = int(self._rows / max(self._seconds, _MIN_SECONDS) * self.target_seconds)
         self._size = max(self.lo, min(self.hi, want, self._size * MAX_GROWTH))
 
@@ -161,15 +161,17 @@ class CheckpointSizer:
 # speed carries over; another job (a rerun included) starts with a probe -- unless it names its function.
 _SIZERS: dict[str, CheckpointSizer] = {}
 _SIZERS_KEPT = 8
-# What a row of each function (by name and version) cost in the last checkpoint of at least MEASURED_ROWS_MIN
-# rows that a sizer naming it measured in this process, whatever the job: a job's first task here starts at that
-# speed instead of a probe and a ramp (issue 44: each checkpoint of a chunker's probe and ramp wrote view
-# fragments of its own, so a first refresh wrote 20 small fragments where 16 do).  A function's name and version
-# say what it computes, where its pickle does not: pickling one function by value twice can give other bytes.
+# What a row of each function (by name and version) last cost in this process, whatever the job or table: a
+# sizer naming its function keeps the speed of each checkpoint of at least SPEED_KEPT_MIN_ROWS rows, and a
+# planner what an apply measured (``planning.record_row_seconds``).  A job's first task here then starts at that
+# speed instead of a probe and a ramp (issue 44: each checkpoint of a chunker's probe and ramp wrote view fragments
+# of its own, so a first refresh wrote 20 small fragments where 16 do), and a warm process plans a cheap UDF's
+# first backfill of a table like its increments.  A function's name and version say what it computes, where its
+# pickle does not: pickling one function by value twice can give other bytes.  The most recent are kept.
 _FUNCTION_ROW_SECONDS: OrderedDict[tuple[str, str], float] = OrderedDict()
-_FUNCTIONS_KEPT = 64
-_FUNCTIONS_LOCK = threading.Lock()  # the driver's in-process runner may run jobs in threads
-MEASURED_ROWS_MIN = 100  # rows (or parents) a checkpoint must hold for its speed to be kept for another job
+_FUNCTIONS_KEPT = 256
+_FUNCTIONS_LOCK = threading.Lock()  # jobs of one process may run in threads (a namespace's in-process runner)
+SPEED_KEPT_MIN_ROWS = 100  # rows (or parents) a checkpoint must hold for its speed to be kept for another job
 
 
 def job_sizer(job_id: str | None, settings: PlanSettings, function: tuple[str, str] | None = None
@@ -182,7 +184,7 @@ def job_sizer(job_id: str | None, settings: PlanSettings, function: tuple[str, s
     sizer = _SIZERS.pop(job_id, None) if job_id is not None else None
     if sizer is None:
         sizer = CheckpointSizer.of(settings, function=function)
-        if function is not None and (known := _FUNCTION_ROW_SECONDS.get(function)) is not None:
+        if function is not None and (known := function_row_seconds(function)) is not None:
             sizer.assume(known)
     if job_id is None:  # not a stored job's task: nothing names its tasks' speed
         return sizer
@@ -192,7 +194,13 @@ def job_sizer(job_id: str | None, settings: PlanSettings, function: tuple[str, s
     return sizer
 
 
-def _remember(function: tuple[str, str], row_seconds: float) -> None:
+def function_row_seconds(function: tuple[str, str]) -> float | None:
+    """What a row of ``function`` (name, version) last cost in this process; None: never measured here."""
+    return _FUNCTION_ROW_SECONDS.get(function)
+
+
+def remember_row_seconds(function: tuple[str, str], row_seconds: float) -> None:
+    """Keeps what a row of ``function`` (name, version) cost, for its next job in this process."""
     with _FUNCTIONS_LOCK:
         _FUNCTION_ROW_SECONDS[function] = row_seconds
         _FUNCTION_ROW_SECONDS.move_to_end(function)

@@ -16,8 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Protocol, cast
@@ -50,6 +48,7 @@ from geneva_provider.core.fragments import files_holding, live_row_addresses, ou
 from geneva_provider.core.ranges import count_of, runs_of, slice_runs
 from geneva_provider.core.store.checkpoint import ROWADDR, CheckpointStore, open_store, split_key_uri
 from geneva_provider.core.store.layout import BatchKey, JobStore, batch_prefix, new_job_id, src_files_key
+from geneva_provider.pipeline.stages.checkpoint_sizing import function_row_seconds, remember_row_seconds
 from geneva_provider.pipeline.stages.collector import keep_collections_small
 from geneva_provider.pipeline.stages.job_records import check_leases, start_record, take_over
 from geneva_provider.pipeline.stages.kinds import registered_kinds
@@ -132,20 +131,12 @@ def record_valid(store: CheckpointStore, job: str, signatures: dict[int, list[st
     JobStore(store).put_ledger(job, ledger)
 
 
-# What a row of each UDF (by name and version) cost its last measured apply in this process, whatever the table: a
-# warm process (a notebook, a long-lived worker) that has run a function knows its cost on the next table too, so a
-# cheap UDF's first backfill of a table is planned and run like its increments (issue 44).  The most recent kept.
-_UDF_ROW_SECONDS: OrderedDict[tuple[str, str], float] = OrderedDict()
-_UDF_ROW_SECONDS_KEPT = 256
-_UDF_ROW_SECONDS_LOCK = threading.Lock()
-
-
 def measured_row_seconds(store: CheckpointStore, job: JobSpec) -> float | None:
     """What a row of the job's column cost: its ledger's measure (the column's last apply), else what the same UDF
     (name and version) last cost in this process on another table; None when neither was measured."""
     measured = load_ledger(store, job.job_prefix).row_seconds
     if measured is None and job.udf is not None:
-        measured = _UDF_ROW_SECONDS.get((job.udf.name, job.udf.version))
+        measured = function_row_seconds((job.udf.name, job.udf.version))
     return measured
 
 
@@ -162,12 +153,8 @@ def record_row_seconds(store: CheckpointStore, plan: JobPlan, rows: int, seconds
     job = plan.job_prefix
     ledger = load_ledger(store, job)
     ledger.row_seconds = seconds / rows
-    if plan.udf is not None:
-        with _UDF_ROW_SECONDS_LOCK:  # jobs of one process may run in threads (a namespace's in-process runner)
-            _UDF_ROW_SECONDS[(plan.udf.name, plan.udf.version)] = ledger.row_seconds
-            _UDF_ROW_SECONDS.move_to_end((plan.udf.name, plan.udf.version))
-            while len(_UDF_ROW_SECONDS) > _UDF_ROW_SECONDS_KEPT:
-                _UDF_ROW_SECONDS.popitem(last=False)
+    if plan.udf is not None:  # and for the same UDF's next table in this process
+        remember_row_seconds((plan.udf.name, plan.udf.version), ledger.row_seconds)
     try:
         JobStore(store).put_ledger(job, ledger)
     except OSError as exc:  # a hint for the next plan: never a reason to fail the job that measured it
