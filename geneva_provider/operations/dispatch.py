@@ -106,10 +106,10 @@ def confirm(db: Db, store: CheckpointStore, job_id: str) -> bool:
     """After job ``job_id`` was verified (the Airflow verify task): whether it left its table up to date for its
     request, asked with a dry plan and recorded so -- the next plan of that request at that state does not open the
     table (:mod:`geneva_provider.operations.unchanged`)."""
-    from geneva_provider.operations import unchanged
+    from geneva_provider.operations.unchanged import confirm as confirm_job
 
     catalog = catalog_of(db)
-    return unchanged.confirm(catalog, store, job_id, lambda request, options: prepare(
+    return confirm_job(catalog, store, job_id, lambda request, options: prepare(
         request, catalog, checkpoint_store=store, options=options).dry_plan)
 
 

@@ -89,9 +89,8 @@ def import_circles(tree: Path) -> list[list[str]]:
             else:
                 todo.extend(ast.iter_child_nodes(node))
                 continue
-            hit = next((t for t in targets if t in modules and t != "geneva_provider"), None)
-            if hit and hit != name:
-                edges.add(hit)
+            # ``from pkg import sub`` runs both pkg/__init__ and pkg/sub: an edge to each
+            edges.update(t for t in targets if t in modules and t not in ("geneva_provider", name))
         graph[name] = edges
 
     circles, seen = [], set()
